@@ -1,0 +1,92 @@
+// Command keyway is fast, consistent access to MySQL data: a memcached-
+// compatible server on a persistent local store (and, as keyway grows, on
+// MySQL tables). Subcommands: serve, bench, version.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/keywaydb/keyway/internal/config"
+	"github.com/keywaydb/keyway/internal/memcache"
+	"github.com/keywaydb/keyway/internal/server"
+)
+
+// version is keyway's own version, set at build time with -ldflags "-X main.version=…".
+var version = "0.1.0-dev"
+
+const usage = `keyway — fast, consistent access to MySQL data
+
+usage:
+  keyway serve [flags]       serve the memcache door (keyway serve -h for flags)
+  keyway bench memcache      benchmark keyway against memcached side by side
+  keyway version             print the version
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		return serve(args[1:], stderr)
+	case "bench":
+		return bench(args[1:], stdout, stderr)
+	case "version", "-v", "--version":
+		fmt.Fprintf(stdout, "keyway %s (memcached protocol %s)\n", version, memcache.Version)
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "keyway: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}
+
+func serve(args []string, stderr io.Writer) int {
+	cfg, err := config.ParseServeArgs(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "keyway serve: %v\n", err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	memcache.Version = "1.6.21-keyway-" + version
+	srv, err := server.Start(cfg, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "keyway serve: %v\n", err)
+		return 1
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	code := 0
+	select {
+	case s := <-sig:
+		log.Info("stopping", "signal", s.String())
+	case err := <-srv.Err():
+		log.Error("memcache listener failed", "err", err)
+		code = 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Stop(ctx); err != nil {
+		log.Error("stop", "err", err)
+		code = 1
+	}
+	return code
+}

@@ -1,0 +1,164 @@
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// serveFlags holds the parsed values of the flags of `keyway serve`. A value counts only if its flag was set on
+// the command line (FlagSet.Visit), so a flag left out never overrides the file.
+type serveFlags struct {
+	config      string
+	port        string
+	host        string
+	memoryLimit int64
+	maxConns    int
+	maxItemSize int64
+	dataDir     string
+	durability  string
+}
+
+// ParseServeArgs parses the arguments of `keyway serve` (without the command name itself) into a validated Config.
+//
+// The flags are memcached's where memcached has one: -p PORT, -l ADDR, -m MEGABYTES, -c MAXCONNS, -I SIZE. Long
+// flags take one or two dashes. The file named by --config is read first; every flag set on the command line then
+// overrides it, whatever their order. Then defaults are filled in and the result validated, every problem reported
+// at once. It prints nothing but the usage, to stderr, for -h or --help, and then returns flag.ErrHelp; the
+// caller prints any other error.
+func ParseServeArgs(args []string, stderr io.Writer) (Config, error) {
+	// Nothing is printed while parsing: a flag error is returned like any other, for the caller to print once.
+	fs := flag.NewFlagSet("keyway serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+
+	var f serveFlags
+	fs.StringVar(&f.config, "config", "", "read the TOML configuration `file` first")
+	fs.Func("p", "memcache.listen: TCP `port` to listen on (keeps the host; 0 = any free port)", func(s string) error {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 || n > 65535 {
+			return errors.New("want a port number from 0 to 65535")
+		}
+		f.port = s
+		return nil
+	})
+	fs.Func("l", "memcache.listen: `address` to listen on, a host or host:port (keeps the port if none given)", func(s string) error {
+		if strings.Contains(s, ",") {
+			return errors.New("want one address: keyway listens on one address")
+		}
+		f.host = s
+		return nil
+	})
+	fs.Func("m", "memcache.memory_limit: item memory in `megabytes` (default 64)", func(s string) error {
+		n, ok := parseSize(s, mib)
+		if !ok {
+			return errors.New(`want megabytes as a whole number ("64"), or a size with unit ("512m", "2g")`)
+		}
+		f.memoryLimit = n
+		return nil
+	})
+	fs.Func("c", "memcache.max_connections: most concurrent client `connections` (default 1024)", func(s string) (err error) {
+		f.maxConns, err = strconv.Atoi(s)
+		if err != nil {
+			return errors.New("want a whole number of connections, from 1 to 1048576")
+		}
+		return nil
+	})
+	fs.Func("I", "memcache.max_item_size: largest item `size`, in bytes or with unit k or m (default 1m)", func(s string) error {
+		n, ok := parseSize(s, 1)
+		if !ok {
+			return errors.New(`want bytes ("1048576") or a size with unit k or m ("512k", "2m"), from 1k to 1024m`)
+		}
+		f.maxItemSize = n
+		return nil
+	})
+	fs.StringVar(&f.dataDir, "data-dir", "", "store.data_dir: persist the local store in `dir` (empty = no persistence)")
+	fs.Func("durability", `store.durability: `+"`mode`"+` none, async or sync (default async with --data-dir, else none)`, func(s string) error {
+		switch s {
+		case DurabilityNone, DurabilityAsync, DurabilitySync:
+			f.durability = s
+			return nil
+		}
+		return errors.New(wantDurability)
+	})
+
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stderr, "Usage: keyway serve [flags]\n\n"+
+				"Serves the memcache door. Flags override the file given with --config.\n\n")
+			fs.SetOutput(stderr)
+			fs.PrintDefaults()
+			return Config{}, flag.ErrHelp
+		}
+		return Config{}, fmt.Errorf("keyway serve: %w (see keyway serve -h)", err)
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("keyway serve: unexpected argument %q: it takes flags only (see keyway serve -h)", fs.Arg(0))
+	}
+
+	c := start()
+	var fileProblems error
+	if f.config != "" {
+		data, err := os.ReadFile(f.config)
+		if err != nil {
+			return Config{}, fmt.Errorf("config: %w", err)
+		}
+		problems, err := decodeFile(&c, data)
+		if err != nil {
+			return Config{}, fmt.Errorf("%s: %w", f.config, err)
+		}
+		if err := errors.Join(problems...); err != nil {
+			fileProblems = fmt.Errorf("%s: %w", f.config, err)
+		}
+	}
+	fs.Visit(func(fl *flag.Flag) { f.applyTo(&c, fl.Name) })
+	c.finish()
+	if err := errors.Join(fileProblems, c.Validate()); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// applyTo copies the value of the flag called name onto c.
+func (f *serveFlags) applyTo(c *Config, name string) {
+	switch name {
+	case "p", "l":
+		c.Memcache.Listen = f.listen(c.Memcache.Listen)
+	case "m":
+		c.Memcache.MemoryLimit = f.memoryLimit
+	case "c":
+		c.Memcache.MaxConnections = f.maxConns
+	case "I":
+		c.Memcache.MaxItemSize = f.maxItemSize
+	case "data-dir":
+		c.Store.DataDir = f.dataDir
+	case "durability":
+		c.Store.Durability = f.durability
+	}
+}
+
+// listen combines -l and -p with the listen address from the file (or the default): -l replaces the host, and
+// the port too if it has one; -p replaces the port. If the old address is not host:port it is returned as it is,
+// for Validate to report.
+func (f *serveFlags) listen(old string) string {
+	host, port, err := net.SplitHostPort(old)
+	if err != nil {
+		return old
+	}
+	if f.host != "" {
+		if h, p, err := net.SplitHostPort(f.host); err == nil {
+			host, port = h, p
+		} else {
+			host = strings.TrimSuffix(strings.TrimPrefix(f.host, "["), "]") // "[::1]" as well as "::1"
+		}
+	}
+	if f.port != "" {
+		port = f.port
+	}
+	return net.JoinHostPort(host, port)
+}

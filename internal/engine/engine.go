@@ -1,0 +1,384 @@
+// Package engine owns keyway's key-value semantics: the memcached commands
+// (get, set/add/replace/append/prepend, cas, incr/decr, touch, delete, flush),
+// expiry rules and the counters memcached reports. Doors parse and encode; they
+// call the engine and never touch the store directly, so every door sees one truth.
+//
+// Invariants:
+//   - Each command is one store.Update, so it is atomic per key.
+//   - Exptimes reaching the engine are memcached's wire values; the engine turns
+//     them into absolute deadlines (see Deadline) before they reach the store.
+//   - A value passed to the engine becomes owned by the store; callers must not
+//     reuse its backing array.
+package engine
+
+import (
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/keywaydb/keyway/internal/store"
+)
+
+// Mode is the kind of storage command.
+type Mode uint8
+
+const (
+	Set Mode = iota
+	Add
+	Replace
+	Append
+	Prepend
+	CAS
+)
+
+// Status is the outcome of a command, one per memcached reply word.
+type Status uint8
+
+const (
+	Stored     Status = iota // STORED
+	NotStored                // NOT_STORED
+	Exists                   // EXISTS: cas mismatch
+	NotFound                 // NOT_FOUND
+	Deleted                  // DELETED
+	Touched                  // TOUCHED
+	NonNumeric               // incr/decr on a value that is not a number
+	TooLarge                 // value over the item size limit
+	NoMemory                 // does not fit under the memory limit
+	Failed                   // a server-side failure; see the returned error
+)
+
+// maxRelativeExptime is memcached's boundary: larger exptimes are absolute Unix times.
+const maxRelativeExptime = 60 * 60 * 24 * 30
+
+// Options configure an Engine.
+type Options struct {
+	MaxItemSize int64 // largest value accepted, bytes
+}
+
+// Engine implements the memcached commands over a store.
+type Engine struct {
+	st          *store.Store
+	maxItemSize int64
+	started     time.Time
+	counters    Counters
+
+	flushTimer atomic.Pointer[time.Timer]
+}
+
+// Counters are memcached's command statistics.
+type Counters struct {
+	CmdGet, GetHits, GetMisses, GetExpired     atomic.Int64
+	CmdSet, CmdTouch, CmdFlush                 atomic.Int64
+	TouchHits, TouchMisses                     atomic.Int64
+	DeleteHits, DeleteMisses                   atomic.Int64
+	IncrHits, IncrMisses, DecrHits, DecrMisses atomic.Int64
+	CasHits, CasMisses, CasBadval              atomic.Int64
+}
+
+// New returns an engine over st.
+func New(st *store.Store, o Options) *Engine {
+	if o.MaxItemSize <= 0 {
+		o.MaxItemSize = 1 << 20
+	}
+	return &Engine{st: st, maxItemSize: o.MaxItemSize, started: time.Now()}
+}
+
+// Store returns the engine's store (for stats and lifecycle).
+func (e *Engine) Store() *store.Store { return e.st }
+
+// Counters returns the live command counters.
+func (e *Engine) Counters() *Counters { return &e.counters }
+
+// MaxItemSize is the largest value the engine accepts.
+func (e *Engine) MaxItemSize() int64 { return e.maxItemSize }
+
+// Started is when the engine was created.
+func (e *Engine) Started() time.Time { return e.started }
+
+// Deadline turns a memcached exptime into an absolute Unix time: 0 is never,
+// up to 30 days is relative to now, more is already absolute, and a negative
+// value is already expired.
+func (e *Engine) Deadline(exptime int64) int64 {
+	now := e.st.Now()
+	switch {
+	case exptime == 0:
+		return 0
+	case exptime < 0:
+		return now - 1
+	case exptime <= maxRelativeExptime:
+		return now + exptime
+	default:
+		if exptime <= now {
+			return now - 1
+		}
+		return exptime
+	}
+}
+
+// Get returns the live item for key.
+func (e *Engine) Get(key []byte) (store.Item, bool) {
+	e.counters.CmdGet.Add(1)
+	it, ok := e.st.Get(key)
+	if ok {
+		e.counters.GetHits.Add(1)
+	} else {
+		e.counters.GetMisses.Add(1)
+	}
+	return it, ok
+}
+
+// GetAndTouch returns the live item for key after setting its expiry (gat/gats).
+func (e *Engine) GetAndTouch(key []byte, exptime int64) (store.Item, bool, error) {
+	e.counters.CmdGet.Add(1)
+	e.counters.CmdTouch.Add(1)
+	deadline := e.Deadline(exptime)
+	found := false
+	it, err := e.st.Update(key, func(cur *store.Item) (store.Action, store.Item) {
+		if cur == nil {
+			return store.Keep, store.Item{}
+		}
+		found = true
+		cur.Exptime = deadline
+		cur.Fetched = true
+		cur.LastAccess = e.st.Now()
+		return store.Save, store.Item{}
+	})
+	if found {
+		e.counters.GetHits.Add(1)
+		e.counters.TouchHits.Add(1)
+	} else {
+		e.counters.GetMisses.Add(1)
+		e.counters.TouchMisses.Add(1)
+	}
+	return it, found, err
+}
+
+// StoreValue runs a storage command. cas is compared for the CAS mode (and
+// for any mode when non-zero, as the binary protocol does). It returns the
+// new item's CAS id on success.
+func (e *Engine) StoreValue(mode Mode, key, value []byte, flags uint32, exptime int64, cas uint64) (Status, uint64, error) {
+	if int64(len(value)) > e.maxItemSize {
+		e.RefuseTooLarge(mode, key)
+		return TooLarge, 0, nil
+	}
+	e.counters.CmdSet.Add(1)
+	deadline := e.Deadline(exptime)
+	status := Stored
+	it, err := e.st.Update(key, func(cur *store.Item) (store.Action, store.Item) {
+		if mode == CAS || cas != 0 {
+			switch {
+			case cur == nil:
+				status = NotFound
+				return store.Keep, store.Item{}
+			case cur.CAS != cas:
+				status = Exists
+				return store.Keep, store.Item{}
+			}
+		}
+		switch mode {
+		case Add:
+			if cur != nil {
+				status = NotStored
+				return store.Keep, store.Item{}
+			}
+		case Replace:
+			if cur == nil {
+				status = NotStored
+				return store.Keep, store.Item{}
+			}
+		case Append, Prepend:
+			if cur == nil {
+				status = NotStored
+				return store.Keep, store.Item{}
+			}
+			if int64(len(cur.Value)+len(value)) > e.maxItemSize {
+				status = TooLarge
+				return store.Keep, store.Item{}
+			}
+			joined := make([]byte, 0, len(cur.Value)+len(value))
+			if mode == Append {
+				joined = append(append(joined, cur.Value...), value...)
+			} else {
+				joined = append(append(joined, value...), cur.Value...)
+			}
+			// append and prepend keep the item's flags and expiry.
+			return store.Replace, store.Item{Value: joined, Flags: cur.Flags, Exptime: cur.Exptime}
+		}
+		return store.Replace, store.Item{Value: value, Flags: flags, Exptime: deadline}
+	})
+	if mode == CAS {
+		switch status {
+		case Stored:
+			e.counters.CasHits.Add(1)
+		case Exists:
+			e.counters.CasBadval.Add(1)
+		case NotFound:
+			e.counters.CasMisses.Add(1)
+		}
+	}
+	if err != nil {
+		return storeErrorStatus(err), 0, err
+	}
+	return status, it.CAS, nil
+}
+
+// RefuseTooLarge records a storage command whose value is over the item size
+// limit. As memcached does, a refused set drops the key's old value so no
+// stale copy outlives a write the client attempted.
+func (e *Engine) RefuseTooLarge(mode Mode, key []byte) {
+	e.counters.CmdSet.Add(1)
+	if mode == Set {
+		e.st.Update(key, func(*store.Item) (store.Action, store.Item) { return store.Remove, store.Item{} })
+	}
+}
+
+// Delete removes key; a non-zero cas must match the live item's.
+func (e *Engine) Delete(key []byte, cas uint64) (Status, error) {
+	status := Deleted
+	_, err := e.st.Update(key, func(cur *store.Item) (store.Action, store.Item) {
+		switch {
+		case cur == nil:
+			status = NotFound
+			return store.Keep, store.Item{}
+		case cas != 0 && cur.CAS != cas:
+			status = Exists
+			return store.Keep, store.Item{}
+		}
+		return store.Remove, store.Item{}
+	})
+	if status == Deleted {
+		e.counters.DeleteHits.Add(1)
+	} else {
+		e.counters.DeleteMisses.Add(1)
+	}
+	if err != nil {
+		return Failed, err
+	}
+	return status, nil
+}
+
+// Touch sets key's expiry.
+func (e *Engine) Touch(key []byte, exptime int64) (Status, error) {
+	e.counters.CmdTouch.Add(1)
+	_, found, err := e.st.Touch(key, e.Deadline(exptime))
+	if found {
+		e.counters.TouchHits.Add(1)
+	} else {
+		e.counters.TouchMisses.Add(1)
+	}
+	switch {
+	case err != nil:
+		return Failed, err
+	case !found:
+		return NotFound, nil
+	}
+	return Touched, nil
+}
+
+// Arith describes an incr or decr.
+type Arith struct {
+	Delta   uint64
+	Decr    bool
+	Create  bool   // create the key with Initial when it is missing (binary and meta protocols)
+	Initial uint64 // value stored when created
+	Exptime int64  // memcached exptime for a created item
+	CAS     uint64 // when non-zero, must match the live item
+}
+
+// IncrDecr adds or subtracts a.Delta as memcached does: a 64-bit unsigned
+// value that wraps on incr and stops at 0 on decr. When the new number is
+// shorter than the old value it is padded with spaces, as memcached does in place.
+func (e *Engine) IncrDecr(key []byte, a Arith) (uint64, uint64, Status, error) {
+	var result uint64
+	status := Stored
+	it, err := e.st.Update(key, func(cur *store.Item) (store.Action, store.Item) {
+		if cur == nil {
+			if !a.Create {
+				status = NotFound
+				return store.Keep, store.Item{}
+			}
+			result = a.Initial
+			return store.Replace, store.Item{Value: strconv.AppendUint(nil, a.Initial, 10), Exptime: e.Deadline(a.Exptime)}
+		}
+		if a.CAS != 0 && cur.CAS != a.CAS {
+			status = Exists
+			return store.Keep, store.Item{}
+		}
+		n, ok := ParseCounter(cur.Value)
+		if !ok {
+			status = NonNumeric
+			return store.Keep, store.Item{}
+		}
+		switch {
+		case !a.Decr:
+			n += a.Delta
+		case a.Delta > n:
+			n = 0
+		default:
+			n -= a.Delta
+		}
+		result = n
+		v := strconv.AppendUint(make([]byte, 0, max(len(cur.Value), 20)), n, 10)
+		for len(v) < len(cur.Value) {
+			v = append(v, ' ')
+		}
+		return store.Replace, store.Item{Value: v, Flags: cur.Flags, Exptime: cur.Exptime}
+	})
+	hit := status == Stored
+	switch {
+	case a.Decr && hit:
+		e.counters.DecrHits.Add(1)
+	case a.Decr:
+		e.counters.DecrMisses.Add(1)
+	case hit:
+		e.counters.IncrHits.Add(1)
+	default:
+		e.counters.IncrMisses.Add(1)
+	}
+	if err != nil {
+		return 0, 0, storeErrorStatus(err), err
+	}
+	return result, it.CAS, status, nil
+}
+
+// ParseCounter reads a stored value as memcached's incr does: decimal digits,
+// optionally followed by spaces (left by an earlier in-place decr).
+func ParseCounter(v []byte) (uint64, bool) {
+	end := len(v)
+	for end > 0 && v[end-1] == ' ' {
+		end--
+	}
+	if end == 0 || end > 20 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(v[:end]), 10, 64)
+	return n, err == nil
+}
+
+// FlushAll removes every item now, or after delay seconds (memcached's
+// flush_all with a delay; a later flush_all replaces the pending one).
+func (e *Engine) FlushAll(delay int64) error {
+	e.counters.CmdFlush.Add(1)
+	if old := e.flushTimer.Swap(nil); old != nil {
+		old.Stop()
+	}
+	if delay <= 0 {
+		return e.st.FlushAll()
+	}
+	// Like an exptime, a delay over 30 days is an absolute Unix time.
+	delay = e.Deadline(delay) - e.st.Now()
+	if delay <= 0 {
+		return e.st.FlushAll()
+	}
+	t := time.AfterFunc(time.Duration(delay)*time.Second, func() { e.st.FlushAll() })
+	e.flushTimer.Store(t)
+	return nil
+}
+
+func storeErrorStatus(err error) Status {
+	if errors.Is(err, store.ErrNoMemory) {
+		return NoMemory
+	}
+	return Failed
+}

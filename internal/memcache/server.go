@@ -1,0 +1,183 @@
+// Package memcache is keyway's memcache door: the memcached text, meta and
+// binary protocols over TCP, answered by the engine.
+//
+// Each connection runs one goroutine with one read buffer and one reply
+// buffer. It answers every complete request in the read buffer, appending
+// replies, and writes them out once the buffered input is drained
+// (pipelining). A request is only parsed when it is complete: the parser
+// returns "need more" and the loop reads again, growing the buffer up to the
+// request's size, which is bounded by the line limit and the item size limit.
+// A value over the limit is discarded as it arrives (swallowed), never held.
+//
+// Invariants:
+//   - A connection's memory is bounded by maxLine + max item size + its reply buffer.
+//   - An error in one client's input is answered to that client only; the
+//     connection is closed only where memcached closes it.
+package memcache
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/keywaydb/keyway/internal/engine"
+)
+
+// Version is what `version` reports: the memcached protocol level keyway
+// speaks, then keyway's own version.
+var Version = "1.6.21-keyway"
+
+// Options configure the door.
+type Options struct {
+	MaxConnections int
+	Logger         *slog.Logger
+	Threads        int // reported by stats; GOMAXPROCS by default
+}
+
+// Server accepts memcached clients and serves them from the engine.
+type Server struct {
+	eng  *engine.Engine
+	opts Options
+	log  *slog.Logger
+
+	currConns  atomic.Int64
+	totalConns atomic.Int64
+	rejected   atomic.Int64
+
+	mu struct {
+		sync.Mutex
+		listeners map[net.Listener]struct{}
+		conns     map[*conn]struct{}
+		closed    bool
+	}
+	wg sync.WaitGroup
+}
+
+// NewServer returns a door over eng.
+func NewServer(eng *engine.Engine, o Options) *Server {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.MaxConnections <= 0 {
+		o.MaxConnections = 1024
+	}
+	s := &Server{eng: eng, opts: o, log: o.Logger}
+	s.mu.listeners = make(map[net.Listener]struct{})
+	s.mu.conns = make(map[*conn]struct{})
+	return s
+}
+
+// Serve accepts connections on ln until Shutdown; it returns nil after Shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.mu.closed {
+		s.mu.Unlock()
+		ln.Close()
+		return nil
+	}
+	s.mu.listeners[ln] = struct{}{}
+	s.mu.Unlock()
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.mu.closed
+			s.mu.Unlock()
+			if closed {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || isTemporary(err) {
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.log.Warn("memcache: accept failed; retrying", "err", err, "backoff", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		if s.currConns.Load() >= int64(s.opts.MaxConnections) {
+			// memcached answers and closes when over its connection limit.
+			s.rejected.Add(1)
+			nc.Write([]byte("ERROR Too many open connections\r\n"))
+			nc.Close()
+			continue
+		}
+		c := newConn(s, nc)
+		s.mu.Lock()
+		if s.mu.closed {
+			s.mu.Unlock()
+			nc.Close()
+			continue
+		}
+		s.mu.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		s.currConns.Add(1)
+		s.totalConns.Add(1)
+		go func() {
+			defer s.wg.Done()
+			c.serve()
+			s.currConns.Add(-1)
+			s.mu.Lock()
+			delete(s.mu.conns, c)
+			s.mu.Unlock()
+		}()
+	}
+}
+
+func isTemporary(err error) bool {
+	var t interface{ Temporary() bool }
+	return errors.As(err, &t) && t.Temporary()
+}
+
+// Shutdown stops accepting, closes idle client connections after their
+// current batch, and waits for them until ctx is done.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.mu.closed = true
+	for ln := range s.mu.listeners {
+		ln.Close()
+	}
+	for c := range s.mu.conns {
+		// Wake a connection blocked in Read; it finishes what it has and exits.
+		c.nc.SetReadDeadline(time.Now())
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		for c := range s.mu.conns {
+			c.nc.Close()
+		}
+		s.mu.Unlock()
+		return ctx.Err()
+	}
+}
+
+// port is the TCP port of the first listener, for stats settings.
+func (s *Server) port() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ln := range s.mu.listeners {
+		if a, ok := ln.Addr().(*net.TCPAddr); ok {
+			return a.Port
+		}
+	}
+	return 0
+}
+
+func (s *Server) closing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mu.closed
+}

@@ -1,0 +1,542 @@
+package memcache
+
+import (
+	"bytes"
+	"strconv"
+
+	"github.com/keywaydb/keyway/internal/engine"
+)
+
+// Text protocol, as memcached 1.6's doc/protocol.txt and proto_text.c: a
+// command line of space-separated tokens ending in "\r\n" (a bare "\n" is
+// accepted), followed for storage commands by a data block of the announced
+// length and "\r\n".
+
+// maxTokens is memcached's MAX_TOKENS: longer lines (other than multi-key
+// retrievals) are malformed.
+const maxTokens = 24
+
+const (
+	replyError          = "ERROR\r\n"
+	replyStored         = "STORED\r\n"
+	replyNotStored      = "NOT_STORED\r\n"
+	replyExists         = "EXISTS\r\n"
+	replyNotFound       = "NOT_FOUND\r\n"
+	replyDeleted        = "DELETED\r\n"
+	replyTouched        = "TOUCHED\r\n"
+	replyEnd            = "END\r\n"
+	replyOK             = "OK\r\n"
+	replyBadFormat      = "CLIENT_ERROR bad command line format\r\n"
+	replyBadChunk       = "CLIENT_ERROR bad data chunk\r\n"
+	replyLineTooLong    = "CLIENT_ERROR line too long\r\n"
+	replyTooLarge       = "SERVER_ERROR object too large for cache\r\n"
+	replyNoMemory       = "SERVER_ERROR out of memory storing object\r\n"
+	replyNonNumeric     = "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"
+	replyBadDelta       = "CLIENT_ERROR invalid numeric delta argument\r\n"
+	replyBadExptime     = "CLIENT_ERROR invalid exptime argument\r\n"
+	replyDeleteUsage    = "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n"
+	replyUnknownCommand = replyError
+)
+
+// textRequest answers one text request at the start of buf and returns the
+// bytes it used, or needMore.
+func (c *conn) textRequest(buf []byte) (int, error) {
+	eol := bytes.IndexByte(buf, '\n')
+	if eol < 0 {
+		limit := maxLine
+		if isRetrieval(buf) {
+			limit = maxGetLine
+		}
+		if len(buf) > limit {
+			c.out = append(c.out, replyLineTooLong...)
+			c.closeAfterWrite = true
+			return len(buf), nil
+		}
+		c.need = len(buf) + 1
+		return needMore, nil
+	}
+	line := buf[:eol]
+	if len(line) > 0 && line[len(line)-1] == '\r' {
+		line = line[:len(line)-1]
+	}
+	rest := buf[eol+1:]
+	if isRetrieval(line) {
+		c.retrieval(line)
+		return eol + 1, nil
+	}
+	toks := tokenize(line, c.toks[:0])
+	if toks == nil {
+		c.out = append(c.out, replyError...)
+		return eol + 1, nil
+	}
+	n := c.command(toks, rest)
+	if n == needMore {
+		c.need += eol + 1
+		return needMore, nil
+	}
+	return eol + 1 + n, nil
+}
+
+// tokenize splits line on spaces, skipping empty tokens. It returns nil when
+// the line has more than maxTokens tokens, and an empty slice for a blank line.
+func tokenize(line []byte, toks [][]byte) [][]byte {
+	toks = toks[:0]
+	start := -1
+	for i, b := range line {
+		if b == ' ' {
+			if start >= 0 {
+				if len(toks) == maxTokens {
+					return nil
+				}
+				toks = append(toks, line[start:i])
+				start = -1
+			}
+		} else if start < 0 {
+			start = i
+		}
+	}
+	if start >= 0 {
+		if len(toks) == maxTokens {
+			return nil
+		}
+		toks = append(toks, line[start:])
+	}
+	return toks
+}
+
+func isRetrieval(line []byte) bool {
+	return hasWord(line, "get") || hasWord(line, "gets") || hasWord(line, "gat") || hasWord(line, "gats")
+}
+
+func hasWord(line []byte, w string) bool {
+	return len(line) > len(w) && string(line[:len(w)]) == w && line[len(w)] == ' '
+}
+
+// validKey applies memcached's limits: 1..250 bytes, no control characters.
+func validKey(k []byte) bool {
+	if len(k) == 0 || len(k) > maxKeyLen {
+		return false
+	}
+	for _, b := range k {
+		if b < 0x21 || b == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// command answers a non-retrieval command; rest is the input after its line.
+// It returns how much of rest it used, or needMore.
+func (c *conn) command(toks [][]byte, rest []byte) int {
+	if len(toks) == 0 {
+		c.out = append(c.out, replyError...)
+		return 0
+	}
+	switch string(toks[0]) {
+	case "set":
+		return c.storage(engine.Set, toks, rest)
+	case "add":
+		return c.storage(engine.Add, toks, rest)
+	case "replace":
+		return c.storage(engine.Replace, toks, rest)
+	case "append":
+		return c.storage(engine.Append, toks, rest)
+	case "prepend":
+		return c.storage(engine.Prepend, toks, rest)
+	case "cas":
+		return c.storage(engine.CAS, toks, rest)
+	case "delete":
+		c.delete(toks)
+	case "incr":
+		c.arith(toks, false)
+	case "decr":
+		c.arith(toks, true)
+	case "touch":
+		c.touch(toks)
+	case "mg":
+		c.metaGet(toks)
+	case "ms":
+		return c.metaSet(toks, rest)
+	case "md":
+		c.metaDelete(toks)
+	case "ma":
+		c.metaArithmetic(toks)
+	case "mn":
+		c.out = append(c.out, "MN\r\n"...)
+	case "me":
+		c.metaDebug(toks)
+	case "stats":
+		c.stats(toks)
+	case "flush_all":
+		c.flushAll(toks)
+	case "version":
+		c.out = append(c.out, "VERSION "...)
+		c.out = append(c.out, Version...)
+		c.out = append(c.out, "\r\n"...)
+	case "verbosity":
+		if len(toks) < 2 || len(toks) > 3 {
+			c.out = append(c.out, replyError...)
+			break
+		}
+		c.reply(noreply(toks), replyOK)
+	case "quit":
+		c.closeAfterWrite = true
+	default:
+		c.out = append(c.out, replyUnknownCommand...)
+	}
+	return 0
+}
+
+// noreply reports whether the last token asks for no reply.
+func noreply(toks [][]byte) bool {
+	return len(toks) > 0 && string(toks[len(toks)-1]) == "noreply"
+}
+
+// reply writes s unless the client asked for no reply.
+func (c *conn) reply(quiet bool, s string) {
+	if !quiet {
+		c.out = append(c.out, s...)
+	}
+}
+
+// storage handles set/add/replace/append/prepend/cas:
+//
+//	<cmd> <key> <flags> <exptime> <bytes> [noreply]
+//	cas <key> <flags> <exptime> <bytes> <cas unique> [noreply]
+func (c *conn) storage(mode engine.Mode, toks [][]byte, rest []byte) int {
+	want := 5
+	if mode == engine.CAS {
+		want = 6
+	}
+	if len(toks) != want && !(len(toks) == want+1 && noreply(toks)) {
+		c.out = append(c.out, replyError...)
+		return 0
+	}
+	quiet := noreply(toks)
+	key := toks[1]
+	flags, ok1 := parseUint32(toks[2])
+	exptime, ok2 := parseInt32(toks[3])
+	vlen, ok3 := parseInt32(toks[4])
+	var casID uint64
+	ok4 := true
+	if mode == engine.CAS {
+		casID, ok4 = parseUint64(toks[5])
+	}
+	if len(key) > maxKeyLen || !validKey(key) || !ok1 || !ok2 || !ok3 || !ok4 || vlen < 0 {
+		// memcached does not swallow the data here: it will be read as a command.
+		c.out = append(c.out, replyBadFormat...)
+		return 0
+	}
+	if int64(vlen) > c.eng.MaxItemSize() {
+		c.out = append(c.out, replyTooLarge...)
+		c.swallow = int64(vlen) + 2
+		c.eng.RefuseTooLarge(mode, key)
+		return 0
+	}
+	total := int(vlen) + 2
+	if len(rest) < total {
+		c.need = total
+		return needMore
+	}
+	if rest[vlen] != '\r' || rest[vlen+1] != '\n' {
+		c.out = append(c.out, replyBadChunk...)
+		return total
+	}
+	value := make([]byte, vlen)
+	copy(value, rest[:vlen])
+	status, _, err := c.eng.StoreValue(mode, key, value, flags, exptime, casID)
+	c.storeReply(quiet, status, err)
+	return total
+}
+
+func (c *conn) storeReply(quiet bool, status engine.Status, err error) {
+	switch status {
+	case engine.Stored:
+		c.reply(quiet, replyStored)
+	case engine.NotStored:
+		c.reply(quiet, replyNotStored)
+	case engine.Exists:
+		c.reply(quiet, replyExists)
+	case engine.NotFound:
+		c.reply(quiet, replyNotFound)
+	case engine.TooLarge:
+		c.out = append(c.out, replyTooLarge...)
+	case engine.NoMemory:
+		c.out = append(c.out, replyNoMemory...)
+	default:
+		c.serverError(err)
+	}
+}
+
+// serverError reports a failure that is not the client's fault; memcached
+// shows these even with noreply.
+func (c *conn) serverError(err error) {
+	c.out = append(c.out, "SERVER_ERROR "...)
+	if err != nil {
+		c.out = appendSanitized(c.out, err.Error())
+	} else {
+		c.out = append(c.out, "internal error"...)
+	}
+	c.out = append(c.out, "\r\n"...)
+}
+
+// appendSanitized keeps an error message on one protocol line.
+func appendSanitized(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		if b == '\r' || b == '\n' {
+			b = ' '
+		}
+		dst = append(dst, b)
+	}
+	return dst
+}
+
+// retrieval handles get/gets/gat/gats with any number of keys.
+func (c *conn) retrieval(line []byte) {
+	withCAS := hasWord(line, "gets") || hasWord(line, "gats")
+	touch := hasWord(line, "gat") || hasWord(line, "gats")
+	rest := line[bytes.IndexByte(line, ' ')+1:]
+	var exptime int64
+	if touch {
+		tok, after := nextToken(rest)
+		e, ok := parseInt32(tok)
+		if !ok {
+			c.out = append(c.out, replyBadExptime...)
+			return
+		}
+		exptime, rest = e, after
+	}
+	any := false
+	for {
+		key, after := nextToken(rest)
+		if key == nil {
+			break
+		}
+		rest = after
+		if !validKey(key) {
+			c.out = append(c.out, replyBadFormat...)
+			return
+		}
+		any = true
+		var it itemView
+		var ok bool
+		if touch {
+			item, found, err := c.eng.GetAndTouch(key, exptime)
+			if err != nil {
+				c.serverError(err)
+				return
+			}
+			it, ok = itemView{item.Value, item.Flags, item.CAS}, found
+		} else {
+			item, found := c.eng.Get(key)
+			it, ok = itemView{item.Value, item.Flags, item.CAS}, found
+		}
+		if ok {
+			c.appendValue(key, it, withCAS)
+		}
+	}
+	if !any {
+		c.out = append(c.out, replyError...)
+		return
+	}
+	c.out = append(c.out, replyEnd...)
+}
+
+type itemView struct {
+	value []byte
+	flags uint32
+	cas   uint64
+}
+
+func (c *conn) appendValue(key []byte, it itemView, withCAS bool) {
+	c.out = append(c.out, "VALUE "...)
+	c.out = append(c.out, key...)
+	c.out = append(c.out, ' ')
+	c.out = strconv.AppendUint(c.out, uint64(it.flags), 10)
+	c.out = append(c.out, ' ')
+	c.out = strconv.AppendInt(c.out, int64(len(it.value)), 10)
+	if withCAS {
+		c.out = append(c.out, ' ')
+		c.out = strconv.AppendUint(c.out, it.cas, 10)
+	}
+	c.out = append(c.out, "\r\n"...)
+	c.out = append(c.out, it.value...)
+	c.out = append(c.out, "\r\n"...)
+}
+
+func nextToken(b []byte) (tok, rest []byte) {
+	i := 0
+	for i < len(b) && b[i] == ' ' {
+		i++
+	}
+	j := i
+	for j < len(b) && b[j] != ' ' {
+		j++
+	}
+	if i == j {
+		return nil, nil
+	}
+	return b[i:j], b[j:]
+}
+
+// delete <key> [0] [noreply]
+func (c *conn) delete(toks [][]byte) {
+	quiet := noreply(toks)
+	n := len(toks)
+	if quiet {
+		n--
+	}
+	if n < 2 || n > 3 || (n == 3 && string(toks[2]) != "0") {
+		if n == 3 {
+			c.out = append(c.out, replyDeleteUsage...)
+		} else {
+			c.out = append(c.out, replyError...)
+		}
+		return
+	}
+	if !validKey(toks[1]) {
+		c.out = append(c.out, replyBadFormat...)
+		return
+	}
+	status, err := c.eng.Delete(toks[1], 0)
+	switch status {
+	case engine.Deleted:
+		c.reply(quiet, replyDeleted)
+	case engine.NotFound:
+		c.reply(quiet, replyNotFound)
+	default:
+		c.serverError(err)
+	}
+}
+
+// incr|decr <key> <value> [noreply]
+func (c *conn) arith(toks [][]byte, decr bool) {
+	if len(toks) != 3 && !(len(toks) == 4 && noreply(toks)) {
+		c.out = append(c.out, replyError...)
+		return
+	}
+	quiet := noreply(toks)
+	if !validKey(toks[1]) {
+		c.out = append(c.out, replyBadFormat...)
+		return
+	}
+	delta, ok := parseUint64(toks[2])
+	if !ok {
+		c.out = append(c.out, replyBadDelta...)
+		return
+	}
+	v, _, status, err := c.eng.IncrDecr(toks[1], engine.Arith{Delta: delta, Decr: decr})
+	switch status {
+	case engine.Stored:
+		if !quiet {
+			c.out = strconv.AppendUint(c.out, v, 10)
+			c.out = append(c.out, "\r\n"...)
+		}
+	case engine.NotFound:
+		c.reply(quiet, replyNotFound)
+	case engine.NonNumeric:
+		c.out = append(c.out, replyNonNumeric...)
+	case engine.NoMemory:
+		c.out = append(c.out, replyNoMemory...)
+	default:
+		c.serverError(err)
+	}
+}
+
+// touch <key> <exptime> [noreply]
+func (c *conn) touch(toks [][]byte) {
+	if len(toks) != 3 && !(len(toks) == 4 && noreply(toks)) {
+		c.out = append(c.out, replyError...)
+		return
+	}
+	quiet := noreply(toks)
+	if !validKey(toks[1]) {
+		c.out = append(c.out, replyBadFormat...)
+		return
+	}
+	exptime, ok := parseInt32(toks[2])
+	if !ok {
+		c.out = append(c.out, replyBadExptime...)
+		return
+	}
+	status, err := c.eng.Touch(toks[1], exptime)
+	switch status {
+	case engine.Touched:
+		c.reply(quiet, replyTouched)
+	case engine.NotFound:
+		c.reply(quiet, replyNotFound)
+	default:
+		c.serverError(err)
+	}
+}
+
+// flush_all [delay] [noreply]
+func (c *conn) flushAll(toks [][]byte) {
+	quiet := noreply(toks)
+	n := len(toks)
+	if quiet {
+		n--
+	}
+	if n > 2 {
+		c.out = append(c.out, replyError...)
+		return
+	}
+	var delay int64
+	if n == 2 {
+		d, ok := parseInt32(toks[1])
+		if !ok || d < 0 {
+			c.out = append(c.out, replyBadFormat...)
+			return
+		}
+		delay = d
+	}
+	if err := c.eng.FlushAll(delay); err != nil {
+		c.serverError(err)
+		return
+	}
+	c.reply(quiet, replyOK)
+}
+
+// Number parsing as memcached's safe_strto*: decimal, whole token, in range.
+
+func parseUint64(b []byte) (uint64, bool) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, false
+	}
+	var n uint64
+	for _, ch := range b {
+		if ch < '0' || ch > '9' {
+			return 0, false
+		}
+		d := uint64(ch - '0')
+		if n > (1<<64-1-d)/10 {
+			return 0, false
+		}
+		n = n*10 + d
+	}
+	return n, true
+}
+
+func parseUint32(b []byte) (uint32, bool) {
+	n, ok := parseUint64(b)
+	if !ok || n > 1<<32-1 {
+		return 0, false
+	}
+	return uint32(n), true
+}
+
+func parseInt32(b []byte) (int64, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	n, ok := parseUint64(b)
+	if !ok || n > 1<<31 || (!neg && n == 1<<31) {
+		return 0, false
+	}
+	if neg {
+		return -int64(n), true
+	}
+	return int64(n), true
+}

@@ -1,0 +1,129 @@
+// Package server wires keyway together: it opens the store (loading what the
+// disk holds before any port opens), builds the engine and the memcache door,
+// listens, and stops gracefully so every acknowledged write reaches the disk.
+//
+// Invariants:
+//   - No listener accepts a connection before the store has finished loading.
+//   - Stop closes the doors first, then the store, so nothing is written to a
+//     closed store.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"runtime/debug"
+	"time"
+
+	"github.com/keywaydb/keyway/internal/config"
+	"github.com/keywaydb/keyway/internal/engine"
+	"github.com/keywaydb/keyway/internal/memcache"
+	"github.com/keywaydb/keyway/internal/store"
+)
+
+// Server is a running keyway.
+type Server struct {
+	cfg      config.Config
+	log      *slog.Logger
+	store    *store.Store
+	engine   *engine.Engine
+	memcache *memcache.Server
+	mcLn     net.Listener
+	errc     chan error
+}
+
+// Start opens the store, then the memcache listener, and serves in the background.
+func Start(cfg config.Config, log *slog.Logger) (*Server, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	setMemoryLimit(cfg.Memcache.MemoryLimit)
+	dur, err := durability(cfg.Store.Durability)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Store.DataDir == "" {
+		dur = store.DurabilityNone
+	}
+	began := time.Now()
+	st, err := store.Open(store.Options{
+		MemoryLimit:   cfg.Memcache.MemoryLimit,
+		DataDir:       cfg.Store.DataDir,
+		Durability:    dur,
+		FlushInterval: cfg.Store.FlushInterval,
+		Logger:        log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	eng := engine.New(st, engine.Options{MaxItemSize: cfg.Memcache.MaxItemSize})
+	ln, err := net.Listen("tcp", cfg.Memcache.Listen)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("memcache.listen %q: %w (is another memcached or keyway on that port? change -p or [memcache] listen)", cfg.Memcache.Listen, err)
+	}
+	mc := memcache.NewServer(eng, memcache.Options{MaxConnections: cfg.Memcache.MaxConnections, Logger: log})
+	s := &Server{cfg: cfg, log: log, store: st, engine: eng, memcache: mc, mcLn: ln, errc: make(chan error, 1)}
+	go func() { s.errc <- mc.Serve(ln) }()
+	stats := st.Stats()
+	log.Info("keyway serving",
+		"memcache", ln.Addr().String(),
+		"memory_limit", cfg.Memcache.MemoryLimit,
+		"data_dir", cfg.Store.DataDir,
+		"durability", durabilityName(dur),
+		"items_loaded", stats.CurrItems,
+		"startup", time.Since(began).Round(time.Millisecond).String())
+	if cfg.Store.DataDir == "" {
+		log.Info("persistence off: the store starts empty after a restart (set [store] data_dir or --data-dir to keep it)")
+	}
+	log.Info("SQL door off: no [sql] section in the config")
+	return s, nil
+}
+
+// MemcacheAddr is where the memcache door listens.
+func (s *Server) MemcacheAddr() net.Addr { return s.mcLn.Addr() }
+
+// Err reports a listener that failed while serving.
+func (s *Server) Err() <-chan error { return s.errc }
+
+// Stop closes the door, waits for clients up to ctx, then closes the store,
+// writing what is pending.
+func (s *Server) Stop(ctx context.Context) error {
+	err := s.memcache.Shutdown(ctx)
+	if cerr := s.store.Close(); cerr != nil {
+		err = errors.Join(err, cerr)
+	}
+	return err
+}
+
+func durability(name string) (store.Durability, error) {
+	switch name {
+	case config.DurabilityNone, "":
+		return store.DurabilityNone, nil
+	case config.DurabilityAsync:
+		return store.DurabilityAsync, nil
+	case config.DurabilitySync:
+		return store.DurabilitySync, nil
+	}
+	return 0, fmt.Errorf("store.durability %q: want none, async or sync", name)
+}
+
+func durabilityName(d store.Durability) string {
+	switch d {
+	case store.DurabilityAsync:
+		return config.DurabilityAsync
+	case store.DurabilitySync:
+		return config.DurabilitySync
+	}
+	return config.DurabilityNone
+}
+
+// setMemoryLimit tells the Go runtime to collect before the heap outgrows the
+// item limit by much: items are charged with overhead already, and the rest
+// covers connections, Pebble's caches and garbage between cycles. Without it
+// the default GOGC lets the heap reach twice the live items.
+func setMemoryLimit(items int64) {
+	debug.SetMemoryLimit(items + items/4 + 48<<20)
+}

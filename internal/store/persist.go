@@ -1,0 +1,340 @@
+package store
+
+// Persistence: every change of memory is appended, under the shard lock that
+// made it, to that shard's pending log with a global sequence number. One
+// committer goroutine drains all shards into one Pebble batch and commits it
+// with a WAL sync ("group commit": every writer whose change is in the batch
+// is answered by that one sync).
+//
+//   - sync:  a writer waits until the committer reports a durable sequence
+//     number at or past its own; the committer runs rounds back to back while
+//     anyone is behind.
+//   - async: writers do not wait; the committer runs a round every
+//     FlushInterval (or sooner when a shard's log grows long).
+//
+// Disk layout: key = shard byte + item key; value = version byte, flags (4),
+// exptime (8), cas (8), then the item's value. A flush of a shard is one range
+// delete over its prefix, which is why the shard of a key must not depend on
+// the process: it is chosen by xxhash, not by a per-process seed.
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble"
+)
+
+type recordOp uint8
+
+const (
+	opPut recordOp = iota + 1
+	opDelete
+	opFlushShard
+)
+
+type record struct {
+	seq     uint64
+	op      recordOp
+	shard   byte
+	key     string
+	value   []byte
+	flags   uint32
+	exptime int64
+	cas     uint64
+}
+
+const (
+	formatVersion   = 1
+	itemHeaderLen   = 1 + 4 + 8 + 8
+	metaKey         = "\xffkeyway-format"
+	asyncKickLength = 4096 // a shard log this long is committed without waiting for the tick
+)
+
+// failure is a range of sequence numbers whose commit failed.
+type failure struct {
+	lo, hi uint64
+	err    error
+}
+
+type disk struct {
+	s          *Store
+	db         *pebble.DB
+	dir        string
+	durability Durability
+	interval   time.Duration
+
+	seq  atomic.Uint64
+	kick chan struct{}
+	quit chan struct{}
+	done chan struct{}
+
+	mu struct {
+		sync.Mutex
+		cond     sync.Cond
+		durable  uint64
+		failures []failure // the most recent failed rounds, bounded
+		closed   bool
+	}
+}
+
+func openDisk(s *Store, o Options) (*disk, error) {
+	db, err := pebble.Open(o.DataDir, &pebble.Options{Logger: quietLogger{}})
+	if err != nil {
+		return nil, fmt.Errorf("store: cannot open data_dir %q (check that it exists or can be created and is writable): %w", o.DataDir, err)
+	}
+	d := &disk{
+		s:          s,
+		db:         db,
+		dir:        o.DataDir,
+		durability: o.Durability,
+		interval:   o.FlushInterval,
+		kick:       make(chan struct{}, 1),
+		quit:       make(chan struct{}),
+		done:       make(chan struct{}),
+	}
+	d.mu.cond.L = &d.mu.Mutex
+	if err := d.checkFormat(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *disk) checkFormat() error {
+	want := fmt.Sprintf("v%d shards=%d", formatVersion, numShards)
+	v, closer, err := d.db.Get([]byte(metaKey))
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+		if err := d.db.Set([]byte(metaKey), []byte(want), pebble.Sync); err != nil {
+			return fmt.Errorf("store: cannot write to data_dir %q: %w", d.dir, err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("store: cannot read data_dir %q: %w", d.dir, err)
+	}
+	got := string(v)
+	closer.Close()
+	if got != want {
+		return fmt.Errorf("store: data_dir %q holds format %q, this keyway writes %q: use an empty data_dir", d.dir, got, want)
+	}
+	return nil
+}
+
+// load fills memory from the disk before the store is used. Expired items and
+// items that no longer fit under the memory limit are deleted from the disk.
+func (d *disk) load() error {
+	s := d.s
+	now := s.now()
+	it, err := d.db.NewIter(&pebble.IterOptions{UpperBound: []byte{0xff}})
+	if err != nil {
+		return fmt.Errorf("store: cannot read data_dir %q: %w", d.dir, err)
+	}
+	drop := d.db.NewBatch()
+	var maxCAS uint64
+	var loaded, dropped int
+	for it.First(); it.Valid(); it.Next() {
+		k, v := it.Key(), it.Value()
+		if len(k) < 1 || len(v) < itemHeaderLen || v[0] != formatVersion {
+			drop.Delete(k, nil)
+			dropped++
+			continue
+		}
+		item := Item{
+			Flags:   binary.LittleEndian.Uint32(v[1:5]),
+			Exptime: int64(binary.LittleEndian.Uint64(v[5:13])),
+			CAS:     binary.LittleEndian.Uint64(v[13:21]),
+			Value:   append([]byte(nil), v[itemHeaderLen:]...),
+		}
+		key := k[1:]
+		idx, sh := s.shardFor(key)
+		if int(k[0]) != idx || item.Expired(now) || Size(len(key), len(item.Value)) > sh.limit {
+			drop.Delete(k, nil)
+			dropped++
+			continue
+		}
+		for sh.mu.used+Size(len(key), len(item.Value)) > sh.limit && sh.mu.tail != nil {
+			victim := sh.mu.tail
+			s.unlinkLocked(sh, victim, false)
+			drop.Delete(diskKey(sh.index, victim.key), nil)
+			dropped++
+			loaded--
+		}
+		item.LastAccess = now
+		s.linkLocked(sh, &node{key: string(key), item: item})
+		maxCAS = max(maxCAS, item.CAS)
+		loaded++
+	}
+	err = it.Close()
+	if err == nil && drop.Count() > 0 {
+		err = drop.Commit(pebble.Sync)
+	}
+	drop.Close()
+	if err != nil {
+		return fmt.Errorf("store: cannot load data_dir %q: %w", d.dir, err)
+	}
+	s.nextCAS.Store(maxCAS)
+	s.log.Info("store loaded from disk", "data_dir", d.dir, "items", loaded, "dropped", dropped)
+	return nil
+}
+
+func (d *disk) start() { go d.commitLoop() }
+
+// appendLocked adds rec to the shard's pending log; the caller holds sh.mu.
+func (d *disk) appendLocked(sh *shard, rec record) uint64 {
+	rec.seq = d.seq.Add(1)
+	sh.mu.pending = append(sh.mu.pending, rec)
+	if d.durability == DurabilitySync || len(sh.mu.pending) >= asyncKickLength {
+		select {
+		case d.kick <- struct{}{}:
+		default:
+		}
+	}
+	return rec.seq
+}
+
+// waitDurable blocks a sync writer until seq is committed and reports whether it was.
+func (d *disk) waitDurable(seq uint64) error {
+	if d.durability != DurabilitySync {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for d.mu.durable < seq && !d.mu.closed {
+		d.mu.cond.Wait()
+	}
+	for _, f := range d.mu.failures {
+		if seq >= f.lo && seq <= f.hi {
+			return fmt.Errorf("%w: %v", ErrPersist, f.err)
+		}
+	}
+	if d.mu.durable < seq {
+		return ErrClosed
+	}
+	return nil
+}
+
+func (d *disk) commitLoop() {
+	defer close(d.done)
+	var tick <-chan time.Time
+	if d.durability == DurabilityAsync {
+		t := time.NewTicker(d.interval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-d.quit:
+			d.commitRound()
+			return
+		case <-d.kick:
+		case <-tick:
+		}
+		d.commitRound()
+		// A sync writer may have appended to a shard after this round drained it;
+		// keep going until nobody is behind.
+		for d.durability == DurabilitySync && d.seq.Load() > d.durableSeq() {
+			d.commitRound()
+		}
+	}
+}
+
+func (d *disk) durableSeq() uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.mu.durable
+}
+
+// commitRound writes everything pending in one synced batch. Every sequence
+// number at or below the one read before draining is in the batch, because a
+// writer takes its number and appends under the same shard lock.
+func (d *disk) commitRound() {
+	upTo := d.seq.Load()
+	b := d.db.NewBatch()
+	var scratch []record
+	for i := range d.s.shards {
+		sh := &d.s.shards[i]
+		sh.mu.Lock()
+		scratch, sh.mu.pending = sh.mu.pending, scratch[:0]
+		sh.mu.Unlock()
+		for j := range scratch {
+			addToBatch(b, &scratch[j])
+			scratch[j] = record{} // let values be collected
+		}
+	}
+	var err error
+	if b.Count() > 0 {
+		err = b.Commit(pebble.Sync)
+	}
+	b.Close()
+	d.mu.Lock()
+	if err != nil {
+		d.mu.failures = append(d.mu.failures, failure{lo: d.mu.durable + 1, hi: upTo, err: err})
+		if len(d.mu.failures) > 64 {
+			d.mu.failures = d.mu.failures[1:]
+		}
+		d.s.log.Error("store: commit to disk failed", "data_dir", d.dir, "err", err)
+	}
+	if upTo > d.mu.durable {
+		d.mu.durable = upTo
+	}
+	d.mu.cond.Broadcast()
+	d.mu.Unlock()
+}
+
+func addToBatch(b *pebble.Batch, r *record) {
+	switch r.op {
+	case opPut:
+		k := diskKey(r.shard, r.key)
+		v := make([]byte, itemHeaderLen+len(r.value))
+		v[0] = formatVersion
+		binary.LittleEndian.PutUint32(v[1:5], r.flags)
+		binary.LittleEndian.PutUint64(v[5:13], uint64(r.exptime))
+		binary.LittleEndian.PutUint64(v[13:21], r.cas)
+		copy(v[itemHeaderLen:], r.value)
+		b.Set(k, v, nil)
+	case opDelete:
+		b.Delete(diskKey(r.shard, r.key), nil)
+	case opFlushShard:
+		b.DeleteRange([]byte{r.shard}, []byte{r.shard + 1}, nil)
+	}
+}
+
+func diskKey(shard byte, key string) []byte {
+	k := make([]byte, 1+len(key))
+	k[0] = shard
+	copy(k[1:], key)
+	return k
+}
+
+// close commits what is pending, wakes any waiter and closes Pebble.
+func (d *disk) close() error {
+	select {
+	case <-d.done:
+	default:
+		close(d.quit)
+		<-d.done
+	}
+	d.mu.Lock()
+	d.mu.closed = true
+	d.mu.cond.Broadcast()
+	d.mu.Unlock()
+	return d.db.Close()
+}
+
+// quietLogger keeps Pebble's informational chatter out of keyway's log.
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...interface{}) {}
+
+// Fatalf is called by Pebble on corruption it cannot go on from; it panics as
+// Pebble's own default does, after saying why in keyway's log.
+func (quietLogger) Fatalf(format string, args ...interface{}) {
+	msg := fmt.Sprintf(format, args...)
+	slog.Error("store: pebble fatal error", "msg", msg)
+	panic(msg)
+}

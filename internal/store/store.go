@@ -1,0 +1,496 @@
+// Package store is keyway's local tier: items in memory under a byte limit,
+// evicted with SIEVE, expired lazily and by a background crawler, each given a
+// unique CAS id, and optionally persisted to Pebble so a restart comes back warm.
+//
+// Invariants:
+//   - Keys are split over a fixed number of shards by hash; every read and
+//     change of a key happens under its shard's mutex, so each Update is atomic.
+//   - An Item's Value is never modified after it is stored: a change stores a
+//     new slice. Callers may therefore keep and write out a Value after the lock
+//     is released.
+//   - A shard's memory use (keys, values and a fixed per-item overhead) never
+//     exceeds its share of the limit after an Update returns.
+//   - With persistence on, every change of memory (set, delete, eviction, expiry,
+//     flush) is appended to the shard's pending log under the same lock that
+//     made it, so the disk sees each key's changes in the order memory did.
+package store
+
+import (
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// numShards is fixed because the on-disk layout prefixes every key with its
+// shard number (see persist.go); changing it needs a format migration.
+const numShards = 16
+
+// ItemOverhead is the bytes charged per item on top of its key and value:
+// the node, its map entry and allocator rounding, measured roughly.
+const ItemOverhead = 160
+
+var (
+	// ErrNoMemory means the item cannot fit in its shard even after evicting everything.
+	ErrNoMemory = errors.New("out of memory storing object")
+	// ErrPersist means the change is in memory but could not be made durable.
+	ErrPersist = errors.New("could not persist the change")
+	// ErrClosed means the store has been closed.
+	ErrClosed = errors.New("store is closed")
+)
+
+// Item is one stored value and its metadata.
+type Item struct {
+	Value   []byte // immutable once stored
+	Flags   uint32 // client flags, opaque to keyway
+	Exptime int64  // absolute Unix seconds; 0 means never
+	CAS     uint64 // unique id of this version; 0 in a new item means "assign one"
+
+	// Volatile state for the meta protocol; not persisted.
+	LastAccess int64 // Unix seconds of the last fetch or store
+	Fetched    bool  // fetched at least once since stored
+	Stale      bool  // marked stale by an invalidation (meta I flag)
+	WinSent    bool  // a recache token (W) has been handed out for this version
+}
+
+// Expired reports whether the item is past its expiry at now (Unix seconds).
+func (it *Item) Expired(now int64) bool {
+	return it.Exptime != 0 && it.Exptime <= now
+}
+
+// Size is what an item with this key and value is charged against the limit.
+func Size(keyLen, valueLen int) int64 {
+	return int64(keyLen) + int64(valueLen) + ItemOverhead
+}
+
+// Action tells Update what to do after its callback has looked at the item.
+type Action uint8
+
+const (
+	Keep    Action = iota // nothing that must be persisted changed
+	Save                  // the live item was changed in place (Exptime, Flags, CAS, Stale); persist it
+	Replace               // store the returned item under the key
+	Remove                // delete the key
+)
+
+// Durability says when a change is acknowledged relative to the disk.
+type Durability uint8
+
+const (
+	DurabilityNone  Durability = iota // memory only
+	DurabilityAsync                   // persisted within FlushInterval
+	DurabilitySync                    // persisted before Update returns
+)
+
+// Options configure a Store.
+type Options struct {
+	MemoryLimit   int64         // bytes; required
+	DataDir       string        // Pebble directory; "" means memory only
+	Durability    Durability    // ignored without DataDir
+	FlushInterval time.Duration // async write-behind bound; default 1s
+	Logger        *slog.Logger
+	Now           func() int64 // Unix seconds; default time.Now().Unix (tests override)
+}
+
+// Stats are counters of the store's own events.
+type Stats struct {
+	CurrItems  int64
+	TotalItems int64
+	Bytes      int64
+	Evictions  int64
+	Expired    int64 // items removed because their time passed
+	Limit      int64
+}
+
+// Store is the sharded in-memory item table. It is safe for concurrent use.
+type Store struct {
+	shards  [numShards]shard
+	limit   int64
+	nextCAS atomic.Uint64
+	now     func() int64
+	log     *slog.Logger
+
+	totalItems atomic.Int64
+	evictions  atomic.Int64
+	expired    atomic.Int64
+
+	disk *disk // nil when memory only
+
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+}
+
+type shard struct {
+	mu struct {
+		sync.Mutex
+		items map[string]*node
+		// SIEVE list: head is the newest item; the hand walks from tail to head.
+		head, tail, hand *node
+		crawl            *node // expiry crawler cursor
+		used             int64
+		pending          []record // changes not yet handed to the disk
+	}
+	limit int64
+	index byte // position in Store.shards; the on-disk key prefix
+}
+
+type node struct {
+	key        string
+	item       Item
+	prev, next *node // prev is towards the head (newer)
+	visited    bool
+}
+
+// Open creates a store and, with a DataDir, loads what the disk holds before returning.
+func Open(o Options) (*Store, error) {
+	if o.MemoryLimit <= 0 {
+		return nil, errors.New("store: MemoryLimit must be positive")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = func() int64 { return time.Now().Unix() }
+	}
+	if o.FlushInterval <= 0 {
+		o.FlushInterval = time.Second
+	}
+	s := &Store{
+		limit: o.MemoryLimit,
+		now:   o.Now,
+		log:   o.Logger,
+		stop:  make(chan struct{}),
+	}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.items = make(map[string]*node)
+		sh.limit = o.MemoryLimit / numShards
+		sh.index = byte(i)
+	}
+	if o.DataDir != "" && o.Durability != DurabilityNone {
+		d, err := openDisk(s, o)
+		if err != nil {
+			return nil, err
+		}
+		s.disk = d
+		if err := d.load(); err != nil {
+			d.db.Close()
+			return nil, err
+		}
+		d.start()
+	}
+	s.wg.Add(1)
+	go s.crawlLoop()
+	return s, nil
+}
+
+// Close stops background work and, with persistence, writes every pending
+// change and closes the disk.
+func (s *Store) Close() error {
+	var err error
+	s.stopOnce.Do(func() {
+		close(s.stop)
+		s.wg.Wait()
+		if s.disk != nil {
+			err = s.disk.close()
+		}
+	})
+	return err
+}
+
+// Persistent reports whether changes reach a disk.
+func (s *Store) Persistent() bool { return s.disk != nil }
+
+// Now is the store's clock in Unix seconds.
+func (s *Store) Now() int64 { return s.now() }
+
+func (s *Store) shardFor(key []byte) (int, *shard) {
+	i := int(xxhash.Sum64(key) % numShards)
+	return i, &s.shards[i]
+}
+
+// Get returns a copy of the live item as it was before this access, and marks
+// it fetched and recently used.
+func (s *Store) Get(key []byte) (Item, bool) {
+	now := s.now()
+	_, sh := s.shardFor(key)
+	sh.mu.Lock()
+	n := sh.mu.items[string(key)]
+	if n == nil {
+		sh.mu.Unlock()
+		return Item{}, false
+	}
+	if n.item.Expired(now) {
+		s.unlinkLocked(sh, n, true)
+		sh.mu.Unlock()
+		s.expired.Add(1)
+		return Item{}, false
+	}
+	it := n.item
+	n.visited = true
+	n.item.Fetched = true
+	n.item.LastAccess = now
+	sh.mu.Unlock()
+	return it, true
+}
+
+// Peek returns a copy of the live item without marking it used.
+func (s *Store) Peek(key []byte) (Item, bool) {
+	now := s.now()
+	_, sh := s.shardFor(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	n := sh.mu.items[string(key)]
+	if n == nil || n.item.Expired(now) {
+		return Item{}, false
+	}
+	return n.item, true
+}
+
+// Update runs fn under the key's shard lock with the live item (nil when the key
+// is absent or expired). fn may change fields of cur in place and return Save,
+// or return Replace with a new item, Remove, or Keep. It returns the item now
+// stored (zero when none) and, for a change that could not be stored or made
+// durable, an error. fn must not block and must not call the store.
+func (s *Store) Update(key []byte, fn func(cur *Item) (Action, Item)) (Item, error) {
+	now := s.now()
+	idx, sh := s.shardFor(key)
+	sh.mu.Lock()
+	n := sh.mu.items[string(key)]
+	if n != nil && n.item.Expired(now) {
+		s.unlinkLocked(sh, n, true)
+		s.expired.Add(1)
+		n = nil
+	}
+	var cur *Item
+	if n != nil {
+		cur = &n.item
+	}
+	action, next := fn(cur)
+	var result Item
+	var seq uint64
+	switch action {
+	case Keep:
+		if n != nil {
+			result = n.item
+		}
+		sh.mu.Unlock()
+		return result, nil
+	case Save:
+		if n == nil {
+			sh.mu.Unlock()
+			return Item{}, nil
+		}
+		if n.item.CAS == 0 {
+			n.item.CAS = s.nextCAS.Add(1)
+		}
+		result = n.item
+		seq = s.logLocked(sh, idx, opPut, n.key, &n.item)
+	case Remove:
+		if n == nil {
+			sh.mu.Unlock()
+			return Item{}, nil
+		}
+		s.unlinkLocked(sh, n, true)
+		seq = s.lastSeqLocked(sh)
+	case Replace:
+		size := Size(len(key), len(next.Value))
+		if size > sh.limit {
+			sh.mu.Unlock()
+			return Item{}, ErrNoMemory
+		}
+		var k string
+		if n != nil {
+			k = n.key
+			s.unlinkLocked(sh, n, false)
+		} else {
+			k = string(key)
+		}
+		for sh.mu.used+size > sh.limit && sh.mu.tail != nil {
+			s.evictLocked(sh)
+		}
+		if next.CAS == 0 {
+			next.CAS = s.nextCAS.Add(1)
+		}
+		next.LastAccess = now
+		nn := &node{key: k, item: next}
+		s.linkLocked(sh, nn)
+		s.totalItems.Add(1)
+		result = nn.item
+		seq = s.logLocked(sh, idx, opPut, nn.key, &nn.item)
+	}
+	sh.mu.Unlock()
+	return result, s.waitDurable(seq)
+}
+
+// Touch is a convenience for changing an item's expiry; it reports whether the key was live.
+func (s *Store) Touch(key []byte, exptime int64) (Item, bool, error) {
+	found := false
+	it, err := s.Update(key, func(cur *Item) (Action, Item) {
+		if cur == nil {
+			return Keep, Item{}
+		}
+		found = true
+		cur.Exptime = exptime
+		return Save, Item{}
+	})
+	return it, found, err
+}
+
+// FlushAll removes every item.
+func (s *Store) FlushAll() error {
+	var seq uint64
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		sh.mu.items = make(map[string]*node)
+		sh.mu.head, sh.mu.tail, sh.mu.hand, sh.mu.crawl = nil, nil, nil, nil
+		sh.mu.used = 0
+		if s.disk != nil {
+			seq = s.disk.appendLocked(sh, record{op: opFlushShard, shard: byte(i)})
+		}
+		sh.mu.Unlock()
+	}
+	return s.waitDurable(seq)
+}
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats {
+	st := Stats{
+		TotalItems: s.totalItems.Load(),
+		Evictions:  s.evictions.Load(),
+		Expired:    s.expired.Load(),
+		Limit:      s.limit,
+	}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		st.CurrItems += int64(len(sh.mu.items))
+		st.Bytes += sh.mu.used
+		sh.mu.Unlock()
+	}
+	return st
+}
+
+// linkLocked puts n at the head of the SIEVE list.
+func (s *Store) linkLocked(sh *shard, n *node) {
+	sh.mu.items[n.key] = n
+	n.next = sh.mu.head
+	n.prev = nil
+	if sh.mu.head != nil {
+		sh.mu.head.prev = n
+	}
+	sh.mu.head = n
+	if sh.mu.tail == nil {
+		sh.mu.tail = n
+	}
+	sh.mu.used += Size(len(n.key), len(n.item.Value))
+}
+
+// unlinkLocked removes n from the shard; log says whether the removal is a
+// change the disk must see (false when n is about to be replaced).
+func (s *Store) unlinkLocked(sh *shard, n *node, log bool) {
+	if sh.mu.hand == n {
+		sh.mu.hand = n.prev
+	}
+	if sh.mu.crawl == n {
+		sh.mu.crawl = n.prev
+	}
+	if n.prev != nil {
+		n.prev.next = n.next
+	} else {
+		sh.mu.head = n.next
+	}
+	if n.next != nil {
+		n.next.prev = n.prev
+	} else {
+		sh.mu.tail = n.prev
+	}
+	n.prev, n.next = nil, nil
+	delete(sh.mu.items, n.key)
+	sh.mu.used -= Size(len(n.key), len(n.item.Value))
+	if log && s.disk != nil {
+		s.disk.appendLocked(sh, record{op: opDelete, shard: sh.index, key: n.key})
+	}
+}
+
+// evictLocked removes one item chosen by SIEVE: the hand skips (and clears)
+// visited items from the tail towards the head and evicts the first unvisited one.
+func (s *Store) evictLocked(sh *shard) {
+	h := sh.mu.hand
+	if h == nil {
+		h = sh.mu.tail
+	}
+	for h.visited {
+		h.visited = false
+		h = h.prev
+		if h == nil {
+			h = sh.mu.tail
+		}
+	}
+	sh.mu.hand = h.prev
+	s.unlinkLocked(sh, h, true)
+	s.evictions.Add(1)
+}
+
+func (s *Store) logLocked(sh *shard, idx int, op recordOp, key string, it *Item) uint64 {
+	if s.disk == nil {
+		return 0
+	}
+	return s.disk.appendLocked(sh, record{op: op, shard: byte(idx), key: key, value: it.Value, flags: it.Flags, exptime: it.Exptime, cas: it.CAS})
+}
+
+func (s *Store) lastSeqLocked(sh *shard) uint64 {
+	if s.disk == nil || len(sh.mu.pending) == 0 {
+		return 0
+	}
+	return sh.mu.pending[len(sh.mu.pending)-1].seq
+}
+
+func (s *Store) waitDurable(seq uint64) error {
+	if seq == 0 || s.disk == nil {
+		return nil
+	}
+	return s.disk.waitDurable(seq)
+}
+
+// crawlLoop removes expired items in the background, a bounded number of
+// nodes per shard per tick so no lock is held for long.
+func (s *Store) crawlLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			now := s.now()
+			for i := range s.shards {
+				s.crawlShard(&s.shards[i], now, 2000)
+			}
+		}
+	}
+}
+
+func (s *Store) crawlShard(sh *shard, now int64, budget int) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	n := sh.mu.crawl
+	if n == nil {
+		n = sh.mu.tail
+	}
+	for ; n != nil && budget > 0; budget-- {
+		prev := n.prev
+		if n.item.Expired(now) {
+			s.unlinkLocked(sh, n, true)
+			s.expired.Add(1)
+		}
+		n = prev
+	}
+	sh.mu.crawl = n
+}
