@@ -44,7 +44,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "serve":
 		return serve(args[1:], stderr)
 	case "bench":
-		return bench(args[1:], stdout, stderr)
+		return runBench(args[1:], stdout, stderr)
 	case "version", "-v", "--version":
 		fmt.Fprintf(stdout, "keyway %s (memcached protocol %s)\n", version, memcache.Version)
 		return 0

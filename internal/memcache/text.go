@@ -112,17 +112,11 @@ func hasWord(line []byte, w string) bool {
 	return len(line) > len(w) && string(line[:len(w)]) == w && line[len(w)] == ' '
 }
 
-// validKey applies memcached's limits: 1..250 bytes, no control characters.
+// validKey applies memcached's text-protocol limit: 1..250 bytes. Spaces and
+// newlines cannot occur (they end the token); other control characters are
+// accepted because memcached 1.6 accepts them and real clients (memcaslap) send them.
 func validKey(k []byte) bool {
-	if len(k) == 0 || len(k) > maxKeyLen {
-		return false
-	}
-	for _, b := range k {
-		if b < 0x21 || b == 0x7f {
-			return false
-		}
-	}
-	return true
+	return len(k) > 0 && len(k) <= maxKeyLen
 }
 
 // command answers a non-retrieval command; rest is the input after its line.
@@ -228,7 +222,7 @@ func (c *conn) storage(mode engine.Mode, toks [][]byte, rest []byte) int {
 		return 0
 	}
 	if int64(vlen) > c.eng.MaxItemSize() {
-		c.out = append(c.out, replyTooLarge...)
+		c.reply(quiet, replyTooLarge)
 		c.swallow = int64(vlen) + 2
 		c.eng.RefuseTooLarge(mode, key)
 		return 0
@@ -239,7 +233,7 @@ func (c *conn) storage(mode engine.Mode, toks [][]byte, rest []byte) int {
 		return needMore
 	}
 	if rest[vlen] != '\r' || rest[vlen+1] != '\n' {
-		c.out = append(c.out, replyBadChunk...)
+		c.reply(quiet, replyBadChunk)
 		return total
 	}
 	value := make([]byte, vlen)
@@ -260,16 +254,18 @@ func (c *conn) storeReply(quiet bool, status engine.Status, err error) {
 	case engine.NotFound:
 		c.reply(quiet, replyNotFound)
 	case engine.TooLarge:
-		c.out = append(c.out, replyTooLarge...)
+		c.reply(quiet, replyTooLarge)
 	case engine.NoMemory:
-		c.out = append(c.out, replyNoMemory...)
+		c.reply(quiet, replyNoMemory)
 	default:
-		c.serverError(err)
+		if !quiet {
+			c.serverError(err)
+		}
 	}
 }
 
-// serverError reports a failure that is not the client's fault; memcached
-// shows these even with noreply.
+// serverError reports a failure that is not the client's fault. Like every
+// reply in memcached 1.6, it is not sent for a noreply command.
 func (c *conn) serverError(err error) {
 	c.out = append(c.out, "SERVER_ERROR "...)
 	if err != nil {
@@ -406,7 +402,9 @@ func (c *conn) delete(toks [][]byte) {
 	case engine.NotFound:
 		c.reply(quiet, replyNotFound)
 	default:
-		c.serverError(err)
+		if !quiet {
+			c.serverError(err)
+		}
 	}
 }
 
@@ -436,11 +434,13 @@ func (c *conn) arith(toks [][]byte, decr bool) {
 	case engine.NotFound:
 		c.reply(quiet, replyNotFound)
 	case engine.NonNumeric:
-		c.out = append(c.out, replyNonNumeric...)
+		c.reply(quiet, replyNonNumeric)
 	case engine.NoMemory:
-		c.out = append(c.out, replyNoMemory...)
+		c.reply(quiet, replyNoMemory)
 	default:
-		c.serverError(err)
+		if !quiet {
+			c.serverError(err)
+		}
 	}
 }
 
@@ -467,7 +467,9 @@ func (c *conn) touch(toks [][]byte) {
 	case engine.NotFound:
 		c.reply(quiet, replyNotFound)
 	default:
-		c.serverError(err)
+		if !quiet {
+			c.serverError(err)
+		}
 	}
 }
 
@@ -492,7 +494,9 @@ func (c *conn) flushAll(toks [][]byte) {
 		delay = d
 	}
 	if err := c.eng.FlushAll(delay); err != nil {
-		c.serverError(err)
+		if !quiet {
+			c.serverError(err)
+		}
 		return
 	}
 	c.reply(quiet, replyOK)

@@ -51,8 +51,17 @@ type record struct {
 const (
 	formatVersion   = 1
 	itemHeaderLen   = 1 + 4 + 8 + 8
-	metaKey         = "\xffkeyway-format"
-	asyncKickLength = 4096 // a shard log this long is committed without waiting for the tick
+	metaKey = "\xffkeyway-format"
+	// kickBytes of pending changes start a commit round without waiting for
+	// the async tick, so a burst of writes does not pile up in memory.
+	kickBytes = 4 << 20
+	// maxBatchBytes splits a round into batches of bounded size; only the
+	// last is synced (the WAL is sequential, so that sync covers all).
+	maxBatchBytes = 4 << 20
+	// maxPendingBytes is where async writers start to wait for the disk
+	// (backpressure): memory never holds more than this not yet handed to Pebble.
+	maxPendingBytes = 32 << 20
+	recordOverhead  = 64
 )
 
 // failure is a range of sequence numbers whose commit failed.
@@ -68,10 +77,13 @@ type disk struct {
 	durability Durability
 	interval   time.Duration
 
-	seq  atomic.Uint64
-	kick chan struct{}
-	quit chan struct{}
-	done chan struct{}
+	seq    atomic.Uint64
+	rounds atomic.Int64 // commit rounds that wrote something; shows group commit at work
+	// pendingBytes estimates the size of all shards' pending logs.
+	pendingBytes atomic.Int64
+	kick   chan struct{}
+	quit   chan struct{}
+	done   chan struct{}
 
 	mu struct {
 		sync.Mutex
@@ -83,7 +95,15 @@ type disk struct {
 }
 
 func openDisk(s *Store, o Options) (*disk, error) {
-	db, err := pebble.Open(o.DataDir, &pebble.Options{Logger: quietLogger{}})
+	cache := pebble.NewCache(8 << 20)
+	defer cache.Unref() // the DB holds its own reference
+	db, err := pebble.Open(o.DataDir, &pebble.Options{
+		Logger: quietLogger{},
+		// Small, fixed memory: the item data lives in the store already.
+		Cache:                       cache,
+		MemTableSize:                8 << 20,
+		MemTableStopWritesThreshold: 4,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("store: cannot open data_dir %q (check that it exists or can be created and is writable): %w", o.DataDir, err)
 	}
@@ -188,7 +208,8 @@ func (d *disk) start() { go d.commitLoop() }
 func (d *disk) appendLocked(sh *shard, rec record) uint64 {
 	rec.seq = d.seq.Add(1)
 	sh.mu.pending = append(sh.mu.pending, rec)
-	if d.durability == DurabilitySync || len(sh.mu.pending) >= asyncKickLength {
+	pending := d.pendingBytes.Add(int64(len(rec.key) + len(rec.value) + recordOverhead))
+	if d.durability == DurabilitySync || pending >= kickBytes {
 		select {
 		case d.kick <- struct{}{}:
 		default:
@@ -197,9 +218,19 @@ func (d *disk) appendLocked(sh *shard, rec record) uint64 {
 	return rec.seq
 }
 
-// waitDurable blocks a sync writer until seq is committed and reports whether it was.
+// waitDurable blocks a sync writer until seq is committed and reports whether
+// it was. An async writer returns at once unless the disk has fallen so far
+// behind that pending changes exceed maxPendingBytes; then it waits for a round.
 func (d *disk) waitDurable(seq uint64) error {
 	if d.durability != DurabilitySync {
+		if d.pendingBytes.Load() < maxPendingBytes {
+			return nil
+		}
+		d.mu.Lock()
+		for d.pendingBytes.Load() >= maxPendingBytes && !d.mu.closed {
+			d.mu.cond.Wait()
+		}
+		d.mu.Unlock()
 		return nil
 	}
 	d.mu.Lock()
@@ -256,19 +287,42 @@ func (d *disk) commitRound() {
 	upTo := d.seq.Load()
 	b := d.db.NewBatch()
 	var scratch []record
+	var err error
+	var committedEarly bool // a full batch went out unsynced; the round must end with a sync
 	for i := range d.s.shards {
 		sh := &d.s.shards[i]
 		sh.mu.Lock()
 		scratch, sh.mu.pending = sh.mu.pending, scratch[:0]
 		sh.mu.Unlock()
+		var drained int64
 		for j := range scratch {
-			addToBatch(b, &scratch[j])
-			scratch[j] = record{} // let values be collected
+			r := &scratch[j]
+			drained += int64(len(r.key) + len(r.value) + recordOverhead)
+			addToBatch(b, r)
+			*r = record{} // let values be collected
+			if b.Len() >= maxBatchBytes {
+				if cerr := b.Commit(pebble.NoSync); cerr != nil && err == nil {
+					err = cerr
+				}
+				b.Close()
+				b = d.db.NewBatch()
+				committedEarly = true
+			}
 		}
+		d.pendingBytes.Add(-drained)
 	}
-	var err error
-	if b.Count() > 0 {
-		err = b.Commit(pebble.Sync)
+	switch {
+	case b.Count() > 0:
+		if cerr := b.Commit(pebble.Sync); cerr != nil && err == nil {
+			err = cerr
+		}
+		d.rounds.Add(1)
+	case committedEarly:
+		// Nothing left for the last batch: sync the WAL on its own.
+		if cerr := d.db.LogData(nil, pebble.Sync); cerr != nil && err == nil {
+			err = cerr
+		}
+		d.rounds.Add(1)
 	}
 	b.Close()
 	d.mu.Lock()

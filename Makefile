@@ -1,0 +1,36 @@
+# keyway: `make run` serves the embedded default; `make test` installs what is
+# missing, builds and runs every test; `make bench` compares keyway with its peers.
+
+GO       ?= go
+BIN      := bin/keyway
+# Debian packages the tests and benchmarks drive (real peers and clients).
+PACKAGES := mariadb-server memcached libmemcached-tools sysbench php-cli php-mysql php-memcached
+# A command from each package, to see what is missing without asking apt.
+COMMANDS := mariadbd memcached memccapable memcaslap sysbench php
+
+.PHONY: all build run test bench deps vet clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/keyway
+
+# The embedded default: a persistent memcached on 127.0.0.1:11211 keeping its
+# data in ./data, written behind within a second.
+run: build
+	./$(BIN) serve --data-dir ./data --durability async
+
+deps:
+	@./scripts/install-deps.sh $(PACKAGES) -- $(COMMANDS)
+
+vet:
+	$(GO) vet ./...
+
+test: deps build vet
+	$(GO) test -count=1 -timeout 15m ./...
+
+bench: deps build
+	./$(BIN) bench memcache
+
+clean:
+	rm -rf bin

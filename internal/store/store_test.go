@@ -1,0 +1,215 @@
+package store
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func set(t *testing.T, s *Store, key, value string, exptime int64) Item {
+	t.Helper()
+	it, err := s.Update([]byte(key), func(*Item) (Action, Item) {
+		return Replace, Item{Value: []byte(value), Flags: 3, Exptime: exptime}
+	})
+	if err != nil {
+		t.Fatalf("set %s: %v", key, err)
+	}
+	return it
+}
+
+func TestCASIsUniqueAndChanges(t *testing.T) {
+	s, err := Open(Options{MemoryLimit: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	a := set(t, s, "a", "1", 0)
+	b := set(t, s, "b", "1", 0)
+	a2 := set(t, s, "a", "2", 0)
+	if a.CAS == 0 || a.CAS == b.CAS || a2.CAS == a.CAS {
+		t.Fatalf("cas ids not unique: %d %d %d", a.CAS, b.CAS, a2.CAS)
+	}
+}
+
+func TestEvictionKeepsUnderLimitAndPrefersUnvisited(t *testing.T) {
+	const limit = 1 << 20
+	s, err := Open(Options{MemoryLimit: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	value := string(make([]byte, 100))
+	hot := []string{"hot-1", "hot-2", "hot-3"}
+	for _, k := range hot {
+		set(t, s, k, value, 0)
+	}
+	for i := 0; i < 50000; i++ {
+		set(t, s, fmt.Sprintf("cold-%d", i), value, 0)
+		if i%100 == 0 {
+			for _, k := range hot {
+				if _, ok := s.Get([]byte(k)); !ok {
+					t.Fatalf("hot key %s evicted after %d cold sets", k, i)
+				}
+			}
+		}
+	}
+	st := s.Stats()
+	if st.Bytes > limit || st.Evictions == 0 {
+		t.Fatalf("bytes %d (limit %d), evictions %d", st.Bytes, limit, st.Evictions)
+	}
+}
+
+func TestTooLargeForShard(t *testing.T) {
+	s, err := Open(Options{MemoryLimit: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_, err = s.Update([]byte("k"), func(*Item) (Action, Item) {
+		return Replace, Item{Value: make([]byte, 1<<20)}
+	})
+	if err != ErrNoMemory {
+		t.Fatalf("err = %v, want ErrNoMemory", err)
+	}
+}
+
+func TestExpiryLazyAndCrawled(t *testing.T) {
+	var now atomic.Int64
+	now.Store(1000)
+	s, err := Open(Options{MemoryLimit: 1 << 20, Now: now.Load})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	set(t, s, "a", "x", 1005)
+	set(t, s, "b", "x", 1005)
+	set(t, s, "c", "x", 0)
+	if _, ok := s.Get([]byte("a")); !ok {
+		t.Fatal("a missing before expiry")
+	}
+	now.Store(1005)
+	if _, ok := s.Get([]byte("a")); ok {
+		t.Fatal("a live at its exptime")
+	}
+	for i := range s.shards {
+		s.crawlShard(&s.shards[i], now.Load(), 100)
+	}
+	if st := s.Stats(); st.CurrItems != 1 || st.Expired != 2 {
+		t.Fatalf("after crawl: %d items, %d expired; want 1, 2", st.CurrItems, st.Expired)
+	}
+}
+
+func TestPersistenceRoundTrip(t *testing.T) {
+	for _, d := range []Durability{DurabilityAsync, DurabilitySync} {
+		t.Run(fmt.Sprint(d), func(t *testing.T) {
+			dir := t.TempDir()
+			o := Options{MemoryLimit: 8 << 20, DataDir: dir, Durability: d, FlushInterval: 50 * time.Millisecond}
+			s, err := Open(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 100; i++ {
+				set(t, s, fmt.Sprintf("k%d", i), fmt.Sprintf("v%d", i), 0)
+			}
+			last := set(t, s, "k1", "changed", 0)
+			s.Update([]byte("k2"), func(*Item) (Action, Item) { return Remove, Item{} })
+			s.Touch([]byte("k3"), 1) // long past: gone after restart
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s, err = Open(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			it, ok := s.Get([]byte("k1"))
+			if !ok || string(it.Value) != "changed" || it.Flags != 3 || it.CAS != last.CAS {
+				t.Fatalf("k1 after restart: %+v %v", it, ok)
+			}
+			if _, ok := s.Get([]byte("k2")); ok {
+				t.Fatal("deleted k2 came back")
+			}
+			if _, ok := s.Get([]byte("k3")); ok {
+				t.Fatal("expired k3 came back")
+			}
+			if n := set(t, s, "new", "x", 0); n.CAS <= last.CAS {
+				t.Fatalf("cas after restart %d not above %d", n.CAS, last.CAS)
+			}
+			if err := s.FlushAll(); err != nil {
+				t.Fatal(err)
+			}
+			set(t, s, "after-flush", "x", 0)
+			s.Close()
+			s, err = Open(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if st := s.Stats(); st.CurrItems != 1 {
+				t.Fatalf("after flush and restart: %d items, want 1", st.CurrItems)
+			}
+		})
+	}
+}
+
+// TestSyncGroupCommit: concurrent sync writers are all durable when
+// acknowledged, and share syncs (fewer commit rounds than writes).
+func TestSyncGroupCommit(t *testing.T) {
+	dir := t.TempDir()
+	o := Options{MemoryLimit: 64 << 20, DataDir: dir, Durability: DurabilitySync}
+	s, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < 200; i++ {
+				set(t, s, fmt.Sprintf("w%d-%d", w, i), "v", 0)
+			}
+		}(w)
+	}
+	wg.Wait()
+	// Reopen Pebble without closing the store: what is there was synced.
+	snap, err := s.disk.db.NewIter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for snap.First(); snap.Valid(); snap.Next() {
+		n++
+	}
+	snap.Close()
+	rounds := s.disk.rounds.Load()
+	s.Close()
+	t.Logf("%d sync writes in %d commit rounds", 16*200, rounds)
+	if rounds >= 16*200 {
+		t.Fatalf("every write had its own commit round (%d): no group commit", rounds)
+	}
+	if n != 16*200+1 { // + the format key
+		t.Fatalf("%d keys on disk, want %d", n, 16*200+1)
+	}
+}
+
+func TestLoadRespectsSmallerLimit(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(Options{MemoryLimit: 16 << 20, DataDir: dir, Durability: DurabilitySync})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20000; i++ {
+		set(t, s, fmt.Sprintf("k%d", i), string(make([]byte, 400)), 0)
+	}
+	s.Close()
+	s, err = Open(Options{MemoryLimit: 2 << 20, DataDir: dir, Durability: DurabilitySync})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if st := s.Stats(); st.Bytes > 2<<20 || st.CurrItems == 0 {
+		t.Fatalf("loaded %d bytes, %d items under a 2 MiB limit", st.Bytes, st.CurrItems)
+	}
+}

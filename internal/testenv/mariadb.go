@@ -1,0 +1,321 @@
+package testenv
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// MariaDB is a private MariaDB server in a temporary directory: binlog on in
+// ROW format, server-id 1, listening on 127.0.0.1 and a unix socket.
+//
+// Accounts: root without a password (RootDSN uses the unix socket, where
+// root@localhost matches); 'app'@'%' and 'app'@'localhost' with password
+// "secret" (mysql_native_password) and ALL PRIVILEGES ON *.* WITH GRANT
+// OPTION, which covers REPLICATION SLAVE for a binlog follower. The anonymous
+// accounts a fresh data directory has are dropped, so they cannot shadow app.
+// Database `test` exists.
+type MariaDB struct {
+	Addr     string // "127.0.0.1:port"
+	Port     int
+	Socket   string // unix socket path
+	DataDir  string
+	ErrorLog string // mariadbd's error log, quoted in start errors
+
+	// go-sql-driver DSNs without parameters; append "?key=value" as needed.
+	RootDSN string // root over the unix socket, no default database
+	AppDSN  string // app:secret over TCP, database test
+
+	dir  string // temp dir holding DataDir, Socket and ErrorLog; removed by Stop
+	proc *Process
+}
+
+const (
+	// mariadbStartTimeout bounds the wait for a started mariadbd to accept
+	// connections.
+	mariadbStartTimeout = 60 * time.Second
+	// mariadbInstallTimeout bounds mariadb-install-db.
+	mariadbInstallTimeout = 2 * time.Minute
+	// maxSocketPath keeps the socket path under the kernel's 108-byte limit
+	// for sun_path.
+	maxSocketPath = 100
+)
+
+// StartMariaDB creates a data directory with mariadb-install-db, starts
+// mariadbd on a free loopback port, waits until it accepts connections and
+// sets up the accounts described on MariaDB. ctx bounds the start only; the
+// server runs until Stop, which also removes its directory.
+func StartMariaDB(ctx context.Context) (_ *MariaDB, err error) {
+	installDB, err := LookPath("mariadb-install-db")
+	if err != nil {
+		return nil, err
+	}
+	mariadbd, err := LookPath("mariadbd")
+	if err != nil {
+		return nil, err
+	}
+	dir, err := shortTempDir("keyway-mariadb-")
+	if err != nil {
+		return nil, err
+	}
+	m := &MariaDB{
+		DataDir:  filepath.Join(dir, "data"),
+		Socket:   filepath.Join(dir, "sock"),
+		ErrorLog: filepath.Join(dir, "error.log"),
+		dir:      dir,
+	}
+	defer func() {
+		if err != nil {
+			_ = m.Stop()
+		}
+	}()
+
+	runUser, err := mariadbUser()
+	if err != nil {
+		return nil, err
+	}
+	if err := m.install(ctx, installDB, runUser); err != nil {
+		return nil, err
+	}
+	if err := m.start(ctx, mariadbd, runUser); err != nil {
+		return nil, err
+	}
+	if err := m.setup(ctx); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// mariadbUser is the --user both programs get: root can only run them with
+// --user=root; anyone else runs them as themselves.
+func mariadbUser() (string, error) {
+	if os.Geteuid() == 0 {
+		return "root", nil
+	}
+	u, err := user.Current()
+	if err != nil {
+		return "", fmt.Errorf("testenv: who am I (for mariadbd --user): %w", err)
+	}
+	return u.Username, nil
+}
+
+func (m *MariaDB) install(ctx context.Context, installDB, runUser string) error {
+	ctx, cancel := context.WithTimeout(ctx, mariadbInstallTimeout)
+	defer cancel()
+	args := []string{
+		"--no-defaults",
+		"--datadir=" + m.DataDir,
+		"--user=" + runUser,
+		"--auth-root-authentication-method=normal",
+	}
+	cmd := exec.CommandContext(ctx, installDB, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// Kill the whole group on timeout: install-db is a script running
+	// mariadbd --bootstrap underneath.
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 2 * time.Second
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("testenv: mariadb-install-db %s: %w%s", strings.Join(args, " "), err, formatTail("output", string(out)))
+	}
+	return nil
+}
+
+func (m *MariaDB) start(ctx context.Context, mariadbd, runUser string) error {
+	var lastErr error
+	for attempt := 0; attempt < bindAttempts; attempt++ {
+		port, err := FreePort()
+		if err != nil {
+			return err
+		}
+		// A fresh error log per attempt, so the tail in an error is this
+		// attempt's.
+		_ = os.Remove(m.ErrorLog)
+		args := []string{
+			"--no-defaults",
+			"--datadir=" + m.DataDir,
+			"--user=" + runUser,
+			"--port=" + strconv.Itoa(port),
+			"--socket=" + m.Socket,
+			"--bind-address=127.0.0.1",
+			"--log-bin",
+			"--binlog-format=ROW",
+			"--server-id=1",
+			"--log-error=" + m.ErrorLog,
+			"--pid-file=" + filepath.Join(m.dir, "mariadbd.pid"),
+		}
+		p, err := startProcess("mariadbd", mariadbd, args...)
+		if err != nil {
+			return err
+		}
+		p.Addr, p.Port = listenAddr(port), port
+		m.proc = p
+
+		// mariadbd creates the socket and the TCP listener only when it is
+		// ready for clients, so a raw connect is the readiness test. (A
+		// driver ping would log every refused attempt.)
+		wctx, cancel := context.WithTimeout(ctx, mariadbStartTimeout)
+		err = waitAccept(wctx, "unix", m.Socket, p)
+		if err == nil {
+			err = waitAccept(wctx, "tcp", p.Addr, p)
+		}
+		cancel()
+		if err == nil {
+			m.Addr, m.Port = p.Addr, port
+			return nil
+		}
+		_ = p.Kill()
+		m.proc = nil
+		log := m.errorLogTail()
+		lastErr = fmt.Errorf("testenv: start mariadbd %s: %w%s%s", strings.Join(args, " "), err, outputTail(p.out), formatTail("error log "+m.ErrorLog, log))
+		if !isBindRace(log+p.Output()) || ctx.Err() != nil {
+			return lastErr
+		}
+	}
+	return lastErr
+}
+
+// errorLogTail returns the last lines of the error log, or "".
+func (m *MariaDB) errorLogTail() string {
+	b, err := os.ReadFile(m.ErrorLog)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > 40 {
+		lines = lines[len(lines)-40:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// setup drops the anonymous accounts and creates database test and the app
+// accounts, as root over the socket.
+func (m *MariaDB) setup(ctx context.Context) error {
+	root := mysql.NewConfig()
+	root.User = "root"
+	root.Net = "unix"
+	root.Addr = m.Socket
+	m.RootDSN = root.FormatDSN()
+
+	app := mysql.NewConfig()
+	app.User = "app"
+	app.Passwd = "secret"
+	app.Net = "tcp"
+	app.Addr = m.Addr
+	app.DBName = "test"
+	m.AppDSN = app.FormatDSN()
+
+	ctx, cancel := context.WithTimeout(ctx, mariadbStartTimeout)
+	defer cancel()
+	db, err := sql.Open("mysql", m.RootDSN)
+	if err != nil {
+		return fmt.Errorf("testenv: open %s: %w", m.RootDSN, err)
+	}
+	defer db.Close()
+
+	// The fresh data directory has ''@'localhost' and ''@'<hostname>'; an
+	// anonymous account with a more specific host would match a local app
+	// client before 'app'@'%'. Drop whatever anonymous accounts exist.
+	rows, err := db.QueryContext(ctx, "SELECT Host FROM mysql.user WHERE User = ''")
+	if err != nil {
+		return fmt.Errorf("testenv: list anonymous accounts: %w", err)
+	}
+	var stmts []string
+	for rows.Next() {
+		var host string
+		if err := rows.Scan(&host); err != nil {
+			rows.Close()
+			return fmt.Errorf("testenv: list anonymous accounts: %w", err)
+		}
+		stmts = append(stmts, "DROP USER ''@"+quoteString(host))
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return fmt.Errorf("testenv: list anonymous accounts: %w", err)
+	}
+	stmts = append(stmts, "CREATE DATABASE IF NOT EXISTS test")
+	for _, host := range []string{"%", "localhost"} {
+		acct := "'app'@" + quoteString(host)
+		stmts = append(stmts,
+			"CREATE USER "+acct+" IDENTIFIED VIA mysql_native_password USING PASSWORD('secret')",
+			"GRANT ALL PRIVILEGES ON *.* TO "+acct+" WITH GRANT OPTION",
+		)
+	}
+	stmts = append(stmts, "FLUSH PRIVILEGES")
+	for _, s := range stmts {
+		if _, err := db.ExecContext(ctx, s); err != nil {
+			return fmt.Errorf("testenv: set up MariaDB: %s: %w", s, err)
+		}
+	}
+	return nil
+}
+
+// quoteString quotes s as a MySQL string literal.
+func quoteString(s string) string {
+	r := strings.NewReplacer(`\`, `\\`, `'`, `\'`)
+	return "'" + r.Replace(s) + "'"
+}
+
+// Stop kills mariadbd and removes its directory. The data is thrown away, so
+// there is no graceful shutdown to wait for. Safe to call more than once.
+func (m *MariaDB) Stop() error {
+	var err error
+	if m.proc != nil {
+		err = m.proc.Kill()
+	}
+	if m.dir != "" {
+		err = errors.Join(err, os.RemoveAll(m.dir))
+	}
+	return err
+}
+
+// Process returns the mariadbd child process (nil before it started).
+func (m *MariaDB) Process() *Process { return m.proc }
+
+// NewMariaDB starts a private MariaDB for the test and stops it (removing
+// its directory) at cleanup. It fails the test when MariaDB is missing or
+// does not start.
+func NewMariaDB(t testing.TB) *MariaDB {
+	t.Helper()
+	Need(t, "mariadb-install-db")
+	Need(t, "mariadbd")
+	m, err := StartMariaDB(context.Background())
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(func() {
+		if err := m.Stop(); err != nil {
+			t.Errorf("%v", err)
+		}
+	})
+	return m
+}
+
+// shortTempDir makes a temporary directory whose path leaves room for a unix
+// socket inside it, falling back to /tmp when $TMPDIR is too deep.
+func shortTempDir(prefix string) (string, error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", fmt.Errorf("testenv: make temp dir: %w", err)
+	}
+	if len(dir)+len("/sock") <= maxSocketPath {
+		return dir, nil
+	}
+	_ = os.RemoveAll(dir)
+	dir, err = os.MkdirTemp("/tmp", prefix)
+	if err != nil {
+		return "", fmt.Errorf("testenv: make temp dir in /tmp ($TMPDIR is too long for a unix socket path): %w", err)
+	}
+	return dir, nil
+}

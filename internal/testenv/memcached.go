@@ -1,0 +1,86 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// Memcached is a real memcached 1.6 listening on a free loopback port.
+type Memcached struct {
+	Addr string // "127.0.0.1:port"
+	Port int
+
+	proc *Process
+}
+
+// memcachedStartTimeout bounds how long StartMemcached waits for the port.
+const memcachedStartTimeout = 15 * time.Second
+
+// StartMemcached starts memcached on 127.0.0.1 and a free port and waits
+// until it accepts connections. extraArgs are appended to the command line
+// (for example "-m", "1024"); they must not set -l, -p or -U. ctx bounds the
+// start only; the server runs until Stop.
+func StartMemcached(ctx context.Context, extraArgs ...string) (*Memcached, error) {
+	path, err := LookPath("memcached")
+	if err != nil {
+		return nil, err
+	}
+	var lastErr error
+	for attempt := 0; attempt < bindAttempts; attempt++ {
+		port, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		args := []string{"-l", "127.0.0.1", "-p", strconv.Itoa(port), "-U", "0"}
+		if os.Geteuid() == 0 {
+			// memcached refuses to run as root without an explicit -u.
+			args = append(args, "-u", "root")
+		}
+		args = append(args, extraArgs...)
+		p, err := startProcess("memcached", path, args...)
+		if err != nil {
+			return nil, err
+		}
+		p.Addr, p.Port = listenAddr(port), port
+		wctx, cancel := context.WithTimeout(ctx, memcachedStartTimeout)
+		err = waitAccept(wctx, "tcp", p.Addr, p)
+		cancel()
+		if err == nil {
+			return &Memcached{Addr: p.Addr, Port: port, proc: p}, nil
+		}
+		_ = p.Kill()
+		lastErr = fmt.Errorf("testenv: start memcached %v: %w%s", args, err, outputTail(p.out))
+		if !isBindRace(p.Output()) || ctx.Err() != nil {
+			return nil, lastErr
+		}
+	}
+	return nil, lastErr
+}
+
+// Stop terminates memcached (SIGTERM, then SIGKILL after 5s). It is safe to
+// call more than once.
+func (m *Memcached) Stop() error { return m.proc.Stop() }
+
+// Process returns the underlying child process (for Kill in crash tests).
+func (m *Memcached) Process() *Process { return m.proc }
+
+// NewMemcached starts memcached for the test and stops it at cleanup. It
+// fails the test when memcached is missing or does not start.
+func NewMemcached(t testing.TB, extraArgs ...string) *Memcached {
+	t.Helper()
+	Need(t, "memcached")
+	m, err := StartMemcached(context.Background(), extraArgs...)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(func() {
+		if err := m.Stop(); err != nil {
+			t.Errorf("%v", err)
+		}
+	})
+	return m
+}
