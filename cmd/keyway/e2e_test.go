@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -361,5 +362,84 @@ func TestStartupErrors(t *testing.T) {
 		if err == nil || !strings.Contains(string(out), tc.want) {
 			t.Errorf("keyway serve %v: err %v, output %q; want a failure naming %q", tc.args, err, out, tc.want)
 		}
+	}
+}
+
+// TestManyConnectionsAndBadClients: thousands of clients are served while
+// others send garbage and lying lengths; past -c a client is told and closed.
+func TestManyConnectionsAndBadClients(t *testing.T) {
+	const clients = 2000
+	kw := testenv.NewKeyway(t, "-c", strconv.Itoa(clients+10))
+	if err := memcache.New(kw.Addr).Set(&memcache.Item{Key: "k", Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	// Bad clients first, kept open through the test.
+	for _, garbage := range []string{
+		"set other 0 0 1073741824\r\nxxxx",                 // lying length: swallowed, never buffered
+		strings.Repeat("z", 10000),                         // a line that never ends: closed
+		"\x80\x01\x00\x05\x00\x00\x00\x00\xff\xff\xff\xff", // binary header with a huge body
+		"get " + strings.Repeat("k", 300) + "\r\n",         // key too long
+	} {
+		nc, err := net.Dial("tcp", kw.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		nc.Write([]byte(garbage))
+	}
+	conns := make([]net.Conn, 0, clients)
+	defer func() {
+		for _, nc := range conns {
+			nc.Close()
+		}
+	}()
+	for i := 0; i < clients; i++ {
+		nc, err := net.Dial("tcp", kw.Addr)
+		if err != nil {
+			t.Fatalf("dial %d: %v", i, err)
+		}
+		conns = append(conns, nc)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for _, nc := range conns {
+		wg.Add(1)
+		go func(nc net.Conn) {
+			defer wg.Done()
+			nc.SetDeadline(time.Now().Add(30 * time.Second))
+			if _, err := nc.Write([]byte("get k\r\n")); err != nil {
+				errs <- err
+				return
+			}
+			want := "VALUE k 0 1\r\nv\r\nEND\r\n"
+			got := make([]byte, len(want))
+			if _, err := io.ReadFull(nc, got); err != nil || string(got) != want {
+				errs <- fmt.Errorf("got %q, %v", got, err)
+			}
+		}(nc)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	// Fill up to the limit, then one more is refused with memcached's words.
+	for len(conns) < clients+10 {
+		nc, err := net.Dial("tcp", kw.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, nc)
+	}
+	time.Sleep(200 * time.Millisecond)
+	nc, err := net.Dial("tcp", kw.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(10 * time.Second))
+	line, _ := bufio.NewReader(nc).ReadString('\n')
+	if line != "ERROR Too many open connections\r\n" {
+		t.Fatalf("over the limit: %q", line)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -66,6 +67,16 @@ func serve(args []string, stderr io.Writer) int {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	// KEYWAY_CPUPROFILE=FILE profiles the whole serve run, for finding where time goes under a benchmark.
+	if path := os.Getenv("KEYWAY_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			fmt.Fprintf(stderr, "keyway serve: KEYWAY_CPUPROFILE: %v\n", err)
+			return 1
+		}
+		pprof.StartCPUProfile(f)
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 	memcache.Version = "1.6.21-keyway-" + version
 	srv, err := server.Start(cfg, log)
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net"
 	"os"
-	"time"
 
 	"github.com/keywaydb/keyway/internal/engine"
 )
@@ -155,7 +154,8 @@ func (c *conn) flush() error {
 	if len(c.out) == 0 {
 		return nil
 	}
-	c.nc.SetWriteDeadline(time.Now().Add(time.Minute))
+	// No write deadline: a client that stops reading blocks only its own
+	// goroutine, and Shutdown closes it when its grace period ends.
 	_, err := c.nc.Write(c.out)
 	if cap(c.out) > keepBuffer {
 		c.out = nil
