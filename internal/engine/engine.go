@@ -196,26 +196,13 @@ func (e *Engine) StoreValue(mode Mode, key, value []byte, flags uint32, exptime 
 				status = TooLarge
 				return store.Keep, store.Item{}
 			}
-			joined := make([]byte, 0, len(cur.Value)+len(value))
-			if mode == Append {
-				joined = append(append(joined, cur.Value...), value...)
-			} else {
-				joined = append(append(joined, value...), cur.Value...)
-			}
 			// append and prepend keep the item's flags and expiry.
-			return store.Replace, store.Item{Value: joined, Flags: cur.Flags, Exptime: cur.Exptime}
+			return store.Replace, store.Item{Value: joinValues(mode, cur.Value, value), Flags: cur.Flags, Exptime: cur.Exptime}
 		}
 		return store.Replace, store.Item{Value: value, Flags: flags, Exptime: deadline}
 	})
 	if mode == CAS {
-		switch status {
-		case Stored:
-			e.counters.CasHits.Add(1)
-		case Exists:
-			e.counters.CasBadval.Add(1)
-		case NotFound:
-			e.counters.CasMisses.Add(1)
-		}
+		e.countCAS(status)
 	}
 	if err != nil {
 		return storeErrorStatus(err), 0, err
@@ -259,9 +246,10 @@ func (e *Engine) Delete(key []byte, cas uint64) (Status, error) {
 }
 
 // Touch sets key's expiry.
-func (e *Engine) Touch(key []byte, exptime int64) (Status, error) {
+// It returns the touched item (the binary protocol's reply carries its flags and cas).
+func (e *Engine) Touch(key []byte, exptime int64) (store.Item, Status, error) {
 	e.counters.CmdTouch.Add(1)
-	_, found, err := e.st.Touch(key, e.Deadline(exptime))
+	it, found, err := e.st.Touch(key, e.Deadline(exptime))
 	if found {
 		e.counters.TouchHits.Add(1)
 	} else {
@@ -269,11 +257,11 @@ func (e *Engine) Touch(key []byte, exptime int64) (Status, error) {
 	}
 	switch {
 	case err != nil:
-		return Failed, err
+		return it, Failed, err
 	case !found:
-		return NotFound, nil
+		return it, NotFound, nil
 	}
-	return Touched, nil
+	return it, Touched, nil
 }
 
 // Arith describes an incr or decr.
@@ -305,24 +293,12 @@ func (e *Engine) IncrDecr(key []byte, a Arith) (uint64, uint64, Status, error) {
 			status = Exists
 			return store.Keep, store.Item{}
 		}
-		n, ok := ParseCounter(cur.Value)
+		v, n, ok := addDelta(cur.Value, a.Delta, a.Decr)
 		if !ok {
 			status = NonNumeric
 			return store.Keep, store.Item{}
 		}
-		switch {
-		case !a.Decr:
-			n += a.Delta
-		case a.Delta > n:
-			n = 0
-		default:
-			n -= a.Delta
-		}
 		result = n
-		v := strconv.AppendUint(make([]byte, 0, max(len(cur.Value), 20)), n, 10)
-		for len(v) < len(cur.Value) {
-			v = append(v, ' ')
-		}
 		return store.Replace, store.Item{Value: v, Flags: cur.Flags, Exptime: cur.Exptime}
 	})
 	hit := status == Stored
@@ -340,6 +316,39 @@ func (e *Engine) IncrDecr(key []byte, a Arith) (uint64, uint64, Status, error) {
 		return 0, 0, storeErrorStatus(err), err
 	}
 	return result, it.CAS, status, nil
+}
+
+// joinValues is the value of an append (mode Append) or prepend of add to old.
+func joinValues(mode Mode, old, add []byte) []byte {
+	joined := make([]byte, 0, len(old)+len(add))
+	if mode == Append {
+		return append(append(joined, old...), add...)
+	}
+	return append(append(joined, add...), old...)
+}
+
+// addDelta applies an incr (or, with decr, a decr) of delta to the counter
+// value old as memcached does: a 64-bit unsigned number that wraps on incr and
+// stops at 0 on decr. The new value is padded with spaces to the old length,
+// as memcached does in place. ok is false when old is not a number.
+func addDelta(old []byte, delta uint64, decr bool) (value []byte, n uint64, ok bool) {
+	n, ok = ParseCounter(old)
+	if !ok {
+		return nil, 0, false
+	}
+	switch {
+	case !decr:
+		n += delta
+	case delta > n:
+		n = 0
+	default:
+		n -= delta
+	}
+	value = strconv.AppendUint(make([]byte, 0, max(len(old), 20)), n, 10)
+	for len(value) < len(old) {
+		value = append(value, ' ')
+	}
+	return value, n, true
 }
 
 // ParseCounter reads a stored value as memcached's incr does: decimal digits,
@@ -374,6 +383,18 @@ func (e *Engine) FlushAll(delay int64) error {
 	t := time.AfterFunc(time.Duration(delay)*time.Second, func() { e.st.FlushAll() })
 	e.flushTimer.Store(t)
 	return nil
+}
+
+// countCAS counts the outcome of a compare-and-swap as memcached does.
+func (e *Engine) countCAS(status Status) {
+	switch status {
+	case Stored:
+		e.counters.CasHits.Add(1)
+	case Exists:
+		e.counters.CasBadval.Add(1)
+	case NotFound:
+		e.counters.CasMisses.Add(1)
+	}
 }
 
 func storeErrorStatus(err error) Status {

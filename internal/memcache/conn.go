@@ -49,7 +49,17 @@ type conn struct {
 
 	closeAfterWrite bool
 	toks            [maxTokens][]byte
+
+	// proto is fixed by the first byte a client sends, as memcached decides
+	// it: after that, input in the other protocol is an error, not a switch.
+	proto uint8
 }
+
+const (
+	protoUnknown uint8 = iota
+	protoText
+	protoBinary
+)
 
 func newConn(s *Server, nc net.Conn) *conn {
 	return &conn{srv: s, eng: s.eng, nc: nc, rbuf: make([]byte, initialReadBuffer)}
@@ -125,7 +135,13 @@ func (c *conn) process() error {
 		}
 		var n int
 		var err error
-		if buf[0] == binaryRequestMagic {
+		if c.proto == protoUnknown {
+			c.proto = protoText
+			if buf[0] == binaryRequestMagic {
+				c.proto = protoBinary
+			}
+		}
+		if c.proto == protoBinary {
 			n, err = c.binaryRequest(buf)
 		} else {
 			n, err = c.textRequest(buf)

@@ -20,17 +20,27 @@ func newTestServer(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(engine.New(st, engine.Options{MaxItemSize: 1 << 20}), Options{MaxConnections: 64})
+	t.Cleanup(func() { st.Close() })
+	return serveTest(t, NewServer(engine.New(st, engine.Options{MaxItemSize: 1 << 20}), Options{MaxConnections: 64}))
+}
+
+// serveTest serves srv on a free loopback port until the test ends and
+// returns the address.
+func serveTest(t testing.TB, srv *Server) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	go srv.Serve(ln)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		srv.Shutdown(ctx)
-		st.Close()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
 	})
 	return ln.Addr().String()
 }

@@ -1,6 +1,7 @@
 package memcache
 
 import (
+	"encoding/binary"
 	"os"
 	"runtime"
 	"strconv"
@@ -10,10 +11,12 @@ import (
 // stats [settings|reset]: memcached's general statistics and settings, as
 // "STAT name value" lines ending in END.
 func (c *conn) stats(toks [][]byte) {
+	w := statSink{c: c}
 	if len(toks) > 1 {
 		switch string(toks[1]) {
 		case "settings":
-			c.statsSettings()
+			c.settingsStats(w)
+			c.out = append(c.out, replyEnd...)
 		case "reset":
 			// Counters are cumulative since start in keyway; memcached answers RESET.
 			c.out = append(c.out, "RESET\r\n"...)
@@ -26,50 +29,56 @@ func (c *conn) stats(toks [][]byte) {
 		}
 		return
 	}
+	c.generalStats(w)
+	c.out = append(c.out, replyEnd...)
+}
+
+// generalStats writes memcached's general statistics ("stats" with no group);
+// the text and binary protocols share this one list.
+func (c *conn) generalStats(w statSink) {
 	s, e := c.srv, c.eng
 	now := time.Now()
 	st := e.Store().Stats()
 	k := e.Counters()
 	var ru rusage
 	ru.read()
-	c.statInt("pid", int64(os.Getpid()))
-	c.statInt("uptime", int64(now.Sub(e.Started())/time.Second))
-	c.statInt("time", now.Unix())
-	c.statStr("version", Version)
-	c.statStr("libevent", "none")
-	c.statInt("pointer_size", 64)
-	c.statStr("rusage_user", ru.user)
-	c.statStr("rusage_system", ru.system)
-	c.statInt("max_connections", int64(s.opts.MaxConnections))
-	c.statInt("curr_connections", s.currConns.Load())
-	c.statInt("total_connections", s.totalConns.Load())
-	c.statInt("rejected_connections", s.rejected.Load())
-	c.statInt("cmd_get", k.CmdGet.Load())
-	c.statInt("cmd_set", k.CmdSet.Load())
-	c.statInt("cmd_flush", k.CmdFlush.Load())
-	c.statInt("cmd_touch", k.CmdTouch.Load())
-	c.statInt("get_hits", k.GetHits.Load())
-	c.statInt("get_misses", k.GetMisses.Load())
-	c.statInt("get_expired", st.Expired)
-	c.statInt("delete_misses", k.DeleteMisses.Load())
-	c.statInt("delete_hits", k.DeleteHits.Load())
-	c.statInt("incr_misses", k.IncrMisses.Load())
-	c.statInt("incr_hits", k.IncrHits.Load())
-	c.statInt("decr_misses", k.DecrMisses.Load())
-	c.statInt("decr_hits", k.DecrHits.Load())
-	c.statInt("cas_misses", k.CasMisses.Load())
-	c.statInt("cas_hits", k.CasHits.Load())
-	c.statInt("cas_badval", k.CasBadval.Load())
-	c.statInt("touch_hits", k.TouchHits.Load())
-	c.statInt("touch_misses", k.TouchMisses.Load())
-	c.statInt("threads", int64(s.threads()))
-	c.statInt("limit_maxbytes", st.Limit)
-	c.statInt("bytes", st.Bytes)
-	c.statInt("curr_items", st.CurrItems)
-	c.statInt("total_items", st.TotalItems)
-	c.statInt("evictions", st.Evictions)
-	c.statInt("expired_unfetched", 0)
-	c.out = append(c.out, replyEnd...)
+	w.int("pid", int64(os.Getpid()))
+	w.int("uptime", int64(now.Sub(e.Started())/time.Second))
+	w.int("time", now.Unix())
+	w.str("version", Version)
+	w.str("libevent", "none")
+	w.int("pointer_size", 64)
+	w.str("rusage_user", ru.user)
+	w.str("rusage_system", ru.system)
+	w.int("max_connections", int64(s.opts.MaxConnections))
+	w.int("curr_connections", s.currConns.Load())
+	w.int("total_connections", s.totalConns.Load())
+	w.int("rejected_connections", s.rejected.Load())
+	w.int("cmd_get", k.CmdGet.Load())
+	w.int("cmd_set", k.CmdSet.Load())
+	w.int("cmd_flush", k.CmdFlush.Load())
+	w.int("cmd_touch", k.CmdTouch.Load())
+	w.int("get_hits", k.GetHits.Load())
+	w.int("get_misses", k.GetMisses.Load())
+	w.int("get_expired", st.Expired)
+	w.int("delete_misses", k.DeleteMisses.Load())
+	w.int("delete_hits", k.DeleteHits.Load())
+	w.int("incr_misses", k.IncrMisses.Load())
+	w.int("incr_hits", k.IncrHits.Load())
+	w.int("decr_misses", k.DecrMisses.Load())
+	w.int("decr_hits", k.DecrHits.Load())
+	w.int("cas_misses", k.CasMisses.Load())
+	w.int("cas_hits", k.CasHits.Load())
+	w.int("cas_badval", k.CasBadval.Load())
+	w.int("touch_hits", k.TouchHits.Load())
+	w.int("touch_misses", k.TouchMisses.Load())
+	w.int("threads", int64(s.threads()))
+	w.int("limit_maxbytes", st.Limit)
+	w.int("bytes", st.Bytes)
+	w.int("curr_items", st.CurrItems)
+	w.int("total_items", st.TotalItems)
+	w.int("evictions", st.Evictions)
+	w.int("expired_unfetched", 0)
 }
 
 func (s *Server) threads() int {
@@ -79,33 +88,67 @@ func (s *Server) threads() int {
 	return runtime.GOMAXPROCS(0)
 }
 
-func (c *conn) statsSettings() {
+// settingsStats writes "stats settings".
+func (c *conn) settingsStats(w statSink) {
 	s, e := c.srv, c.eng
 	st := e.Store().Stats()
-	c.statInt("maxbytes", st.Limit)
-	c.statInt("maxconns", int64(s.opts.MaxConnections))
-	c.statInt("tcpport", int64(s.port()))
-	c.statStr("evictions", "on")
-	c.statStr("cas_enabled", "yes")
-	c.statInt("item_size_max", e.MaxItemSize())
-	c.statInt("num_threads", int64(s.threads()))
-	c.statStr("eviction_policy", "sieve")
-	c.statStr("persistent", strconv.FormatBool(e.Store().Persistent()))
-	c.out = append(c.out, replyEnd...)
+	w.int("maxbytes", st.Limit)
+	w.int("maxconns", int64(s.opts.MaxConnections))
+	w.int("tcpport", int64(s.port()))
+	w.str("evictions", "on")
+	w.str("cas_enabled", "yes")
+	w.int("item_size_max", e.MaxItemSize())
+	w.int("num_threads", int64(s.threads()))
+	w.str("eviction_policy", "sieve")
+	w.str("persistent", strconv.FormatBool(e.Store().Persistent()))
 }
 
-func (c *conn) statInt(name string, v int64) {
-	c.out = append(c.out, "STAT "...)
-	c.out = append(c.out, name...)
-	c.out = append(c.out, ' ')
+// statSink writes statistics in one protocol's framing: "STAT name value"
+// lines for text, or for binary one stat response per statistic (key the
+// name, body the value) echoing the request's opaque.
+type statSink struct {
+	c      *conn
+	binary bool
+	opaque uint32
+}
+
+func (w statSink) int(name string, v int64) {
+	c := w.c
+	start := w.begin(name)
 	c.out = strconv.AppendInt(c.out, v, 10)
-	c.out = append(c.out, "\r\n"...)
+	w.end(start)
 }
 
-func (c *conn) statStr(name, v string) {
-	c.out = append(c.out, "STAT "...)
-	c.out = append(c.out, name...)
-	c.out = append(c.out, ' ')
+func (w statSink) str(name, v string) {
+	c := w.c
+	start := w.begin(name)
 	c.out = append(c.out, v...)
+	w.end(start)
+}
+
+// begin writes what comes before the value and returns where it started.
+func (w statSink) begin(name string) int {
+	c := w.c
+	start := len(c.out)
+	if w.binary {
+		c.binHeader(binHeader{opcode: opStat, opaque: w.opaque}, statusOK, 0, len(name), 0, 0)
+	} else {
+		c.out = append(c.out, "STAT "...)
+	}
+	c.out = append(c.out, name...)
+	if !w.binary {
+		c.out = append(c.out, ' ')
+	}
+	return start
+}
+
+// end finishes the statistic begun at start: the line end, or the binary
+// body length now that the value's length is known.
+func (w statSink) end(start int) {
+	c := w.c
+	if w.binary {
+		binary.BigEndian.PutUint32(c.out[start+8:], uint32(len(c.out)-start-binaryHeaderLen))
+		return
+	}
 	c.out = append(c.out, "\r\n"...)
 }

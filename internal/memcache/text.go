@@ -408,15 +408,24 @@ func (c *conn) delete(toks [][]byte) {
 	}
 }
 
-// incr|decr <key> <value> [noreply]
-func (c *conn) arith(toks [][]byte, decr bool) {
+// keyAndArgument checks a "<cmd> <key> <arg> [noreply]" line, answering a
+// malformed one; it reports whether noreply was given and whether to go on.
+func (c *conn) keyAndArgument(toks [][]byte) (quiet, ok bool) {
 	if len(toks) != 3 && !(len(toks) == 4 && noreply(toks)) {
 		c.out = append(c.out, replyError...)
-		return
+		return false, false
 	}
-	quiet := noreply(toks)
 	if !validKey(toks[1]) {
 		c.out = append(c.out, replyBadFormat...)
+		return false, false
+	}
+	return noreply(toks), true
+}
+
+// incr|decr <key> <value> [noreply]
+func (c *conn) arith(toks [][]byte, decr bool) {
+	quiet, ok := c.keyAndArgument(toks)
+	if !ok {
 		return
 	}
 	delta, ok := parseUint64(toks[2])
@@ -446,13 +455,8 @@ func (c *conn) arith(toks [][]byte, decr bool) {
 
 // touch <key> <exptime> [noreply]
 func (c *conn) touch(toks [][]byte) {
-	if len(toks) != 3 && !(len(toks) == 4 && noreply(toks)) {
-		c.out = append(c.out, replyError...)
-		return
-	}
-	quiet := noreply(toks)
-	if !validKey(toks[1]) {
-		c.out = append(c.out, replyBadFormat...)
+	quiet, ok := c.keyAndArgument(toks)
+	if !ok {
 		return
 	}
 	exptime, ok := parseInt32(toks[2])
@@ -460,7 +464,7 @@ func (c *conn) touch(toks [][]byte) {
 		c.out = append(c.out, replyBadExptime...)
 		return
 	}
-	status, err := c.eng.Touch(toks[1], exptime)
+	_, status, err := c.eng.Touch(toks[1], exptime)
 	switch status {
 	case engine.Touched:
 		c.reply(quiet, replyTouched)

@@ -49,9 +49,9 @@ type record struct {
 }
 
 const (
-	formatVersion   = 1
-	itemHeaderLen   = 1 + 4 + 8 + 8
-	metaKey = "\xffkeyway-format"
+	formatVersion = 1
+	itemHeaderLen = 1 + 4 + 8 + 8
+	metaKey       = "\xffkeyway-format"
 	// kickBytes of pending changes start a commit round without waiting for
 	// the async tick, so a burst of writes does not pile up in memory.
 	kickBytes = 4 << 20
@@ -81,9 +81,9 @@ type disk struct {
 	rounds atomic.Int64 // commit rounds that wrote something; shows group commit at work
 	// pendingBytes estimates the size of all shards' pending logs.
 	pendingBytes atomic.Int64
-	kick   chan struct{}
-	quit   chan struct{}
-	done   chan struct{}
+	kick         chan struct{}
+	quit         chan struct{}
+	done         chan struct{}
 
 	mu struct {
 		sync.Mutex

@@ -271,6 +271,9 @@ func (s *Store) Update(key []byte, fn func(cur *Item) (Action, Item)) (Item, err
 		cur = &n.item
 	}
 	action, next := fn(cur)
+	if n != nil && (action == Keep || action == Save) {
+		n.visited = true // a command that found the item counts as a use for SIEVE
+	}
 	var result Item
 	var seq uint64
 	switch action {

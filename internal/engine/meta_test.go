@@ -1,0 +1,247 @@
+package engine
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/keywaydb/keyway/internal/store"
+)
+
+const testEpoch = 1_700_000_000
+
+// newMetaEngine returns an engine over a fresh store whose clock is *now.
+func newMetaEngine(t *testing.T) (*Engine, *atomic.Int64) {
+	t.Helper()
+	now := new(atomic.Int64)
+	now.Store(testEpoch)
+	st, err := store.Open(store.Options{MemoryLimit: 16 << 20, Now: now.Load})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return New(st, Options{MaxItemSize: 1024}), now
+}
+
+func mustGet(t *testing.T, e *Engine, key string, r MetaGetRequest) MetaGetResult {
+	t.Helper()
+	res, err := e.MetaGet([]byte(key), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func mustSet(t *testing.T, e *Engine, key, value string, r MetaSetRequest) (Status, store.Item) {
+	t.Helper()
+	st, it, err := e.MetaSet([]byte(key), []byte(value), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, it
+}
+
+func TestMetaGetAccess(t *testing.T) {
+	e, now := newMetaEngine(t)
+	if res := mustGet(t, e, "a", MetaGetRequest{}); res.Found {
+		t.Fatal("hit on an empty store")
+	}
+	mustSet(t, e, "a", "v", MetaSetRequest{TTL: 100})
+	now.Add(5)
+	res := mustGet(t, e, "a", MetaGetRequest{NoUpdate: true})
+	if !res.Found || res.Item.Fetched || res.Now-res.Item.LastAccess != 5 {
+		t.Fatalf("u read: %+v", res)
+	}
+	res = mustGet(t, e, "a", MetaGetRequest{})
+	if res.Item.Fetched || res.Now-res.Item.LastAccess != 5 {
+		t.Fatalf("first read must report the state before it: %+v", res)
+	}
+	res = mustGet(t, e, "a", MetaGetRequest{SetTTL: true, TTL: 30})
+	if !res.Item.Fetched || res.Item.LastAccess != res.Now || res.PrevExptime != testEpoch+100 || res.Item.Exptime != testEpoch+5+30 {
+		t.Fatalf("second read: %+v", res)
+	}
+	k := e.Counters()
+	if k.CmdGet.Load() != 3 || k.GetHits.Load() != 2 || k.GetMisses.Load() != 1 || k.CmdTouch.Load() != 1 || k.TouchHits.Load() != 1 {
+		t.Fatalf("counters: get %d/%d/%d touch %d/%d", k.CmdGet.Load(), k.GetHits.Load(), k.GetMisses.Load(), k.CmdTouch.Load(), k.TouchHits.Load())
+	}
+}
+
+func TestMetaGetVivifyOneWinner(t *testing.T) {
+	e, _ := newMetaEngine(t)
+	var wins, tokens atomic.Int32
+	var wg sync.WaitGroup
+	for i := 0; i < 32; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := e.MetaGet([]byte("k"), MetaGetRequest{Vivify: true, VivifyTTL: 30})
+			if err != nil || !res.Found {
+				t.Errorf("vivify: %+v %v", res, err)
+			}
+			if res.Won {
+				wins.Add(1)
+			}
+			if res.TokenSent {
+				tokens.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if wins.Load() != 1 || tokens.Load() != 31 {
+		t.Fatalf("%d winners, %d told a token is out", wins.Load(), tokens.Load())
+	}
+	res := mustGet(t, e, "k", MetaGetRequest{})
+	if len(res.Item.Value) != 0 || res.Item.Exptime != testEpoch+30 || res.Won || !res.TokenSent {
+		t.Fatalf("vivified item: %+v", res)
+	}
+	// The winner's store makes the item ordinary again.
+	if st, _ := mustSet(t, e, "k", "v", MetaSetRequest{CompareCAS: true, CAS: res.Item.CAS}); st != Stored {
+		t.Fatalf("recache: %v", st)
+	}
+	if res := mustGet(t, e, "k", MetaGetRequest{Vivify: true}); res.Won || res.TokenSent || res.Item.Stale || string(res.Item.Value) != "v" {
+		t.Fatalf("after recache: %+v", res)
+	}
+}
+
+func TestMetaGetRecache(t *testing.T) {
+	e, now := newMetaEngine(t)
+	mustSet(t, e, "a", "v", MetaSetRequest{TTL: 100})
+	if res := mustGet(t, e, "a", MetaGetRequest{Recache: true, RecacheTTL: 30}); res.Won {
+		t.Fatal("won with 100s left under R30")
+	}
+	now.Add(80)
+	if res := mustGet(t, e, "a", MetaGetRequest{Recache: true, RecacheTTL: 30}); !res.Won {
+		t.Fatal("no win with 20s left under R30")
+	}
+	if res := mustGet(t, e, "a", MetaGetRequest{Recache: true, RecacheTTL: 30}); res.Won || !res.TokenSent {
+		t.Fatalf("second R reader: %+v", res)
+	}
+}
+
+func TestMetaSetModes(t *testing.T) {
+	e, _ := newMetaEngine(t)
+	for _, tc := range []struct {
+		key, value string
+		r          MetaSetRequest
+		want       Status
+	}{
+		{"a", "1", MetaSetRequest{Mode: Add}, Stored},
+		{"a", "2", MetaSetRequest{Mode: Add}, NotStored},
+		{"b", "x", MetaSetRequest{Mode: Replace}, NotStored},
+		{"b", "x", MetaSetRequest{Mode: Append}, NotStored},
+		{"b", "x", MetaSetRequest{Mode: Prepend, Vivify: true, VivifyTTL: 10}, Stored},
+		{"a", "3", MetaSetRequest{Mode: Append}, Stored},
+		{"a", "0", MetaSetRequest{Mode: Prepend}, Stored},
+		{"c", "x", MetaSetRequest{CompareCAS: true, CAS: 1}, NotFound},
+		{"c", "x", MetaSetRequest{Mode: Add, CompareCAS: true, CAS: 99}, Stored},
+		{"c", "y", MetaSetRequest{CompareCAS: true}, Exists},
+		{"c", "y", MetaSetRequest{Mode: Append, CompareCAS: true, CAS: 99}, Exists},
+		{"big", string(make([]byte, 1025)), MetaSetRequest{}, TooLarge},
+		{"a", string(make([]byte, 1022)), MetaSetRequest{Mode: Append}, NotStored},
+	} {
+		if st, _ := mustSet(t, e, tc.key, tc.value, tc.r); st != tc.want {
+			t.Errorf("%s %q %+v: %v, want %v", tc.key, tc.value, tc.r, st, tc.want)
+		}
+	}
+	if res := mustGet(t, e, "a", MetaGetRequest{}); string(res.Item.Value) != "013" {
+		t.Errorf("a = %q", res.Item.Value)
+	}
+	if res := mustGet(t, e, "b", MetaGetRequest{}); res.Item.Exptime != testEpoch+10 {
+		t.Errorf("vivified prepend exptime %d", res.Item.Exptime)
+	}
+	if st, it := mustSet(t, e, "e", "v", MetaSetRequest{NewCAS: 777}); st != Stored || it.CAS != 777 {
+		t.Errorf("E: %v %d", st, it.CAS)
+	}
+}
+
+func TestMetaInvalidate(t *testing.T) {
+	e, _ := newMetaEngine(t)
+	_, old := mustSet(t, e, "k", "v1", MetaSetRequest{TTL: 100})
+	if st, err := e.MetaDelete([]byte("k"), MetaDeleteRequest{Invalidate: true, SetTTL: true, TTL: 30}); st != Deleted || err != nil {
+		t.Fatalf("md I: %v %v", st, err)
+	}
+	res := mustGet(t, e, "k", MetaGetRequest{})
+	if !res.Item.Stale || !res.Won || res.TokenSent || res.Item.CAS == old.CAS || res.Item.Exptime != testEpoch+30 {
+		t.Fatalf("first reader after md I: %+v", res)
+	}
+	// A writer holding the pre-invalidation CAS stores, but stays stale.
+	st, it := mustSet(t, e, "k", "v2", MetaSetRequest{CompareCAS: true, CAS: old.CAS, Invalidate: true, TTL: 500})
+	if st != Stored || !it.Stale || !it.WinSent || it.Exptime != testEpoch+30 {
+		t.Fatalf("older cas with I: %v %+v", st, it)
+	}
+	// Without I, or with a newer CAS, it is refused.
+	if st, _ := mustSet(t, e, "k", "v3", MetaSetRequest{CompareCAS: true, CAS: old.CAS}); st != Exists {
+		t.Fatalf("older cas without I: %v", st)
+	}
+	if st, _ := mustSet(t, e, "k", "v3", MetaSetRequest{CompareCAS: true, CAS: it.CAS + 1, Invalidate: true}); st != Exists {
+		t.Fatalf("newer cas with I: %v", st)
+	}
+	if st, _ := mustSet(t, e, "k", "v4", MetaSetRequest{CompareCAS: true, CAS: it.CAS}); st != Stored {
+		t.Fatalf("matching cas: %v", st)
+	}
+	if res := mustGet(t, e, "k", MetaGetRequest{}); res.Item.Stale || res.Won || res.TokenSent {
+		t.Fatalf("after recache: %+v", res)
+	}
+	// md with I and E sets the CAS; a plain md removes.
+	e.MetaDelete([]byte("k"), MetaDeleteRequest{Invalidate: true, NewCAS: 42})
+	if res := mustGet(t, e, "k", MetaGetRequest{}); res.Item.CAS != 42 {
+		t.Fatalf("md I E42: cas %d", res.Item.CAS)
+	}
+	for _, tc := range []struct {
+		r    MetaDeleteRequest
+		want Status
+	}{
+		{MetaDeleteRequest{CompareCAS: true, CAS: 41}, Exists},
+		{MetaDeleteRequest{CompareCAS: true}, Exists},
+		{MetaDeleteRequest{CompareCAS: true, CAS: 42}, Deleted},
+		{MetaDeleteRequest{}, NotFound},
+	} {
+		if st, _ := e.MetaDelete([]byte("k"), tc.r); st != tc.want {
+			t.Errorf("md %+v: %v, want %v", tc.r, st, tc.want)
+		}
+	}
+	k := e.Counters()
+	if k.DeleteHits.Load() != 1 || k.DeleteMisses.Load() != 3 {
+		t.Errorf("delete counters %d/%d", k.DeleteHits.Load(), k.DeleteMisses.Load())
+	}
+}
+
+func TestMetaArith(t *testing.T) {
+	e, _ := newMetaEngine(t)
+	do := func(r MetaArithRequest) MetaArithResult {
+		t.Helper()
+		if r.Delta == 0 {
+			r.Delta = 1
+		}
+		res, err := e.MetaArith([]byte("n"), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := do(MetaArithRequest{}); res.Status != NotFound {
+		t.Fatalf("miss: %+v", res)
+	}
+	res := do(MetaArithRequest{Vivify: true, VivifyTTL: 60, Initial: 10})
+	if res.Status != Stored || !res.Created || res.Value != 10 || res.Item.Exptime != testEpoch+60 {
+		t.Fatalf("vivify: %+v", res)
+	}
+	if res := do(MetaArithRequest{CAS: res.Item.CAS + 1}); res.Status != Exists {
+		t.Fatalf("cas mismatch: %+v", res)
+	}
+	res = do(MetaArithRequest{Delta: 5, CAS: res.Item.CAS, NewCAS: 900, SetTTL: true, TTL: 5})
+	if res.Status != Stored || res.Value != 15 || res.Item.CAS != 900 || res.PrevExptime != testEpoch+60 || res.Item.Exptime != testEpoch+5 {
+		t.Fatalf("incr: %+v", res)
+	}
+	if res := do(MetaArithRequest{Decr: true, Delta: 20}); res.Value != 0 || string(res.Item.Value) != "0 " {
+		t.Fatalf("decr floors at 0 and pads: %+v", res)
+	}
+	mustSet(t, e, "n", "", MetaSetRequest{})
+	if res := do(MetaArithRequest{CAS: 12345}); res.Status != NonNumeric {
+		t.Fatalf("empty value: %+v", res)
+	}
+	k := e.Counters()
+	if k.IncrHits.Load() != 1 || k.DecrHits.Load() != 1 || k.IncrMisses.Load() != 1 {
+		t.Errorf("arith counters %d/%d/%d", k.IncrHits.Load(), k.DecrHits.Load(), k.IncrMisses.Load())
+	}
+}
