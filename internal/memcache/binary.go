@@ -433,7 +433,7 @@ func (c *conn) binStats(h binHeader, group []byte) {
 	w := statSink{c: c, binary: true, opaque: h.opaque}
 	switch string(group) {
 	case "":
-		c.generalStats(w)
+		c.srv.generalStats(w)
 	case "settings":
 		c.settingsStats(w)
 	case "reset":

@@ -29,14 +29,34 @@ func (c *conn) stats(toks [][]byte) {
 		}
 		return
 	}
-	c.generalStats(w)
+	c.srv.generalStats(w)
 	c.out = append(c.out, replyEnd...)
 }
 
+// statWriter receives statistics one by one.
+type statWriter interface {
+	int(name string, v int64)
+	str(name, v string)
+}
+
+// Stats returns the numeric general statistics, as `stats` reports them, for
+// the metrics exporter.
+func (s *Server) Stats() map[string]int64 {
+	m := mapSink{}
+	s.generalStats(m)
+	return m
+}
+
+// mapSink keeps the numeric statistics in a map.
+type mapSink map[string]int64
+
+func (m mapSink) int(name string, v int64) { m[name] = v }
+func (m mapSink) str(string, string)       {}
+
 // generalStats writes memcached's general statistics ("stats" with no group);
 // the text and binary protocols share this one list.
-func (c *conn) generalStats(w statSink) {
-	s, e := c.srv, c.eng
+func (s *Server) generalStats(w statWriter) {
+	e := s.eng
 	now := time.Now()
 	st := e.Store().Stats()
 	k := e.Counters()
