@@ -21,7 +21,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,9 +80,11 @@ type disk struct {
 	rounds atomic.Int64 // commit rounds that wrote something; shows group commit at work
 	// pendingBytes estimates the size of all shards' pending logs.
 	pendingBytes atomic.Int64
-	kick         chan struct{}
-	quit         chan struct{}
-	done         chan struct{}
+	// failed holds the error that made the disk unusable (nil while healthy).
+	failed atomic.Pointer[error]
+	kick   chan struct{}
+	quit   chan struct{}
+	done   chan struct{}
 
 	mu struct {
 		sync.Mutex
@@ -98,7 +99,8 @@ func openDisk(s *Store, o Options) (*disk, error) {
 	cache := pebble.NewCache(8 << 20)
 	defer cache.Unref() // the DB holds its own reference
 	db, err := pebble.Open(o.DataDir, &pebble.Options{
-		Logger: quietLogger{},
+		Logger: pebbleLogger{},
+		FS:     o.fs,
 		// Small, fixed memory: the item data lives in the store already.
 		Cache:                       cache,
 		MemTableSize:                8 << 20,
@@ -222,6 +224,9 @@ func (d *disk) appendLocked(sh *shard, rec record) uint64 {
 // it was. An async writer returns at once unless the disk has fallen so far
 // behind that pending changes exceed maxPendingBytes; then it waits for a round.
 func (d *disk) waitDurable(seq uint64) error {
+	if err := d.failure(); err != nil {
+		return err
+	}
 	if d.durability != DurabilitySync {
 		if d.pendingBytes.Load() < maxPendingBytes {
 			return nil
@@ -300,8 +305,8 @@ func (d *disk) commitRound() {
 			drained += int64(len(r.key) + len(r.value) + recordOverhead)
 			addToBatch(b, r)
 			*r = record{} // let values be collected
-			if b.Len() >= maxBatchBytes {
-				if cerr := b.Commit(pebble.NoSync); cerr != nil && err == nil {
+			if b.Len() >= maxBatchBytes && d.failed.Load() == nil {
+				if cerr := d.commitSafely(b, false); cerr != nil && err == nil {
 					err = cerr
 				}
 				b.Close()
@@ -311,9 +316,14 @@ func (d *disk) commitRound() {
 		}
 		d.pendingBytes.Add(-drained)
 	}
+	failedBefore := d.failed.Load() != nil
 	switch {
+	case d.failed.Load() != nil:
+		if err == nil {
+			err = d.failure()
+		}
 	case b.Count() > 0:
-		if cerr := b.Commit(pebble.Sync); cerr != nil && err == nil {
+		if cerr := d.commitSafely(b, true); cerr != nil && err == nil {
 			err = cerr
 		}
 		d.rounds.Add(1)
@@ -331,7 +341,9 @@ func (d *disk) commitRound() {
 		if len(d.mu.failures) > 64 {
 			d.mu.failures = d.mu.failures[1:]
 		}
-		d.s.log.Error("store: commit to disk failed", "data_dir", d.dir, "err", err)
+		if !failedBefore {
+			d.s.log.Error("store: commit to disk failed", "data_dir", d.dir, "err", err)
+		}
 	}
 	if upTo > d.mu.durable {
 		d.mu.durable = upTo
@@ -377,18 +389,62 @@ func (d *disk) close() error {
 	d.mu.closed = true
 	d.mu.cond.Broadcast()
 	d.mu.Unlock()
+	if err := d.failure(); err != nil {
+		// Pebble's pipeline is broken; closing it could hang or panic. What it
+		// had synced before the failure is on disk.
+		return err
+	}
 	return d.db.Close()
 }
 
-// quietLogger keeps Pebble's informational chatter out of keyway's log.
-type quietLogger struct{}
+// pebbleLogger keeps Pebble's informational chatter out of keyway's log.
+type pebbleLogger struct{}
 
-func (quietLogger) Infof(string, ...interface{}) {}
+func (pebbleLogger) Infof(string, ...interface{}) {}
 
-// Fatalf is called by Pebble on corruption it cannot go on from; it panics as
-// Pebble's own default does, after saying why in keyway's log.
-func (quietLogger) Fatalf(format string, args ...interface{}) {
-	msg := fmt.Sprintf(format, args...)
-	slog.Error("store: pebble fatal error", "msg", msg)
-	panic(msg)
+// Fatalf is called by Pebble on an error it cannot go on from, such as a WAL
+// write failing on a full disk. Pebble expects it not to return; it panics
+// with a pebbleFatal, which the committer recovers (see commitSafely) so that
+// a full disk fails writes instead of crashing keyway.
+func (pebbleLogger) Fatalf(format string, args ...interface{}) {
+	panic(pebbleFatal{fmt.Errorf(format, args...)})
+}
+
+type pebbleFatal struct{ err error }
+
+// commitSafely commits b, turning a Pebble fatal error into an error. After
+// one, Pebble's commit pipeline is unusable: the disk is marked failed and
+// never written again.
+func (d *disk) commitSafely(b *pebble.Batch, sync bool) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			f, ok := r.(pebbleFatal)
+			if !ok {
+				panic(r)
+			}
+			err = f.err
+			d.fail(err)
+		}
+	}()
+	opt := pebble.NoSync
+	if sync {
+		opt = pebble.Sync
+	}
+	return b.Commit(opt)
+}
+
+// fail marks the disk unusable: every later write is refused with the cause.
+func (d *disk) fail(err error) {
+	if d.failed.CompareAndSwap(nil, &err) {
+		d.s.log.Error("store: the disk failed; writes are refused until keyway restarts with a usable data_dir",
+			"data_dir", d.dir, "err", err)
+	}
+}
+
+// failure reports why the disk is unusable, or nil.
+func (d *disk) failure() error {
+	if p := d.failed.Load(); p != nil {
+		return fmt.Errorf("%w: %v", ErrPersist, *p)
+	}
+	return nil
 }

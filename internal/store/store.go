@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/cockroachdb/pebble/vfs"
 )
 
 // numShards is fixed because the on-disk layout prefixes every key with its
@@ -93,6 +94,8 @@ type Options struct {
 	FlushInterval time.Duration // async write-behind bound; default 1s
 	Logger        *slog.Logger
 	Now           func() int64 // Unix seconds; default time.Now().Unix (tests override)
+
+	fs vfs.FS // Pebble's filesystem; tests inject faults through it
 }
 
 // Stats are counters of the store's own events.
@@ -271,6 +274,14 @@ func (s *Store) Update(key []byte, fn func(cur *Item) (Action, Item)) (Item, err
 		cur = &n.item
 	}
 	action, next := fn(cur)
+	if action != Keep && s.disk != nil {
+		if err := s.disk.failure(); err != nil {
+			// The change cannot be made durable: refuse it rather than let
+			// memory and disk part ways.
+			sh.mu.Unlock()
+			return Item{}, err
+		}
+	}
 	if n != nil && (action == Keep || action == Save) {
 		n.visited = true // a command that found the item counts as a use for SIEVE
 	}
@@ -327,7 +338,21 @@ func (s *Store) Update(key []byte, fn func(cur *Item) (Action, Item)) (Item, err
 		seq = s.logLocked(sh, idx, opPut, nn.key, &nn.item)
 	}
 	sh.mu.Unlock()
-	return result, s.waitDurable(seq)
+	if err := s.waitDurable(seq); err != nil {
+		s.forget(sh, key, result.CAS)
+		return Item{}, err
+	}
+	return result, nil
+}
+
+// forget drops a change that could not be made durable from memory, if it is
+// still the live version, so memory never shows what the client was told failed.
+func (s *Store) forget(sh *shard, key []byte, cas uint64) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if n := sh.mu.items[string(key)]; n != nil && n.item.CAS == cas {
+		s.unlinkLocked(sh, n, false)
+	}
 }
 
 // Touch is a convenience for changing an item's expiry; it reports whether the key was live.

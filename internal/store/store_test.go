@@ -1,11 +1,17 @@
 package store
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/pebble/vfs"
+	"github.com/cockroachdb/pebble/vfs/errorfs"
 )
 
 func set(t *testing.T, s *Store, key, value string, exptime int64) Item {
@@ -211,5 +217,42 @@ func TestLoadRespectsSmallerLimit(t *testing.T) {
 	defer s.Close()
 	if st := s.Stats(); st.Bytes > 2<<20 || st.CurrItems == 0 {
 		t.Fatalf("loaded %d bytes, %d items under a 2 MiB limit", st.Bytes, st.CurrItems)
+	}
+}
+
+// TestFullDiskRefusesWrites: when the WAL cannot be written (a full disk),
+// sync writes are refused with ErrPersist, reads go on, and nothing panics.
+func TestFullDiskRefusesWrites(t *testing.T) {
+	var full atomic.Bool
+	fs := errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op, path string) error {
+		if full.Load() && (op == errorfs.OpFileWrite || op == errorfs.OpFileSync) && strings.HasSuffix(path, ".log") {
+			return syscall.ENOSPC
+		}
+		return nil
+	}))
+	s, err := Open(Options{MemoryLimit: 8 << 20, DataDir: t.TempDir(), Durability: DurabilitySync, fs: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set(t, s, "before", "v", 0)
+	full.Store(true)
+	_, err = s.Update([]byte("after"), func(*Item) (Action, Item) { return Replace, Item{Value: []byte("v")} })
+	if !errors.Is(err, ErrPersist) {
+		t.Fatalf("write on a full disk: %v, want ErrPersist", err)
+	}
+	_, err = s.Update([]byte("again"), func(*Item) (Action, Item) { return Replace, Item{Value: []byte("v")} })
+	if !errors.Is(err, ErrPersist) {
+		t.Fatalf("second write on a failed disk: %v, want ErrPersist", err)
+	}
+	for _, k := range []string{"after", "again"} {
+		if _, ok := s.Get([]byte(k)); ok {
+			t.Fatalf("refused write of %s is visible in memory", k)
+		}
+	}
+	if _, ok := s.Get([]byte("before")); !ok {
+		t.Fatal("reads stopped after the disk failed")
+	}
+	if err := s.Close(); !errors.Is(err, ErrPersist) {
+		t.Fatalf("close after failure: %v", err)
 	}
 }
