@@ -1,0 +1,272 @@
+// Package admin is keyway's HTTP admin listener: Prometheus /metrics, per-digest SQL statistics at /digests, the
+// server's /status, and a small index page linking them.
+//
+// Invariants:
+//   - Read-only except for resetting digest statistics (DELETE /digests, or GET /digests?reset=1).
+//   - Nothing is logged per request at the default level (Info); HTTP server errors go to the logger at Debug.
+//   - Every connection is bounded by read, write and idle timeouts, so a stuck scraper cannot pin resources.
+//   - Missing parts are tolerated: with no Digests, Metrics or Status in Options the matching path answers 404.
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/keywaydb/keyway/internal/stats"
+)
+
+// Options configures the admin listener.
+type Options struct {
+	Listen  string         // address for ListenAndServe, e.g. "127.0.0.1:9104"; Serve ignores it
+	Digests *stats.Digests // per-digest statistics; nil: /digests answers 404
+	Metrics *stats.Metrics // nil: /metrics answers 404
+	Status  func() any     // JSON-encoded at /status; nil: /status answers 404
+	Logger  *slog.Logger   // nil: slog.Default()
+}
+
+// Server is the admin HTTP server.
+type Server struct {
+	o       Options
+	log     *slog.Logger
+	handler http.Handler
+	srv     *http.Server
+}
+
+// Timeouts of the admin server's connections.
+const (
+	readHeaderTimeout = 5 * time.Second
+	readTimeout       = 10 * time.Second
+	writeTimeout      = 30 * time.Second // a /metrics scrape with many pools, or a big digest table, fits well
+	idleTimeout       = 2 * time.Minute
+)
+
+// New returns a server for o. It does not listen yet: call Serve or ListenAndServe.
+func New(o Options) *Server {
+	s := &Server{o: o, log: o.Logger}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.handler = s.routes()
+	s.srv = &http.Server{
+		Addr:              o.Listen,
+		Handler:           s.handler,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	return s
+}
+
+// Serve answers requests on ln until Shutdown. It returns nil after Shutdown, any other error otherwise.
+func (s *Server) Serve(ln net.Listener) error {
+	if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("admin: serving on %s: %w", ln.Addr(), err)
+	}
+	return nil
+}
+
+// ListenAndServe listens on Options.Listen and serves until Shutdown.
+func (s *Server) ListenAndServe() error {
+	ln, err := net.Listen("tcp", s.o.Listen)
+	if err != nil {
+		return fmt.Errorf("admin: listen on %q (check [admin] listen): %w", s.o.Listen, err)
+	}
+	return s.Serve(ln)
+}
+
+// Handler returns the admin routes, for tests or for mounting elsewhere.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Shutdown stops accepting, waits for requests in flight until ctx ends, then closes everything.
+func (s *Server) Shutdown(ctx context.Context) error {
+	if err := s.srv.Shutdown(ctx); err != nil {
+		_ = s.srv.Close()
+		return fmt.Errorf("admin: shutdown: %w", err)
+	}
+	return nil
+}
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	// "GET" patterns also match HEAD; other methods get 405 with an Allow header from the mux.
+	mux.HandleFunc("GET /{$}", s.index)
+	if s.o.Metrics != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(s.o.Metrics.Registry(), promhttp.HandlerOpts{
+			// One bad collector must not blank the whole scrape.
+			ErrorHandling: promhttp.ContinueOnError,
+			ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		}))
+	}
+	if s.o.Digests != nil {
+		mux.HandleFunc("GET /digests", s.digests)
+		mux.HandleFunc("DELETE /digests", s.resetDigests)
+	}
+	if s.o.Status != nil {
+		mux.HandleFunc("GET /status", s.status)
+	}
+	return mux
+}
+
+func (s *Server) index(w http.ResponseWriter, r *http.Request) {
+	var b strings.Builder
+	b.WriteString("<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>keyway admin</title></head><body>\n")
+	b.WriteString("<h1>keyway</h1>\n<ul>\n")
+	link := func(href, text string) {
+		fmt.Fprintf(&b, "<li><a href=\"%s\">%s</a></li>\n", html.EscapeString(href), html.EscapeString(text))
+	}
+	if s.o.Metrics != nil {
+		link("/metrics", "metrics (Prometheus)")
+	}
+	if s.o.Digests != nil {
+		link("/digests?format=text", "query digests (table)")
+		link("/digests", "query digests (JSON)")
+	}
+	if s.o.Status != nil {
+		link("/status", "status (JSON)")
+	}
+	b.WriteString("</ul>\n</body></html>\n")
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write([]byte(b.String()))
+}
+
+// digests serves the digest table: JSON by default, a ProxySQL-like text table with ?format=text. ?reset=1
+// returns the table and empties it in one step; ?limit=N returns only the N rows with the most total time.
+func (s *Server) digests(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var rows []stats.DigestStats
+	if reset, _ := strconv.ParseBool(q.Get("reset")); reset {
+		rows = s.o.Digests.SnapshotAndReset()
+	} else {
+		rows = s.o.Digests.Snapshot()
+	}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 0 {
+			http.Error(w, "limit must be a non-negative integer", http.StatusBadRequest)
+			return
+		}
+		if n < len(rows) {
+			rows = rows[:n]
+		}
+	}
+	switch q.Get("format") {
+	case "", "json":
+		s.writeJSON(w, rows)
+	case "text":
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write(formatDigestTable(rows))
+	default:
+		http.Error(w, "format must be json or text", http.StatusBadRequest)
+	}
+}
+
+func (s *Server) resetDigests(w http.ResponseWriter, r *http.Request) {
+	s.o.Digests.Reset()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+	s.writeJSON(w, s.o.Status())
+}
+
+func (s *Server) writeJSON(w http.ResponseWriter, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		s.log.Debug("admin: encoding a reply", "err", err)
+		http.Error(w, "cannot encode reply: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	b = append(b, '\n')
+	_, _ = w.Write(b)
+}
+
+// maxTextDigest bounds the digest_text column of the text table; the JSON form has the full text.
+const maxTextDigest = 100
+
+// formatDigestTable renders rows the way the mysql client prints ProxySQL's stats_mysql_query_digest.
+func formatDigestTable(rows []stats.DigestStats) []byte {
+	header := []string{"digest", "class", "schemaname", "username", "count_star", "sum_time_us", "min_time_us",
+		"avg_time_us", "max_time_us", "sum_rows", "errors", "first_seen", "last_seen", "digest_text"}
+	right := []bool{false, false, false, false, true, true, true, true, true, true, true, false, false, false}
+	cells := make([][]string, 0, len(rows))
+	ts := func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return t.UTC().Format("2006-01-02 15:04:05")
+	}
+	for _, d := range rows {
+		dig := d.Digest
+		if len(dig) > 16 {
+			dig = dig[:16] // a 64-bit prefix, as wide as ProxySQL's digests, is enough to tell rows apart
+		}
+		text := strings.Join(strings.Fields(d.Normalized), " ")
+		if r := []rune(text); len(r) > maxTextDigest {
+			text = string(r[:maxTextDigest-1]) + "…"
+		}
+		us := func(x time.Duration) string { return strconv.FormatInt(x.Microseconds(), 10) }
+		cells = append(cells, []string{dig, d.Class, d.Schema, d.User,
+			strconv.FormatInt(d.Count, 10), us(d.SumLatency), us(d.MinLatency), us(d.AvgLatency), us(d.MaxLatency),
+			strconv.FormatInt(d.Rows, 10), strconv.FormatInt(d.Errors, 10), ts(d.FirstSeen), ts(d.LastSeen), text})
+	}
+	width := make([]int, len(header))
+	for i, h := range header {
+		width[i] = len(h)
+	}
+	for _, row := range cells {
+		for i, c := range row {
+			if n := len([]rune(c)); n > width[i] {
+				width[i] = n
+			}
+		}
+	}
+	var b strings.Builder
+	sep := func() {
+		for _, wd := range width {
+			b.WriteString("+")
+			b.WriteString(strings.Repeat("-", wd+2))
+		}
+		b.WriteString("+\n")
+	}
+	line := func(row []string, align bool) {
+		for i, c := range row {
+			pad := strings.Repeat(" ", width[i]-len([]rune(c)))
+			b.WriteString("| ")
+			if align && right[i] {
+				b.WriteString(pad + c)
+			} else {
+				b.WriteString(c + pad)
+			}
+			b.WriteString(" ")
+		}
+		b.WriteString("|\n")
+	}
+	sep()
+	line(header, false)
+	sep()
+	for _, row := range cells {
+		line(row, true)
+	}
+	sep()
+	if len(rows) == 1 {
+		b.WriteString("1 row\n")
+	} else {
+		fmt.Fprintf(&b, "%d rows\n", len(rows))
+	}
+	return []byte(b.String())
+}

@@ -1,0 +1,578 @@
+package sqlproxy
+
+// This file is the SQL door's plan cache: statement text → digest → Plan.
+//
+// The job: pay for classification once per normalized statement, not once per query. Every query gets one lexer
+// pass (TiDB's parser.NormalizeDigest, which replaces literals by "?" and hashes the result); the digest is looked
+// up in a bounded, sharded map; only a digest never seen before (or evicted) is parsed with the real grammar to find
+// its class and tables.
+//
+// Invariants:
+//   - Plan never returns nil and never panics, whatever the input (a parser panic is recovered and reported as a
+//     parse error).
+//   - A digest is parsed at most once while it stays cached: concurrent first lookups of one digest wait on one
+//     parse (sync.Once per entry) instead of each parsing.
+//   - The returned *Plan is shared by every caller that hits the same digest and must be treated as read-only
+//     (Tables included). The one exception to "one plan per digest" is a statement whose meaning depends on a
+//     literal the digest erased — SET autocommit = 0 versus = 1 — which gets a fresh, uncached plan each time.
+//   - The cache holds at most max(capacity, shards) entries; a full shard evicts an arbitrary entry (Go's map
+//     iteration order), which is cheap and good enough: hot digests come straight back.
+
+import (
+	"hash/maphash"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unicode/utf8"
+
+	"github.com/pingcap/tidb/pkg/parser"
+	"github.com/pingcap/tidb/pkg/parser/ast"
+	// The parser needs a driver for literal values; test_driver is the self-contained one the parser ships for
+	// users outside TiDB (go-mysql and others use it the same way).
+	_ "github.com/pingcap/tidb/pkg/parser/test_driver"
+)
+
+// Class is the coarse kind of a statement, the first thing routing and caching ask about it.
+type Class uint8
+
+const (
+	// ClassOther is anything not below: KILL, FLUSH, DO, ANALYZE TABLE, statements nobody could classify.
+	ClassOther Class = iota
+	// ClassRead reads data and changes nothing: SELECT (including FOR UPDATE / LOCK IN SHARE MODE), set
+	// operations, WITH … SELECT, SHOW, DESCRIBE, EXPLAIN.
+	ClassRead
+	// ClassWrite changes rows or writes files: INSERT, REPLACE, UPDATE, DELETE, LOAD DATA, SELECT … INTO, CALL
+	// (a procedure may write, so it is treated as one).
+	ClassWrite
+	// ClassDDL changes schema objects or accounts: CREATE/ALTER/DROP/TRUNCATE/RENAME, GRANT/REVOKE, CREATE USER….
+	ClassDDL
+	// ClassTransaction is transaction control: BEGIN, START TRANSACTION, COMMIT, ROLLBACK, SAVEPOINT, RELEASE
+	// SAVEPOINT, XA.
+	ClassTransaction
+	// ClassSession changes the session's state: SET, USE, LOCK/UNLOCK TABLES, PREPARE/EXECUTE/DEALLOCATE, user
+	// variable assignment (also SELECT @v := …), and CREATE/DROP TEMPORARY TABLE — a temporary table lives and dies
+	// with the session, so it pins the session rather than changing the shared schema.
+	ClassSession
+)
+
+// String returns "other", "read", "write", "ddl", "transaction" or "session".
+func (c Class) String() string {
+	switch c {
+	case ClassRead:
+		return "read"
+	case ClassWrite:
+		return "write"
+	case ClassDDL:
+		return "ddl"
+	case ClassTransaction:
+		return "transaction"
+	case ClassSession:
+		return "session"
+	}
+	return "other"
+}
+
+// strength orders classes for a multi-statement query, whose class is the strongest of its parts:
+// write > ddl > transaction > session > read > other. Write ranks first because it is what caching must never miss
+// (invalidation); DDL next because it changes what tables mean.
+func (c Class) strength() int {
+	switch c {
+	case ClassWrite:
+		return 5
+	case ClassDDL:
+		return 4
+	case ClassTransaction:
+		return 3
+	case ClassSession:
+		return 2
+	case ClassRead:
+		return 1
+	}
+	return 0
+}
+
+// Plan is what keyway knows about one normalized statement. Plans are shared between callers: read-only.
+type Plan struct {
+	Digest     string // hex digest of the normalized statement (SHA-256, as TiDB's parser.NormalizeDigest)
+	Normalized string // literals replaced by ?, lower-cased keywords, optimizer hints and comments dropped
+	Class      Class
+	// Tables it reads or writes: "schema.table" when qualified, else "table"; lower-case; deduplicated, in order
+	// of appearance. CTE names are not tables and are left out.
+	Tables []string
+	// InTransaction: after this statement the session is inside an explicit transaction (BEGIN, START
+	// TRANSACTION, XA START, SET autocommit=0, or COMMIT/ROLLBACK AND CHAIN). For a multi-statement query both
+	// flags describe the state after its last transaction-control statement, so at most one of them is set.
+	InTransaction bool
+	// EndsTransaction: this statement ends the explicit transaction (COMMIT, ROLLBACK but not ROLLBACK TO
+	// SAVEPOINT, XA COMMIT/ROLLBACK, SET autocommit=1). Implicit commits (DDL, LOCK TABLES) are not flagged.
+	EndsTransaction bool
+	// SessionChange: at least one statement of the query is ClassSession (SET, USE, LOCK TABLES, PREPARE,
+	// temporary tables…). It differs from Class == ClassSession for multi-statements such as "USE db; INSERT …",
+	// whose Class is the stronger write.
+	SessionChange bool
+	// ParseError is non-empty when the parser could not parse the statement (MariaDB-only syntax, for example).
+	// Class is then guessed from the first keyword where that is unambiguous (INSERT… is a write, SELECT… a
+	// read, and so on) and is ClassOther otherwise; Tables is then empty.
+	ParseError string
+
+	// literalDependent marks plans whose flags depend on a literal the digest replaced by "?" (SET autocommit=?).
+	literalDependent bool
+}
+
+const planShards = 16
+
+// PlanCache maps statement text to a Plan through its digest. Safe for concurrent use.
+type PlanCache struct {
+	seed     maphash.Seed
+	perShard int
+	shards   [planShards]planShard
+	parsers  sync.Pool    // *parser.Parser; a Parser is not safe for concurrent use
+	parses   atomic.Int64 // statements handed to the real parser (tests assert parse-once with it)
+}
+
+type planShard struct {
+	mu sync.RWMutex
+	m  map[string]*planEntry
+	_  [32]byte // keep neighbouring shards' locks off one cache line
+}
+
+// planEntry is created under the shard lock and filled once, outside it, by the first caller.
+type planEntry struct {
+	once sync.Once
+	plan *Plan
+}
+
+// NewPlanCache returns a cache that holds about capacity digests (at least one per shard).
+func NewPlanCache(capacity int) *PlanCache {
+	per := capacity / planShards
+	if per < 1 {
+		per = 1
+	}
+	pc := &PlanCache{seed: maphash.MakeSeed(), perShard: per}
+	pc.parsers.New = func() any { return parser.New() }
+	for i := range pc.shards {
+		pc.shards[i].m = make(map[string]*planEntry)
+	}
+	return pc
+}
+
+// Plan returns the plan of sql (one statement, or several separated by ';'). Never nil; safe for concurrent use.
+// The hit path is one lexer pass plus one map lookup under a read lock.
+func (pc *PlanCache) Plan(sql string) *Plan {
+	normalized, d := parser.NormalizeDigest(sql)
+	digest := d.String()
+	sh := &pc.shards[maphash.String(pc.seed, digest)%planShards]
+
+	sh.mu.RLock()
+	e := sh.m[digest]
+	sh.mu.RUnlock()
+	if e == nil {
+		sh.mu.Lock()
+		if e = sh.m[digest]; e == nil {
+			if len(sh.m) >= pc.perShard {
+				for k := range sh.m { // arbitrary victim: map iteration order is unspecified
+					delete(sh.m, k)
+					break
+				}
+			}
+			e = &planEntry{}
+			sh.m[digest] = e
+		}
+		sh.mu.Unlock()
+	}
+	built := false
+	e.once.Do(func() { e.plan, built = pc.build(sql, normalized, digest), true })
+	if e.plan.literalDependent && !built {
+		return pc.build(sql, normalized, digest)
+	}
+	return e.plan
+}
+
+// Len returns the number of cached digests.
+func (pc *PlanCache) Len() int {
+	n := 0
+	for i := range pc.shards {
+		sh := &pc.shards[i]
+		sh.mu.RLock()
+		n += len(sh.m)
+		sh.mu.RUnlock()
+	}
+	return n
+}
+
+// build parses sql and derives its plan. It never panics: the parser is third-party code fed with client input,
+// so a panic in it (or in the walk over its AST) becomes a parse error.
+func (pc *PlanCache) build(sql, normalized, digest string) (p *Plan) {
+	p = &Plan{Digest: digest, Normalized: normalized}
+	pc.parses.Add(1)
+	ps := pc.parsers.Get().(*parser.Parser)
+	defer func() {
+		if r := recover(); r != nil {
+			// Drop ps: its state is unknown after a panic.
+			p = &Plan{Digest: digest, Normalized: normalized, ParseError: "parser panicked; statement not classified"}
+			guessFromKeywords(p)
+		}
+	}()
+	stmts, _, err := ps.Parse(sql, "", "")
+	if err != nil || len(stmts) == 0 {
+		pc.parsers.Put(ps)
+		if err != nil {
+			p.ParseError = truncate(err.Error(), maxParseError)
+		} else {
+			p.ParseError = "empty statement"
+		}
+		guessFromKeywords(p)
+		return p
+	}
+	tc := tableCollector{seen: map[string]struct{}{}}
+	for _, st := range stmts {
+		c := classify(st, p)
+		if c == ClassSession {
+			p.SessionChange = true
+		}
+		if c.strength() > p.Class.strength() {
+			p.Class = c
+		}
+		tc.collect(st)
+	}
+	p.Tables = tc.tables
+	// Only now: the parser recycles its AST nodes on the next Parse, so the walk above must finish first.
+	pc.parsers.Put(ps)
+	return p
+}
+
+// maxParseError bounds ParseError: the parser quotes the rest of the statement after the error, which can be large,
+// and plans are kept for capacity digests.
+const maxParseError = 256
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) { // do not cut a UTF-8 sequence
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// classify returns the class of one statement and updates p's transaction flags.
+func classify(st ast.StmtNode, p *Plan) Class {
+	begin := func() { p.InTransaction, p.EndsTransaction = true, false }
+	end := func() { p.InTransaction, p.EndsTransaction = false, true }
+	switch s := st.(type) {
+	case *ast.SelectStmt:
+		if s.SelectIntoOpt != nil {
+			return ClassWrite
+		}
+		if assignsUserVariable(s) {
+			return ClassSession
+		}
+		return ClassRead
+	case *ast.SetOprStmt:
+		if assignsUserVariable(s) {
+			return ClassSession
+		}
+		return ClassRead
+	case *ast.ShowStmt, *ast.ExplainForStmt, *ast.TraceStmt, *ast.HelpStmt, *ast.PlanReplayerStmt:
+		return ClassRead
+	case *ast.ExplainStmt:
+		// EXPLAIN ANALYZE runs the statement; a plain EXPLAIN (or DESCRIBE t) only reads.
+		if s.Analyze && s.Stmt != nil {
+			var q Plan
+			if c := classify(s.Stmt, &q); c != ClassRead {
+				return c
+			}
+		}
+		return ClassRead
+	case *ast.InsertStmt, *ast.UpdateStmt, *ast.DeleteStmt, *ast.LoadDataStmt, *ast.ImportIntoStmt,
+		*ast.CallStmt, *ast.NonTransactionalDMLStmt:
+		return ClassWrite
+	case *ast.CreateTableStmt:
+		if s.TemporaryKeyword != ast.TemporaryNone {
+			return ClassSession
+		}
+		return ClassDDL
+	case *ast.DropTableStmt:
+		if s.TemporaryKeyword != ast.TemporaryNone {
+			return ClassSession
+		}
+		return ClassDDL
+	case *ast.BeginStmt:
+		begin()
+		return ClassTransaction
+	case *ast.CommitStmt:
+		end()
+		if s.CompletionType == ast.CompletionTypeChain {
+			begin()
+		}
+		return ClassTransaction
+	case *ast.RollbackStmt:
+		if s.SavepointName == "" { // ROLLBACK TO SAVEPOINT keeps the transaction open
+			end()
+			if s.CompletionType == ast.CompletionTypeChain {
+				begin()
+			}
+		}
+		return ClassTransaction
+	case *ast.SavepointStmt, *ast.ReleaseSavepointStmt:
+		return ClassTransaction
+	case *ast.SetStmt:
+		for _, v := range s.Variables {
+			if v == nil || !v.IsSystem || v.IsGlobal || !strings.EqualFold(v.Name, "autocommit") {
+				continue
+			}
+			p.literalDependent = true
+			switch autocommitValue(v.Value) {
+			case 0:
+				begin()
+			case 1:
+				end()
+			default: // SET autocommit = @v: unknown, so assume a transaction (never cache inside one)
+				begin()
+			}
+		}
+		return ClassSession
+	case *ast.UseStmt, *ast.LockTablesStmt, *ast.UnlockTablesStmt, *ast.PrepareStmt, *ast.ExecuteStmt,
+		*ast.DeallocateStmt, *ast.SetRoleStmt, *ast.SetSessionStatesStmt, *ast.SetResourceGroupStmt:
+		return ClassSession
+	case *ast.GrantStmt, *ast.GrantRoleStmt, *ast.GrantProxyStmt, *ast.RevokeStmt, *ast.RevokeRoleStmt,
+		*ast.CreateUserStmt, *ast.AlterUserStmt, *ast.DropUserStmt, *ast.RenameUserStmt, *ast.SetPwdStmt,
+		*ast.SetDefaultRoleStmt:
+		return ClassDDL
+	case ast.DDLNode: // every other CREATE/ALTER/DROP/TRUNCATE/RENAME the grammar knows
+		return ClassDDL
+	}
+	return ClassOther
+}
+
+// autocommitValue returns 0 or 1 for a literal autocommit value (0, 1, ON, OFF, TRUE, FALSE, 'on'…), -1 otherwise.
+func autocommitValue(e ast.ExprNode) int {
+	var b strings.Builder
+	switch v := e.(type) {
+	case nil:
+		return -1
+	case *ast.ColumnNameExpr: // SET autocommit = ON parses ON/OFF as a name
+		b.WriteString(v.Name.Name.L)
+	case ast.ValueExpr:
+		switch x := v.GetValue().(type) {
+		case int64:
+			return boolInt(x != 0)
+		case uint64:
+			return boolInt(x != 0)
+		case string:
+			b.WriteString(x)
+		default:
+			return -1
+		}
+	default:
+		return -1
+	}
+	switch strings.ToLower(b.String()) {
+	case "on", "true", "1":
+		return 1
+	case "off", "false", "0":
+		return 0
+	}
+	return -1
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// assignsUserVariable reports whether the statement contains @v := expr.
+func assignsUserVariable(n ast.Node) bool {
+	var f varAssignFinder
+	n.Accept(&f)
+	return f.found
+}
+
+type varAssignFinder struct{ found bool }
+
+func (f *varAssignFinder) Enter(n ast.Node) (ast.Node, bool) {
+	if v, ok := n.(*ast.VariableExpr); ok && !v.IsSystem && v.Value != nil {
+		f.found = true
+	}
+	return n, f.found
+}
+
+func (f *varAssignFinder) Leave(n ast.Node) (ast.Node, bool) { return n, true }
+
+// tableCollector walks a statement and records every ast.TableName, which covers FROM lists, joins, subqueries,
+// INSERT … SELECT, multi-table UPDATE/DELETE, DDL targets, SHOW … FROM t and LOCK TABLES.
+type tableCollector struct {
+	seen   map[string]struct{}
+	tables []string
+	skip   map[*ast.TableName]struct{} // names that are aliases, not tables (DELETE a FROM t AS a)
+	ctes   map[string]struct{}         // WITH names; an unqualified TableName with such a name is not a table
+}
+
+func (tc *tableCollector) collect(st ast.StmtNode) {
+	tc.skip, tc.ctes = nil, nil
+	// First pass: learn CTE names, so "WITH x AS (…) SELECT … FROM x" does not report x.
+	st.Accept(&cteFinder{tc: tc})
+	st.Accept(tc)
+}
+
+func (tc *tableCollector) Enter(n ast.Node) (ast.Node, bool) {
+	switch x := n.(type) {
+	case *ast.InsertStmt:
+		// The visitor walks INSERT's SELECT before its target; record the target first so Tables reads in
+		// statement order.
+		if x.Table != nil && x.Table.TableRefs != nil {
+			if ts, ok := x.Table.TableRefs.Left.(*ast.TableSource); ok {
+				if tn, ok := ts.Source.(*ast.TableName); ok {
+					tc.Enter(tn)
+				}
+			}
+		}
+	case *ast.DeleteStmt:
+		// In multi-table DELETE the target list holds aliases of tables named in TableRefs; the real tables are
+		// found there.
+		if x.IsMultiTable && x.Tables != nil {
+			if tc.skip == nil {
+				tc.skip = map[*ast.TableName]struct{}{}
+			}
+			for _, t := range x.Tables.Tables {
+				tc.skip[t] = struct{}{}
+			}
+		}
+	case *ast.TableName:
+		if _, ok := tc.skip[x]; ok {
+			return n, true
+		}
+		name := x.Name.L
+		if name == "" {
+			return n, true
+		}
+		if x.Schema.L == "" {
+			if _, ok := tc.ctes[name]; ok {
+				return n, true
+			}
+		} else {
+			name = x.Schema.L + "." + name
+		}
+		if _, ok := tc.seen[name]; !ok {
+			tc.seen[name] = struct{}{}
+			tc.tables = append(tc.tables, name)
+		}
+		return n, true
+	}
+	return n, false
+}
+
+func (tc *tableCollector) Leave(n ast.Node) (ast.Node, bool) { return n, true }
+
+type cteFinder struct{ tc *tableCollector }
+
+func (f *cteFinder) Enter(n ast.Node) (ast.Node, bool) {
+	if w, ok := n.(*ast.WithClause); ok {
+		for _, c := range w.CTEs {
+			if c == nil {
+				continue
+			}
+			if f.tc.ctes == nil {
+				f.tc.ctes = map[string]struct{}{}
+			}
+			f.tc.ctes[c.Name.L] = struct{}{}
+		}
+	}
+	return n, false
+}
+
+func (f *cteFinder) Leave(n ast.Node) (ast.Node, bool) { return n, true }
+
+// guessFromKeywords classifies a statement the parser rejected, from the leading keywords of each ';'-separated
+// part of the normalized text (comments and hints are already gone there), combined as for parsed
+// multi-statements. It only decides where the first keyword leaves no doubt.
+func guessFromKeywords(p *Plan) {
+	// The normalizer back-quotes words it does not know as keywords (xa becomes `xa`).
+	words := strings.Fields(strings.NewReplacer("(", " ", ")", " ", ";", " ; ", "`", "").Replace(p.Normalized))
+	for len(words) > 0 {
+		n := 0
+		for n < len(words) && words[n] != ";" {
+			n++
+		}
+		if n > 0 {
+			if c := guessOne(p, words[:n]); c.strength() > p.Class.strength() {
+				p.Class = c
+			}
+		}
+		if n < len(words) {
+			n++ // the ';'
+		}
+		words = words[n:]
+	}
+}
+
+// guessOne classifies one statement's words and updates p's transaction and session flags.
+func guessOne(p *Plan, words []string) Class {
+	second := ""
+	if len(words) > 1 {
+		second = words[1]
+	}
+	switch words[0] {
+	case "select", "show", "describe", "desc", "explain", "values", "table", "help":
+		if words[0] == "select" && containsWord(words, "into") { // SELECT … INTO OUTFILE/DUMPFILE/@var
+			return ClassWrite
+		}
+		return ClassRead
+	case "with":
+		// WITH … SELECT reads; MySQL 8 also allows WITH … UPDATE/DELETE.
+		for _, w := range words {
+			if w == "update" || w == "delete" || w == "insert" || w == "replace" {
+				return ClassWrite
+			}
+		}
+		return ClassRead
+	case "insert", "update", "delete", "replace", "load", "call":
+		return ClassWrite
+	case "create", "drop":
+		if second == "temporary" {
+			p.SessionChange = true
+			return ClassSession
+		}
+		return ClassDDL
+	case "alter", "truncate", "rename", "grant", "revoke":
+		return ClassDDL
+	case "begin", "start":
+		if words[0] == "begin" || second == "transaction" {
+			p.InTransaction, p.EndsTransaction = true, false
+		}
+		return ClassTransaction
+	case "commit":
+		p.InTransaction, p.EndsTransaction = false, true
+		return ClassTransaction
+	case "rollback":
+		if !containsWord(words, "to") {
+			p.InTransaction, p.EndsTransaction = false, true
+		}
+		return ClassTransaction
+	case "savepoint", "release":
+		return ClassTransaction
+	case "xa":
+		switch second {
+		case "start", "begin":
+			p.InTransaction, p.EndsTransaction = true, false
+		case "commit", "rollback":
+			p.InTransaction, p.EndsTransaction = false, true
+		}
+		return ClassTransaction
+	case "set", "use", "lock", "unlock", "prepare", "execute", "deallocate":
+		p.SessionChange = true
+		return ClassSession
+	}
+	return ClassOther
+}
+
+func containsWord(words []string, w string) bool {
+	for _, x := range words {
+		if x == w {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,239 @@
+package stats
+
+import (
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// PoolStat is one backend connection pool's state, as reported at scrape time.
+type PoolStat struct {
+	Group, Address, User string
+	Open, Idle, InUse    int
+	Waits, Errors        int64 // cumulative: waits for a free connection, failed connects/health checks
+}
+
+// queryClasses are the SQL door's statement classes (sqlproxy.Class.String()); their Prometheus children are
+// resolved once so ObserveQuery does no label hashing for them.
+var queryClasses = [...]string{"other", "read", "write", "ddl", "transaction", "session"}
+
+// Metrics is keyway's Prometheus instrumentation, on its own registry (with Go runtime and process collectors).
+// All methods are safe for concurrent use; a nil *Metrics is not.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	sqlConnsOpen  prometheus.Gauge
+	sqlConnsTotal prometheus.Counter
+	queries       *prometheus.CounterVec
+	duration      *prometheus.HistogramVec
+
+	perClass [len(queryClasses)]classObservers
+
+	pools    atomic.Pointer[func() []PoolStat]
+	memcache atomic.Pointer[func() map[string]int64]
+}
+
+type classObservers struct {
+	ok, failed prometheus.Counter
+	duration   prometheus.Observer
+}
+
+// latencyBuckets span a cached hit (tens of µs) to a slow report query (10 s).
+var latencyBuckets = []float64{
+	.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10,
+}
+
+// NewMetrics returns metrics registered on a fresh registry.
+func NewMetrics() *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry()}
+	m.sqlConnsOpen = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "keyway_sql_connections", Help: "Client connections currently open on the SQL door.",
+	})
+	m.sqlConnsTotal = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "keyway_sql_connections_total", Help: "Client connections accepted by the SQL door.",
+	})
+	m.queries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "keyway_sql_queries_total", Help: "Statements handled by the SQL door, by class and result (ok, error).",
+	}, []string{"class", "result"})
+	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "keyway_sql_query_duration_seconds",
+		Help:    "Time from a statement's arrival to the end of its reply, by class.",
+		Buckets: latencyBuckets,
+	}, []string{"class"})
+	for i, c := range queryClasses {
+		m.perClass[i] = classObservers{
+			ok:       m.queries.WithLabelValues(c, "ok"),
+			failed:   m.queries.WithLabelValues(c, "error"),
+			duration: m.duration.WithLabelValues(c),
+		}
+	}
+	// Register cannot fail here: a fresh registry and distinct, valid names. The error is ignored rather than
+	// turned into a panic.
+	for _, c := range []prometheus.Collector{
+		m.sqlConnsOpen, m.sqlConnsTotal, m.queries, m.duration,
+		&poolCollector{m: m}, &memcacheCollector{m: m},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	} {
+		_ = m.reg.Register(c)
+	}
+	return m
+}
+
+// Registry returns the registry holding every keyway metric, for promhttp or tests.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// SQLConnectionOpened counts a client connection accepted by the SQL door.
+func (m *Metrics) SQLConnectionOpened() {
+	m.sqlConnsOpen.Inc()
+	m.sqlConnsTotal.Inc()
+}
+
+// SQLConnectionClosed counts a client connection of the SQL door going away.
+func (m *Metrics) SQLConnectionClosed() { m.sqlConnsOpen.Dec() }
+
+// ObserveQuery records one statement of the given class (sqlproxy.Class.String()).
+func (m *Metrics) ObserveQuery(class string, latency time.Duration, failed bool) {
+	for i := range queryClasses {
+		if queryClasses[i] == class {
+			o := &m.perClass[i]
+			if failed {
+				o.failed.Inc()
+			} else {
+				o.ok.Inc()
+			}
+			o.duration.Observe(latency.Seconds())
+			return
+		}
+	}
+	result := "ok"
+	if failed {
+		result = "error"
+	}
+	m.queries.WithLabelValues(class, result).Inc()
+	m.duration.WithLabelValues(class).Observe(latency.Seconds())
+}
+
+// SetPoolStatsFunc installs the function called at each scrape to export backend pool state. nil removes it.
+func (m *Metrics) SetPoolStatsFunc(f func() []PoolStat) {
+	if f == nil {
+		m.pools.Store(nil)
+		return
+	}
+	m.pools.Store(&f)
+}
+
+// SetMemcacheStatsFunc installs the function called at each scrape to export the memcache door's counters (the
+// names of memcached's "stats" reply) as keyway_memcache_<name>. nil removes it.
+func (m *Metrics) SetMemcacheStatsFunc(f func() map[string]int64) {
+	if f == nil {
+		m.memcache.Store(nil)
+		return
+	}
+	m.memcache.Store(&f)
+}
+
+var (
+	poolConnsDesc = prometheus.NewDesc("keyway_backend_pool_connections",
+		"Backend connections by pool and state (open = idle + in_use).",
+		[]string{"group", "address", "user", "state"}, nil)
+	poolWaitsDesc = prometheus.NewDesc("keyway_backend_pool_waits_total",
+		"Times a session waited for a free backend connection.",
+		[]string{"group", "address", "user"}, nil)
+	poolErrorsDesc = prometheus.NewDesc("keyway_backend_pool_errors_total",
+		"Failed backend connects and health checks.",
+		[]string{"group", "address", "user"}, nil)
+)
+
+type poolCollector struct{ m *Metrics }
+
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- poolConnsDesc
+	ch <- poolWaitsDesc
+	ch <- poolErrorsDesc
+}
+
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	fp := c.m.pools.Load()
+	if fp == nil {
+		return
+	}
+	// Merge rows with the same labels: a duplicate label set would make the whole scrape fail.
+	type key struct{ g, a, u string }
+	merged := map[key]*PoolStat{}
+	var order []key
+	for _, p := range (*fp)() {
+		k := key{p.Group, p.Address, p.User}
+		if s, ok := merged[k]; ok {
+			s.Open += p.Open
+			s.Idle += p.Idle
+			s.InUse += p.InUse
+			s.Waits += p.Waits
+			s.Errors += p.Errors
+			continue
+		}
+		merged[k] = &p
+		order = append(order, k)
+	}
+	send := func(desc *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
+		if mt, err := prometheus.NewConstMetric(desc, t, v, labels...); err == nil {
+			ch <- mt
+		}
+	}
+	for _, k := range order {
+		p := merged[k]
+		send(poolConnsDesc, prometheus.GaugeValue, float64(p.Open), k.g, k.a, k.u, "open")
+		send(poolConnsDesc, prometheus.GaugeValue, float64(p.Idle), k.g, k.a, k.u, "idle")
+		send(poolConnsDesc, prometheus.GaugeValue, float64(p.InUse), k.g, k.a, k.u, "in_use")
+		send(poolWaitsDesc, prometheus.CounterValue, float64(p.Waits), k.g, k.a, k.u)
+		send(poolErrorsDesc, prometheus.CounterValue, float64(p.Errors), k.g, k.a, k.u)
+	}
+}
+
+// memcacheGauges are the memcached stats that go up and down; every other name is exported as a counter.
+var memcacheGauges = map[string]bool{
+	"curr_connections": true, "curr_items": true, "bytes": true, "limit_maxbytes": true, "threads": true,
+	"uptime": true, "time": true, "pid": true, "connection_structures": true, "max_connections": true,
+	"hash_power_level": true, "hash_bytes": true, "hash_is_expanding": true, "reserved_fds": true,
+	"accepting_conns": true, "pointer_size": true, "conn_yields_current": true,
+}
+
+// memcacheCollector is "unchecked" (Describe sends nothing) because its metric names come from the stats map.
+type memcacheCollector struct{ m *Metrics }
+
+func (c *memcacheCollector) Describe(chan<- *prometheus.Desc) {}
+
+func (c *memcacheCollector) Collect(ch chan<- prometheus.Metric) {
+	fp := c.m.memcache.Load()
+	if fp == nil {
+		return
+	}
+	for name, v := range (*fp)() {
+		n := metricName(name)
+		if n == "" {
+			continue
+		}
+		t, help := prometheus.CounterValue, "memcached stats counter "+name+" of the memcache door."
+		if memcacheGauges[n] || strings.HasPrefix(n, "curr_") {
+			t, help = prometheus.GaugeValue, "memcached stats value "+name+" of the memcache door."
+		}
+		desc := prometheus.NewDesc("keyway_memcache_"+n, help, nil, nil)
+		if mt, err := prometheus.NewConstMetric(desc, t, float64(v)); err == nil {
+			ch <- mt
+		}
+	}
+}
+
+// metricName lower-cases a stats name and replaces what Prometheus does not allow in a name with '_'.
+func metricName(s string) string {
+	b := []byte(strings.ToLower(s))
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
