@@ -14,12 +14,16 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"runtime/debug"
 	"time"
 
+	"github.com/keywaydb/keyway/internal/admin"
 	"github.com/keywaydb/keyway/internal/config"
 	"github.com/keywaydb/keyway/internal/engine"
 	"github.com/keywaydb/keyway/internal/memcache"
+	"github.com/keywaydb/keyway/internal/sqlproxy"
+	"github.com/keywaydb/keyway/internal/stats"
 	"github.com/keywaydb/keyway/internal/store"
 )
 
@@ -31,6 +35,10 @@ type Server struct {
 	engine   *engine.Engine
 	memcache *memcache.Server
 	mcLn     net.Listener
+	sql      *sqlproxy.Server // nil when the SQL door is off
+	sqlLn    net.Listener
+	admin    *admin.Server // nil when the admin listener is off
+	adminLn  net.Listener
 	errc     chan error
 }
 
@@ -65,7 +73,12 @@ func Start(cfg config.Config, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("memcache.listen %q: %w (is another memcached or keyway on that port? change -p or [memcache] listen)", cfg.Memcache.Listen, err)
 	}
 	mc := memcache.NewServer(eng, memcache.Options{MaxConnections: cfg.Memcache.MaxConnections, Logger: log})
-	s := &Server{cfg: cfg, log: log, store: st, engine: eng, memcache: mc, mcLn: ln, errc: make(chan error, 1)}
+	s := &Server{cfg: cfg, log: log, store: st, engine: eng, memcache: mc, mcLn: ln, errc: make(chan error, 3)}
+	if err := s.startSQLAndAdmin(); err != nil {
+		ln.Close()
+		st.Close()
+		return nil, err
+	}
 	go func() { s.errc <- mc.Serve(ln) }()
 	stats := st.Stats()
 	log.Info("keyway serving",
@@ -78,8 +91,87 @@ func Start(cfg config.Config, log *slog.Logger) (*Server, error) {
 	if cfg.Store.DataDir == "" {
 		log.Info("persistence off: the store starts empty after a restart (set [store] data_dir or --data-dir to keep it)")
 	}
-	log.Info("SQL door off: no [sql] section in the config")
+	if s.sql == nil {
+		log.Info("SQL door off: no [sql] listen in the config")
+	}
 	return s, nil
+}
+
+// startSQLAndAdmin opens the SQL door and the admin listener when configured.
+func (s *Server) startSQLAndAdmin() error {
+	cfg := s.cfg
+	metrics := stats.NewMetrics()
+	metrics.SetMemcacheStatsFunc(s.memcache.Stats)
+	digests := stats.NewDigests(digestCapacity)
+	if cfg.SQL.Listen != "" {
+		proxy, err := sqlproxy.New(sqlproxy.Options{
+			Config:  cfg,
+			Plans:   sqlproxy.NewPlanCache(planCapacity),
+			Digests: digests,
+			Metrics: metrics,
+			Logger:  s.log,
+		})
+		if err != nil {
+			return err
+		}
+		ln, err := net.Listen("tcp", cfg.SQL.Listen)
+		if err != nil {
+			return fmt.Errorf("sql.listen %q: %w (is MySQL or another keyway on that port? change [sql] listen or --sql-listen)", cfg.SQL.Listen, err)
+		}
+		s.sql, s.sqlLn = proxy, ln
+		go func() { s.errc <- proxy.Serve(ln) }()
+		s.log.Info("SQL door serving", "sql", ln.Addr().String(), "groups", len(cfg.Groups), "users", len(cfg.SQL.Users))
+	}
+	if cfg.Admin.Listen != "" {
+		ln, err := net.Listen("tcp", cfg.Admin.Listen)
+		if err != nil {
+			s.stopSQL(context.Background())
+			return fmt.Errorf("admin.listen %q: %w (change [admin] listen or --admin-listen)", cfg.Admin.Listen, err)
+		}
+		s.admin = admin.New(admin.Options{Listen: cfg.Admin.Listen, Digests: digests, Metrics: metrics, Status: s.status, Logger: s.log})
+		s.adminLn = ln
+		go func() {
+			if err := s.admin.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.errc <- err
+			}
+		}()
+		s.log.Info("admin serving", "admin", ln.Addr().String())
+	}
+	return nil
+}
+
+// Sizes of the per-digest tables: enough for an application's statements,
+// bounded against generated SQL with literals the lexer cannot fold.
+const (
+	planCapacity   = 10000
+	digestCapacity = 10000
+)
+
+func (s *Server) stopSQL(ctx context.Context) error {
+	if s.sql == nil {
+		return nil
+	}
+	return s.sql.Shutdown(ctx)
+}
+
+// status is what /status shows.
+func (s *Server) status() any {
+	st := map[string]any{
+		"memcache": map[string]any{"listen": s.mcLn.Addr().String(), "stats": s.memcache.Stats()},
+		"store":    map[string]any{"data_dir": s.cfg.Store.DataDir, "durability": s.cfg.Store.Durability},
+	}
+	if s.sql != nil {
+		st["sql"] = map[string]any{"listen": s.sqlLn.Addr().String(), "pools": s.sql.PoolStats()}
+	}
+	return st
+}
+
+// SQLAddr is where the SQL door listens, or nil when it is off.
+func (s *Server) SQLAddr() net.Addr {
+	if s.sqlLn == nil {
+		return nil
+	}
+	return s.sqlLn.Addr()
 }
 
 // MemcacheAddr is where the memcache door listens.
@@ -92,6 +184,14 @@ func (s *Server) Err() <-chan error { return s.errc }
 // writing what is pending.
 func (s *Server) Stop(ctx context.Context) error {
 	err := s.memcache.Shutdown(ctx)
+	if serr := s.stopSQL(ctx); serr != nil {
+		err = errors.Join(err, serr)
+	}
+	if s.admin != nil {
+		if aerr := s.admin.Shutdown(ctx); aerr != nil {
+			err = errors.Join(err, aerr)
+		}
+	}
 	if cerr := s.store.Close(); cerr != nil {
 		err = errors.Join(err, cerr)
 	}

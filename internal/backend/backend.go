@@ -1,0 +1,484 @@
+// Package backend owns keyway's connections to MySQL/MariaDB servers: per group of servers (today: its primary) a
+// health monitor and connection pools keyed by the backend user and the capability flags that change the protocol.
+//
+// Invariants:
+//   - A pooled connection is clean: it went through COM_RESET_CONNECTION after its last user and answered OK. A
+//     connection in an unknown state (mid-result, an I/O error, a failed reset, marked broken) is closed, never
+//     pooled.
+//   - A connection in a pool with key K negotiated exactly K.Caps of mysqlwire.ProtocolCaps with the backend, so it
+//     can serve any client that negotiated the same flags with keyway: their packets are the same.
+//   - At most Group.MaxOpen connections per pool exist (open counts dials in progress); Get waits, bounded by its
+//     context and ConnectTimeout, when the pool is exhausted.
+//   - An unreachable backend is an *UnavailableError naming the group and address. After a failed dial, dials fail
+//     fast for a short, growing backoff (50ms … 1s) so a dead backend costs clients no connect timeouts; a
+//     successful dial or health check ends the backoff.
+//   - Nothing here panics; every goroutine stops on Group.Close.
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/keywaydb/keyway/internal/config"
+	"github.com/keywaydb/keyway/internal/mysqlwire"
+)
+
+// Defaults for zero fields of config.Group.
+const (
+	DefaultMaxOpen        = 256
+	DefaultIdleTimeout    = 60 * time.Second
+	DefaultHealthInterval = 2 * time.Second
+	DefaultConnectTimeout = 5 * time.Second
+
+	resetTimeout = 5 * time.Second
+	minBackoff   = 50 * time.Millisecond
+	maxBackoff   = time.Second
+)
+
+// UnavailableError says a backend group could not be reached.
+type UnavailableError struct {
+	Group, Addr string
+	Err         error
+}
+
+func (e *UnavailableError) Error() string {
+	return "keyway: backend group " + e.Group + " (" + e.Addr + ") unavailable: " + e.Err.Error()
+}
+func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// LoginError says the backend refused keyway's credentials for a user: fix backend_user/backend_password.
+type LoginError struct {
+	Group, Addr, User string
+	Err               error
+}
+
+func (e *LoginError) Error() string {
+	return "keyway: backend group " + e.Group + " (" + e.Addr + ") refused login as '" + e.User + "': " + e.Err.Error() +
+		" (check backend_user/backend_password in [[sql.users]])"
+}
+func (e *LoginError) Unwrap() error { return e.Err }
+
+// PoolKey identifies a pool within a group.
+type PoolKey struct {
+	User      string // backend user
+	Caps      uint32 // client capability flags & mysqlwire.ProtocolCaps
+	Collation uint8  // the connection's character set/collation from the handshake (COM_RESET_CONNECTION restores it)
+}
+
+// PoolStats is a pool's state for metrics.
+type PoolStats struct {
+	Group, Address, User string
+	Caps                 uint32
+	Open, Idle, InUse    int
+	Waits, Errors        int64
+}
+
+// Group is one backend group: its primary's address, a health monitor and the pools.
+type Group struct {
+	cfg     config.Group
+	network string // "tcp" or "unix"
+	log     *slog.Logger
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+
+	mu struct {
+		sync.Mutex
+		pools     map[PoolKey]*Pool
+		info      *mysqlwire.ServerInfo // the last handshake seen
+		down      bool
+		lastErr   error
+		failUntil time.Time // dials fail fast with lastErr until then
+		backoff   time.Duration
+		closed    bool
+	}
+}
+
+// NewGroup starts the group's health monitor and pool maintenance. Zero config fields take the defaults above.
+func NewGroup(cfg config.Group, log *slog.Logger) *Group {
+	if log == nil {
+		log = slog.Default()
+	}
+	if cfg.MaxOpen <= 0 {
+		cfg.MaxOpen = DefaultMaxOpen
+	}
+	if cfg.MinIdle < 0 {
+		cfg.MinIdle = 0
+	}
+	if cfg.MinIdle > cfg.MaxOpen {
+		cfg.MinIdle = cfg.MaxOpen
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.HealthInterval <= 0 {
+		cfg.HealthInterval = DefaultHealthInterval
+	}
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = DefaultConnectTimeout
+	}
+	g := &Group{cfg: cfg, network: "tcp", log: log.With("group", cfg.Name, "addr", cfg.Primary), stop: make(chan struct{})}
+	if strings.Contains(cfg.Primary, "/") {
+		g.network = "unix"
+	}
+	g.mu.pools = make(map[PoolKey]*Pool)
+	g.wg.Add(2)
+	go g.monitor()
+	go g.maintain()
+	return g
+}
+
+// Name is the group's name; Addr its primary's address.
+func (g *Group) Name() string { return g.cfg.Name }
+func (g *Group) Addr() string { return g.cfg.Primary }
+
+// ServerInfo returns the last handshake the primary sent (version, capabilities), or nil before any.
+func (g *Group) ServerInfo() *mysqlwire.ServerInfo {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.mu.info
+}
+
+// Healthy reports whether the last health check or dial succeeded, and the last error otherwise.
+func (g *Group) Healthy() (bool, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return !g.mu.down, g.mu.lastErr
+}
+
+// Pool returns the pool for key, creating it (empty) on first use. password is the backend password for key.User.
+func (g *Group) Pool(key PoolKey, password string) *Pool {
+	key.Caps &= mysqlwire.ProtocolCaps
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p := g.mu.pools[key]
+	if p == nil {
+		p = &Pool{g: g, key: key, password: password}
+		g.mu.pools[key] = p
+	}
+	return p
+}
+
+// Stats returns the state of every pool of the group.
+func (g *Group) Stats() []PoolStats {
+	g.mu.Lock()
+	pools := make([]*Pool, 0, len(g.mu.pools))
+	for _, p := range g.mu.pools {
+		pools = append(pools, p)
+	}
+	g.mu.Unlock()
+	out := make([]PoolStats, 0, len(pools))
+	for _, p := range pools {
+		out = append(out, p.Stats())
+	}
+	return out
+}
+
+// Close stops the monitor and closes every idle connection; connections in use are closed when returned.
+func (g *Group) Close() {
+	g.mu.Lock()
+	if g.mu.closed {
+		g.mu.Unlock()
+		return
+	}
+	g.mu.closed = true
+	pools := make([]*Pool, 0, len(g.mu.pools))
+	for _, p := range g.mu.pools {
+		pools = append(pools, p)
+	}
+	g.mu.Unlock()
+	close(g.stop)
+	g.wg.Wait()
+	for _, p := range pools {
+		p.close()
+	}
+}
+
+func (g *Group) isClosed() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.mu.closed
+}
+
+// dial opens and logs in a backend connection. Network and handshake I/O failures are *UnavailableError and start
+// the fast-fail backoff; a refusal by the server is a *LoginError.
+func (g *Group) dial(ctx context.Context, user, password string, caps uint32, collation uint8) (*Conn, error) {
+	g.mu.Lock()
+	if err := g.mu.lastErr; err != nil && time.Now().Before(g.mu.failUntil) {
+		g.mu.Unlock()
+		return nil, &UnavailableError{Group: g.cfg.Name, Addr: g.cfg.Primary, Err: err}
+	}
+	g.mu.Unlock()
+
+	c, err := g.connect(ctx, user, password, caps, collation)
+	if err != nil {
+		var me *mysqlwire.Error
+		if errors.As(err, &me) && me.Code != mysqlwire.ERConCount {
+			return nil, &LoginError{Group: g.cfg.Name, Addr: g.cfg.Primary, User: user, Err: err}
+		}
+		g.failed(err)
+		return nil, &UnavailableError{Group: g.cfg.Name, Addr: g.cfg.Primary, Err: err}
+	}
+	g.succeeded(c.Info)
+	if got := c.Capabilities & mysqlwire.ProtocolCaps; got != caps&mysqlwire.ProtocolCaps {
+		c.Close()
+		return nil, fmt.Errorf("keyway: backend group %s (%s) does not support capability flags 0x%x the client negotiated: reconnect the client",
+			g.cfg.Name, g.cfg.Primary, caps&^got&mysqlwire.ProtocolCaps)
+	}
+	return c, nil
+}
+
+// connect dials and runs the client handshake, bounded by ConnectTimeout.
+func (g *Group) connect(ctx context.Context, user, password string, caps uint32, collation uint8) (*Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.ConnectTimeout)
+	defer cancel()
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, g.network, g.cfg.Primary)
+	if err != nil {
+		return nil, err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = nc.SetDeadline(dl)
+	}
+	mc := mysqlwire.NewConn(nc)
+	info, err := mysqlwire.ClientHandshake(mc, &mysqlwire.ClientConfig{
+		User: user, Password: password, Capabilities: caps, Collation: collation,
+	})
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	_ = nc.SetDeadline(time.Time{})
+	return &Conn{Conn: mc, Info: info, DBKnown: true, Status: info.Status}, nil
+}
+
+// failed records a failed dial or health check: the group is down and dials fail fast for a growing backoff.
+func (g *Group) failed(err error) {
+	g.mu.Lock()
+	wasDown := g.mu.down
+	g.mu.down, g.mu.lastErr = true, err
+	g.mu.backoff = min(max(2*g.mu.backoff, minBackoff), maxBackoff)
+	g.mu.failUntil = time.Now().Add(g.mu.backoff)
+	pools := make([]*Pool, 0, len(g.mu.pools))
+	for _, p := range g.mu.pools {
+		pools = append(pools, p)
+	}
+	g.mu.Unlock()
+	if !wasDown {
+		g.log.Warn("backend down", "err", err)
+		// Idle connections to a server that went away are dead; drop them now rather than on checkout.
+		for _, p := range pools {
+			p.closeIdle(0)
+		}
+	}
+}
+
+// succeeded records a successful dial or health check.
+func (g *Group) succeeded(info *mysqlwire.ServerInfo) {
+	g.mu.Lock()
+	wasDown := g.mu.down && g.mu.lastErr != nil
+	g.mu.down, g.mu.lastErr, g.mu.backoff, g.mu.failUntil = false, nil, 0, time.Time{}
+	if info != nil {
+		g.mu.info = info
+	}
+	g.mu.Unlock()
+	if wasDown {
+		g.log.Info("backend up")
+	}
+}
+
+// monitor checks the primary every HealthInterval: COM_PING on its own connection when a monitoring user is
+// configured, else a dial that reads the server's handshake.
+func (g *Group) monitor() {
+	defer g.wg.Done()
+	var mc *Conn
+	defer func() {
+		if mc != nil {
+			mc.Close()
+		}
+	}()
+	check := func() {
+		if mc == nil {
+			var err error
+			if g.cfg.User == "" {
+				mc, err = g.handshakeOnly()
+			} else {
+				mc, err = g.connect(context.Background(), g.cfg.User, g.cfg.Password, 0, 0)
+			}
+			if err != nil {
+				g.failed(err)
+				return
+			}
+			if g.cfg.User == "" {
+				mc.Close()
+				mc = nil
+				g.succeeded(g.ServerInfo())
+				return
+			}
+		}
+		_ = mc.SetDeadline(time.Now().Add(g.cfg.ConnectTimeout))
+		err := mc.WriteCommand(comPing, nil)
+		if err == nil {
+			_, err = mc.ReadOK()
+		}
+		_ = mc.SetDeadline(time.Time{})
+		if err != nil {
+			mc.Close()
+			mc = nil
+			g.failed(err)
+			return
+		}
+		g.succeeded(mc.Info)
+	}
+	check()
+	t := time.NewTicker(g.cfg.HealthInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.stop:
+			return
+		case <-t.C:
+			check()
+		}
+	}
+}
+
+// handshakeOnly dials and reads the handshake, for a monitor without credentials. The returned Conn is open.
+func (g *Group) handshakeOnly() (*Conn, error) {
+	var d net.Dialer
+	d.Timeout = g.cfg.ConnectTimeout
+	nc, err := d.Dial(g.network, g.cfg.Primary)
+	if err != nil {
+		return nil, err
+	}
+	_ = nc.SetDeadline(time.Now().Add(g.cfg.ConnectTimeout))
+	mc := mysqlwire.NewConn(nc)
+	info, _, _, err := mysqlwire.ReadServerHandshake(mc)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	g.mu.Lock()
+	g.mu.info = info
+	g.mu.Unlock()
+	return &Conn{Conn: mc, Info: info}, nil
+}
+
+// maintain closes connections idle longer than IdleTimeout above MinIdle, and opens connections up to MinIdle in
+// pools that exist while the backend is up.
+func (g *Group) maintain() {
+	defer g.wg.Done()
+	every := min(g.cfg.IdleTimeout/2, time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.stop:
+			return
+		case <-t.C:
+		}
+		g.mu.Lock()
+		pools := make([]*Pool, 0, len(g.mu.pools))
+		for _, p := range g.mu.pools {
+			pools = append(pools, p)
+		}
+		down := g.mu.down
+		g.mu.Unlock()
+		for _, p := range pools {
+			p.closeIdle(g.cfg.IdleTimeout)
+			if !down {
+				p.fill(g.cfg.MinIdle)
+			}
+		}
+	}
+}
+
+const (
+	comQuit            = 0x01
+	comInitDB          = 0x02
+	comPing            = 0x0e
+	comResetConnection = 0x1f
+)
+
+// Conn is a backend connection checked out of (or headed for) a pool.
+type Conn struct {
+	*mysqlwire.Conn
+	Info *mysqlwire.ServerInfo
+	// DB is the default database keyway knows the connection has ("" = none); DBKnown is false once a statement
+	// may have changed it (the session sets it so).
+	DB      string
+	DBKnown bool
+	// Status is the last status flags seen from the backend.
+	Status uint16
+
+	pool      *Pool
+	broken    bool
+	idleSince time.Time
+}
+
+// MarkBroken says the connection is in an unknown state (mid-result, after an I/O error): Release closes it.
+func (c *Conn) MarkBroken() { c.broken = true }
+
+// Release returns the connection to its pool: reset and kept, or closed when broken or the reset fails.
+func (c *Conn) Release() {
+	if c.pool == nil {
+		c.Close()
+		return
+	}
+	c.pool.put(c)
+}
+
+// InitDB makes db the connection's default database (COM_INIT_DB). A refusal by the server is a *mysqlwire.Error
+// and leaves the connection usable; an I/O error marks it broken.
+func (c *Conn) InitDB(db string) error {
+	err := c.WriteCommand(comInitDB, []byte(db))
+	if err == nil {
+		var st uint16
+		st, err = c.ReadOK()
+		if err == nil {
+			c.Status, c.DB, c.DBKnown = st, db, true
+			return nil
+		}
+	}
+	var me *mysqlwire.Error
+	if !errors.As(err, &me) {
+		c.broken = true
+	}
+	return err
+}
+
+// alive probes an idle connection without blocking: a closed peer or unexpected bytes mean it is dead.
+func (c *Conn) alive() bool {
+	if c.Buffered() > 0 {
+		return false
+	}
+	sc, ok := c.NetConn().(syscall.Conn)
+	if !ok {
+		return true
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	alive := true
+	var buf [1]byte
+	err = raw.Read(func(fd uintptr) bool {
+		n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		switch {
+		case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK: // nothing to read: alive
+		case err != nil, n == 0: // an error, or EOF: the server closed it
+			alive = false
+		default: // the server said something unasked (an error before closing): not clean
+			alive = false
+		}
+		return true
+	})
+	return alive && err == nil
+}

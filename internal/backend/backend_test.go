@@ -1,0 +1,231 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keywaydb/keyway/internal/config"
+	"github.com/keywaydb/keyway/internal/mysqlwire"
+	"github.com/keywaydb/keyway/internal/testenv"
+)
+
+var shared struct {
+	once sync.Once
+	m    *testenv.MariaDB
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.m != nil {
+		_ = shared.m.Stop()
+	}
+	os.Exit(code)
+}
+
+func mariadb(t testing.TB) *testenv.MariaDB {
+	t.Helper()
+	testenv.Need(t, "mariadbd")
+	testenv.Need(t, "mariadb-install-db")
+	shared.once.Do(func() { shared.m, shared.err = testenv.StartMariaDB(context.Background()) })
+	if shared.err != nil {
+		t.Fatalf("%v", shared.err)
+	}
+	return shared.m
+}
+
+func newGroup(t *testing.T, primary string, mutate func(*config.Group)) *Group {
+	cfg := config.Group{Name: "main", Primary: primary, User: "app", Password: "secret",
+		MaxOpen: 2, HealthInterval: 50 * time.Millisecond, ConnectTimeout: time.Second}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	g := NewGroup(cfg, nil)
+	t.Cleanup(g.Close)
+	return g
+}
+
+// query runs a one-column text query on a backend connection and returns the first row's value.
+func query(t *testing.T, c *Conn, q string) string {
+	t.Helper()
+	if err := c.WriteCommand(0x03, []byte(q)); err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.ReadPacket()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p[0] == mysqlwire.HeaderERR {
+		t.Fatalf("%s: %v", q, mysqlwire.ParseError(p))
+	}
+	if p[0] == mysqlwire.HeaderOK {
+		return ""
+	}
+	deprecate := c.Capabilities&mysqlwire.ClientDeprecateEOF != 0
+	skip := 1
+	if !deprecate {
+		skip = 2
+	}
+	for range skip { // one column definition (+ EOF)
+		if _, err := c.ReadPacket(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var val string
+	for {
+		p, err := c.ReadPacket()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p[0] == mysqlwire.HeaderEOF && len(p) < 0xffffff {
+			return val
+		}
+		if val == "" {
+			if p[0] == 0xfb {
+				val = "NULL"
+			} else {
+				n, k, _ := mysqlwire.ReadLenEnc(p)
+				val = string(p[k : k+int(n)])
+			}
+		}
+	}
+}
+
+func TestPoolResetAndReuse(t *testing.T) {
+	m := mariadb(t)
+	g := newGroup(t, m.Addr, nil)
+	p := g.Pool(PoolKey{User: "app", Caps: mysqlwire.ClientDeprecateEOF}, "secret")
+	ctx := context.Background()
+	c, err := p.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Capabilities&mysqlwire.ClientDeprecateEOF == 0 {
+		t.Fatal("DEPRECATE_EOF not negotiated")
+	}
+	id := query(t, c, "SELECT CONNECTION_ID()")
+	query(t, c, "SET @x = 5")
+	query(t, c, "BEGIN")
+	c.Release()
+	st := p.Stats()
+	if st.Open != 1 || st.Idle != 1 || st.InUse != 0 {
+		t.Fatalf("after release: %+v", st)
+	}
+	c, err = p.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := query(t, c, "SELECT CONNECTION_ID()"); got != id {
+		t.Fatalf("not reused: %s vs %s", got, id)
+	}
+	if got := query(t, c, "SELECT @x"); got != "NULL" {
+		t.Fatalf("user variable survived the reset: %s", got)
+	}
+	if got := query(t, c, "SELECT @@in_transaction"); got != "0" {
+		t.Fatalf("transaction survived the reset: %s", got)
+	}
+	// A broken connection is closed, not pooled.
+	c.MarkBroken()
+	c.Release()
+	if st := p.Stats(); st.Open != 0 || st.Idle != 0 {
+		t.Fatalf("broken connection pooled: %+v", st)
+	}
+}
+
+func TestPoolMaxOpenWaits(t *testing.T) {
+	m := mariadb(t)
+	g := newGroup(t, m.Addr, func(c *config.Group) { c.MaxOpen = 1; c.ConnectTimeout = 300 * time.Millisecond })
+	p := g.Pool(PoolKey{User: "app"}, "secret")
+	c, err := p.Get(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Exhausted: times out with a clear error.
+	_, err = p.Get(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "max_open") {
+		t.Fatalf("want a max_open error, got %v", err)
+	}
+	// A waiter gets the released connection.
+	got := make(chan error, 1)
+	go func() {
+		c2, err := p.Get(context.Background())
+		if err == nil {
+			c2.Release()
+		}
+		got <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	c.Release()
+	if err := <-got; err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+	if st := p.Stats(); st.Waits != 2 || st.Open != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestUnavailable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	g := newGroup(t, addr, nil)
+	_, err = g.Pool(PoolKey{User: "app"}, "secret").Get(context.Background())
+	var ue *UnavailableError
+	if !errors.As(err, &ue) || !strings.HasPrefix(err.Error(), "keyway: backend group main ("+addr+") unavailable: ") {
+		t.Fatalf("got %v", err)
+	}
+	if ok, _ := g.Healthy(); ok {
+		t.Fatal("healthy with nothing listening")
+	}
+}
+
+func TestLoginError(t *testing.T) {
+	m := mariadb(t)
+	g := newGroup(t, m.Addr, nil)
+	_, err := g.Pool(PoolKey{User: "app"}, "wrong").Get(context.Background())
+	var le *LoginError
+	if !errors.As(err, &le) || !strings.Contains(err.Error(), "1045") {
+		t.Fatalf("got %v", err)
+	}
+	if st := g.Pool(PoolKey{User: "app"}, "wrong").Stats(); st.Errors != 1 || st.Open != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestMinIdleAndMonitor(t *testing.T) {
+	m := mariadb(t)
+	g := newGroup(t, m.Addr, func(c *config.Group) { c.MinIdle = 2; c.MaxOpen = 4; c.IdleTimeout = 200 * time.Millisecond })
+	p := g.Pool(PoolKey{User: "app"}, "secret")
+	deadline := time.Now().Add(5 * time.Second)
+	for p.Stats().Idle < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("min_idle not reached: %+v", p.Stats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if info := g.ServerInfo(); info == nil || !strings.Contains(info.Version, "MariaDB") {
+		t.Fatalf("server info %+v", info)
+	}
+	if ok, err := g.Healthy(); !ok {
+		t.Fatalf("unhealthy: %v", err)
+	}
+	// Unix socket primary.
+	gs := newGroup(t, m.Socket, nil)
+	c, err := gs.Pool(PoolKey{User: "app"}, "secret").Get(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := query(t, c, "SELECT 1"); got != "1" {
+		t.Fatalf("unix socket: %q", got)
+	}
+	c.Release()
+}

@@ -1,0 +1,228 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Pool holds the connections of one PoolKey in a group.
+type Pool struct {
+	g        *Group
+	key      PoolKey
+	password string
+
+	mu struct {
+		sync.Mutex
+		idle    []*Conn // LIFO: the most recently used first out, so surplus ones idle out
+		open    int     // idle + in use + dials in progress
+		inUse   int
+		waits   int64
+		errors  int64
+		waiters []chan struct{}
+		closed  bool
+	}
+}
+
+// Key returns the pool's key.
+func (p *Pool) Key() PoolKey { return p.key }
+
+// Get checks out a connection: an idle one that still answers, else a new one while fewer than MaxOpen are open,
+// else it waits for a release until ctx ends or ConnectTimeout passes. The caller must Release it.
+func (p *Pool) Get(ctx context.Context) (*Conn, error) {
+	cfg := &p.g.cfg
+	var waitUntil time.Time
+	for {
+		p.mu.Lock()
+		if p.mu.closed {
+			p.mu.Unlock()
+			return nil, fmt.Errorf("keyway: backend group %s is shutting down", cfg.Name)
+		}
+		for len(p.mu.idle) > 0 {
+			c := p.mu.idle[len(p.mu.idle)-1]
+			p.mu.idle = p.mu.idle[:len(p.mu.idle)-1]
+			p.mu.inUse++
+			p.mu.Unlock()
+			if c.alive() {
+				return c, nil
+			}
+			c.Close()
+			p.mu.Lock()
+			p.mu.inUse--
+			p.mu.open--
+		}
+		if p.mu.open < cfg.MaxOpen {
+			p.mu.open++
+			p.mu.inUse++
+			p.mu.Unlock()
+			c, err := p.g.dial(ctx, p.key.User, p.password, p.key.Caps, p.key.Collation)
+			if err != nil {
+				p.mu.Lock()
+				p.mu.open--
+				p.mu.inUse--
+				p.mu.errors++
+				p.wakeLocked()
+				p.mu.Unlock()
+				return nil, err
+			}
+			c.pool = p
+			return c, nil
+		}
+		// Exhausted: wait for a release.
+		if waitUntil.IsZero() {
+			waitUntil = time.Now().Add(cfg.ConnectTimeout)
+			p.mu.waits++
+		}
+		ch := make(chan struct{})
+		p.mu.waiters = append(p.mu.waiters, ch)
+		p.mu.Unlock()
+		t := time.NewTimer(time.Until(waitUntil))
+		select {
+		case <-ch:
+			t.Stop()
+			continue
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		p.mu.Lock()
+		p.removeWaiterLocked(ch)
+		p.mu.errors++
+		p.mu.Unlock()
+		err := ctx.Err()
+		if err == nil {
+			err = errors.New("timed out")
+		}
+		return nil, fmt.Errorf("keyway: backend group %s (%s): all %d connections for user '%s' are in use (max_open) and none was released in time (%w): raise max_open in [[groups]] or lower the client concurrency",
+			cfg.Name, cfg.Primary, cfg.MaxOpen, p.key.User, err)
+	}
+}
+
+// wakeLocked lets one waiter retry.
+func (p *Pool) wakeLocked() {
+	if len(p.mu.waiters) == 0 {
+		return
+	}
+	close(p.mu.waiters[0])
+	p.mu.waiters = p.mu.waiters[1:]
+}
+
+func (p *Pool) removeWaiterLocked(ch chan struct{}) {
+	for i, w := range p.mu.waiters {
+		if w == ch {
+			p.mu.waiters = append(p.mu.waiters[:i], p.mu.waiters[i+1:]...)
+			return
+		}
+	}
+	// Already woken: pass the wake-up on, so a release is not lost.
+	p.wakeLocked()
+}
+
+// put resets c and keeps it idle, or closes it (broken, reset failed, pool closed).
+func (p *Pool) put(c *Conn) {
+	ok := !c.broken && c.Buffered() == 0
+	if ok {
+		_ = c.SetDeadline(time.Now().Add(resetTimeout))
+		err := c.WriteCommand(comResetConnection, nil)
+		if err == nil {
+			c.Status, err = c.ReadOK()
+		}
+		_ = c.SetDeadline(time.Time{})
+		ok = err == nil
+		if err != nil {
+			p.g.log.Debug("backend connection reset failed; closing it", "err", err)
+		}
+	}
+	p.mu.Lock()
+	p.mu.inUse--
+	if !ok || p.mu.closed {
+		p.mu.open--
+		p.wakeLocked()
+		p.mu.Unlock()
+		c.Close()
+		return
+	}
+	c.idleSince = time.Now()
+	p.mu.idle = append(p.mu.idle, c)
+	p.wakeLocked()
+	p.mu.Unlock()
+}
+
+// closeIdle closes idle connections: those idle longer than olderThan beyond MinIdle, or all when olderThan is 0.
+func (p *Pool) closeIdle(olderThan time.Duration) {
+	var drop []*Conn
+	now := time.Now()
+	p.mu.Lock()
+	keep := p.mu.idle[:0]
+	for i, c := range p.mu.idle { // oldest first: LIFO keeps recent ones at the end
+		surplus := len(p.mu.idle)-i > p.g.cfg.MinIdle
+		if olderThan == 0 || (surplus && now.Sub(c.idleSince) > olderThan) {
+			drop = append(drop, c)
+			p.mu.open--
+			continue
+		}
+		keep = append(keep, c)
+	}
+	clear(p.mu.idle[len(keep):])
+	p.mu.idle = keep
+	p.mu.Unlock()
+	for _, c := range drop {
+		_ = c.SetDeadline(time.Now().Add(time.Second))
+		_ = c.WriteCommand(comQuit, nil)
+		c.Close()
+	}
+}
+
+// fill opens connections until n are idle (or MaxOpen are open).
+func (p *Pool) fill(n int) {
+	for {
+		p.mu.Lock()
+		if p.mu.closed || len(p.mu.idle) >= n || p.mu.open >= p.g.cfg.MaxOpen {
+			p.mu.Unlock()
+			return
+		}
+		p.mu.open++
+		p.mu.Unlock()
+		c, err := p.g.dial(context.Background(), p.key.User, p.password, p.key.Caps, p.key.Collation)
+		p.mu.Lock()
+		if err != nil || p.mu.closed {
+			p.mu.open--
+			if err != nil {
+				p.mu.errors++
+			}
+			p.mu.Unlock()
+			if c != nil {
+				c.Close()
+			}
+			return
+		}
+		c.pool = p
+		c.idleSince = time.Now()
+		p.mu.idle = append(p.mu.idle, c)
+		p.wakeLocked()
+		p.mu.Unlock()
+	}
+}
+
+// close closes idle connections and makes Get fail; connections in use close when released.
+func (p *Pool) close() {
+	p.mu.Lock()
+	p.mu.closed = true
+	for _, w := range p.mu.waiters {
+		close(w)
+	}
+	p.mu.waiters = nil
+	p.mu.Unlock()
+	p.closeIdle(0)
+}
+
+// Stats returns the pool's state.
+func (p *Pool) Stats() PoolStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return PoolStats{
+		Group: p.g.cfg.Name, Address: p.g.cfg.Primary, User: p.key.User, Caps: p.key.Caps,
+		Open: p.mu.open, Idle: len(p.mu.idle), InUse: p.mu.inUse, Waits: p.mu.waits, Errors: p.mu.errors,
+	}
+}

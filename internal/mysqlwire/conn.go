@@ -1,0 +1,382 @@
+// Package mysqlwire speaks the MySQL client/server protocol (4.1 and later) on both sides of keyway: the server
+// side (keyway answering an application's driver) and the client side (keyway logging in to a MariaDB or MySQL
+// backend). It frames packets, negotiates capabilities, runs the handshake and authentication
+// (mysql_native_password and caching_sha2_password, optional TLS) and encodes the few packets keyway writes itself
+// (OK, ERR, EOF). It does not interpret statements or result sets: the SQL door relays those packet by packet.
+//
+// Invariants:
+//   - A Conn is used by one goroutine at a time. It tracks one sequence id shared by both directions, as the
+//     protocol does: every packet read must carry the expected id (else ErrPacketsOutOfOrder) and every packet
+//     written gets the next one. ResetSeq starts a new command exchange.
+//   - Buffers: a slice returned by ReadPacket is owned by the Conn and valid only until its next read; copy what
+//     must outlive that. The write buffer is owned by the Conn: Begin hands it out with the 4-byte header reserved in
+//     front of the payload, Finish fills the header in place (no second buffer, no per-packet allocation) and the
+//     bytes reach the network on Flush (or earlier, once the buffer passes flushThreshold, so a long result streams
+//     in bounded memory).
+//   - Logical packets of MaxPayload (16 MiB − 1) bytes or more travel split into MaxPayload-sized physical packets
+//     and a final shorter one (possibly empty); ReadPacket joins them, Finish splits them, RelayPacket streams them.
+//   - Nothing here panics on input: lengths are checked before slicing and malformed input is an error.
+//
+// Constants and password scrambles come from github.com/go-mysql-org/go-mysql/mysql (the protocol's names and
+// well-tested hashes). Packet framing and the handshakes are keyway's own: go-mysql's packet.Conn allocates a
+// buffer per packet and reads whole packets, while the relay needs to stream a packet of any size through a bounded
+// buffer and write headers into the payload's buffer.
+package mysqlwire
+
+import (
+	"bufio"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+)
+
+const (
+	// MaxPayload is the largest payload of one physical packet; a logical packet this long or longer continues in
+	// the next physical packet.
+	MaxPayload = 1<<24 - 1
+	// DefaultMaxPacket bounds the logical packets ReadPacket accepts when Conn.MaxPacket is 0: MariaDB's and
+	// MySQL 8's default max_allowed_packet is 16–64 MiB.
+	DefaultMaxPacket = 64 << 20
+
+	headerSize = 4
+	// bufSize is the read buffer and the usual write buffer size.
+	bufSize = 16 << 10
+	// flushThreshold: once the write buffer holds this much after a finished packet, it is written out, so a reply
+	// streams rather than accumulating in memory.
+	flushThreshold = 16 << 10
+)
+
+var (
+	// ErrPacketsOutOfOrder: a packet arrived with a sequence id other than the expected one. The stream cannot be
+	// trusted any more: close the connection (after telling a client with ER_NET_PACKETS_OUT_OF_ORDER).
+	ErrPacketsOutOfOrder = errors.New("mysqlwire: packets out of order")
+	// ErrPacketTooLarge: a logical packet is longer than Conn.MaxPacket.
+	ErrPacketTooLarge = errors.New("mysqlwire: packet larger than the maximum allowed")
+	// ErrMalformed: a packet's contents do not fit its declared structure.
+	ErrMalformed = errors.New("mysqlwire: malformed packet")
+)
+
+// Conn is one MySQL protocol connection, from either side. It owns its read buffer, reassembly buffer and write
+// buffer (see the package invariants).
+type Conn struct {
+	nc  net.Conn
+	br  *bufio.Reader
+	w   io.Writer // nc, or a test writer
+	seq uint8
+
+	// rbuf is the reassembly buffer ReadPacket returns slices of.
+	rbuf []byte
+	// wbuf holds finished packets not yet written, then the packet being built from pktStart.
+	wbuf     []byte
+	pktStart int
+
+	// MaxPacket bounds logical packets accepted by ReadPacket; 0 means DefaultMaxPacket.
+	MaxPacket int
+	// Capabilities are the negotiated capability flags, set by the handshakes.
+	Capabilities uint32
+	// TLS is true once the connection runs over TLS.
+	TLS bool
+}
+
+// NewConn wraps nc. The Conn takes nc over: close it with Conn.Close.
+func NewConn(nc net.Conn) *Conn {
+	return &Conn{nc: nc, br: bufio.NewReaderSize(nc, bufSize), w: nc, wbuf: make([]byte, 0, bufSize)}
+}
+
+// NewConnRW builds a Conn over a plain reader and writer, for tests and fuzzing: deadlines and TLS are unavailable.
+func NewConnRW(r io.Reader, w io.Writer) *Conn {
+	return &Conn{br: bufio.NewReaderSize(r, bufSize), w: w, wbuf: make([]byte, 0, bufSize)}
+}
+
+// NetConn returns the underlying connection (nil for NewConnRW).
+func (c *Conn) NetConn() net.Conn { return c.nc }
+
+// Close closes the underlying connection without flushing.
+func (c *Conn) Close() error {
+	if c.nc == nil {
+		return nil
+	}
+	return c.nc.Close()
+}
+
+// SetDeadline sets the read and write deadline of the underlying connection.
+func (c *Conn) SetDeadline(t time.Time) error {
+	if c.nc == nil {
+		return nil
+	}
+	return c.nc.SetDeadline(t)
+}
+
+// Seq returns the sequence id the next packet (read or written) must carry.
+func (c *Conn) Seq() uint8 { return c.seq }
+
+// ResetSeq starts a new command exchange: the next packet carries sequence id 0.
+func (c *Conn) ResetSeq() { c.seq = 0 }
+
+// Buffered reports how many received bytes wait in the read buffer.
+func (c *Conn) Buffered() int { return c.br.Buffered() }
+
+// upgradeTLS switches the connection to TLS (server side when server is true). Bytes already buffered are the
+// start of the TLS handshake (a client need not wait after its SSLRequest) and are fed to it first.
+func (c *Conn) upgradeTLS(cfg *tls.Config, server bool) error {
+	if c.nc == nil {
+		return errors.New("mysqlwire: TLS needs a network connection")
+	}
+	raw := c.nc
+	if n := c.br.Buffered(); n > 0 {
+		p, _ := c.br.Peek(n)
+		raw = &prefixConn{Conn: c.nc, prefix: append([]byte(nil), p...)}
+		_, _ = c.br.Discard(n)
+	}
+	var tc *tls.Conn
+	if server {
+		tc = tls.Server(raw, cfg)
+	} else {
+		tc = tls.Client(raw, cfg)
+	}
+	if err := tc.Handshake(); err != nil {
+		return fmt.Errorf("mysqlwire: TLS handshake: %w", err)
+	}
+	c.nc, c.w, c.TLS = tc, tc, true
+	c.br.Reset(tc)
+	return nil
+}
+
+// readHeader reads one physical packet header, checks its sequence id and returns the payload length.
+func (c *Conn) readHeader() (int, error) {
+	h, err := c.br.Peek(headerSize)
+	if err != nil {
+		if len(h) > 0 && err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, err
+	}
+	n := int(h[0]) | int(h[1])<<8 | int(h[2])<<16
+	if h[3] != c.seq {
+		return 0, fmt.Errorf("%w: got sequence id %d, want %d", ErrPacketsOutOfOrder, h[3], c.seq)
+	}
+	_, _ = c.br.Discard(headerSize)
+	c.seq++
+	return n, nil
+}
+
+// ReadPacket reads one logical packet, joining split physical packets. The returned slice is owned by c and valid
+// until the next read on c. A header announcing more than MaxPacket bytes is ErrPacketTooLarge (the payload is
+// not read: close the connection); a stream that ends inside a packet is io.ErrUnexpectedEOF.
+func (c *Conn) ReadPacket() ([]byte, error) {
+	limit := c.MaxPacket
+	if limit <= 0 {
+		limit = DefaultMaxPacket
+	}
+	c.rbuf = c.rbuf[:0]
+	for {
+		n, err := c.readHeader()
+		if err != nil {
+			if err == io.EOF && len(c.rbuf) > 0 {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+		if len(c.rbuf)+n > limit {
+			return nil, fmt.Errorf("%w: %d bytes announced, at most %d allowed", ErrPacketTooLarge, len(c.rbuf)+n, limit)
+		}
+		start := len(c.rbuf)
+		c.rbuf = grow(c.rbuf, n)
+		if _, err := io.ReadFull(c.br, c.rbuf[start:start+n]); err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+		if n < MaxPayload {
+			// Shrink a buffer a huge packet left behind, so an idle connection holds little memory.
+			if cap(c.rbuf) > 1<<20 && len(c.rbuf) < bufSize {
+				out := make([]byte, len(c.rbuf), bufSize)
+				copy(out, c.rbuf)
+				c.rbuf = out
+			}
+			return c.rbuf, nil
+		}
+	}
+}
+
+// grow extends b by n bytes (contents of the new bytes unspecified).
+func grow(b []byte, n int) []byte {
+	if cap(b)-len(b) >= n {
+		return b[:len(b)+n]
+	}
+	nb := make([]byte, len(b)+n, 2*cap(b)+n)
+	copy(nb, b)
+	return nb
+}
+
+// Begin starts a packet at the end of the write buffer and returns the buffer with the 4 header bytes reserved;
+// append the payload to it and pass the result to Finish. Only one packet may be open at a time.
+func (c *Conn) Begin() []byte {
+	c.pktStart = len(c.wbuf)
+	return append(c.wbuf, 0, 0, 0, 0)
+}
+
+// Finish completes the packet Begin started: it writes the header in place (splitting a payload of MaxPayload
+// bytes or more into several physical packets) and keeps b as the write buffer. It flushes when the buffer has
+// grown past flushThreshold.
+func (c *Conn) Finish(b []byte) error {
+	n := len(b) - c.pktStart - headerSize
+	if n < MaxPayload {
+		putHeader(b[c.pktStart:], n, c.seq)
+		c.seq++
+		c.wbuf = b
+	} else {
+		c.wbuf = c.split(b)
+	}
+	if len(c.wbuf) >= flushThreshold {
+		return c.Flush()
+	}
+	return nil
+}
+
+// split rewrites the oversize packet that starts at c.pktStart in b as physical packets of at most MaxPayload
+// bytes. Rare (16 MiB packets), so it may allocate.
+func (c *Conn) split(b []byte) []byte {
+	payload := b[c.pktStart+headerSize:]
+	out := make([]byte, c.pktStart, len(b)+(len(payload)/MaxPayload+1)*headerSize)
+	copy(out, b[:c.pktStart])
+	for {
+		k := min(len(payload), MaxPayload)
+		out = appendHeader(out, k, c.seq)
+		c.seq++
+		out = append(out, payload[:k]...)
+		payload = payload[k:]
+		if k < MaxPayload {
+			return out
+		}
+	}
+}
+
+func putHeader(b []byte, n int, seq uint8) {
+	b[0], b[1], b[2], b[3] = byte(n), byte(n>>8), byte(n>>16), seq
+}
+
+func appendHeader(b []byte, n int, seq uint8) []byte {
+	return append(b, byte(n), byte(n>>8), byte(n>>16), seq)
+}
+
+// WritePacket appends one packet with payload p to the write buffer (copying p). Call Flush to send it.
+func (c *Conn) WritePacket(p []byte) error {
+	return c.Finish(append(c.Begin(), p...))
+}
+
+// Flush writes the buffered packets to the network.
+func (c *Conn) Flush() error {
+	if len(c.wbuf) == 0 {
+		return nil
+	}
+	_, err := c.w.Write(c.wbuf)
+	if cap(c.wbuf) > 4*bufSize {
+		c.wbuf = make([]byte, 0, bufSize) // let a huge packet's buffer go
+	} else {
+		c.wbuf = c.wbuf[:0]
+	}
+	return err
+}
+
+// Discard drops buffered, unflushed packets (after an error, before writing an ERR instead).
+func (c *Conn) Discard() { c.wbuf = c.wbuf[:0] }
+
+// PeekHead returns the next packet's payload length and up to max of its leading payload bytes without consuming
+// the packet (the slice is c's read buffer, valid until the next read). It checks the sequence id.
+func (c *Conn) PeekHead(max int) (int, []byte, error) {
+	h, err := c.br.Peek(headerSize)
+	if err != nil {
+		if len(h) > 0 && err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, nil, err
+	}
+	n := int(h[0]) | int(h[1])<<8 | int(h[2])<<16
+	if h[3] != c.seq {
+		return 0, nil, fmt.Errorf("%w: got sequence id %d, want %d", ErrPacketsOutOfOrder, h[3], c.seq)
+	}
+	k := min(n, max, bufSize-headerSize)
+	b, err := c.br.Peek(headerSize + k)
+	if err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, nil, err
+	}
+	return n, b[headerSize:], nil
+}
+
+// Pending reports how many bytes wait in the write buffer.
+func (c *Conn) Pending() int { return len(c.wbuf) }
+
+// RelayPacket reads one logical packet from c and writes it to dst under dst's sequence ids, streaming it through
+// c's read buffer: a packet of any size is never held whole. It copies up to len(head) leading payload bytes into
+// head (so the caller can tell OK, ERR, EOF and rows apart) and returns the logical length and how many bytes of head
+// it filled. Errors reading c and writing dst are told apart by WriteError. A nil dst discards the packet.
+func (c *Conn) RelayPacket(dst *Conn, head []byte) (n, h int, err error) {
+	for first := true; ; first = false {
+		k, err := c.readHeader()
+		if err != nil {
+			if err == io.EOF && !first {
+				err = io.ErrUnexpectedEOF
+			}
+			return n, h, err
+		}
+		n += k
+		if dst != nil {
+			dst.wbuf = appendHeader(dst.wbuf, k, dst.seq)
+			dst.seq++
+		}
+		for rem := k; rem > 0; {
+			p, err := c.br.Peek(min(rem, bufSize))
+			if len(p) == 0 {
+				if err == io.EOF {
+					err = io.ErrUnexpectedEOF
+				}
+				return n, h, err
+			}
+			if first && h == 0 {
+				h = copy(head, p)
+			}
+			if dst != nil {
+				dst.wbuf = append(dst.wbuf, p...)
+			}
+			_, _ = c.br.Discard(len(p))
+			rem -= len(p)
+			if dst != nil && len(dst.wbuf) >= flushThreshold {
+				if err := dst.Flush(); err != nil {
+					return n, h, &WriteError{err}
+				}
+			}
+		}
+		if k < MaxPayload {
+			return n, h, nil
+		}
+	}
+}
+
+// WriteError marks an error writing to the destination of RelayPacket, as opposed to reading its source.
+type WriteError struct{ Err error }
+
+func (e *WriteError) Error() string { return "mysqlwire: write: " + e.Err.Error() }
+func (e *WriteError) Unwrap() error { return e.Err }
+
+// prefixConn reads prefix before the connection's own bytes.
+type prefixConn struct {
+	net.Conn
+	prefix []byte
+}
+
+func (p *prefixConn) Read(b []byte) (int, error) {
+	if len(p.prefix) > 0 {
+		n := copy(b, p.prefix)
+		p.prefix = p.prefix[n:]
+		return n, nil
+	}
+	return p.Conn.Read(b)
+}

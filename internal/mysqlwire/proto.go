@@ -1,0 +1,247 @@
+package mysqlwire
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strconv"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+)
+
+// Capability flags keyway cares about, under the protocol's names (from go-mysql).
+const (
+	ClientLongPassword      = mysql.CLIENT_LONG_PASSWORD
+	ClientFoundRows         = mysql.CLIENT_FOUND_ROWS
+	ClientLongFlag          = mysql.CLIENT_LONG_FLAG
+	ClientConnectWithDB     = mysql.CLIENT_CONNECT_WITH_DB
+	ClientLocalFiles        = mysql.CLIENT_LOCAL_FILES
+	ClientIgnoreSpace       = mysql.CLIENT_IGNORE_SPACE
+	ClientProtocol41        = mysql.CLIENT_PROTOCOL_41
+	ClientInteractive       = mysql.CLIENT_INTERACTIVE
+	ClientSSL               = mysql.CLIENT_SSL
+	ClientTransactions      = mysql.CLIENT_TRANSACTIONS
+	ClientSecureConnection  = mysql.CLIENT_SECURE_CONNECTION
+	ClientMultiStatements   = mysql.CLIENT_MULTI_STATEMENTS
+	ClientMultiResults      = mysql.CLIENT_MULTI_RESULTS
+	ClientPSMultiResults    = mysql.CLIENT_PS_MULTI_RESULTS
+	ClientPluginAuth        = mysql.CLIENT_PLUGIN_AUTH
+	ClientConnectAttrs      = mysql.CLIENT_CONNECT_ATTRS
+	ClientPluginAuthLenenc  = mysql.CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA
+	ClientSessionTrack      = mysql.CLIENT_SESSION_TRACK
+	ClientDeprecateEOF      = mysql.CLIENT_DEPRECATE_EOF
+	ClientCanHandleExpired  = mysql.CLIENT_CAN_HANDLE_EXPIRED_PASSWORDS
+	ClientRememberOptions   = mysql.CLIENT_REMEMBER_OPTIONS
+	ClientSSLVerifyServerCt = mysql.CLIENT_SSL_VERIFY_SERVER_CERT
+)
+
+// ProtocolCaps are the capability flags that change what travels on the wire after the handshake. A backend
+// connection can serve a client only if both negotiated the same subset of these; pools are keyed by it.
+const ProtocolCaps = ClientDeprecateEOF | ClientMultiStatements | ClientMultiResults | ClientPSMultiResults |
+	ClientFoundRows | ClientLocalFiles | ClientSessionTrack | ClientIgnoreSpace | ClientInteractive
+
+// BaseCaps are the flags keyway always needs: the 4.1 protocol with plugin authentication.
+const BaseCaps = ClientLongPassword | ClientLongFlag | ClientProtocol41 | ClientTransactions |
+	ClientSecureConnection | ClientPluginAuth | ClientPluginAuthLenenc
+
+// Status flags (server → client, in OK and EOF packets).
+const (
+	StatusInTrans           = mysql.SERVER_STATUS_IN_TRANS
+	StatusAutocommit        = mysql.SERVER_STATUS_AUTOCOMMIT
+	StatusMoreResultsExists = mysql.SERVER_MORE_RESULTS_EXISTS
+	StatusCursorExists      = mysql.SERVER_STATUS_CURSOR_EXISTS
+	StatusLastRowSent       = mysql.SERVER_STATUS_LAST_ROW_SEND
+)
+
+// Packet headers (the first payload byte of a reply).
+const (
+	HeaderOK          = 0x00
+	HeaderAuthMore    = 0x01
+	HeaderLocalInfile = 0xfb
+	HeaderEOF         = 0xfe
+	HeaderERR         = 0xff
+)
+
+// Auth plugin names.
+const (
+	NativePassword      = mysql.AUTH_NATIVE_PASSWORD
+	CachingSha2Password = mysql.AUTH_CACHING_SHA2_PASSWORD
+	ClearPassword       = mysql.AUTH_CLEAR_PASSWORD
+)
+
+// Error codes keyway sends itself.
+const (
+	ERConCount             = mysql.ER_CON_COUNT_ERROR          // 1040
+	ERHandshake            = mysql.ER_HANDSHAKE_ERROR          // 1043
+	ERAccessDenied         = mysql.ER_ACCESS_DENIED_ERROR      // 1045
+	ERUnknownCom           = mysql.ER_UNKNOWN_COM_ERROR        // 1047
+	ERUnknownError         = mysql.ER_UNKNOWN_ERROR            // 1105
+	ERNotAllowedCommand    = mysql.ER_NOT_ALLOWED_COMMAND      // 1148
+	ERNetPacketTooLarge    = mysql.ER_NET_PACKET_TOO_LARGE     // 1153
+	ERNetPacketsOutOfOrder = mysql.ER_NET_PACKETS_OUT_OF_ORDER // 1156
+	ERMalformedPacket      = mysql.ER_MALFORMED_PACKET         // 1835
+	// CRConnHostError is the client library's "Can't connect to MySQL server" (2003), the code drivers show when a
+	// server is down; keyway sends it when a backend is unreachable.
+	CRConnHostError = 2003
+)
+
+// Error is a MySQL ERR packet: from a backend, or built by keyway for a client.
+type Error struct {
+	Code    uint16
+	State   string // SQLSTATE, 5 characters
+	Message string
+}
+
+func (e *Error) Error() string {
+	return "ERROR " + strconv.Itoa(int(e.Code)) + " (" + e.State + "): " + e.Message
+}
+
+// NewError builds an Error; state "" means HY000.
+func NewError(code uint16, state, format string, args ...any) *Error {
+	if state == "" {
+		state = "HY000"
+	}
+	return &Error{Code: code, State: state, Message: fmt.Sprintf(format, args...)}
+}
+
+// ParseError decodes an ERR packet payload (starting with 0xff), for a connection with CLIENT_PROTOCOL_41.
+func ParseError(p []byte) *Error {
+	if len(p) < 3 || p[0] != HeaderERR {
+		return &Error{Code: ERUnknownError, State: "HY000", Message: "malformed ERR packet"}
+	}
+	e := &Error{Code: binary.LittleEndian.Uint16(p[1:]), State: "HY000"}
+	rest := p[3:]
+	if len(rest) >= 6 && rest[0] == '#' {
+		e.State = string(rest[1:6])
+		rest = rest[6:]
+	}
+	e.Message = string(rest)
+	return e
+}
+
+// AppendError appends an ERR payload.
+func AppendError(b []byte, e *Error) []byte {
+	b = append(b, HeaderERR, byte(e.Code), byte(e.Code>>8), '#')
+	state := e.State
+	if len(state) != 5 {
+		state = "HY000"
+	}
+	b = append(b, state...)
+	return append(b, e.Message...)
+}
+
+// WriteError buffers an ERR packet and flushes it.
+func (c *Conn) WriteError(e *Error) error {
+	if err := c.Finish(AppendError(c.Begin(), e)); err != nil {
+		return err
+	}
+	return c.Flush()
+}
+
+// AppendOK appends an OK payload with the given status and no info. With CLIENT_SESSION_TRACK the info string is
+// length-encoded (here: empty), as the protocol requires.
+func AppendOK(b []byte, caps uint32, affected, lastID uint64, status, warnings uint16) []byte {
+	b = append(b, HeaderOK)
+	b = AppendLenEnc(b, affected)
+	b = AppendLenEnc(b, lastID)
+	b = append(b, byte(status), byte(status>>8), byte(warnings), byte(warnings>>8))
+	if caps&ClientSessionTrack != 0 {
+		b = append(b, 0)
+	}
+	return b
+}
+
+// WriteOK buffers an OK packet and flushes it.
+func (c *Conn) WriteOK(status uint16) error {
+	if err := c.Finish(AppendOK(c.Begin(), c.Capabilities, 0, 0, status, 0)); err != nil {
+		return err
+	}
+	return c.Flush()
+}
+
+// AppendLenEnc appends a length-encoded integer.
+func AppendLenEnc(b []byte, n uint64) []byte {
+	switch {
+	case n < 251:
+		return append(b, byte(n))
+	case n < 1<<16:
+		return append(b, 0xfc, byte(n), byte(n>>8))
+	case n < 1<<24:
+		return append(b, 0xfd, byte(n), byte(n>>8), byte(n>>16))
+	}
+	return binary.LittleEndian.AppendUint64(append(b, 0xfe), n)
+}
+
+// ReadLenEnc decodes a length-encoded integer at the start of p and returns it with its size; ok is false when p is
+// too short or starts with a byte that is not an integer prefix (0xfb NULL, 0xff).
+func ReadLenEnc(p []byte) (n uint64, size int, ok bool) {
+	if len(p) == 0 {
+		return 0, 0, false
+	}
+	switch p[0] {
+	case 0xfb, 0xff:
+		return 0, 0, false
+	case 0xfc:
+		if len(p) < 3 {
+			return 0, 0, false
+		}
+		return uint64(binary.LittleEndian.Uint16(p[1:])), 3, true
+	case 0xfd:
+		if len(p) < 4 {
+			return 0, 0, false
+		}
+		return uint64(p[1]) | uint64(p[2])<<8 | uint64(p[3])<<16, 4, true
+	case 0xfe:
+		if len(p) < 9 {
+			return 0, 0, false
+		}
+		return binary.LittleEndian.Uint64(p[1:]), 9, true
+	}
+	return uint64(p[0]), 1, true
+}
+
+// OKStatus returns the status flags of an OK payload (header 0x00, or 0xfe under CLIENT_DEPRECATE_EOF) given its
+// leading bytes; ok is false when they are too short to hold them.
+func OKStatus(p []byte) (status uint16, ok bool) {
+	if len(p) < 1 {
+		return 0, false
+	}
+	p = p[1:]
+	for i := 0; i < 2; i++ { // affected rows, last insert id
+		_, k, ok := ReadLenEnc(p)
+		if !ok {
+			return 0, false
+		}
+		p = p[k:]
+	}
+	if len(p) < 2 {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint16(p), true
+}
+
+// EOFStatus returns the status flags of an EOF payload (0xfe, warnings, status).
+func EOFStatus(p []byte) (status uint16, ok bool) {
+	if len(p) < 5 {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint16(p[3:]), true
+}
+
+// readNul returns the NUL-terminated string at the start of p and the rest after the NUL.
+func readNul(p []byte) (s, rest []byte, ok bool) {
+	for i, b := range p {
+		if b == 0 {
+			return p[:i], p[i+1:], true
+		}
+	}
+	return nil, nil, false
+}
+
+// readLenEncString returns the length-encoded string at the start of p and the rest.
+func readLenEncString(p []byte) (s, rest []byte, ok bool) {
+	n, k, ok := ReadLenEnc(p)
+	if !ok || uint64(len(p)-k) < n {
+		return nil, nil, false
+	}
+	return p[k : k+int(n)], p[k+int(n):], true
+}

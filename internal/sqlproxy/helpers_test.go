@@ -1,0 +1,140 @@
+package sqlproxy
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql"
+	"github.com/keywaydb/keyway/internal/config"
+	"github.com/keywaydb/keyway/internal/testenv"
+)
+
+// One MariaDB serves the package's tests (each test uses its own tables); it starts on first use.
+var shared struct {
+	once sync.Once
+	m    *testenv.MariaDB
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.m != nil {
+		_ = shared.m.Stop()
+	}
+	os.Exit(code)
+}
+
+func mariadb(t testing.TB) *testenv.MariaDB {
+	t.Helper()
+	testenv.Need(t, "mariadbd")
+	testenv.Need(t, "mariadb-install-db")
+	shared.once.Do(func() {
+		shared.m, shared.err = testenv.StartMariaDB(context.Background())
+	})
+	if shared.err != nil {
+		t.Fatalf("%v", shared.err)
+	}
+	return shared.m
+}
+
+// testConfig is a config with users app (mysql_native_password) and sha (caching_sha2_password, logging in to the
+// backend as app) on group main at backend.
+func testConfig(backend string) config.Config {
+	var c config.Config
+	c.SQL.Listen = "127.0.0.1:0"
+	c.SQL.Users = []config.SQLUser{
+		{Name: "app", Password: "secret", AuthPlugin: "mysql_native_password"},
+		{Name: "sha", Password: "shapass", AuthPlugin: "caching_sha2_password", BackendUser: "app", BackendPassword: "secret"},
+	}
+	c.Groups = []config.Group{{
+		Name: "main", Primary: backend, User: "app", Password: "secret",
+		HealthInterval: 100 * time.Millisecond, ConnectTimeout: 2 * time.Second, MaxOpen: 8,
+	}}
+	return c
+}
+
+// startProxy serves a Server built from cfg on a loopback port and returns it with its address.
+func startProxy(t testing.TB, cfg config.Config, tweak ...func(*Server)) (*Server, string) {
+	t.Helper()
+	s, err := New(Options{Config: cfg, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	for _, f := range tweak {
+		f(s)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := s.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return s, ln.Addr().String()
+}
+
+// open connects go-sql-driver to addr as user, database test; params are extra DSN parameters
+// ("multiStatements=true&tls=skip-verify").
+func open(t testing.TB, user, password, addr, params string) *sql.DB {
+	t.Helper()
+	dsn := fmt.Sprintf("%s:%s@tcp(%s)/test?timeout=5s&readTimeout=30s&writeTimeout=30s", user, password, addr)
+	if params != "" {
+		dsn += "&" + params
+	}
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// proxyDB starts MariaDB (shared) and a proxy in front of it and returns a client as app.
+func proxyDB(t testing.TB, params string) (*sql.DB, string, *Server) {
+	t.Helper()
+	m := mariadb(t)
+	s, addr := startProxy(t, testConfig(m.Addr))
+	return open(t, "app", "secret", addr, params), addr, s
+}
+
+func mustExec(t testing.TB, db interface {
+	Exec(string, ...any) (sql.Result, error)
+}, q string, args ...any) {
+	t.Helper()
+	if _, err := db.Exec(q, args...); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}
+
+// testLogger logs to the test at debug level when KEYWAY_TEST_DEBUG is set.
+func testLogger(t testing.TB) *slog.Logger {
+	level := slog.LevelWarn
+	if os.Getenv("KEYWAY_TEST_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: level}))
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

@@ -1,0 +1,194 @@
+package sqlproxy
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keywaydb/keyway/internal/mysqlwire"
+)
+
+// rawClient is a protocol-level client (keyway's own client side) for what go-sql-driver cannot do.
+type rawClient struct {
+	t *testing.T
+	c *mysqlwire.Conn
+}
+
+func newRawClient(t *testing.T, addr, user, password string, caps uint32) *rawClient {
+	t.Helper()
+	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.SetDeadline(time.Now().Add(30 * time.Second))
+	c := mysqlwire.NewConn(nc)
+	t.Cleanup(func() { c.Close() })
+	if _, err := mysqlwire.ClientHandshake(c, &mysqlwire.ClientConfig{User: user, Password: password, DB: "test", Capabilities: caps}); err != nil {
+		t.Fatalf("handshake: %v", err)
+	}
+	return &rawClient{t: t, c: c}
+}
+
+func parseErr(p []byte) *mysqlwire.Error {
+	if len(p) > 0 && p[0] == mysqlwire.HeaderERR {
+		return mysqlwire.ParseError(p)
+	}
+	return nil
+}
+
+// query runs a text query and returns the first column of each row of a result set (nil for OK).
+func (rc *rawClient) query(q string) ([]string, error) {
+	if err := rc.c.WriteCommand(0x03, []byte(q)); err != nil {
+		return nil, err
+	}
+	return rc.readResult(false)
+}
+
+// readResult reads one result (OK, ERR or a result set whose rows are text or binary).
+func (rc *rawClient) readResult(binaryRows bool) ([]string, error) {
+	c := rc.c
+	deprecate := c.Capabilities&mysqlwire.ClientDeprecateEOF != 0
+	p, err := c.ReadPacket()
+	if err != nil {
+		return nil, err
+	}
+	if e := parseErr(p); e != nil {
+		return nil, e
+	}
+	if p[0] == mysqlwire.HeaderOK {
+		return nil, nil
+	}
+	cols, _, _ := mysqlwire.ReadLenEnc(p)
+	for range cols {
+		if _, err := c.ReadPacket(); err != nil {
+			return nil, err
+		}
+	}
+	if !deprecate {
+		p, err := c.ReadPacket()
+		if err != nil {
+			return nil, err
+		}
+		if st, _ := mysqlwire.EOFStatus(p); st&mysqlwire.StatusCursorExists != 0 {
+			return []string{}, nil
+		}
+	}
+	return rc.readRows(binaryRows)
+}
+
+// readRows reads rows until the terminator.
+func (rc *rawClient) readRows(binaryRows bool) ([]string, error) {
+	var out []string
+	for {
+		p, err := rc.c.ReadPacket()
+		if err != nil {
+			return nil, err
+		}
+		if e := parseErr(p); e != nil {
+			return nil, e
+		}
+		if p[0] == mysqlwire.HeaderEOF && len(p) < 0xffffff {
+			return out, nil
+		}
+		if binaryRows {
+			out = append(out, string(p))
+			continue
+		}
+		n, k, ok := mysqlwire.ReadLenEnc(p)
+		if !ok || len(p) < k+int(n) {
+			return nil, errors.New("bad text row")
+		}
+		out = append(out, string(p[k:k+int(n)]))
+	}
+}
+
+// forwarder is a TCP relay in front of a backend that the test can cut (closing every connection and the
+// listener, as a killed server would) and restore on the same address.
+type forwarder struct {
+	t      *testing.T
+	target string
+	addr   string
+	mu     sync.Mutex
+	ln     net.Listener
+	conns  map[net.Conn]struct{}
+}
+
+func newForwarder(t *testing.T, target string) *forwarder {
+	ln, err := listenLoopback()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &forwarder{t: t, target: target, addr: ln.Addr().String(), conns: map[net.Conn]struct{}{}}
+	f.serve(ln)
+	t.Cleanup(f.stop)
+	return f
+}
+
+func listenLoopback() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
+
+func (f *forwarder) serve(ln net.Listener) {
+	f.mu.Lock()
+	f.ln = ln
+	f.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b, err := net.Dial("tcp", f.target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			f.mu.Lock()
+			f.conns[c], f.conns[b] = struct{}{}, struct{}{}
+			f.mu.Unlock()
+			go func() { _, _ = io.Copy(b, c); b.Close(); c.Close() }()
+			go func() { _, _ = io.Copy(c, b); b.Close(); c.Close() }()
+		}
+	}()
+}
+
+func (f *forwarder) stop() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ln != nil {
+		f.ln.Close()
+		f.ln = nil
+	}
+	for c := range f.conns {
+		c.Close()
+	}
+	clear(f.conns)
+}
+
+func (f *forwarder) start() {
+	var ln net.Listener
+	var err error
+	for range 50 {
+		if ln, err = net.Listen("tcp", f.addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		f.t.Fatalf("forwarder: listen again on %s: %v", f.addr, err)
+	}
+	f.serve(ln)
+}
+
+// stmtExecute builds a COM_STMT_EXECUTE payload without parameters.
+func stmtExecute(id uint32, cursor bool) []byte {
+	flags := byte(0)
+	if cursor {
+		flags = 1 // CURSOR_TYPE_READ_ONLY
+	}
+	b := binary.LittleEndian.AppendUint32(nil, id)
+	b = append(b, flags)
+	return binary.LittleEndian.AppendUint32(b, 1)
+}

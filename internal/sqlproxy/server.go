@@ -1,0 +1,329 @@
+// Package sqlproxy is keyway's SQL door: it accepts MySQL-protocol clients, authenticates them against the users in
+// the config, and relays their commands to a backend group, streaming replies back packet by packet. Each statement
+// goes through the plan cache (plan.go) and is counted in the digest statistics.
+//
+// Invariants:
+//   - A client session owns one backend connection, from its user's pool, for its whole life (until COM_QUIT,
+//     disconnect or COM_CHANGE_USER). Transactions, SET, USE, temporary tables, locks, user variables and prepared
+//     statement ids therefore work unchanged: the backend connection is the client's own.
+//   - The backend connection negotiated the same protocol-changing capability flags as the client (the pool key), so
+//     packets pass unchanged; only sequence ids are rewritten, from each side's own counter.
+//   - A reply streams through a bounded buffer: keyway reads only each packet's leading bytes to know where the
+//     reply ends (OK/ERR/EOF, column counts, SERVER_MORE_RESULTS_EXISTS) and counts rows without decoding them.
+//   - A backend connection whose state is unknown (the client vanished mid-reply, an I/O error, a transaction left
+//     open by a vanished client) is discarded, never pooled. Otherwise it is reset (COM_RESET_CONNECTION) and
+//     pooled.
+//   - Every failure a client can be told about reaches it as a protocol-correct ERR; bad input from one client ends
+//     only that client's session.
+package sqlproxy
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/keywaydb/keyway/internal/backend"
+	"github.com/keywaydb/keyway/internal/config"
+	"github.com/keywaydb/keyway/internal/mysqlwire"
+	"github.com/keywaydb/keyway/internal/stats"
+)
+
+// Options configure a Server.
+type Options struct {
+	Config  config.Config  // uses Config.SQL and Config.Groups
+	Plans   *PlanCache     // nil = a private cache of defaultPlanCapacity
+	Digests *stats.Digests // nil = no digest statistics
+	Metrics *stats.Metrics // nil = no metrics
+	Logger  *slog.Logger
+}
+
+const (
+	defaultPlanCapacity   = 10000
+	defaultMaxConnections = 1024
+	// handshakeTimeout bounds a client's handshake and authentication.
+	handshakeTimeout = 10 * time.Second
+	// defaultVersion is announced until the backend's own version is known.
+	defaultVersion = "8.0.36-keyway"
+	// offeredCaps is what keyway can relay; masked by what the backend offers.
+	offeredCaps = mysqlwire.BaseCaps | mysqlwire.ClientConnectWithDB | mysqlwire.ClientConnectAttrs | mysqlwire.ProtocolCaps
+)
+
+// user is a [[sql.users]] entry with its defaults filled in.
+type user struct {
+	acct            mysqlwire.Account
+	backendUser     string
+	backendPassword string
+	group           *backend.Group
+}
+
+// Server is the SQL door.
+type Server struct {
+	opts   Options
+	log    *slog.Logger
+	plans  *PlanCache
+	users  map[string]*user
+	groups []*backend.Group
+	tls    *tls.Config
+
+	maxConns int64
+	conns    atomic.Int64
+	connID   atomic.Uint32
+
+	rsaOnce sync.Once
+	rsaKey  *rsa.PrivateKey
+	rsaErr  error
+
+	// cachingSha2FullAuth: always run caching_sha2_password full authentication (tests).
+	cachingSha2FullAuth bool
+
+	mu struct {
+		sync.Mutex
+		listeners map[net.Listener]struct{}
+		sessions  map[*session]struct{}
+		shutdown  bool
+	}
+	wg sync.WaitGroup // sessions
+}
+
+// New builds the backend groups (starting their health monitors) and the user table. It fails only on a bad
+// config: unreadable TLS files, a user naming an unknown group, no groups.
+func New(o Options) (*Server, error) {
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	cfg := o.Config.SQL
+	s := &Server{opts: o, log: log, plans: o.Plans, users: make(map[string]*user), maxConns: int64(cfg.MaxConnections)}
+	if s.plans == nil {
+		s.plans = NewPlanCache(defaultPlanCapacity)
+	}
+	if s.maxConns <= 0 {
+		s.maxConns = defaultMaxConnections
+	}
+	s.mu.listeners = make(map[net.Listener]struct{})
+	s.mu.sessions = make(map[*session]struct{})
+
+	if len(o.Config.Groups) == 0 {
+		return nil, errors.New("sql: no [[groups]] configured: the SQL door needs a backend group (name, primary) to relay to")
+	}
+	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
+		return nil, errors.New("sql.tls_cert and sql.tls_key: set both (PEM files) to offer TLS, or neither")
+	}
+	if cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("sql.tls_cert %q / sql.tls_key %q: %w: give a PEM certificate and its private key", cfg.TLSCert, cfg.TLSKey, err)
+		}
+		s.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	byName := make(map[string]*backend.Group)
+	for _, gc := range o.Config.Groups {
+		if gc.Name == "" || gc.Primary == "" {
+			s.closeGroups()
+			return nil, fmt.Errorf("groups: a [[groups]] entry needs name and primary (host:port or a unix socket path), got name %q primary %q", gc.Name, gc.Primary)
+		}
+		g := backend.NewGroup(gc, log)
+		s.groups = append(s.groups, g)
+		byName[gc.Name] = g
+	}
+	for _, u := range cfg.Users {
+		e := &user{
+			acct:            mysqlwire.Account{User: u.Name, Password: u.Password, Plugin: u.AuthPlugin},
+			backendUser:     u.BackendUser,
+			backendPassword: u.BackendPassword,
+			group:           s.groups[0],
+		}
+		if e.acct.Plugin == "" {
+			e.acct.Plugin = mysqlwire.CachingSha2Password
+		}
+		if e.acct.Plugin != mysqlwire.NativePassword && e.acct.Plugin != mysqlwire.CachingSha2Password {
+			s.closeGroups()
+			return nil, fmt.Errorf("sql.users %q: auth_plugin = %q: want \"mysql_native_password\" or \"caching_sha2_password\"", u.Name, u.AuthPlugin)
+		}
+		if e.backendUser == "" {
+			e.backendUser = u.Name
+		}
+		if e.backendPassword == "" {
+			e.backendPassword = u.Password
+		}
+		if u.Group != "" {
+			g, ok := byName[u.Group]
+			if !ok {
+				s.closeGroups()
+				return nil, fmt.Errorf("sql.users %q: group = %q: no [[groups]] has that name", u.Name, u.Group)
+			}
+			e.group = g
+		}
+		s.users[u.Name] = e
+	}
+	if o.Metrics != nil {
+		o.Metrics.SetPoolStatsFunc(s.poolStats)
+	}
+	return s, nil
+}
+
+func (s *Server) closeGroups() {
+	for _, g := range s.groups {
+		g.Close()
+	}
+}
+
+// PoolStats returns the state of every backend pool.
+func (s *Server) PoolStats() []backend.PoolStats {
+	var out []backend.PoolStats
+	for _, g := range s.groups {
+		out = append(out, g.Stats()...)
+	}
+	return out
+}
+
+func (s *Server) poolStats() []stats.PoolStat {
+	ps := s.PoolStats()
+	out := make([]stats.PoolStat, len(ps))
+	for i, p := range ps {
+		out[i] = stats.PoolStat{Group: p.Group, Address: p.Address, User: p.User, Open: p.Open, Idle: p.Idle,
+			InUse: p.InUse, Waits: p.Waits, Errors: p.Errors}
+	}
+	return out
+}
+
+// Serve accepts clients on ln until Shutdown (then it returns nil) or an accept error.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.mu.shutdown {
+		s.mu.Unlock()
+		ln.Close()
+		return nil
+	}
+	s.mu.listeners[ln] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.mu.listeners, ln)
+		s.mu.Unlock()
+	}()
+	var delay time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			down := s.mu.shutdown
+			s.mu.Unlock()
+			if down {
+				return nil
+			}
+			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ECONNABORTED) {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				time.Sleep(delay)
+				continue
+			}
+			return fmt.Errorf("sql: accept on %s: %w", ln.Addr(), err)
+		}
+		delay = 0
+		sess := &session{s: s, nc: nc, id: s.connID.Add(1)}
+		s.mu.Lock()
+		if s.mu.shutdown {
+			s.mu.Unlock()
+			nc.Close()
+			return nil
+		}
+		s.mu.sessions[sess] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.wg.Done()
+			sess.run()
+			s.mu.Lock()
+			delete(s.mu.sessions, sess)
+			s.mu.Unlock()
+		}()
+	}
+}
+
+// Shutdown stops accepting, lets every session finish the command it is running, then closes the sessions and the
+// backend groups. When ctx ends first, remaining sessions are cut off (their backend connections discarded).
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.mu.shutdown = true
+	for ln := range s.mu.listeners {
+		ln.Close()
+	}
+	for sess := range s.mu.sessions {
+		// A session waiting for its next command wakes up and ends; one running a command ends after it.
+		_ = sess.nc.SetReadDeadline(time.Now())
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+		s.mu.Lock()
+		for sess := range s.mu.sessions {
+			sess.nc.Close()
+		}
+		s.mu.Unlock()
+		<-done
+	}
+	s.closeGroups()
+	return err
+}
+
+func (s *Server) shuttingDown() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mu.shutdown
+}
+
+// lookup finds a keyway user for the handshake.
+func (s *Server) lookup(name string) (mysqlwire.Account, bool) {
+	u, ok := s.users[name]
+	if !ok {
+		return mysqlwire.Account{}, false
+	}
+	return u.acct, true
+}
+
+// rsa returns keyway's RSA key for caching_sha2_password full authentication without TLS, generated on first use.
+func (s *Server) rsa() (*rsa.PrivateKey, error) {
+	s.rsaOnce.Do(func() {
+		s.rsaKey, s.rsaErr = rsa.GenerateKey(rand.Reader, 2048)
+	})
+	return s.rsaKey, s.rsaErr
+}
+
+// serverConfig is the handshake offer for a new client.
+func (s *Server) serverConfig(remote string) *mysqlwire.ServerConfig {
+	version := defaultVersion
+	caps := uint32(offeredCaps)
+	// Offer what the backend can also do, so the backend connection negotiates the same protocol.
+	if info := s.groups[0].ServerInfo(); info != nil {
+		version = info.Version
+		caps &= info.Capabilities | mysqlwire.ClientConnectAttrs
+	}
+	return &mysqlwire.ServerConfig{
+		Version:             version,
+		Capabilities:        caps,
+		Status:              mysqlwire.StatusAutocommit,
+		TLS:                 s.tls,
+		DefaultPlugin:       mysqlwire.NativePassword,
+		Lookup:              s.lookup,
+		RSAKey:              s.rsa,
+		CachingSha2FullAuth: s.cachingSha2FullAuth,
+		RemoteHost:          remote,
+	}
+}

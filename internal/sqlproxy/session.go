@@ -1,0 +1,486 @@
+package sqlproxy
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/keywaydb/keyway/internal/backend"
+	"github.com/keywaydb/keyway/internal/mysqlwire"
+	"github.com/keywaydb/keyway/internal/stats"
+)
+
+// Commands (client → server), as numbered by the protocol.
+const (
+	comQuit             = 0x01
+	comInitDB           = 0x02
+	comQuery            = 0x03
+	comFieldList        = 0x04
+	comStatistics       = 0x09
+	comPing             = 0x0e
+	comChangeUser       = 0x11
+	comStmtPrepare      = 0x16
+	comStmtExecute      = 0x17
+	comStmtSendLongData = 0x18
+	comStmtClose        = 0x19
+	comStmtReset        = 0x1a
+	comSetOption        = 0x1b
+	comStmtFetch        = 0x1c
+	comResetConnection  = 0x1f
+)
+
+// crServerLost is the client library's "Lost connection to MySQL server during query" (2013), sent when the backend
+// connection fails in the middle of a command.
+const crServerLost = 2013
+
+// session is one client connection and the backend connection it owns.
+type session struct {
+	s  *Server
+	nc net.Conn
+	id uint32
+
+	c      *mysqlwire.Conn // client side (keyway is the server)
+	hs     *mysqlwire.Handshake
+	user   *user
+	remote string
+	be     *backend.Conn // owned for the session's life; nil while switching
+	db     string        // current default database as far as keyway knows
+	stmts  map[uint32]*Plan
+
+	deprecateEOF bool
+	// dst is where relayed replies go: the client, or nil while draining a reply the client must not see.
+	dst *mysqlwire.Conn
+	// head receives the leading bytes of each relayed packet.
+	head [64]byte
+	// quit is set when the client ended the session cleanly (COM_QUIT).
+	quit bool
+}
+
+// errSessionEnd ends the command loop after the client has been told why (or has gone).
+var errSessionEnd = errors.New("session ends")
+
+func (ss *session) run() {
+	s := ss.s
+	defer ss.nc.Close()
+	if m := s.opts.Metrics; m != nil {
+		m.SQLConnectionOpened()
+		defer m.SQLConnectionClosed()
+	}
+	ss.c = mysqlwire.NewConn(ss.nc)
+	ss.dst = ss.c
+	ss.remote = remoteHost(ss.nc)
+	if n := s.conns.Add(1); n > s.maxConns {
+		s.conns.Add(-1)
+		// Before the handshake, as MySQL does: the client reads an ERR instead.
+		_ = ss.c.WriteError(mysqlwire.NewError(mysqlwire.ERConCount, "08004",
+			"Too many connections (keyway sql.max_connections = %d)", s.maxConns))
+		return
+	}
+	defer s.conns.Add(-1)
+	defer ss.releaseBackend()
+
+	_ = ss.nc.SetDeadline(time.Now().Add(handshakeTimeout))
+	cfg := s.serverConfig(ss.remote)
+	cfg.ConnectionID = ss.id
+	hs, err := mysqlwire.ServerHandshake(ss.c, cfg)
+	if err != nil {
+		s.log.Debug("sql: handshake failed", "remote", ss.nc.RemoteAddr().String(), "err", err)
+		return
+	}
+	ss.hs = hs
+	ss.user = s.users[hs.User]
+	ss.deprecateEOF = hs.Capabilities&mysqlwire.ClientDeprecateEOF != 0
+	if err := ss.attach(hs.DB); err != nil {
+		return
+	}
+	if err := ss.c.WriteOK(ss.be.Status); err != nil {
+		return
+	}
+	_ = ss.nc.SetDeadline(time.Time{})
+	if s.shuttingDown() { // Shutdown's read deadline may have been cleared just above
+		return
+	}
+	for {
+		if err := ss.command(); err != nil {
+			if !errors.Is(err, errSessionEnd) && !isClosed(err) {
+				s.log.Debug("sql: session ends", "id", ss.id, "user", hs.User, "err", err)
+			}
+			return
+		}
+	}
+}
+
+// attach checks out a backend connection for the session's user and selects db on it. On failure the client has
+// been sent an ERR and the returned error ends the session.
+func (ss *session) attach(db string) error {
+	u := ss.user
+	key := backend.PoolKey{User: u.backendUser, Caps: ss.hs.Capabilities, Collation: ss.hs.Collation}
+	pool := u.group.Pool(key, u.backendPassword)
+	ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		be, err := pool.Get(ctx)
+		if err != nil {
+			ss.sendErr(backendError(err))
+			return errSessionEnd
+		}
+		// The connection must not carry a previous session's default database into this one.
+		if db == "" && (!be.DBKnown || be.DB != "") && attempt < 3 {
+			be.MarkBroken()
+			be.Release()
+			continue
+		}
+		if db != "" && (!be.DBKnown || be.DB != db) {
+			if err := be.InitDB(db); err != nil {
+				be.Release()
+				var me *mysqlwire.Error
+				if errors.As(err, &me) {
+					ss.sendErr(me)
+				} else {
+					ss.sendErr(lostBackend(u.group, err))
+				}
+				return errSessionEnd
+			}
+		}
+		ss.be, ss.db = be, db
+		return nil
+	}
+}
+
+// releaseBackend returns the session's backend connection: reset and pooled when it is in a known state, else
+// discarded.
+func (ss *session) releaseBackend() {
+	be := ss.be
+	if be == nil {
+		return
+	}
+	ss.be = nil
+	if !ss.quit && be.Status&mysqlwire.StatusInTrans != 0 {
+		// The client vanished inside a transaction: do not trust a reset to clean up after it.
+		be.MarkBroken()
+	}
+	be.Release()
+}
+
+// backendError turns a checkout failure into the ERR a client gets.
+func backendError(err error) *mysqlwire.Error {
+	var ue *backend.UnavailableError
+	if errors.As(err, &ue) {
+		return mysqlwire.NewError(mysqlwire.CRConnHostError, "HY000", "%s", err.Error())
+	}
+	var le *backend.LoginError
+	if errors.As(err, &le) {
+		return mysqlwire.NewError(mysqlwire.ERAccessDenied, "28000", "%s", err.Error())
+	}
+	return mysqlwire.NewError(mysqlwire.ERUnknownError, "HY000", "%s", err.Error())
+}
+
+func lostBackend(g *backend.Group, err error) *mysqlwire.Error {
+	return mysqlwire.NewError(crServerLost, "HY000",
+		"keyway: lost connection to backend group %s (%s) during the command: %v; the session's state is gone, reconnect",
+		g.Name(), g.Addr(), err)
+}
+
+// sendErr writes e to the client, dropping anything buffered but unsent.
+func (ss *session) sendErr(e *mysqlwire.Error) {
+	ss.c.Discard()
+	_ = ss.c.WriteError(e)
+}
+
+func remoteHost(nc net.Conn) string {
+	host, _, err := net.SplitHostPort(nc.RemoteAddr().String())
+	if err != nil || host == "" {
+		return "localhost"
+	}
+	return host
+}
+
+func isClosed(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, errSessionEnd)
+}
+
+// command reads one command from the client and runs it. A non-nil error ends the session.
+func (ss *session) command() error {
+	c := ss.c
+	c.ResetSeq()
+	p, err := c.ReadPacket()
+	if err != nil {
+		switch {
+		case errors.Is(err, mysqlwire.ErrPacketsOutOfOrder):
+			ss.sendErr(mysqlwire.NewError(mysqlwire.ERNetPacketsOutOfOrder, "08S01", "Got packets out of order: %v", err))
+		case errors.Is(err, mysqlwire.ErrPacketTooLarge):
+			ss.sendErr(mysqlwire.NewError(mysqlwire.ERNetPacketTooLarge, "08S01",
+				"Got a packet bigger than 'max_allowed_packet' bytes (keyway accepts %d)", mysqlwire.DefaultMaxPacket))
+		}
+		return err
+	}
+	if len(p) == 0 {
+		ss.sendErr(mysqlwire.NewError(mysqlwire.ERMalformedPacket, "08S01", "Malformed communication packet: empty command"))
+		return errSessionEnd
+	}
+	switch p[0] {
+	case comQuit:
+		ss.quit = true
+		return errSessionEnd
+	case comQuery:
+		return ss.query(p)
+	case comStmtPrepare:
+		return ss.prepare(p)
+	case comStmtExecute:
+		return ss.execute(p)
+	case comStmtFetch:
+		return ss.forward(p, ss.relayRows)
+	case comStmtSendLongData:
+		return ss.send(p)
+	case comStmtClose:
+		if len(p) >= 5 {
+			delete(ss.stmts, binary.LittleEndian.Uint32(p[1:]))
+		}
+		return ss.send(p)
+	case comFieldList:
+		return ss.forward(p, ss.relayFieldList)
+	case comInitDB:
+		db := string(p[1:])
+		return ss.forward(p, func() (int64, bool, error) {
+			_, failed, err := ss.relayOne()
+			if err == nil && !failed {
+				ss.db, ss.be.DB, ss.be.DBKnown = db, db, true
+			}
+			return 0, failed, err
+		})
+	case comPing, comSetOption, comStmtReset, comStatistics:
+		return ss.forward(p, ss.relayOne)
+	case comResetConnection:
+		ss.stmts = nil
+		return ss.forward(p, ss.relayOne)
+	case comChangeUser:
+		return ss.changeUser(p)
+	}
+	if err := c.WriteError(mysqlwire.NewError(mysqlwire.ERUnknownCom, "08S01",
+		"Unknown command 0x%02x: keyway relays COM_QUERY, COM_INIT_DB, COM_PING, COM_QUIT, COM_FIELD_LIST, COM_STATISTICS, COM_SET_OPTION, COM_RESET_CONNECTION, COM_CHANGE_USER and the COM_STMT_* family", p[0])); err != nil {
+		return err
+	}
+	return nil
+}
+
+// send relays a command that has no reply.
+func (ss *session) send(p []byte) error {
+	be := ss.be
+	be.ResetSeq()
+	err := be.WritePacket(p)
+	if err == nil {
+		err = be.Flush()
+	}
+	if err != nil {
+		be.MarkBroken()
+		ss.sendErr(lostBackend(ss.user.group, err))
+		return errSessionEnd
+	}
+	return nil
+}
+
+// forward sends command p to the backend and streams the reply to the client with relay. It reports relay's
+// outcome; an error from either side ends the session (the client has been told when it can be).
+func (ss *session) forward(p []byte, relay func() (int64, bool, error)) error {
+	_, _, err := ss.exchange(p, relay)
+	return err
+}
+
+// exchange is forward returning the row count and whether the reply was an ERR.
+func (ss *session) exchange(p []byte, relay func() (int64, bool, error)) (int64, bool, error) {
+	be := ss.be
+	be.ResetSeq()
+	err := be.WritePacket(p)
+	if err == nil {
+		err = be.Flush()
+	}
+	if err != nil {
+		be.MarkBroken()
+		ss.sendErr(lostBackend(ss.user.group, err))
+		return 0, true, errSessionEnd
+	}
+	rows, failed, err := relay()
+	if err == nil {
+		err = ss.c.Flush()
+		if err != nil {
+			be.MarkBroken() // the reply is complete on the backend side, but be safe: the client is gone
+		}
+		return rows, failed, err
+	}
+	be.MarkBroken()
+	var we *mysqlwire.WriteError
+	if errors.As(err, &we) || errors.Is(err, errSessionEnd) {
+		return rows, true, err // the client is gone, or has been told
+	}
+	// The backend failed mid-reply: an ERR is legal at any point of a reply, and the client must not wait.
+	ss.sendErr(lostBackend(ss.user.group, err))
+	return rows, true, errSessionEnd
+}
+
+// query runs COM_QUERY: plan, relay, statistics.
+func (ss *session) query(p []byte) error {
+	start := time.Now()
+	sql := string(p[1:])
+	plan := ss.s.plans.Plan(sql)
+	rows, failed, err := ss.exchange(p, ss.relayQueryResults)
+	if err == nil && !failed {
+		ss.noteSessionChange(plan, sql)
+	}
+	ss.record(plan, rows, time.Since(start), failed || err != nil)
+	return err
+}
+
+// noteSessionChange tracks the default database after USE, and marks the backend connection's database unknown
+// after any other session statement that might have changed it (USE inside a multi-statement, for example).
+func (ss *session) noteSessionChange(plan *Plan, sql string) {
+	if plan.Class != ClassSession && plan.Class != ClassOther {
+		return
+	}
+	if db, ok := parseUse(sql); ok {
+		ss.db, ss.be.DB, ss.be.DBKnown = db, db, true
+		return
+	}
+	ss.be.DBKnown = false
+}
+
+// parseUse recognises a lone "USE db" and returns db.
+func parseUse(sql string) (string, bool) {
+	t := strings.TrimSpace(sql)
+	t = strings.TrimSuffix(t, ";")
+	if len(t) < 4 || !strings.EqualFold(t[:3], "use") || (t[3] != ' ' && t[3] != '\t' && t[3] != '\n' && t[3] != '`') {
+		return "", false
+	}
+	db := strings.TrimSpace(t[3:])
+	if strings.HasPrefix(db, "`") && strings.HasSuffix(db, "`") && len(db) >= 2 {
+		return strings.ReplaceAll(db[1:len(db)-1], "``", "`"), true
+	}
+	if db == "" || strings.ContainsAny(db, " \t\n;`'\"") {
+		return "", false
+	}
+	return db, true
+}
+
+func (ss *session) record(plan *Plan, rows int64, latency time.Duration, failed bool) {
+	class := plan.Class.String()
+	if d := ss.s.opts.Digests; d != nil {
+		d.Record(stats.DigestKey{Digest: plan.Digest, Normalized: plan.Normalized, Class: class, Schema: ss.db, User: ss.hs.User},
+			rows, latency, failed)
+	}
+	if m := ss.s.opts.Metrics; m != nil {
+		m.ObserveQuery(class, latency, failed)
+	}
+}
+
+// prepare runs COM_STMT_PREPARE and remembers the statement's plan under the backend's statement id.
+func (ss *session) prepare(p []byte) error {
+	plan := ss.s.plans.Plan(string(p[1:]))
+	var id uint32
+	_, failed, err := ss.exchange(p, func() (int64, bool, error) {
+		var e error
+		id, e = ss.relayPrepare()
+		return 0, id == 0 && e == nil, e
+	})
+	if err == nil && !failed {
+		if ss.stmts == nil {
+			ss.stmts = make(map[uint32]*Plan)
+		}
+		ss.stmts[id] = plan
+	}
+	return err
+}
+
+// execute runs COM_STMT_EXECUTE, counted under the prepared statement's digest.
+func (ss *session) execute(p []byte) error {
+	start := time.Now()
+	var plan *Plan
+	if len(p) >= 5 {
+		plan = ss.stmts[binary.LittleEndian.Uint32(p[1:])]
+	}
+	rows, failed, err := ss.exchange(p, ss.relayExecuteResults)
+	if plan != nil {
+		ss.record(plan, rows, time.Since(start), failed || err != nil)
+	}
+	return err
+}
+
+// changeUser runs COM_CHANGE_USER: authenticate the new user against keyway's users, then switch to a backend
+// connection with that user's backend credentials.
+func (ss *session) changeUser(p []byte) error {
+	caps := ss.hs.Capabilities
+	rest := p[1:]
+	name, rest, ok := cutNul(rest)
+	var reply []byte
+	if ok {
+		if caps&mysqlwire.ClientSecureConnection != 0 {
+			if len(rest) < 1 || len(rest) < 1+int(rest[0]) {
+				ok = false
+			} else {
+				reply, rest = rest[1:1+int(rest[0])], rest[1+int(rest[0]):]
+			}
+		} else {
+			reply, rest, ok = cutNul(rest)
+		}
+	}
+	var db, plugin []byte
+	if ok {
+		db, rest, ok = cutNul(rest)
+	}
+	collation := ss.hs.Collation
+	if ok && len(rest) >= 2 {
+		collation = rest[0]
+		rest = rest[2:]
+		if caps&mysqlwire.ClientPluginAuth != 0 && len(rest) > 0 {
+			if plugin, _, ok = cutNul(rest); !ok {
+				plugin, ok = rest, true
+			}
+		}
+	}
+	if !ok {
+		ss.sendErr(mysqlwire.NewError(mysqlwire.ERMalformedPacket, "08S01", "Malformed communication packet: COM_CHANGE_USER"))
+		return errSessionEnd
+	}
+	userName, dbName, pluginName := string(name), string(db), string(plugin)
+	reply = append([]byte(nil), reply...)
+	if pluginName == "" {
+		pluginName = mysqlwire.NativePassword
+	}
+	cfg := ss.s.serverConfig(ss.remote)
+	acct, err := mysqlwire.ServerAuth(ss.c, cfg, userName, ss.hs.Scramble, pluginName, reply)
+	if err != nil {
+		return errSessionEnd // refused: ERR sent; MySQL also closes the connection
+	}
+	ss.quit = true // a clean hand-over: the old connection is reset and pooled
+	ss.releaseBackend()
+	ss.quit = false
+	ss.hs.User, ss.hs.Account, ss.hs.Collation = acct.User, acct, collation
+	ss.user = ss.s.users[acct.User]
+	ss.stmts = nil
+	if err := ss.attach(dbName); err != nil {
+		return err
+	}
+	return ss.c.WriteOK(ss.be.Status)
+}
+
+func cutNul(p []byte) (s, rest []byte, ok bool) {
+	for i, b := range p {
+		if b == 0 {
+			return p[:i], p[i+1:], true
+		}
+	}
+	return nil, nil, false
+}
+
+// errUnexpected reports a backend reply keyway cannot follow.
+func errUnexpected(what string, first []byte) error {
+	b := byte(0)
+	if len(first) > 0 {
+		b = first[0]
+	}
+	return fmt.Errorf("%w: unexpected backend packet 0x%02x %s", mysqlwire.ErrMalformed, b, what)
+}
