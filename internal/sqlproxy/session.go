@@ -339,7 +339,8 @@ func (ss *session) query(p []byte) error {
 // noteSessionChange tracks the default database after USE, and marks the backend connection's database unknown
 // after any other session statement that might have changed it (USE inside a multi-statement, for example).
 func (ss *session) noteSessionChange(plan *Plan, sql string) {
-	if plan.Class != ClassSession && plan.Class != ClassOther {
+	// SessionChange also catches "USE db; INSERT …", whose class is write.
+	if !plan.SessionChange && plan.Class != ClassOther {
 		return
 	}
 	if db, ok := parseUse(sql); ok {
