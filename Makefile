@@ -31,6 +31,7 @@ test: deps build vet
 
 bench: deps build
 	./$(BIN) bench memcache
+	./$(BIN) bench sql
 
 clean:
 	rm -rf bin

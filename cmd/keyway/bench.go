@@ -8,22 +8,47 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/keywaydb/keyway/internal/bench"
 )
 
 const benchUsage = `usage: keyway bench memcache [flags]
+       keyway bench sql [flags]
 
-Runs keyway (memory-only, async, sync) and memcached 1.6 side by side under
-memcaslap and prints ops/s min/median/max and the ratios to memcached.
+memcache: runs keyway (memory-only, async, sync) and memcached 1.6 side by
+side under memcaslap and prints ops/s min/median/max and the ratios to
+memcached.
+
+sql: runs sysbench (oltp_point_select and oltp_read_only at 1, 4 and 8
+threads) against a private MariaDB, direct and through keyway's SQL door,
+alternating, and prints queries/s min/median/max, the ratio keyway/direct
+and the p95 latency keyway adds.
+
+keyway bench memcache -h and keyway bench sql -h list the flags.
 `
 
 func runBench(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] != "memcache" {
+	if len(args) == 0 {
 		fmt.Fprint(stderr, benchUsage)
 		return 2
 	}
+	switch args[0] {
+	case "memcache":
+		return benchMemcache(args[1:], stdout, stderr)
+	case "sql":
+		return benchSQL(args[1:], stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, benchUsage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "keyway bench: unknown benchmark %q\n\n%s", args[0], benchUsage)
+	return 2
+}
+
+func benchMemcache(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("keyway bench memcache", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o := bench.MemcacheOptions{}
@@ -33,7 +58,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.ValueSize, "value-size", 0, "value bytes (default 400)")
 	fs.IntVar(&o.MemoryMB, "m", 0, "memory limit of both servers in MB (default 1024)")
 	jsonOut := fs.Bool("json", false, "print the report as JSON")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	self, err := os.Executable()
@@ -53,13 +78,72 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if *jsonOut {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			return 1
-		}
-		return 0
+		return writeJSON(stdout, rep)
 	}
 	rep.WriteText(stdout)
+	return 0
+}
+
+func benchSQL(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("keyway bench sql", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o := bench.SQLOptions{}
+	fs.DurationVar(&o.Duration, "duration", 0, "length of each run, whole seconds (default 10s)")
+	fs.IntVar(&o.Repetitions, "reps", 0, "runs per target, alternating direct and keyway (default 3)")
+	fs.Func("threads", "comma-separated sysbench thread `counts`, one case each (default 1,4,8)", func(s string) error {
+		for _, f := range strings.Split(s, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				return fmt.Errorf("want whole numbers separated by commas, like 1,4,8")
+			}
+			o.Threads = append(o.Threads, n)
+		}
+		return nil
+	})
+	fs.Func("workloads", "comma-separated sysbench `scripts` (default oltp_point_select,oltp_read_only)", func(s string) error {
+		for _, f := range strings.Split(s, ",") {
+			o.Workloads = append(o.Workloads, strings.TrimSpace(f))
+		}
+		return nil
+	})
+	fs.IntVar(&o.Tables, "tables", 0, "sysbench --tables (default 4)")
+	fs.IntVar(&o.TableSize, "table-size", 0, "sysbench --table-size, rows per table (default 10000)")
+	jsonOut := fs.Bool("json", false, "print the report as JSON")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "keyway bench sql: unexpected argument %q: it takes flags only\n", fs.Arg(0))
+		return 2
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(stderr, "keyway bench: cannot find own binary: %v\n", err)
+		return 1
+	}
+	o.KeywayBinary = self
+	if !*jsonOut {
+		o.Out = stderr
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := bench.RunSQL(ctx, o)
+	if err != nil {
+		fmt.Fprintf(stderr, "keyway bench sql: %v\n", err)
+		return 1
+	}
+	if *jsonOut {
+		return writeJSON(stdout, rep)
+	}
+	rep.WriteText(stdout)
+	return 0
+}
+
+func writeJSON(w io.Writer, v any) int {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return 1
+	}
 	return 0
 }

@@ -29,6 +29,7 @@ const usage = `keyway — fast, consistent access to MySQL data
 usage:
   keyway serve [flags]       serve the memcache door (keyway serve -h for flags)
   keyway bench memcache      benchmark keyway against memcached side by side
+  keyway bench sql           benchmark the SQL door against MariaDB direct (sysbench)
   keyway version             print the version
 `
 

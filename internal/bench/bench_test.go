@@ -55,12 +55,12 @@ func TestMemcaslapThreads(t *testing.T) {
 }
 
 func TestSummaryAndReport(t *testing.T) {
-	r := Result{Target: "memcached", Runs: []float64{300, 100, 200}}
+	r := Result{Target: "memcached", Series: Series{Runs: []float64{300, 100, 200}}}
 	r.summarize()
 	if r.Min != 100 || r.Median != 200 || r.Max != 300 {
 		t.Fatalf("summarize = %+v", r)
 	}
-	k := Result{Target: "keyway-memory", Runs: []float64{50, 150}}
+	k := Result{Target: "keyway-memory", Series: Series{Runs: []float64{50, 150}}}
 	k.summarize()
 	if k.Median != 100 {
 		t.Fatalf("even median = %v, want 100", k.Median)

@@ -281,7 +281,7 @@ func (m *memcaslap) describe() string {
 }
 
 // run benchmarks the server at addr once.
-func (m *memcaslap) run(ctx context.Context, addr string) (float64, string, error) {
+func (m *memcaslap) run(ctx context.Context, addr string) (sample, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
 	argv := append(append([]string{"-s", addr}, m.args...), "-F", m.cfgPath)
@@ -289,14 +289,14 @@ func (m *memcaslap) run(ctx context.Context, addr string) (float64, string, erro
 	cmd.WaitDelay = 2 * time.Second
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return 0, "", fmt.Errorf("memcaslap %s: %w\n%s", strings.Join(argv, " "), err, tail(out))
+		return sample{}, fmt.Errorf("memcaslap %s: %w\n%s", strings.Join(argv, " "), err, tail(out))
 	}
 	s, err := parseMemcaslap(out)
 	if err != nil {
-		return 0, "", fmt.Errorf("memcaslap %s: %w\n%s", strings.Join(argv, " "), err, tail(out))
+		return sample{}, fmt.Errorf("memcaslap %s: %w\n%s", strings.Join(argv, " "), err, tail(out))
 	}
 	note := fmt.Sprintf("(ops %d in %.1fs; gets %d, sets %d, get misses %d)", s.ops, s.seconds, s.gets, s.sets, s.getMisses)
-	return s.tps, note, nil
+	return sample{ops: s.tps, note: note}, nil
 }
 
 // memcaslapSummary is what parseMemcaslap extracts from memcaslap's final

@@ -9,17 +9,22 @@
 //   - Unknown keys are errors, never ignored: a misspelt key would otherwise silently leave a default in force.
 //   - Every error names the key (and the serve flag that sets it, if any) and says what is allowed. Validate and
 //     the file decoder report every problem at once, joined with errors.Join, one problem per line.
+//   - An entry of an array of tables ([[groups]], [[sql.users]]) has no place in the defaults the file is applied
+//     on, so the file decoder fills each entry's defaults first and applies the entry's keys on top. Defaults that
+//     depend on other keys (a user's backend_user, backend_password and group) apply only where the key is absent.
 //
-// Adding a section ([sql], [[groups]], [admin], …) is: a field in Config, its mirror in fileConfig (file.go), and
-// its ensureDefaults and validate methods called from EnsureDefaults and Validate.
+// Adding a section is: a field in Config, its mirror in fileConfig (file.go), and its ensureDefaults and validate
+// methods called from EnsureDefaults and Validate.
 package config
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -27,6 +32,53 @@ import (
 type Config struct {
 	Memcache Memcache // [memcache]
 	Store    Store    // [store]
+	SQL      SQL      // [sql] and [[sql.users]]; the SQL door is off when SQL.Listen is ""
+	Groups   []Group  // [[groups]]: backends
+	Admin    Admin    // [admin]
+}
+
+// SQL configures the SQL door (a MySQL-protocol proxy).
+type SQL struct {
+	Listen           string    // "listen": host:port; "" = the SQL door is off
+	MaxConnections   int       // "max_connections": concurrent client connections (default 1024)
+	TLSCert          string    // "tls_cert": PEM file; with tls_key, TLS is offered to clients
+	TLSKey           string    // "tls_key": PEM file
+	AllowLocalInfile bool      // "allow_local_infile": relay LOAD DATA LOCAL INFILE (default false: refused)
+	Users            []SQLUser // [[sql.users]]
+}
+
+// The values of SQLUser.AuthPlugin.
+const (
+	AuthNativePassword = "mysql_native_password"
+	AuthCachingSHA2    = "caching_sha2_password"
+)
+
+// SQLUser is an account clients log in to keyway with.
+type SQLUser struct {
+	Name            string // "name"
+	Password        string // "password"
+	AuthPlugin      string // "auth_plugin": "mysql_native_password" or "caching_sha2_password" (default)
+	BackendUser     string // "backend_user": the account keyway uses on the backend (default: Name)
+	BackendPassword string // "backend_password" (default: Password)
+	Group           string // "group": the backend group this user's sessions go to (default: the first group)
+}
+
+// Group is a set of backend servers; today its primary only.
+type Group struct {
+	Name           string        // "name"
+	Primary        string        // "primary": host:port or a unix socket path
+	User           string        // "user": keyway's own monitoring connection
+	Password       string        // "password"
+	MinIdle        int           // "min_idle": connections kept open per pool (default 0)
+	MaxOpen        int           // "max_open": connections per pool at most (default 256)
+	IdleTimeout    time.Duration // "idle_timeout": idle connections above min_idle close after this (default 60s)
+	HealthInterval time.Duration // "health_interval": how often the monitor pings the primary (default 2s)
+	ConnectTimeout time.Duration // "connect_timeout": dialing and handshake (default 5s)
+}
+
+// Admin configures the admin HTTP listener (/metrics, /digests, /status).
+type Admin struct {
+	Listen string // "listen": host:port; "" = off
 }
 
 // Memcache configures the memcache door.
@@ -66,11 +118,20 @@ const (
 	defaultMaxItemSize    = 1 * mib
 	defaultFlushInterval  = time.Second
 
+	defaultSQLMaxConnections = 1024
+	defaultAuthPlugin        = AuthCachingSHA2
+	defaultMaxOpen           = 256
+	defaultIdleTimeout       = 60 * time.Second
+	defaultHealthInterval    = 2 * time.Second
+	defaultConnectTimeout    = 5 * time.Second
+
 	minMemoryLimit    = 1 * mib
 	maxMaxConnections = 1 << 20
 	minMaxItemSize    = 1 * kib // memcached -I: between 1k and 1024m
 	maxMaxItemSize    = 1 * gib
 	maxFlushInterval  = time.Hour
+	maxMaxOpen        = 1 << 20
+	maxSocketPath     = 107 // sun_path holds 108 bytes with the terminating NUL
 )
 
 // What each key allows, as said in errors.
@@ -82,6 +143,25 @@ const (
 	wantDataDir        = `want a directory path, or "" for no persistence`
 	wantDurability     = `want "none", "async" or "sync"`
 	wantFlushInterval  = `want a duration like "1s" or "250ms", more than 0 and at most 1h`
+
+	wantSQLListen    = `want "host:port", e.g. "127.0.0.1:3306" (empty host = all interfaces, port 0 = any free port), or "" for no SQL door`
+	wantAdminListen  = `want "host:port", e.g. "127.0.0.1:9104" (empty host = all interfaces, port 0 = any free port), or "" for no admin listener`
+	wantTLSFile      = `want the path of a PEM file`
+	wantTLSPair      = `want both sql.tls_cert and sql.tls_key (a PEM certificate chain and its PEM private key) to offer TLS, or neither`
+	wantBool         = `want true or false`
+	wantSQLUsers     = `the SQL door (sql.listen) needs at least one [[sql.users]] entry with the name and password clients log in with`
+	wantGroups       = `the SQL door (sql.listen) needs at least one [[groups]] entry with the primary its sessions go to`
+	wantUserName     = `want the account name clients log in with, unique among [[sql.users]]`
+	wantPassword     = `want a string ("" for no password)`
+	wantAuthPlugin   = `want "mysql_native_password" or "caching_sha2_password"`
+	wantBackendUser  = `want the account keyway logs in to the backend with (leave it out to use the user's own name)`
+	wantGroupRef     = `want the name of a [[groups]] entry (leave it out for the first group)`
+	wantGroupName    = `want a name, unique among [[groups]]`
+	wantPrimary      = `want "host:port" (e.g. "127.0.0.1:3306") or an absolute unix socket path of at most 107 bytes (e.g. "/run/mysqld/mysqld.sock")`
+	wantGroupUser    = `want the account keyway's own monitoring connection logs in with`
+	wantMinIdle      = `want an integer from 0 to max_open`
+	wantMaxOpen      = `want an integer from 1 to 1048576`
+	wantPoolDuration = `want a duration like "60s" or "500ms", more than 0`
 )
 
 // Default returns the configuration keyway runs with when nothing is configured: a memcached on 127.0.0.1:11211
@@ -94,9 +174,57 @@ func Default() Config {
 
 // EnsureDefaults sets every zero field to its default. Store.Durability defaults to "async" when Store.DataDir is
 // set and to "none" otherwise, so set DataDir before calling it.
+//
+// For the SQL door: a user's BackendUser defaults to its Name, its BackendPassword to its Password and its Group to
+// the first group's name. (In a Config built in code an empty BackendPassword therefore means "the user's own"; the
+// file can say backend_password = "" for a backend account without a password.)
 func (c *Config) EnsureDefaults() {
 	c.Memcache.ensureDefaults()
 	c.Store.ensureDefaults()
+	c.SQL.ensureDefaults()
+	for i := range c.Groups {
+		c.Groups[i].ensureDefaults()
+	}
+	for i := range c.SQL.Users {
+		u := &c.SQL.Users[i]
+		u.ensureDefaults()
+		if u.Group == "" && len(c.Groups) > 0 {
+			u.Group = c.Groups[0].Name
+		}
+	}
+}
+
+func (s *SQL) ensureDefaults() {
+	if s.MaxConnections == 0 {
+		s.MaxConnections = defaultSQLMaxConnections
+	}
+}
+
+func (u *SQLUser) ensureDefaults() {
+	if u.AuthPlugin == "" {
+		u.AuthPlugin = defaultAuthPlugin
+	}
+	if u.BackendUser == "" {
+		u.BackendUser = u.Name
+	}
+	if u.BackendPassword == "" {
+		u.BackendPassword = u.Password
+	}
+}
+
+func (g *Group) ensureDefaults() {
+	if g.MaxOpen == 0 {
+		g.MaxOpen = defaultMaxOpen
+	}
+	if g.IdleTimeout == 0 {
+		g.IdleTimeout = defaultIdleTimeout
+	}
+	if g.HealthInterval == 0 {
+		g.HealthInterval = defaultHealthInterval
+	}
+	if g.ConnectTimeout == 0 {
+		g.ConnectTimeout = defaultConnectTimeout
+	}
 }
 
 func (m *Memcache) ensureDefaults() {
@@ -124,10 +252,128 @@ func (s *Store) ensureDefaults() {
 // Validate reports every problem in c at once, one per line, each naming its key and what is allowed. It expects
 // EnsureDefaults to have run: a zero field is reported as invalid.
 func (c *Config) Validate() error {
+	return errors.Join(c.validate()...)
+}
+
+func (c *Config) validate() problems {
 	var p problems
 	c.Memcache.validate(&p)
 	c.Store.validate(&p)
-	return errors.Join(p...)
+	c.validateSQL(&p)
+	if c.Admin.Listen != "" && !validListen(c.Admin.Listen) {
+		p.add("admin.listen (--admin-listen)", strconv.Quote(c.Admin.Listen), wantAdminListen)
+	}
+	return p
+}
+
+// validateSQL checks [sql], its [[sql.users]] and the [[groups]] they refer to.
+func (c *Config) validateSQL(p *problems) {
+	s := &c.SQL
+	if s.Listen != "" {
+		if !validListen(s.Listen) {
+			p.add("sql.listen (--sql-listen)", strconv.Quote(s.Listen), wantSQLListen)
+		}
+		if len(s.Users) == 0 {
+			p.add("sql.users", "none", wantSQLUsers)
+		}
+		if len(c.Groups) == 0 {
+			p.add("groups", "none", wantGroups)
+		}
+	}
+	if s.MaxConnections < 1 || s.MaxConnections > maxMaxConnections {
+		p.add("sql.max_connections", strconv.Itoa(s.MaxConnections), wantMaxConnections)
+	}
+	switch {
+	case s.TLSCert == "" && s.TLSKey == "":
+	case s.TLSCert == "" || s.TLSKey == "":
+		p.add("sql.tls_cert, sql.tls_key", strconv.Quote(s.TLSCert)+", "+strconv.Quote(s.TLSKey), wantTLSPair)
+	default:
+		if _, err := tls.LoadX509KeyPair(s.TLSCert, s.TLSKey); err != nil {
+			p.add("sql.tls_cert, sql.tls_key", strconv.Quote(s.TLSCert)+", "+strconv.Quote(s.TLSKey),
+				"cannot load them ("+err.Error()+"): "+wantTLSPair)
+		}
+	}
+
+	groups := make(map[string]int, len(c.Groups)) // name → index of its first use
+	var groupNames []string
+	for i := range c.Groups {
+		g := &c.Groups[i]
+		key := "groups[" + strconv.Itoa(i) + "]."
+		switch first, dup := groups[g.Name]; {
+		case g.Name == "":
+			p.add(key+"name", `""`, wantGroupName)
+		case dup:
+			p.add(key+"name", strconv.Quote(g.Name), wantGroupName+"; groups["+strconv.Itoa(first)+"] has it already")
+		default:
+			groups[g.Name] = i
+			groupNames = append(groupNames, strconv.Quote(g.Name))
+		}
+		g.validate(key, p)
+	}
+
+	users := make(map[string]int, len(s.Users))
+	for i := range s.Users {
+		u := &s.Users[i]
+		key := "sql.users[" + strconv.Itoa(i) + "]."
+		switch first, dup := users[u.Name]; {
+		case u.Name == "":
+			p.add(key+"name", `""`, wantUserName)
+		case dup:
+			p.add(key+"name", strconv.Quote(u.Name), wantUserName+"; sql.users["+strconv.Itoa(first)+"] has it already")
+		default:
+			users[u.Name] = i
+		}
+		if u.AuthPlugin != AuthNativePassword && u.AuthPlugin != AuthCachingSHA2 {
+			p.add(key+"auth_plugin", strconv.Quote(u.AuthPlugin), wantAuthPlugin)
+		}
+		// An empty name is reported above; the backend user it left empty is its consequence.
+		if u.BackendUser == "" && u.Name != "" {
+			p.add(key+"backend_user", `""`, wantBackendUser)
+		}
+		if _, ok := groups[u.Group]; !ok && len(c.Groups) > 0 {
+			// A user left without a group because the first group has no name is covered by that group's problem.
+			if u.Group != "" || c.Groups[0].Name != "" {
+				p.add(key+"group", strconv.Quote(u.Group), wantGroupRef+": "+strings.Join(groupNames, ", "))
+			}
+		}
+	}
+}
+
+func (g *Group) validate(key string, p *problems) {
+	if !validPrimary(g.Primary) {
+		p.add(key+"primary", strconv.Quote(g.Primary), wantPrimary)
+	}
+	if g.User == "" {
+		p.add(key+"user", `""`, wantGroupUser)
+	}
+	if g.MaxOpen < 1 || g.MaxOpen > maxMaxOpen {
+		p.add(key+"max_open", strconv.Itoa(g.MaxOpen), wantMaxOpen)
+	}
+	if g.MinIdle < 0 || (g.MinIdle > g.MaxOpen && g.MaxOpen >= 1) {
+		p.add(key+"min_idle", strconv.Itoa(g.MinIdle), wantMinIdle+" ("+strconv.Itoa(g.MaxOpen)+")")
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"idle_timeout", g.IdleTimeout}, {"health_interval", g.HealthInterval}, {"connect_timeout", g.ConnectTimeout}} {
+		if d.v <= 0 {
+			p.add(key+d.name, strconv.Quote(d.v.String()), wantPoolDuration)
+		}
+	}
+}
+
+// validPrimary accepts host:port with a non-empty host and a port from 1 to 65535, or an absolute unix socket path
+// short enough for sun_path. As with validListen, the host is not resolved here.
+func validPrimary(s string) bool {
+	if strings.HasPrefix(s, "/") {
+		return len(s) <= maxSocketPath
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil || host == "" {
+		return false
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n >= 1 && n <= 65535
 }
 
 func (m *Memcache) validate(p *problems) {
@@ -192,7 +438,7 @@ func Parse(data []byte) (Config, error) {
 		return Config{}, err
 	}
 	c.finish()
-	if err := errors.Join(append(problems, c.Validate())...); err != nil {
+	if err := errors.Join(append(problems, c.validate().besides(problems)...)...); err != nil {
 		return Config{}, err
 	}
 	return c, nil
@@ -226,11 +472,45 @@ func (c *Config) finish() {
 	c.Store.deriveDefaults()
 }
 
-// problems collects errors of the form "key = value: what is allowed".
+// problems collects errors: mostly *problem, plus the odd other error (an unknown key).
 type problems []error
 
 func (p *problems) add(key, value, want string) {
-	*p = append(*p, fmt.Errorf("%s = %s: %s", key, value, want))
+	*p = append(*p, &problem{key, value, want})
+}
+
+// besides returns the problems in p about keys that reported has no problem about. A key whose value was of the
+// wrong form is left at its default, or empty where it has none; Validate would then report the empty value too.
+func (p problems) besides(reported []error) problems {
+	keys := make(map[string]bool)
+	for _, err := range reported {
+		if pr, ok := err.(*problem); ok {
+			keys[pr.bareKey()] = true
+		}
+	}
+	var out problems
+	for _, err := range p {
+		if pr, ok := err.(*problem); ok && keys[pr.bareKey()] {
+			continue
+		}
+		out = append(out, err)
+	}
+	return out
+}
+
+// problem is one invalid value: "key = value: what is allowed".
+type problem struct {
+	key   string // as in the file, then the flags that set it: "memcache.listen (-l, -p)"
+	value string // as written, or close to it
+	want  string
+}
+
+func (p *problem) Error() string { return p.key + " = " + p.value + ": " + p.want }
+
+// bareKey is the key without the flags that set it.
+func (p *problem) bareKey() string {
+	k, _, _ := strings.Cut(p.key, " (")
+	return k
 }
 
 // formatBytes shows n in the largest binary unit that divides it exactly, so an error repeats what the user wrote.

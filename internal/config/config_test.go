@@ -2,10 +2,19 @@ package config
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"flag"
+	"math/big"
+	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -24,9 +33,10 @@ func TestDefault(t *testing.T) {
 			Durability:    "none",
 			FlushInterval: time.Second,
 		},
+		SQL: SQL{MaxConnections: 1024},
 	}
 	c := Default()
-	if c != want {
+	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("Default() = %+v, want %+v", c, want)
 	}
 	if err := c.Validate(); err != nil {
@@ -37,7 +47,7 @@ func TestDefault(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Parse(%q): %v", data, err)
 		}
-		if c != want {
+		if !reflect.DeepEqual(c, want) {
 			t.Fatalf("Parse(%q) = %+v, want the defaults", data, c)
 		}
 	}
@@ -75,8 +85,9 @@ flush_interval = "250ms"
 	want := Config{
 		Memcache: Memcache{Listen: "0.0.0.0:22122", MemoryLimit: 512 << 20, MaxConnections: 4096, MaxItemSize: 2 << 20},
 		Store:    Store{DataDir: "/var/lib/keyway", Durability: "sync", FlushInterval: 250 * time.Millisecond},
+		SQL:      SQL{MaxConnections: 1024},
 	}
-	if c != want {
+	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("got  %+v\nwant %+v", c, want)
 	}
 }
@@ -137,10 +148,10 @@ func TestUnknownKeys(t *testing.T) {
 	}{
 		{"key in section", "[memcache]\nmax_conns = 10\n",
 			[]string{"unknown key memcache.max_conns", "[memcache] allows", "max_connections"}},
-		{"section", "[sql]\nlisten = \"x\"\nport = 3306\n",
-			[]string{"unknown key sql:", "the top level allows [memcache], [store]"}},
+		{"section", "[mysql]\nlisten = \"x\"\nport = 3306\n",
+			[]string{"unknown key mysql:", "the top level allows [memcache], [store], [sql], [[groups]], [admin]"}},
 		{"key at top level", "listen = \"127.0.0.1:1\"\n",
-			[]string{"unknown key listen:", "the top level allows [memcache], [store]"}},
+			[]string{"unknown key listen:", "the top level allows [memcache], [store], [sql], [[groups]], [admin]"}},
 		{"dotted", "store.dir = \"/x\"\n",
 			[]string{"unknown key store.dir:", "[store] allows data_dir, durability, flush_interval"}},
 	}
@@ -319,7 +330,7 @@ durability = "sync"
 			}
 			want := Default()
 			tt.want(&want)
-			if got != want {
+			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("got  %+v\nwant %+v", got, want)
 			}
 			if stderr.Len() != 0 {
@@ -385,5 +396,463 @@ func TestServeArgsMissingFile(t *testing.T) {
 	_, err := ParseServeArgs([]string{"--config", filepath.Join(t.TempDir(), "nope.toml")}, &bytes.Buffer{})
 	if !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("err = %v; want ErrNotExist", err)
+	}
+}
+
+// The SQL door: [sql], [[sql.users]], [[groups]] and [admin].
+
+func TestParseSQLFull(t *testing.T) {
+	dir := t.TempDir()
+	cert, key := writeCert(t, dir)
+	c, err := Parse([]byte(`
+[sql]
+listen = "127.0.0.1:3307"
+max_connections = 500
+tls_cert = "` + cert + `"
+tls_key = "` + key + `"
+allow_local_infile = true
+
+[[sql.users]]
+name = "app"
+password = "secret"
+
+[[sql.users]]
+name = "report"
+password = "r3"
+auth_plugin = "mysql_native_password"
+backend_user = "reader"
+backend_password = "rpw"
+group = "replica"
+
+[[sql.users]]
+name = "nopw"
+password = "x"
+backend_user = "root"
+backend_password = ""       # a backend account without a password, kept as written
+
+[[groups]]
+name = "main"
+primary = "10.0.0.5:3306"
+user = "monitor"
+password = "mon"
+
+[[groups]]
+name = "replica"
+primary = "/run/mysqld/mysqld.sock"
+user = "monitor"
+min_idle = 4
+max_open = 32
+idle_timeout = "5m"
+health_interval = "500ms"
+connect_timeout = "1s"
+
+[admin]
+listen = "127.0.0.1:9104"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	want.SQL = SQL{
+		Listen: "127.0.0.1:3307", MaxConnections: 500, TLSCert: cert, TLSKey: key, AllowLocalInfile: true,
+		Users: []SQLUser{
+			{Name: "app", Password: "secret", AuthPlugin: "caching_sha2_password", BackendUser: "app", BackendPassword: "secret", Group: "main"},
+			{Name: "report", Password: "r3", AuthPlugin: "mysql_native_password", BackendUser: "reader", BackendPassword: "rpw", Group: "replica"},
+			{Name: "nopw", Password: "x", AuthPlugin: "caching_sha2_password", BackendUser: "root", BackendPassword: "", Group: "main"},
+		},
+	}
+	want.Groups = []Group{
+		{Name: "main", Primary: "10.0.0.5:3306", User: "monitor", Password: "mon",
+			MinIdle: 0, MaxOpen: 256, IdleTimeout: time.Minute, HealthInterval: 2 * time.Second, ConnectTimeout: 5 * time.Second},
+		{Name: "replica", Primary: "/run/mysqld/mysqld.sock", User: "monitor",
+			MinIdle: 4, MaxOpen: 32, IdleTimeout: 5 * time.Minute, HealthInterval: 500 * time.Millisecond, ConnectTimeout: time.Second},
+	}
+	want.Admin.Listen = "127.0.0.1:9104"
+	if !reflect.DeepEqual(c, want) {
+		t.Fatalf("got  %+v\nwant %+v", c, want)
+	}
+}
+
+// minimalSQL is the smallest file that turns the SQL door on.
+const minimalSQL = `
+[sql]
+listen = "127.0.0.1:0"
+[[sql.users]]
+name = "app"
+password = "secret"
+[[groups]]
+name = "g"
+primary = "127.0.0.1:3306"
+user = "app"
+password = "secret"
+`
+
+func TestParseSQLMinimal(t *testing.T) {
+	c, err := Parse([]byte(minimalSQL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := SQLUser{Name: "app", Password: "secret", AuthPlugin: AuthCachingSHA2, BackendUser: "app", BackendPassword: "secret", Group: "g"}
+	if len(c.SQL.Users) != 1 || c.SQL.Users[0] != u {
+		t.Errorf("users = %+v, want [%+v]", c.SQL.Users, u)
+	}
+	g := Group{Name: "g", Primary: "127.0.0.1:3306", User: "app", Password: "secret",
+		MaxOpen: 256, IdleTimeout: 60 * time.Second, HealthInterval: 2 * time.Second, ConnectTimeout: 5 * time.Second}
+	if len(c.Groups) != 1 || c.Groups[0] != g {
+		t.Errorf("groups = %+v, want [%+v]", c.Groups, g)
+	}
+	if c.SQL.MaxConnections != 1024 || c.SQL.AllowLocalInfile || c.SQL.TLSCert != "" || c.Admin.Listen != "" {
+		t.Errorf("sql = %+v, admin = %+v; want the defaults", c.SQL, c.Admin)
+	}
+}
+
+// Groups and users without the SQL door are allowed (the memcache door will use groups too).
+func TestGroupsWithoutSQLDoor(t *testing.T) {
+	c, err := Parse([]byte("[[groups]]\nname = \"g\"\nprimary = \"db:3306\"\nuser = \"u\"\n"))
+	if err != nil || c.SQL.Listen != "" || len(c.Groups) != 1 {
+		t.Fatalf("Parse: %+v, %v", c, err)
+	}
+}
+
+func TestEnsureDefaultsSQL(t *testing.T) {
+	c := Config{
+		SQL: SQL{Listen: "127.0.0.1:3306", Users: []SQLUser{
+			{Name: "a", Password: "pa"},
+			{Name: "b", Password: "pb", BackendUser: "bb", BackendPassword: "x", Group: "two", AuthPlugin: AuthNativePassword},
+		}},
+		Groups: []Group{{Name: "one", Primary: "h:1", User: "m"}, {Name: "two", Primary: "h:2", User: "m", MaxOpen: 3}},
+	}
+	c.EnsureDefaults()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	a, b := c.SQL.Users[0], c.SQL.Users[1]
+	if a != (SQLUser{Name: "a", Password: "pa", AuthPlugin: AuthCachingSHA2, BackendUser: "a", BackendPassword: "pa", Group: "one"}) {
+		t.Errorf("user a = %+v", a)
+	}
+	if b != (SQLUser{Name: "b", Password: "pb", BackendUser: "bb", BackendPassword: "x", Group: "two", AuthPlugin: AuthNativePassword}) {
+		t.Errorf("user b = %+v", b)
+	}
+	if g := c.Groups[1]; g.MaxOpen != 3 || g.IdleTimeout != time.Minute || g.HealthInterval != 2*time.Second || g.ConnectTimeout != 5*time.Second {
+		t.Errorf("group two = %+v", g)
+	}
+	if c.SQL.MaxConnections != 1024 {
+		t.Errorf("max_connections = %d", c.SQL.MaxConnections)
+	}
+}
+
+func TestSQLNeedsUsersAndGroups(t *testing.T) {
+	_, err := Parse([]byte("[sql]\nlisten = \"127.0.0.1:3306\"\n"))
+	wantErrors(t, err,
+		[]string{"sql.users = none", "at least one [[sql.users]]"},
+		[]string{"groups = none", "at least one [[groups]]"},
+	)
+	// The door off: nothing is needed.
+	if _, err := Parse([]byte("[sql]\nmax_connections = 10\n")); err != nil {
+		t.Fatalf("[sql] without listen: %v", err)
+	}
+}
+
+func TestSQLEveryProblemAtOnce(t *testing.T) {
+	_, err := Parse([]byte(`
+[sql]
+listen = "localhost"            # no port
+max_connections = -1
+
+[[sql.users]]
+name = "app"
+auth_plugin = "sha256_password"
+group = "nope"
+
+[[sql.users]]
+name = "app"                    # duplicate
+backend_user = ""
+
+[[sql.users]]
+password = "no name"
+
+[[groups]]
+name = "g"
+primary = "db"                  # no port
+user = "m"
+min_idle = 10
+max_open = 5
+
+[[groups]]
+name = "g"                      # duplicate
+primary = "relative/sock"
+min_idle = -1
+max_open = 2000000
+idle_timeout = "-1s"
+
+[[groups]]
+name = "h"
+primary = "db:0"
+user = "m"
+
+[admin]
+listen = "9104"
+`))
+	wantErrors(t, err,
+		[]string{`sql.listen (--sql-listen) = "localhost"`, "host:port"},
+		[]string{"sql.max_connections = -1", "from 1 to 1048576"},
+		[]string{`groups[0].primary = "db"`, "host:port", "absolute unix socket path"},
+		[]string{"groups[0].min_idle = 10", "from 0 to max_open (5)"},
+		[]string{`groups[1].name = "g"`, "unique", "groups[0] has it already"},
+		[]string{`groups[1].primary = "relative/sock"`, "absolute unix socket path"},
+		[]string{`groups[1].user = ""`, "monitoring connection"},
+		[]string{"groups[1].max_open = 2000000", "from 1 to 1048576"},
+		[]string{"groups[1].min_idle = -1", "from 0 to max_open"},
+		[]string{`groups[1].idle_timeout = "-1s"`, "more than 0"},
+		[]string{`groups[2].primary = "db:0"`},
+		[]string{`sql.users[0].auth_plugin = "sha256_password"`, `"mysql_native_password" or "caching_sha2_password"`},
+		[]string{`sql.users[0].group = "nope"`, `"g", "h"`},
+		[]string{`sql.users[1].name = "app"`, "sql.users[0] has it already"},
+		[]string{`sql.users[1].backend_user = ""`, "backend"},
+		[]string{`sql.users[2].name = ""`, "account name"},
+		[]string{`admin.listen (--admin-listen) = "9104"`, "host:port"},
+	)
+}
+
+// A 0 or "" written in the file is an error where it is not a valid value, not a request for the default.
+func TestSQLExplicitZero(t *testing.T) {
+	_, err := Parse([]byte(`
+[sql]
+listen = "127.0.0.1:0"
+max_connections = 0
+[[sql.users]]
+name = "app"
+auth_plugin = ""
+backend_user = ""
+group = ""
+[[groups]]
+name = "g"
+primary = ""
+user = "m"
+min_idle = 0                    # valid: the default
+max_open = 0
+idle_timeout = "0s"
+health_interval = "0s"
+connect_timeout = "0s"
+`))
+	wantErrors(t, err,
+		[]string{"sql.max_connections = 0"},
+		[]string{`groups[0].primary = ""`},
+		[]string{"groups[0].max_open = 0"},
+		[]string{`groups[0].idle_timeout = "0s"`},
+		[]string{`groups[0].health_interval = "0s"`},
+		[]string{`groups[0].connect_timeout = "0s"`},
+		[]string{`sql.users[0].auth_plugin = ""`},
+		[]string{`sql.users[0].backend_user = ""`},
+		[]string{`sql.users[0].group = ""`, `want the name of a [[groups]] entry`, `"g"`},
+	)
+}
+
+func TestSQLWrongTypes(t *testing.T) {
+	_, err := Parse([]byte(`
+[sql]
+listen = 3306
+max_connections = "many"
+tls_cert = 1
+allow_local_infile = "yes"
+[[sql.users]]
+name = 7
+password = 1234
+[[groups]]
+name = "g"
+primary = "h:1"
+user = "m"
+max_open = "10"
+idle_timeout = 60
+[admin]
+listen = true
+`))
+	wantErrors(t, err,
+		[]string{"groups[0].max_open = \"10\"", "want an integer"},
+		[]string{"groups[0].idle_timeout = 60", "duration"},
+		[]string{"sql.listen = 3306", "host:port"},
+		[]string{`sql.max_connections = "many"`, "want an integer"},
+		[]string{"sql.tls_cert = 1", "PEM file"},
+		[]string{`sql.allow_local_infile = "yes"`, "true or false"},
+		[]string{"sql.users[0].name = 7", "account name"},
+		[]string{"sql.users[0].password = 1234", "want a string"},
+		[]string{"admin.listen = true", "host:port"},
+		// The user's name was not decoded, which leaves it empty: reported once, above, not again by Validate.
+	)
+	// A value where a table or array of tables belongs stops decoding, like a syntax error.
+	for _, data := range []string{"groups = 5\n", "[sql]\nusers = 5\n", "[sql]\nusers = [1]\n"} {
+		_, err := Parse([]byte(data))
+		if err == nil || !strings.Contains(err.Error(), "line") {
+			t.Errorf("Parse(%q) = %v; want a structural error with its line", data, err)
+		}
+	}
+}
+
+func TestSQLUnknownKeys(t *testing.T) {
+	_, err := Parse([]byte(`
+[sql]
+listen = "127.0.0.1:0"
+port = 3306
+[[sql.users]]
+name = "a"
+[[sql.users]]
+name = "b"
+nmae = "c"
+[[sql.users]]
+name = "d"
+nmae = "e"
+[[groups]]
+name = "g"
+primary = "h:1"
+user = "m"
+replicas = ["h:2"]
+[admin]
+port = 1
+`))
+	wantErrors(t, err,
+		[]string{"unknown key sql.port:", "[sql] allows listen, max_connections, tls_cert, tls_key, allow_local_infile, [[users]]"},
+		[]string{"unknown key sql.users[1].nmae:", "[[sql.users]] allows name, password, auth_plugin, backend_user, backend_password, group"},
+		[]string{"unknown key sql.users[2].nmae:"},
+		[]string{"unknown key groups[0].replicas:", "[[groups]] allows name, primary, user, password, min_idle, max_open, idle_timeout, health_interval, connect_timeout"},
+		[]string{"unknown key admin.port:", "[admin] allows listen"},
+	)
+}
+
+func TestValidPrimary(t *testing.T) {
+	for s, want := range map[string]bool{
+		"127.0.0.1:3306":                       true,
+		"db.example.com:3306":                  true,
+		"[::1]:3306":                           true,
+		"/run/mysqld/mysqld.sock":              true,
+		"/" + strings.Repeat("s", 106):         true,
+		"/" + strings.Repeat("s", 107):         false, // longer than sun_path allows
+		"":                                     false,
+		"db":                                   false,
+		":3306":                                false,
+		"db:0":                                 false,
+		"db:65536":                             false,
+		"db:mysql":                             false,
+		"mysqld.sock":                          false,
+		"unix:/run/mysqld/mysqld.sock":         false,
+		"tcp(127.0.0.1:3306)":                  false,
+		"127.0.0.1:3306,127.0.0.1:3307":        false,
+		"user:pw@tcp(127.0.0.1:3306)/database": false,
+	} {
+		if got := validPrimary(s); got != want {
+			t.Errorf("validPrimary(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
+
+func TestSQLTLS(t *testing.T) {
+	dir := t.TempDir()
+	cert, key := writeCert(t, dir)
+	file := func(cert, key string) string {
+		s := minimalSQL + "\n"
+		if cert != "" {
+			s = strings.Replace(s, "[sql]\n", "[sql]\ntls_cert = \""+cert+"\"\n", 1)
+		}
+		if key != "" {
+			s = strings.Replace(s, "[sql]\n", "[sql]\ntls_key = \""+key+"\"\n", 1)
+		}
+		return s
+	}
+	c, err := Parse([]byte(file(cert, key)))
+	if err != nil || c.SQL.TLSCert != cert || c.SQL.TLSKey != key {
+		t.Fatalf("valid pair: %+v, %v", c.SQL, err)
+	}
+	_, err = Parse([]byte(file(cert, "")))
+	wantErrors(t, err, []string{"sql.tls_cert, sql.tls_key = \"" + cert + "\", \"\"", "want both", "or neither"})
+	_, err = Parse([]byte(file("", key)))
+	wantErrors(t, err, []string{"sql.tls_cert, sql.tls_key = \"\", \"" + key + "\"", "want both"})
+	missing := filepath.Join(dir, "missing.pem")
+	_, err = Parse([]byte(file(missing, key)))
+	wantErrors(t, err, []string{"sql.tls_cert, sql.tls_key", "missing.pem", "cannot load them", "no such file"})
+	// The pair swapped: both files exist but do not load as certificate and key.
+	_, err = Parse([]byte(file(key, cert)))
+	wantErrors(t, err, []string{"sql.tls_cert, sql.tls_key", "cannot load them"})
+	// A key that does not match the certificate.
+	_, otherKey := writeCert(t, t.TempDir())
+	_, err = Parse([]byte(file(cert, otherKey)))
+	wantErrors(t, err, []string{"sql.tls_cert, sql.tls_key", "cannot load them"})
+}
+
+// writeCert writes a self-signed certificate for 127.0.0.1 and its key as PEM files in dir.
+func writeCert(t *testing.T, dir string) (certFile, keyFile string) {
+	t.Helper()
+	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "keyway test"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &priv.PublicKey, priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+func TestServeArgsSQL(t *testing.T) {
+	file := writeFile(t, minimalSQL+"[admin]\nlisten = \"127.0.0.1:9104\"\n")
+	c, err := ParseServeArgs([]string{"--config", file}, &bytes.Buffer{})
+	if err != nil || c.SQL.Listen != "127.0.0.1:0" || c.Admin.Listen != "127.0.0.1:9104" {
+		t.Fatalf("file only: sql.listen %q, admin.listen %q, %v", c.SQL.Listen, c.Admin.Listen, err)
+	}
+	c, err = ParseServeArgs([]string{"--sql-listen", "127.0.0.1:3307", "--config", file, "--admin-listen", ":9105"}, &bytes.Buffer{})
+	if err != nil || c.SQL.Listen != "127.0.0.1:3307" || c.Admin.Listen != ":9105" {
+		t.Fatalf("flags override: sql.listen %q, admin.listen %q, %v", c.SQL.Listen, c.Admin.Listen, err)
+	}
+	if len(c.SQL.Users) != 1 || len(c.Groups) != 1 {
+		t.Fatalf("users and groups from the file lost: %+v", c)
+	}
+	// An empty flag turns the door (or the admin listener) off.
+	c, err = ParseServeArgs([]string{"--config", file, "--sql-listen", "", "--admin-listen", ""}, &bytes.Buffer{})
+	if err != nil || c.SQL.Listen != "" || c.Admin.Listen != "" {
+		t.Fatalf("empty flags: sql.listen %q, admin.listen %q, %v", c.SQL.Listen, c.Admin.Listen, err)
+	}
+
+	_, err = ParseServeArgs([]string{"--sql-listen", "127.0.0.1:3306", "--admin-listen", "nowhere"}, &bytes.Buffer{})
+	wantErrors(t, err,
+		[]string{"sql.users = none"},
+		[]string{"groups = none"},
+		[]string{`admin.listen (--admin-listen) = "nowhere"`},
+	)
+	_, err = ParseServeArgs([]string{"--config", file, "--sql-listen", "3306"}, &bytes.Buffer{})
+	wantErrors(t, err, []string{`sql.listen (--sql-listen) = "3306"`, "host:port"})
+
+	// A wrong value in the file is reported once; a flag that then sets the key is validated on its own.
+	bad := writeFile(t, "[[groups]]\nname = 1\nprimary = \"h:1\"\nuser = \"m\"\n[admin]\nlisten = 5\n")
+	_, err = ParseServeArgs([]string{"--config", bad}, &bytes.Buffer{})
+	wantErrors(t, err, []string{bad + ": groups[0].name = 1"}, []string{"admin.listen = 5"})
+	_, err = ParseServeArgs([]string{"--config", bad, "--admin-listen", "x"}, &bytes.Buffer{})
+	wantErrors(t, err, []string{bad + ": groups[0].name = 1"}, []string{"admin.listen = 5"}, []string{`admin.listen (--admin-listen) = "x"`})
+
+	var stderr bytes.Buffer
+	if _, err := ParseServeArgs([]string{"-h"}, &stderr); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("-h: %v", err)
+	}
+	for _, want := range []string{"-sql-listen address", "-admin-listen address", "SQL door"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("usage lacks %q:\n%s", want, stderr.String())
+		}
 	}
 }

@@ -15,9 +15,16 @@ import (
 //
 // Every leaf is `any` so that the TOML decoder never stops at a value of the wrong type: the decoder below reports
 // it with the key and the allowed form, alongside every other problem. A field left nil was not in the file.
+//
+// Arrays of tables ([[groups]], [[sql.users]]) are slices of structs whose leaves are `any` in turn. A value that
+// is not a table where a table or array of tables belongs ("groups = 5") is a structural error the TOML decoder
+// returns on its own, like a syntax error.
 type fileConfig struct {
 	Memcache memcacheFile `toml:"memcache"`
 	Store    storeFile    `toml:"store"`
+	SQL      sqlFile      `toml:"sql"`
+	Groups   []groupFile  `toml:"groups"`
+	Admin    adminFile    `toml:"admin"`
 }
 
 type memcacheFile struct {
@@ -33,9 +40,104 @@ type storeFile struct {
 	FlushInterval any `toml:"flush_interval"`
 }
 
+type sqlFile struct {
+	Listen           any           `toml:"listen"`
+	MaxConnections   any           `toml:"max_connections"`
+	TLSCert          any           `toml:"tls_cert"`
+	TLSKey           any           `toml:"tls_key"`
+	AllowLocalInfile any           `toml:"allow_local_infile"`
+	Users            []sqlUserFile `toml:"users"`
+}
+
+type sqlUserFile struct {
+	Name            any `toml:"name"`
+	Password        any `toml:"password"`
+	AuthPlugin      any `toml:"auth_plugin"`
+	BackendUser     any `toml:"backend_user"`
+	BackendPassword any `toml:"backend_password"`
+	Group           any `toml:"group"`
+}
+
+type groupFile struct {
+	Name           any `toml:"name"`
+	Primary        any `toml:"primary"`
+	User           any `toml:"user"`
+	Password       any `toml:"password"`
+	MinIdle        any `toml:"min_idle"`
+	MaxOpen        any `toml:"max_open"`
+	IdleTimeout    any `toml:"idle_timeout"`
+	HealthInterval any `toml:"health_interval"`
+	ConnectTimeout any `toml:"connect_timeout"`
+}
+
+type adminFile struct {
+	Listen any `toml:"listen"`
+}
+
 func (f *fileConfig) applyTo(c *Config, d *decoder) {
 	f.Memcache.applyTo(&c.Memcache, d)
 	f.Store.applyTo(&c.Store, d)
+	// Groups first: a user without a group key gets the first group's name.
+	if f.Groups != nil {
+		c.Groups = make([]Group, len(f.Groups))
+		for i := range f.Groups {
+			f.Groups[i].applyTo(&c.Groups[i], "groups["+strconv.Itoa(i)+"].", d)
+		}
+	}
+	f.SQL.applyTo(c, d)
+	d.str("admin.listen", f.Admin.Listen, wantAdminListen, &c.Admin.Listen)
+}
+
+func (f *sqlFile) applyTo(c *Config, d *decoder) {
+	s := &c.SQL
+	d.str("sql.listen", f.Listen, wantSQLListen, &s.Listen)
+	d.integer("sql.max_connections", f.MaxConnections, wantMaxConnections, &s.MaxConnections)
+	d.str("sql.tls_cert", f.TLSCert, wantTLSFile, &s.TLSCert)
+	d.str("sql.tls_key", f.TLSKey, wantTLSFile, &s.TLSKey)
+	d.boolean("sql.allow_local_infile", f.AllowLocalInfile, wantBool, &s.AllowLocalInfile)
+	if f.Users == nil {
+		return
+	}
+	s.Users = make([]SQLUser, len(f.Users))
+	for i := range f.Users {
+		f.Users[i].applyTo(&s.Users[i], c.Groups, "sql.users["+strconv.Itoa(i)+"].", d)
+	}
+}
+
+// applyTo fills u from the file. The defaults that depend on other keys apply only where the key is absent, so
+// that backend_password = "" (a backend account without a password) is kept, and backend_user = "" or group = ""
+// reach Validate and are rejected.
+func (f *sqlUserFile) applyTo(u *SQLUser, groups []Group, key string, d *decoder) {
+	u.AuthPlugin = defaultAuthPlugin
+	d.str(key+"name", f.Name, wantUserName, &u.Name)
+	d.str(key+"password", f.Password, wantPassword, &u.Password)
+	d.str(key+"auth_plugin", f.AuthPlugin, wantAuthPlugin, &u.AuthPlugin)
+	d.str(key+"backend_user", f.BackendUser, wantBackendUser, &u.BackendUser)
+	d.str(key+"backend_password", f.BackendPassword, wantPassword, &u.BackendPassword)
+	d.str(key+"group", f.Group, wantGroupRef, &u.Group)
+	if f.BackendUser == nil {
+		u.BackendUser = u.Name
+	}
+	if f.BackendPassword == nil {
+		u.BackendPassword = u.Password
+	}
+	if f.Group == nil && len(groups) > 0 {
+		u.Group = groups[0].Name
+	}
+}
+
+// applyTo fills g from the file on top of the defaults, so that a 0 written in the file reaches Validate.
+func (f *groupFile) applyTo(g *Group, key string, d *decoder) {
+	g.ensureDefaults()
+	d.str(key+"name", f.Name, wantGroupName, &g.Name)
+	d.str(key+"primary", f.Primary, wantPrimary, &g.Primary)
+	d.str(key+"user", f.User, wantGroupUser, &g.User)
+	d.str(key+"password", f.Password, wantPassword, &g.Password)
+	d.integer(key+"min_idle", f.MinIdle, wantMinIdle, &g.MinIdle)
+	d.integer(key+"max_open", f.MaxOpen, wantMaxOpen, &g.MaxOpen)
+	d.duration(key+"idle_timeout", f.IdleTimeout, wantPoolDuration, &g.IdleTimeout)
+	d.duration(key+"health_interval", f.HealthInterval, wantPoolDuration, &g.HealthInterval)
+	d.duration(key+"connect_timeout", f.ConnectTimeout, wantPoolDuration, &g.ConnectTimeout)
 }
 
 func (f *memcacheFile) applyTo(m *Memcache, d *decoder) {
@@ -61,10 +163,16 @@ func decodeFile(c *Config, data []byte) (problems []error, err error) {
 		return nil, err
 	}
 	d := &decoder{}
-	reported := make(map[string]bool)
-	for _, key := range md.Undecoded() {
-		if err := unknownKey(key, reported); err != nil {
-			d.problems = append(d.problems, err)
+	if undecoded := md.Undecoded(); len(undecoded) > 0 {
+		// The undecoded keys of an array of tables carry no index; the document as plain maps tells which
+		// entries have them.
+		var raw map[string]any
+		if _, err := toml.Decode(string(data), &raw); err != nil {
+			return nil, err
+		}
+		reported := make(map[string]bool)
+		for _, key := range undecoded {
+			d.problems = append(d.problems, unknownKey(key, raw, reported)...)
 		}
 	}
 	f.applyTo(c, d)
@@ -72,9 +180,10 @@ func decodeFile(c *Config, data []byte) (problems []error, err error) {
 }
 
 // unknownKey explains an undecoded key: the first part of it that fileConfig does not have, and what is allowed
-// in its place. It returns nil when that part was already reported (TOML lists a table and then each key in it)
-// and for keys below an `any` leaf, whose value the decoder reports as being of the wrong type.
-func unknownKey(key toml.Key, reported map[string]bool) error {
+// in its place, once for every entry of an array of tables that has it ("sql.users[1].nmae"). It returns nothing
+// for a part already reported (TOML lists a table and then each key in it) and for keys below an `any` leaf, whose
+// value the decoder reports as being of the wrong type.
+func unknownKey(key toml.Key, raw map[string]any, reported map[string]bool) []error {
 	t := reflect.TypeFor[fileConfig]()
 	where := "the top level"
 	for i, part := range key {
@@ -86,17 +195,58 @@ func unknownKey(key toml.Key, reported map[string]bool) error {
 		}
 		f, ok := fieldByTag(t, part)
 		if !ok {
-			unknown := key[:i+1].String()
-			if reported[unknown] {
-				return nil
+			names := indexedKeys(raw, key[:i+1], "")
+			if len(names) == 0 {
+				names = []string{key[:i+1].String()}
 			}
-			reported[unknown] = true
-			return fmt.Errorf("unknown key %s: %s allows %s", unknown, where, strings.Join(allowedKeys(t), ", "))
+			var errs []error
+			for _, name := range names {
+				if reported[name] {
+					continue
+				}
+				reported[name] = true
+				errs = append(errs, fmt.Errorf("unknown key %s: %s allows %s", name, where, strings.Join(allowedKeys(t), ", ")))
+			}
+			return errs
 		}
 		t = f.Type
 		where = "[" + key[:i+1].String() + "]"
+		if t.Kind() == reflect.Slice {
+			where = "[" + where + "]"
+		}
 	}
 	return nil
+}
+
+// indexedKeys spells key as it occurs in the document v, with an index after every array of tables on the way,
+// once per occurrence: sql.users.x in a file whose second and third [[sql.users]] have x is "sql.users[1].x" and
+// "sql.users[2].x".
+func indexedKeys(v any, key toml.Key, prefix string) []string {
+	if len(key) == 0 {
+		return []string{prefix}
+	}
+	var out []string
+	switch v := v.(type) {
+	case map[string]any:
+		child, ok := v[key[0]]
+		if !ok {
+			return nil
+		}
+		name := toml.Key{key[0]}.String()
+		if prefix != "" {
+			name = prefix + "." + name
+		}
+		return indexedKeys(child, key[1:], name)
+	case []map[string]any:
+		for i, e := range v {
+			out = append(out, indexedKeys(e, key, prefix+"["+strconv.Itoa(i)+"]")...)
+		}
+	case []any:
+		for i, e := range v {
+			out = append(out, indexedKeys(e, key, prefix+"["+strconv.Itoa(i)+"]")...)
+		}
+	}
+	return out
 }
 
 func fieldByTag(t reflect.Type, name string) (reflect.StructField, bool) {
@@ -141,6 +291,18 @@ func (d *decoder) str(key string, v any, want string, dst *string) {
 		return
 	}
 	*dst = s
+}
+
+func (d *decoder) boolean(key string, v any, want string, dst *bool) {
+	if v == nil {
+		return
+	}
+	b, ok := v.(bool)
+	if !ok {
+		d.problems.add(key, showTOML(v), want)
+		return
+	}
+	*dst = b
 }
 
 func (d *decoder) integer(key string, v any, want string, dst *int) {

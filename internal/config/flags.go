@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -22,6 +23,8 @@ type serveFlags struct {
 	maxItemSize int64
 	dataDir     string
 	durability  string
+	sqlListen   string
+	adminListen string
 }
 
 // ParseServeArgs parses the arguments of `keyway serve` (without the command name itself) into a validated Config.
@@ -87,10 +90,13 @@ func ParseServeArgs(args []string, stderr io.Writer) (Config, error) {
 		return errors.New(wantDurability)
 	})
 
+	fs.StringVar(&f.sqlListen, "sql-listen", "", "sql.listen: `address` host:port of the SQL door (empty = no SQL door)")
+	fs.StringVar(&f.adminListen, "admin-listen", "", "admin.listen: `address` host:port of the admin HTTP listener (empty = none)")
+
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stderr, "Usage: keyway serve [flags]\n\n"+
-				"Serves the memcache door. Flags override the file given with --config.\n\n")
+				"Serves the memcache door, and the SQL door when sql.listen is set. Flags override the file given with --config.\n\n")
 			fs.SetOutput(stderr)
 			fs.PrintDefaults()
 			return Config{}, flag.ErrHelp
@@ -103,6 +109,7 @@ func ParseServeArgs(args []string, stderr io.Writer) (Config, error) {
 
 	c := start()
 	var fileProblems error
+	var decodeProblems []error
 	if f.config != "" {
 		data, err := os.ReadFile(f.config)
 		if err != nil {
@@ -112,34 +119,56 @@ func ParseServeArgs(args []string, stderr io.Writer) (Config, error) {
 		if err != nil {
 			return Config{}, fmt.Errorf("%s: %w", f.config, err)
 		}
+		decodeProblems = problems
 		if err := errors.Join(problems...); err != nil {
 			fileProblems = fmt.Errorf("%s: %w", f.config, err)
 		}
 	}
-	fs.Visit(func(fl *flag.Flag) { f.applyTo(&c, fl.Name) })
+	// A key the file got wrong and a flag then set is validated again; any other key the file got wrong is not.
+	fs.Visit(func(fl *flag.Flag) {
+		if key := f.applyTo(&c, fl.Name); key != "" {
+			decodeProblems = slices.DeleteFunc(decodeProblems, func(err error) bool {
+				pr, ok := err.(*problem)
+				return ok && pr.bareKey() == key
+			})
+		}
+	})
 	c.finish()
-	if err := errors.Join(fileProblems, c.Validate()); err != nil {
+	if err := errors.Join(fileProblems, errors.Join(c.validate().besides(decodeProblems)...)); err != nil {
 		return Config{}, err
 	}
 	return c, nil
 }
 
-// applyTo copies the value of the flag called name onto c.
-func (f *serveFlags) applyTo(c *Config, name string) {
+// applyTo copies the value of the flag called name onto c and returns the file key it sets ("" for none).
+func (f *serveFlags) applyTo(c *Config, name string) string {
 	switch name {
 	case "p", "l":
 		c.Memcache.Listen = f.listen(c.Memcache.Listen)
+		return "memcache.listen"
 	case "m":
 		c.Memcache.MemoryLimit = f.memoryLimit
+		return "memcache.memory_limit"
 	case "c":
 		c.Memcache.MaxConnections = f.maxConns
+		return "memcache.max_connections"
 	case "I":
 		c.Memcache.MaxItemSize = f.maxItemSize
+		return "memcache.max_item_size"
 	case "data-dir":
 		c.Store.DataDir = f.dataDir
+		return "store.data_dir"
 	case "durability":
 		c.Store.Durability = f.durability
+		return "store.durability"
+	case "sql-listen":
+		c.SQL.Listen = f.sqlListen
+		return "sql.listen"
+	case "admin-listen":
+		c.Admin.Listen = f.adminListen
+		return "admin.listen"
 	}
+	return ""
 }
 
 // listen combines -l and -p with the listen address from the file (or the default): -l replaces the host, and

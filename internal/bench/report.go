@@ -1,0 +1,108 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Series is one measured quantity over all repetitions.
+type Series struct {
+	Runs             []float64 // one per repetition, in run order
+	Min, Median, Max float64
+}
+
+// summarize fills Min, Median and Max from Runs.
+func (s *Series) summarize() {
+	if len(s.Runs) == 0 {
+		return
+	}
+	v := slices.Clone(s.Runs)
+	slices.Sort(v)
+	s.Min, s.Max = v[0], v[len(v)-1]
+	if n := len(v); n%2 == 1 {
+		s.Median = v[n/2]
+	} else {
+		s.Median = (v[n/2-1] + v[n/2]) / 2
+	}
+}
+
+// Result is one target's measurements over all repetitions. Its embedded Series is the throughput in ops/s (for
+// sysbench: queries/s); JSON shows its fields at the top level of the Result.
+type Result struct {
+	Target string
+	Series
+	// P95 is the 95th-percentile latency in ms per repetition, where the load generator reports one (sysbench);
+	// nil otherwise (memcaslap).
+	P95 *Series `json:",omitempty"`
+}
+
+// add records one run.
+func (r *Result) add(s sample) {
+	r.Runs = append(r.Runs, s.ops)
+	if s.hasP95 {
+		if r.P95 == nil {
+			r.P95 = &Series{}
+		}
+		r.P95.Runs = append(r.P95.Runs, s.p95)
+	}
+}
+
+// summarize fills Min, Median and Max of every series.
+func (r *Result) summarize() {
+	r.Series.summarize()
+	if r.P95 != nil {
+		r.P95.summarize()
+	}
+}
+
+// ratios divides every target's median by the baseline's median. A key is the
+// target name without its "keyway-" prefix, then "/", then the baseline name:
+// "memory/memcached".
+func ratios(results []Result, baseline string) map[string]float64 {
+	var base float64
+	for _, r := range results {
+		if r.Target == baseline {
+			base = r.Median
+		}
+	}
+	m := make(map[string]float64)
+	if base <= 0 {
+		return m
+	}
+	for _, r := range results {
+		if r.Target == baseline {
+			continue
+		}
+		m[ratioKey(r.Target, baseline)] = r.Median / base
+	}
+	return m
+}
+
+func ratioKey(target, baseline string) string {
+	return strings.TrimPrefix(target, "keyway-") + "/" + baseline
+}
+
+// writeTable prints results as an aligned table with a ratio column against
+// baseline.
+func writeTable(w io.Writer, results []Result, baseline string, rs map[string]float64) {
+	width := len("target")
+	for _, r := range results {
+		width = max(width, len(r.Target))
+	}
+	fmt.Fprintf(w, "%-*s  %4s  %12s  %12s  %12s  %s\n", width, "target", "runs", "min ops/s", "median ops/s", "max ops/s", "median vs "+baseline)
+	for _, r := range results {
+		ratio := "-"
+		if r.Target == baseline {
+			ratio = "1.00"
+		} else if v, ok := rs[ratioKey(r.Target, baseline)]; ok {
+			ratio = strconv.FormatFloat(v, 'f', 2, 64)
+		}
+		fmt.Fprintf(w, "%-*s  %4d  %12s  %12s  %12s  %s\n", width, r.Target, len(r.Runs),
+			formatOps(r.Min), formatOps(r.Median), formatOps(r.Max), ratio)
+	}
+}
+
+func formatOps(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }

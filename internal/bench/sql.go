@@ -1,0 +1,541 @@
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql" // database/sql driver "mysql", for the server's version
+
+	"github.com/keywaydb/keyway/internal/testenv"
+)
+
+// SQLOptions configures RunSQL. Zero fields take the defaults EnsureDefaults
+// documents.
+type SQLOptions struct {
+	KeywayBinary string        // path; if empty, testenv.KeywayBinary() builds one
+	Duration     time.Duration // per run, whole seconds (sysbench's unit); default 10s
+	Repetitions  int           // default 3
+	Threads      []int         // sysbench --threads, one case each; default 1, 4, 8
+	Workloads    []string      // sysbench scripts, one case each; default oltp_point_select, oltp_read_only
+	Tables       int           // sysbench --tables; default 4
+	TableSize    int           // sysbench --table-size, rows per table; default 10000
+	Out          io.Writer     // progress lines; default io.Discard
+}
+
+// SQL benchmark targets, in run order. directTarget is the baseline.
+const (
+	directTarget = "direct" // sysbench straight to MariaDB
+	keywayTarget = "keyway" // sysbench through keyway's SQL door to the same MariaDB
+)
+
+// The account sysbench logs in with, on MariaDB (testenv creates it) and on
+// keyway (the generated configuration has it).
+const (
+	sqlUser     = "app"
+	sqlPassword = "secret"
+	sqlDatabase = "test"
+)
+
+// sysbenchWorkloads are the OLTP scripts sysbench 1.0 ships. Every one reads
+// and writes the sbtest tables `prepare` creates.
+var sysbenchWorkloads = []string{
+	"oltp_point_select", "oltp_read_only", "oltp_read_write", "oltp_write_only",
+	"oltp_update_index", "oltp_update_non_index", "oltp_insert", "oltp_delete",
+}
+
+// EnsureDefaults replaces zero fields with their defaults.
+func (o *SQLOptions) EnsureDefaults() {
+	if o.Duration == 0 {
+		o.Duration = 10 * time.Second
+	}
+	if o.Repetitions == 0 {
+		o.Repetitions = 3
+	}
+	if len(o.Threads) == 0 {
+		o.Threads = []int{1, 4, 8}
+	}
+	if len(o.Workloads) == 0 {
+		o.Workloads = []string{"oltp_point_select", "oltp_read_only"}
+	}
+	if o.Tables == 0 {
+		o.Tables = 4
+	}
+	if o.TableSize == 0 {
+		o.TableSize = 10000
+	}
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+}
+
+// Validate reports every invalid field at once.
+func (o *SQLOptions) Validate() error {
+	var errs []error
+	if o.Duration < time.Second || o.Duration%time.Second != 0 {
+		errs = append(errs, fmt.Errorf("duration %v: sysbench runs for whole seconds; use 1s or more in whole seconds", o.Duration))
+	}
+	if o.Repetitions < 1 {
+		errs = append(errs, fmt.Errorf("repetitions %d: use 1 or more", o.Repetitions))
+	}
+	for _, n := range o.Threads {
+		if n < 1 || n > 4096 {
+			errs = append(errs, fmt.Errorf("threads %d: use 1 to 4096", n))
+		}
+	}
+	for _, w := range o.Workloads {
+		if !slices.Contains(sysbenchWorkloads, w) {
+			errs = append(errs, fmt.Errorf("workload %q: use one of %s", w, strings.Join(sysbenchWorkloads, ", ")))
+		}
+	}
+	if o.Tables < 1 {
+		errs = append(errs, fmt.Errorf("tables %d: use 1 or more", o.Tables))
+	}
+	if o.TableSize < 1 {
+		errs = append(errs, fmt.Errorf("table size %d: use 1 row or more", o.TableSize))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("bench: invalid sql options: %w", err)
+	}
+	return nil
+}
+
+// SQLReport is the outcome of RunSQL.
+type SQLReport struct {
+	Load   string    // the sysbench command line, for the record
+	Server string    // the MariaDB both targets reach: its version()
+	Cases  []SQLCase // per workload, per thread count
+}
+
+// SQLCase is one workload at one thread count, measured direct and through
+// keyway.
+type SQLCase struct {
+	Workload string
+	Threads  int
+	// Results are direct and keyway: queries/s, and P95 latency in ms.
+	Results []Result
+	// Ratio is keyway's median queries/s over direct's.
+	Ratio float64
+	// P95Added is the latency keyway adds at the 95th percentile, in ms:
+	// keyway's median p95 minus direct's.
+	P95Added float64
+}
+
+// RunSQL benchmarks keyway's SQL door against MariaDB direct with sysbench:
+// one private MariaDB, prepared once; per workload and thread count,
+// Repetitions runs alternating direct and keyway, a fresh keyway per run.
+func RunSQL(ctx context.Context, o SQLOptions) (*SQLReport, error) {
+	o.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	for _, c := range []string{"sysbench", "mariadbd", "mariadb-install-db"} {
+		if _, err := testenv.LookPath(c); err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+	}
+	bin := o.KeywayBinary
+	if bin == "" {
+		var err error
+		if bin, err = testenv.KeywayBinary(); err != nil {
+			return nil, fmt.Errorf("bench: no keyway binary (set SQLOptions.KeywayBinary): %w", err)
+		}
+	}
+	sb, err := newSysbench(o)
+	if err != nil {
+		return nil, err
+	}
+
+	fmt.Fprintf(o.Out, "sql bench: starting MariaDB\n")
+	m, err := testenv.StartMariaDB(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	defer m.Stop()
+	version, err := serverVersion(ctx, m.AppDSN)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(o.Out, "sql bench: MariaDB %s at %s; sysbench prepare: %d tables of %d rows\n", version, m.Addr, o.Tables, o.TableSize)
+	if err := sb.prepare(ctx, m.Addr); err != nil {
+		return nil, err
+	}
+	cfg, err := writeKeywaySQLConfig(m.Addr)
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(cfg)
+
+	targets := []target{directStarter(m.Addr), keywaySQLStarter(bin, cfg)}
+	rep := &SQLReport{Load: sb.describe(), Server: "MariaDB " + version}
+	fmt.Fprintf(o.Out, "sql bench: %s\n", rep.Load)
+	for _, w := range o.Workloads {
+		for _, n := range o.Threads {
+			fmt.Fprintf(o.Out, "%s, %d threads:\n", w, n)
+			results, err := runTargets(ctx, targets, o.Repetitions, sb.load(w, n), o.Out)
+			if err != nil {
+				return nil, fmt.Errorf("%s, %d threads: %w", w, n, err)
+			}
+			rep.Cases = append(rep.Cases, newSQLCase(w, n, results))
+		}
+	}
+	return rep, nil
+}
+
+// newSQLCase compares keyway with direct in results.
+func newSQLCase(workload string, threads int, results []Result) SQLCase {
+	c := SQLCase{Workload: workload, Threads: threads, Results: results}
+	var direct, keyway *Result
+	for i := range results {
+		switch results[i].Target {
+		case directTarget:
+			direct = &results[i]
+		case keywayTarget:
+			keyway = &results[i]
+		}
+	}
+	if direct == nil || keyway == nil {
+		return c
+	}
+	c.Ratio = ratios(results, directTarget)[ratioKey(keywayTarget, directTarget)]
+	if direct.P95 != nil && keyway.P95 != nil {
+		c.P95Added = keyway.P95.Median - direct.P95.Median
+	}
+	return c
+}
+
+// WriteText writes the report as a table: per workload and thread count, the
+// min, median and max queries/s and median p95 of each target, keyway's
+// median over direct's and the p95 latency keyway adds.
+func (r *SQLReport) WriteText(w io.Writer) {
+	if r.Load != "" {
+		fmt.Fprintf(w, "load: %s\n", r.Load)
+	}
+	if r.Server != "" {
+		fmt.Fprintf(w, "server: %s\n", r.Server)
+	}
+	ww := len("workload")
+	for _, c := range r.Cases {
+		ww = max(ww, len(c.Workload))
+	}
+	fmt.Fprintf(w, "%-*s  %7s  %-6s  %4s  %10s  %10s  %10s  %9s  %13s  %9s\n", ww, "workload", "threads", "target", "runs",
+		"min qps", "median qps", "max qps", "p95 ms", "keyway/direct", "p95 added")
+	for _, c := range r.Cases {
+		for _, res := range c.Results {
+			p95, ratio, added := "-", "", ""
+			if res.P95 != nil {
+				p95 = strconv.FormatFloat(res.P95.Median, 'f', 2, 64)
+			}
+			if res.Target == keywayTarget && c.Ratio > 0 {
+				ratio = strconv.FormatFloat(c.Ratio, 'f', 2, 64)
+				added = strconv.FormatFloat(c.P95Added, 'f', 2, 64) + " ms"
+				if c.P95Added >= 0 {
+					added = "+" + added
+				}
+			}
+			line := fmt.Sprintf("%-*s  %7d  %-6s  %4d  %10s  %10s  %10s  %9s  %13s  %9s", ww, c.Workload, c.Threads, res.Target,
+				len(res.Runs), formatOps(res.Min), formatOps(res.Median), formatOps(res.Max), p95, ratio, added)
+			fmt.Fprintln(w, strings.TrimRight(line, " "))
+		}
+	}
+}
+
+// serverVersion asks the server at dsn for version().
+func serverVersion(ctx context.Context, dsn string) (string, error) {
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return "", fmt.Errorf("bench: %w", err)
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var v string
+	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); err != nil {
+		return "", fmt.Errorf("bench: SELECT VERSION(): %w", err)
+	}
+	return v, nil
+}
+
+// directStarter is MariaDB itself: nothing to start or stop per run.
+func directStarter(addr string) target {
+	return target{
+		name: directTarget,
+		start: func(context.Context) (string, func() error, error) {
+			return addr, func() error { return nil }, nil
+		},
+	}
+}
+
+// KeywaySQLConfig is the configuration `keyway bench sql` serves with: user
+// app (password secret, mysql_native_password, which every libmysqlclient
+// and libmariadb speaks without TLS) relayed to the backend primary as the
+// same account. It has no sql.listen: the caller passes --sql-listen.
+func KeywaySQLConfig(primary string) string {
+	return fmt.Sprintf(`# keyway bench sql: the SQL door in front of one MariaDB.
+[sql]
+
+[[sql.users]]
+name = %[1]q
+password = %[2]q
+auth_plugin = "mysql_native_password"
+
+[[groups]]
+name = "main"
+primary = %[3]q
+user = %[1]q
+password = %[2]q
+`, sqlUser, sqlPassword, primary)
+}
+
+// writeKeywaySQLConfig writes KeywaySQLConfig(primary) to a temporary file
+// and returns its path; the caller removes it.
+func writeKeywaySQLConfig(primary string) (string, error) {
+	f, err := os.CreateTemp("", "keyway-bench-sql-*.toml")
+	if err != nil {
+		return "", fmt.Errorf("bench: keyway config: %w", err)
+	}
+	_, werr := f.WriteString(KeywaySQLConfig(primary))
+	if err := errors.Join(werr, f.Close()); err != nil {
+		_ = os.Remove(f.Name())
+		return "", fmt.Errorf("bench: keyway config: %w", err)
+	}
+	return f.Name(), nil
+}
+
+// sqlStartTimeout bounds the wait for keyway's SQL port once its memcache
+// port accepts.
+const sqlStartTimeout = 30 * time.Second
+
+// keywaySQLStarter starts `keyway serve --config cfg --sql-listen ADDR` on a
+// free port and waits until the SQL door accepts connections. A start that
+// lost its port to another process is retried on a new one.
+func keywaySQLStarter(bin, cfg string) target {
+	return target{
+		name: keywayTarget,
+		start: func(ctx context.Context) (string, func() error, error) {
+			var lastErr error
+			for attempt := 0; attempt < 3; attempt++ {
+				port, err := testenv.FreePort()
+				if err != nil {
+					return "", nil, err
+				}
+				addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+				p, err := testenv.StartKeywayBinary(ctx, bin, "--config", cfg, "--sql-listen", addr)
+				if err != nil {
+					lastErr = err
+					if strings.Contains(strings.ToLower(err.Error()), "address already in use") && ctx.Err() == nil {
+						continue
+					}
+					return "", nil, err
+				}
+				if err := waitForSQL(ctx, p, addr); err != nil {
+					_ = p.Kill()
+					lastErr = fmt.Errorf("%w\n%s", err, tail([]byte(p.Output())))
+					if strings.Contains(strings.ToLower(p.Output()), "address already in use") && ctx.Err() == nil {
+						continue
+					}
+					return "", nil, lastErr
+				}
+				return addr, p.Stop, nil
+			}
+			return "", nil, lastErr
+		},
+	}
+}
+
+// waitForSQL waits until addr accepts TCP connections, giving up when p
+// exits.
+func waitForSQL(ctx context.Context, p *testenv.Process, addr string) error {
+	ctx, cancel := context.WithTimeout(ctx, sqlStartTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-p.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if err := testenv.WaitForPort(ctx, addr); err != nil {
+		if p.Exited() {
+			return fmt.Errorf("keyway exited before its SQL door %s accepted connections", addr)
+		}
+		return fmt.Errorf("keyway's SQL door %s: %w", addr, err)
+	}
+	return nil
+}
+
+// sysbench runs sysbench's OLTP scripts against one server per run.
+type sysbench struct {
+	path     string
+	common   []string // connection, table and timing options, without host and port
+	duration time.Duration
+}
+
+func newSysbench(o SQLOptions) (*sysbench, error) {
+	path, err := testenv.LookPath("sysbench")
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	return &sysbench{
+		path: path,
+		common: []string{
+			"--db-driver=mysql",
+			"--mysql-user=" + sqlUser,
+			"--mysql-password=" + sqlPassword,
+			"--mysql-db=" + sqlDatabase,
+			"--tables=" + strconv.Itoa(o.Tables),
+			"--table-size=" + strconv.Itoa(o.TableSize),
+			"--time=" + strconv.Itoa(int(o.Duration/time.Second)),
+			"--report-interval=0",
+			"--percentile=95",
+		},
+		duration: o.Duration,
+	}, nil
+}
+
+func (s *sysbench) describe() string {
+	return "sysbench WORKLOAD --mysql-host=127.0.0.1 --mysql-port=PORT " + strings.Join(s.common, " ") +
+		" --threads=N run (server-side prepared statements: --db-ps-mode=auto)"
+}
+
+// argv is the command line for workload against the server at addr.
+func (s *sysbench) argv(workload, addr string, extra ...string) ([]string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("bench: server address %q: %w", addr, err)
+	}
+	argv := append([]string{workload, "--mysql-host=" + host, "--mysql-port=" + port}, s.common...)
+	return append(argv, extra...), nil
+}
+
+// prepareTimeout bounds `sysbench prepare`, which creates and fills the
+// tables.
+const prepareTimeout = 10 * time.Minute
+
+// prepare creates and fills the sbtest tables on the server at addr.
+func (s *sysbench) prepare(ctx context.Context, addr string) error {
+	argv, err := s.argv("oltp_common", addr, "prepare")
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, prepareTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, s.path, argv...)
+	cmd.WaitDelay = 2 * time.Second
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("bench: sysbench %s: %w\n%s", strings.Join(argv, " "), err, tail(out))
+	}
+	return nil
+}
+
+// load runs workload with threads threads against one server per call.
+func (s *sysbench) load(workload string, threads int) loadFunc {
+	return func(ctx context.Context, addr string) (sample, error) {
+		argv, err := s.argv(workload, addr, "--threads="+strconv.Itoa(threads), "run")
+		if err != nil {
+			return sample{}, err
+		}
+		// sysbench connects every thread before the timed run starts and
+		// waits for the threads to finish their last event after it.
+		ctx, cancel := context.WithTimeout(ctx, s.duration+time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, s.path, argv...)
+		cmd.WaitDelay = 2 * time.Second
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return sample{}, fmt.Errorf("sysbench %s: %w\n%s", strings.Join(argv, " "), err, tail(out))
+		}
+		sum, err := ParseSysbench(out)
+		if err != nil {
+			return sample{}, fmt.Errorf("sysbench %s: %w\n%s", strings.Join(argv, " "), err, tail(out))
+		}
+		note := fmt.Sprintf("(p95 %.2f ms; %d queries in %.1fs; ignored errors %d, reconnects %d)",
+			sum.P95, sum.Queries, sum.Seconds, sum.IgnoredErrors, sum.Reconnects)
+		return sample{ops: sum.QPS, p95: sum.P95, hasP95: true, note: note}, nil
+	}
+}
+
+// SysbenchSummary is what ParseSysbench extracts from the report of
+// `sysbench … run` (sysbench 1.0).
+type SysbenchSummary struct {
+	Queries       int64   // "queries:"
+	QPS           float64 // queries per second over the timed run
+	Transactions  int64   // "transactions:" (events)
+	TPS           float64
+	Errors        int64   // "errors:" where this sysbench prints it; 1.0 aborts on an error it does not ignore
+	IgnoredErrors int64   // "ignored errors:": deadlocks and the like sysbench retried
+	Reconnects    int64   // "reconnects:"
+	Seconds       float64 // "total time:"
+	P95           float64 // "95th percentile:" latency in ms
+}
+
+// The lines of sysbench's report, e.g.
+//
+//	transactions:                        28631  (28541.58 per sec.)
+//	queries:                             28631  (28541.58 per sec.)
+//	ignored errors:                      0      (0.00 per sec.)
+//	reconnects:                          0      (0.00 per sec.)
+//	total time:                          1.0012s
+//	95th percentile:                        0.05
+var (
+	sysbenchQueriesRE      = regexp.MustCompile(`(?m)^\s*queries:\s+(\d+)\s+\(([0-9.]+) per sec\.\)`)
+	sysbenchTransactionsRE = regexp.MustCompile(`(?m)^\s*transactions:\s+(\d+)\s+\(([0-9.]+) per sec\.\)`)
+	sysbenchErrorsRE       = regexp.MustCompile(`(?m)^\s*errors:\s+(\d+)`)
+	sysbenchIgnoredRE      = regexp.MustCompile(`(?m)^\s*ignored errors:\s+(\d+)`)
+	sysbenchReconnectsRE   = regexp.MustCompile(`(?m)^\s*reconnects:\s+(\d+)`)
+	sysbenchTimeRE         = regexp.MustCompile(`(?m)^\s*total time:\s+([0-9.]+)s`)
+	sysbenchP95RE          = regexp.MustCompile(`(?m)^\s*95th percentile:\s+([0-9.]+)`)
+)
+
+// ParseSysbench reads the final report of `sysbench … run`. It fails when the
+// queries line or the 95th percentile is missing or when no query was run.
+func ParseSysbench(out []byte) (SysbenchSummary, error) {
+	var s SysbenchSummary
+	m := sysbenchQueriesRE.FindSubmatch(out)
+	if m == nil {
+		return s, errors.New(`no "queries: N (R per sec.)" line in sysbench's output`)
+	}
+	var err1, err2 error
+	s.Queries, err1 = strconv.ParseInt(string(m[1]), 10, 64)
+	s.QPS, err2 = strconv.ParseFloat(string(m[2]), 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return s, fmt.Errorf("sysbench queries line %q: %w", m[0], err)
+	}
+	p := sysbenchP95RE.FindSubmatch(out)
+	if p == nil {
+		return s, errors.New(`no "95th percentile:" line in sysbench's output`)
+	}
+	var err error
+	if s.P95, err = strconv.ParseFloat(string(p[1]), 64); err != nil {
+		return s, fmt.Errorf("sysbench 95th percentile %q: %w", p[1], err)
+	}
+	if m := sysbenchTransactionsRE.FindSubmatch(out); m != nil {
+		s.Transactions, _ = strconv.ParseInt(string(m[1]), 10, 64)
+		s.TPS, _ = strconv.ParseFloat(string(m[2]), 64)
+	}
+	for _, c := range []struct {
+		re  *regexp.Regexp
+		dst *int64
+	}{{sysbenchErrorsRE, &s.Errors}, {sysbenchIgnoredRE, &s.IgnoredErrors}, {sysbenchReconnectsRE, &s.Reconnects}} {
+		if m := c.re.FindSubmatch(out); m != nil {
+			*c.dst, _ = strconv.ParseInt(string(m[1]), 10, 64)
+		}
+	}
+	if m := sysbenchTimeRE.FindSubmatch(out); m != nil {
+		s.Seconds, _ = strconv.ParseFloat(string(m[1]), 64)
+	}
+	if s.Queries <= 0 || s.QPS <= 0 {
+		return s, fmt.Errorf("sysbench ran %d queries (%g per sec.): the server answered nothing", s.Queries, s.QPS)
+	}
+	return s, nil
+}
