@@ -108,6 +108,7 @@ func benchSQL(args []string, stdout, stderr io.Writer) int {
 	})
 	fs.IntVar(&o.Tables, "tables", 0, "sysbench --tables (default 4)")
 	fs.IntVar(&o.TableSize, "table-size", 0, "sysbench --table-size, rows per table (default 10000)")
+	fs.BoolVar(&o.BackendTCP, "backend-tcp", false, "keyway reaches MariaDB over loopback TCP instead of its unix socket")
 	jsonOut := fs.Bool("json", false, "print the report as JSON")
 	if err := fs.Parse(args); err != nil {
 		return 2

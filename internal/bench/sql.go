@@ -30,6 +30,10 @@ type SQLOptions struct {
 	Workloads    []string      // sysbench scripts, one case each; default oltp_point_select, oltp_read_only
 	Tables       int           // sysbench --tables; default 4
 	TableSize    int           // sysbench --table-size, rows per table; default 10000
+	// BackendTCP makes keyway reach MariaDB over loopback TCP instead of its
+	// unix socket. The socket is the default: keyway is meant to sit beside
+	// the server, and a socket hop costs less CPU than a TCP one.
+	BackendTCP bool
 	Out          io.Writer     // progress lines; default io.Discard
 }
 
@@ -170,7 +174,11 @@ func RunSQL(ctx context.Context, o SQLOptions) (*SQLReport, error) {
 	if err := sb.prepare(ctx, m.Addr); err != nil {
 		return nil, err
 	}
-	cfg, err := writeKeywaySQLConfig(m.Addr)
+	primary := m.Socket
+	if o.BackendTCP {
+		primary = m.Addr
+	}
+	cfg, err := writeKeywaySQLConfig(primary)
 	if err != nil {
 		return nil, err
 	}
