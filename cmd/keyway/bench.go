@@ -61,27 +61,10 @@ func benchMemcache(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	self, err := os.Executable()
-	if err != nil {
-		fmt.Fprintf(stderr, "keyway bench: cannot find own binary: %v\n", err)
-		return 1
-	}
-	o.KeywayBinary = self
-	if !*jsonOut {
-		o.Out = stderr
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	rep, err := bench.RunMemcache(ctx, o)
-	if err != nil {
-		fmt.Fprintf(stderr, "keyway bench memcache: %v\n", err)
-		return 1
-	}
-	if *jsonOut {
-		return writeJSON(stdout, rep)
-	}
-	rep.WriteText(stdout)
-	return 0
+	return runReport(fs, *jsonOut, stdout, stderr, func(ctx context.Context, self string, progress io.Writer) (report, error) {
+		o.KeywayBinary, o.Out = self, progress
+		return bench.RunMemcache(ctx, o)
+	})
 }
 
 func benchSQL(args []string, stdout, stderr io.Writer) int {
@@ -113,8 +96,21 @@ func benchSQL(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	return runReport(fs, *jsonOut, stdout, stderr, func(ctx context.Context, self string, progress io.Writer) (report, error) {
+		o.KeywayBinary, o.Out = self, progress
+		return bench.RunSQL(ctx, o)
+	})
+}
+
+// report is what a benchmark returns: a table for people, JSON for machines.
+type report interface{ WriteText(io.Writer) }
+
+// runReport runs one benchmark with this binary as the keyway under test,
+// progress on stderr (unless JSON is asked for), and prints its report.
+func runReport(fs *flag.FlagSet, jsonOut bool, stdout, stderr io.Writer,
+	run func(ctx context.Context, self string, progress io.Writer) (report, error)) int {
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "keyway bench sql: unexpected argument %q: it takes flags only\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "%s: unexpected argument %q: it takes flags only\n", fs.Name(), fs.Arg(0))
 		return 2
 	}
 	self, err := os.Executable()
@@ -122,18 +118,18 @@ func benchSQL(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "keyway bench: cannot find own binary: %v\n", err)
 		return 1
 	}
-	o.KeywayBinary = self
-	if !*jsonOut {
-		o.Out = stderr
+	progress := stderr
+	if jsonOut {
+		progress = nil
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rep, err := bench.RunSQL(ctx, o)
+	rep, err := run(ctx, self, progress)
 	if err != nil {
-		fmt.Fprintf(stderr, "keyway bench sql: %v\n", err)
+		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
 		return 1
 	}
-	if *jsonOut {
+	if jsonOut {
 		return writeJSON(stdout, rep)
 	}
 	rep.WriteText(stdout)

@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,30 +14,14 @@ import (
 	"github.com/keywaydb/keyway/internal/testenv"
 )
 
-var shared struct {
-	once sync.Once
-	m    *testenv.MariaDB
-	err  error
-}
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if shared.m != nil {
-		_ = shared.m.Stop()
-	}
+	testenv.StopSharedMariaDB()
 	os.Exit(code)
 }
 
-func mariadb(t testing.TB) *testenv.MariaDB {
-	t.Helper()
-	testenv.Need(t, "mariadbd")
-	testenv.Need(t, "mariadb-install-db")
-	shared.once.Do(func() { shared.m, shared.err = testenv.StartMariaDB(context.Background()) })
-	if shared.err != nil {
-		t.Fatalf("%v", shared.err)
-	}
-	return shared.m
-}
+// mariadb is the package's shared MariaDB (each test uses its own tables).
+func mariadb(t testing.TB) *testenv.MariaDB { return testenv.SharedMariaDB(t) }
 
 func newGroup(t *testing.T, primary string, mutate func(*config.Group)) *Group {
 	cfg := config.Group{Name: "main", Primary: primary, User: "app", Password: "secret",

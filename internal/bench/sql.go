@@ -34,7 +34,7 @@ type SQLOptions struct {
 	// unix socket. The socket is the default: keyway is meant to sit beside
 	// the server, and a socket hop costs less CPU than a TCP one.
 	BackendTCP bool
-	Out          io.Writer     // progress lines; default io.Discard
+	Out        io.Writer // progress lines; default io.Discard
 }
 
 // SQL benchmark targets, in run order. directTarget is the baseline.

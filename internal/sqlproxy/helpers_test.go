@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,33 +16,14 @@ import (
 	"github.com/keywaydb/keyway/internal/testenv"
 )
 
-// One MariaDB serves the package's tests (each test uses its own tables); it starts on first use.
-var shared struct {
-	once sync.Once
-	m    *testenv.MariaDB
-	err  error
-}
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if shared.m != nil {
-		_ = shared.m.Stop()
-	}
+	testenv.StopSharedMariaDB()
 	os.Exit(code)
 }
 
-func mariadb(t testing.TB) *testenv.MariaDB {
-	t.Helper()
-	testenv.Need(t, "mariadbd")
-	testenv.Need(t, "mariadb-install-db")
-	shared.once.Do(func() {
-		shared.m, shared.err = testenv.StartMariaDB(context.Background())
-	})
-	if shared.err != nil {
-		t.Fatalf("%v", shared.err)
-	}
-	return shared.m
-}
+// mariadb is the package's shared MariaDB (each test uses its own tables).
+func mariadb(t testing.TB) *testenv.MariaDB { return testenv.SharedMariaDB(t) }
 
 // testConfig is a config with users app (mysql_native_password) and sha (caching_sha2_password, logging in to the
 // backend as app) on group main at backend.

@@ -271,6 +271,12 @@ func (ss *session) command() error {
 
 // send relays a command that has no reply.
 func (ss *session) send(p []byte) error {
+	return ss.writeCommand(p)
+}
+
+// writeCommand sends command p to the backend as a new exchange (sequence 0).
+// A failure breaks the backend connection, tells the client, and ends the session.
+func (ss *session) writeCommand(p []byte) error {
 	be := ss.be
 	be.ResetSeq()
 	err := be.WritePacket(p)
@@ -294,17 +300,10 @@ func (ss *session) forward(p []byte, relay func() (int64, bool, error)) error {
 
 // exchange is forward returning the row count and whether the reply was an ERR.
 func (ss *session) exchange(p []byte, relay func() (int64, bool, error)) (int64, bool, error) {
+	if err := ss.writeCommand(p); err != nil {
+		return 0, true, err
+	}
 	be := ss.be
-	be.ResetSeq()
-	err := be.WritePacket(p)
-	if err == nil {
-		err = be.Flush()
-	}
-	if err != nil {
-		be.MarkBroken()
-		ss.sendErr(lostBackend(ss.user.group, err))
-		return 0, true, errSessionEnd
-	}
 	rows, failed, err := relay()
 	if err == nil {
 		err = ss.c.Flush()

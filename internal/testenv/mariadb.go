@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -318,4 +319,35 @@ func shortTempDir(prefix string) (string, error) {
 		return "", fmt.Errorf("testenv: make temp dir in /tmp ($TMPDIR is too long for a unix socket path): %w", err)
 	}
 	return dir, nil
+}
+
+// sharedMariaDB is one MariaDB for all the tests of a test binary that ask
+// for it with SharedMariaDB; StopSharedMariaDB (from TestMain) ends it.
+var sharedMariaDB struct {
+	once sync.Once
+	m    *MariaDB
+	err  error
+}
+
+// SharedMariaDB returns the test binary's shared MariaDB, starting it on
+// first use. Tests sharing it must use their own tables. Call
+// StopSharedMariaDB from TestMain after m.Run.
+func SharedMariaDB(t testing.TB) *MariaDB {
+	t.Helper()
+	Need(t, "mariadbd")
+	Need(t, "mariadb-install-db")
+	sharedMariaDB.once.Do(func() {
+		sharedMariaDB.m, sharedMariaDB.err = StartMariaDB(context.Background())
+	})
+	if sharedMariaDB.err != nil {
+		t.Fatalf("%v", sharedMariaDB.err)
+	}
+	return sharedMariaDB.m
+}
+
+// StopSharedMariaDB stops the shared MariaDB if one was started.
+func StopSharedMariaDB() {
+	if sharedMariaDB.m != nil {
+		_ = sharedMariaDB.m.Stop()
+	}
 }
