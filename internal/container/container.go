@@ -1,0 +1,460 @@
+// Package container maps memcache operations onto rows of one MySQL/MariaDB
+// table: the InnoDB memcached plugin's "containers" model (key column, one or
+// more value columns joined by a separator, optional flags, cas and expiry
+// columns), run as ordinary SQL through database/sql on a *sql.DB the caller
+// owns.
+//
+// Invariants:
+//
+//   - A Set is acknowledged (returns a nil error) only after the COMMIT of the
+//     transaction holding its row returned successfully. Concurrent Sets are
+//     group-committed: one goroutine per Container takes up to
+//     Options.MaxBatch queued Sets (waiting at most Options.MaxWait for more
+//     once the first arrived) and writes them as one multi-row
+//     INSERT … ON DUPLICATE KEY UPDATE in one transaction. Within a batch the
+//     last Set of a key wins. If the batch fails with a server error, every
+//     Set is retried alone so each caller gets its own result (one bad value
+//     does not fail its neighbours); any other failure is every waiter's error.
+//   - Add, Replace, Append, Prepend, CompareAndSwap, IncrDecr, Touch and Delete
+//     are each atomic in SQL: a single conditional statement where one
+//     suffices, otherwise a transaction with SELECT … FOR UPDATE.
+//   - Expired rows (expiry column ≠ 0 and ≤ now, in this process's clock) are
+//     misses for every operation; Add and Set overwrite them.
+//   - CAS values: with a cas column keyway assigns them from one process-wide
+//     monotonic counter, raised at every Open to at least max(cas) of the
+//     table, so a CAS never repeats while rows are written only through
+//     keyway. Without a cas column the CAS is a 64-bit FNV-1a hash of the value
+//     and flags (never 0): writing the same value and flags again yields the
+//     same CAS, so a CompareAndSwap against a stale CAS succeeds when the
+//     content was restored meanwhile (ABA), and Touch keeps the CAS.
+//   - Several value columns: a memcache value is split on Separator into the
+//     columns (fewer parts fill the rest with empty strings, more parts are an error
+//     naming the container); a read joins all columns with Separator. With one
+//     value column the value is stored unsplit.
+//   - Keys longer than the key column are ErrKeyTooLong (checked before any
+//     SQL). Values too long for their column are ErrValueTooLong wrapping the
+//     driver error; this relies on the server's strict sql_mode
+//     (STRICT_TRANS_TABLES, MariaDB's default): a non-strict server silently
+//     truncates.
+package container
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+)
+
+// Def describes one container (the InnoDB memcached plugin's `containers` row).
+type Def struct {
+	Name          string // "aaa"
+	Schema, Table string
+	KeyColumn     string
+	ValueColumns  []string // one or more; joined with Separator in memcache values
+	Separator     string   // "|" when empty
+	FlagsColumn   string   // optional ("" = none)
+	CASColumn     string   // optional
+	ExpiryColumn  string   // optional
+}
+
+// Options tunes the group committer.
+type Options struct {
+	MaxBatch int           // Sets per transaction at most; 128 when ≤ 0
+	MaxWait  time.Duration // wait for more Sets after the first; 200µs when ≤ 0
+}
+
+// Item is one memcache item.
+type Item struct {
+	Value   []byte
+	Flags   uint32
+	CAS     uint64
+	Exptime int64 // absolute unix seconds, 0 never
+}
+
+// Status is the outcome of a conditional operation.
+type Status int
+
+const (
+	Stored     Status = iota // the write happened
+	NotStored                // add: key exists; replace/append/prepend: key missing
+	Exists                   // cas: the item changed since the caller read it
+	NotFound                 // the key is missing (or expired)
+	Deleted                  // delete removed the row
+	Touched                  // touch changed the expiry
+	NonNumeric               // incr/decr on a value that is not a decimal uint64
+)
+
+func (s Status) String() string {
+	switch s {
+	case Stored:
+		return "STORED"
+	case NotStored:
+		return "NOT_STORED"
+	case Exists:
+		return "EXISTS"
+	case NotFound:
+		return "NOT_FOUND"
+	case Deleted:
+		return "DELETED"
+	case Touched:
+		return "TOUCHED"
+	case NonNumeric:
+		return "NON_NUMERIC"
+	}
+	return fmt.Sprintf("Status(%d)", int(s))
+}
+
+var (
+	// ErrKeyTooLong: the key does not fit the key column (or is empty).
+	ErrKeyTooLong = errors.New("key too long for the key column")
+	// ErrValueTooLong: a value does not fit its column.
+	ErrValueTooLong = errors.New("value too long for the column")
+	// ErrTooManyValues: the value has more Separator-parts than value columns.
+	ErrTooManyValues = errors.New("value has more parts than the container has value columns")
+	// ErrClosed: the container was closed.
+	ErrClosed = errors.New("container closed")
+)
+
+// Stats counts the group committer's work.
+type Stats struct {
+	Batches     uint64 // transactions the committer ran (including failed ones)
+	BatchedSets uint64 // Sets written by those transactions
+}
+
+// casCounter is the process-wide CAS source for containers with a cas column.
+var casCounter atomic.Uint64
+
+func nextCAS() uint64 { return casCounter.Add(1) }
+
+// raiseCAS makes casCounter at least v.
+func raiseCAS(v uint64) {
+	for {
+		cur := casCounter.Load()
+		if cur >= v || casCounter.CompareAndSwap(cur, v) {
+			return
+		}
+	}
+}
+
+// Container runs memcache operations on one table.
+type Container struct {
+	db  *sql.DB
+	def Def
+	opt Options
+
+	sep      string
+	table    string // `schema`.`table`
+	qKey     string
+	qVals    []string
+	qFlags   string // "" when none
+	qCAS     string
+	qExp     string
+	keyChars int64 // CHARACTER_MAXIMUM_LENGTH of the key column
+	keyText  bool  // CHAR/VARCHAR (length in characters), not BINARY/VARBINARY (bytes)
+	keyFold  bool  // key collation case-insensitive (for GetMulti matching)
+	keyPad   bool  // key compares ignoring trailing spaces
+
+	mu     sync.RWMutex // guards closed against sends on queue
+	closed bool
+	queue  chan *setReq
+	done   chan struct{}
+
+	batches     atomic.Uint64
+	batchedSets atomic.Uint64
+}
+
+// column is one row of information_schema.COLUMNS.
+type column struct {
+	dataType  string
+	colType   string
+	maxChars  sql.NullInt64
+	maxOctets sql.NullInt64
+	collation sql.NullString
+}
+
+func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
+
+// Open checks def against the table's real columns and key index and starts
+// the container's group committer. The error names the container and the
+// offending column on a mismatch.
+func Open(ctx context.Context, db *sql.DB, def Def, o Options) (*Container, error) {
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 128
+	}
+	if o.MaxWait <= 0 {
+		o.MaxWait = 200 * time.Microsecond
+	}
+	if def.Separator == "" {
+		def.Separator = "|"
+	}
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("container %q (%s.%s): %s", def.Name, def.Schema, def.Table, fmt.Sprintf(format, args...))
+	}
+	if def.Schema == "" || def.Table == "" || def.KeyColumn == "" || len(def.ValueColumns) == 0 {
+		return nil, fail("schema, table, key column and at least one value column are required")
+	}
+
+	rows, err := db.QueryContext(ctx, `SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_MAXIMUM_LENGTH,
+		CHARACTER_OCTET_LENGTH, COLLATION_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?`,
+		def.Schema, def.Table)
+	if err != nil {
+		return nil, fail("read columns: %v", err)
+	}
+	cols := map[string]column{}
+	for rows.Next() {
+		var name string
+		var c column
+		if err := rows.Scan(&name, &c.dataType, &c.colType, &c.maxChars, &c.maxOctets, &c.collation); err != nil {
+			rows.Close()
+			return nil, fail("read columns: %v", err)
+		}
+		c.dataType = strings.ToLower(c.dataType)
+		c.colType = strings.ToLower(c.colType)
+		cols[strings.ToLower(name)] = c
+	}
+	if err := rows.Close(); err != nil {
+		return nil, fail("read columns: %v", err)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fail("read columns: %v", err)
+	}
+	if len(cols) == 0 {
+		return nil, fail("table does not exist")
+	}
+
+	check := func(role, name string, ok func(column) bool, want string) (column, error) {
+		c, found := cols[strings.ToLower(name)]
+		if !found {
+			return c, fail("%s column %q does not exist", role, name)
+		}
+		if !ok(c) {
+			return c, fail("%s column %q is %s, want %s", role, name, c.colType, want)
+		}
+		return c, nil
+	}
+	isKeyType := func(c column) bool {
+		switch c.dataType {
+		case "char", "varchar", "binary", "varbinary":
+			return c.maxChars.Valid && c.maxOctets.Valid
+		}
+		return false
+	}
+	isInt := func(c column) bool {
+		switch c.dataType {
+		case "tinyint", "smallint", "mediumint", "int", "integer", "bigint":
+			return true
+		}
+		return false
+	}
+	isValue := func(c column) bool {
+		switch c.dataType {
+		case "char", "varchar", "binary", "varbinary", "tinytext", "text", "mediumtext", "longtext",
+			"tinyblob", "blob", "mediumblob", "longblob":
+			return true
+		}
+		return isInt(c) || c.dataType == "decimal"
+	}
+	isFlags := func(c column) bool {
+		return isInt(c) && (c.dataType == "bigint" || (c.dataType == "int" || c.dataType == "integer") && strings.Contains(c.colType, "unsigned"))
+	}
+	isCAS := func(c column) bool { return c.dataType == "bigint" && strings.Contains(c.colType, "unsigned") }
+	isExp := func(c column) bool {
+		return c.dataType == "bigint" || (c.dataType == "int" || c.dataType == "integer") && strings.Contains(c.colType, "unsigned")
+	}
+
+	keyCol, err := check("key", def.KeyColumn, isKeyType, "CHAR, VARCHAR, BINARY or VARBINARY")
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range def.ValueColumns {
+		if _, err := check("value", v, isValue, "a string, blob or integer type"); err != nil {
+			return nil, err
+		}
+	}
+	if def.FlagsColumn != "" {
+		if _, err := check("flags", def.FlagsColumn, isFlags, "INT UNSIGNED or BIGINT"); err != nil {
+			return nil, err
+		}
+	}
+	if def.CASColumn != "" {
+		if _, err := check("cas", def.CASColumn, isCAS, "BIGINT UNSIGNED"); err != nil {
+			return nil, err
+		}
+	}
+	if def.ExpiryColumn != "" {
+		if _, err := check("expiry", def.ExpiryColumn, isExp, "INT UNSIGNED or BIGINT"); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkKeyIndex(ctx, db, def); err != nil {
+		return nil, fail("%v", err)
+	}
+
+	c := &Container{
+		db: db, def: def, opt: o, sep: def.Separator,
+		table:    quoteIdent(def.Schema) + "." + quoteIdent(def.Table),
+		qKey:     quoteIdent(def.KeyColumn),
+		keyChars: keyCol.maxChars.Int64,
+		keyText:  keyCol.dataType == "char" || keyCol.dataType == "varchar",
+	}
+	if keyCol.collation.Valid {
+		coll := strings.ToLower(keyCol.collation.String)
+		c.keyFold = strings.HasSuffix(coll, "_ci") || strings.Contains(coll, "_ci_")
+		c.keyPad = !strings.Contains(coll, "nopad")
+	}
+	for _, v := range def.ValueColumns {
+		c.qVals = append(c.qVals, quoteIdent(v))
+	}
+	if def.FlagsColumn != "" {
+		c.qFlags = quoteIdent(def.FlagsColumn)
+	}
+	if def.CASColumn != "" {
+		c.qCAS = quoteIdent(def.CASColumn)
+		var maxCAS sql.Null[uint64]
+		if err := db.QueryRowContext(ctx, "SELECT MAX("+c.qCAS+") FROM "+c.table).Scan(&maxCAS); err != nil {
+			return nil, fail("read max(%s): %v", def.CASColumn, err)
+		}
+		if maxCAS.Valid {
+			raiseCAS(maxCAS.V)
+		}
+	}
+	if def.ExpiryColumn != "" {
+		c.qExp = quoteIdent(def.ExpiryColumn)
+	}
+	c.queue = make(chan *setReq, o.MaxBatch)
+	c.done = make(chan struct{})
+	go c.commitLoop()
+	return c, nil
+}
+
+// checkKeyIndex requires the primary key or a unique index on exactly the key
+// column (no prefix).
+func checkKeyIndex(ctx context.Context, db *sql.DB, def Def) error {
+	rows, err := db.QueryContext(ctx, `SELECT INDEX_NAME, COLUMN_NAME, SUB_PART FROM information_schema.STATISTICS
+		WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND NON_UNIQUE = 0`, def.Schema, def.Table)
+	if err != nil {
+		return fmt.Errorf("read indexes: %v", err)
+	}
+	defer rows.Close()
+	type idx struct {
+		cols   []string
+		prefix bool
+	}
+	idxs := map[string]*idx{}
+	for rows.Next() {
+		var name, col string
+		var sub sql.NullInt64
+		if err := rows.Scan(&name, &col, &sub); err != nil {
+			return fmt.Errorf("read indexes: %v", err)
+		}
+		x := idxs[name]
+		if x == nil {
+			x = &idx{}
+			idxs[name] = x
+		}
+		x.cols = append(x.cols, col)
+		x.prefix = x.prefix || sub.Valid
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read indexes: %v", err)
+	}
+	for _, x := range idxs {
+		if len(x.cols) == 1 && strings.EqualFold(x.cols[0], def.KeyColumn) && !x.prefix {
+			return nil
+		}
+	}
+	return fmt.Errorf("key column %q is neither the primary key nor a unique index on exactly that column", def.KeyColumn)
+}
+
+// Def returns the container's definition (Separator defaulted).
+func (c *Container) Def() Def { return c.def }
+
+// Stats returns the group committer's counters.
+func (c *Container) Stats() Stats {
+	return Stats{Batches: c.batches.Load(), BatchedSets: c.batchedSets.Load()}
+}
+
+// Close stops the group committer after it answered every queued Set. Sets
+// after Close return ErrClosed.
+func (c *Container) Close() error {
+	c.mu.Lock()
+	if !c.closed {
+		c.closed = true
+		close(c.queue)
+	}
+	c.mu.Unlock()
+	<-c.done
+	return nil
+}
+
+func (c *Container) errorf(format string, args ...any) error {
+	return fmt.Errorf("container %q: "+format, append([]any{c.def.Name}, args...)...)
+}
+
+// checkKey rejects keys that cannot fit the key column.
+func (c *Container) checkKey(key []byte) error {
+	if len(key) == 0 {
+		return c.errorf("%w: empty key", ErrKeyTooLong)
+	}
+	n := int64(len(key)) // BINARY/VARBINARY: bytes
+	if c.keyText {
+		n = int64(utf8.RuneCount(key)) // CHAR/VARCHAR: characters, in whatever charset the column has
+	}
+	if n > c.keyChars {
+		return c.errorf("%w: %d bytes, column %s holds %d characters", ErrKeyTooLong, len(key), c.def.KeyColumn, c.keyChars)
+	}
+	return nil
+}
+
+// split turns a memcache value into one argument per value column.
+func (c *Container) split(v []byte) ([]any, error) {
+	n := len(c.qVals)
+	out := make([]any, n)
+	if n == 1 {
+		out[0] = nonNil(v)
+		return out, nil
+	}
+	parts := strings.Split(string(v), c.sep)
+	if len(parts) > n {
+		return nil, c.errorf("%w: %d parts, %d value columns", ErrTooManyValues, len(parts), n)
+	}
+	for i := range out {
+		if i < len(parts) {
+			out[i] = parts[i]
+		} else {
+			out[i] = ""
+		}
+	}
+	return out, nil
+}
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+// hashCAS is the CAS of a container without a cas column: FNV-1a 64 of the
+// value followed by the flags (little endian), never 0.
+func hashCAS(v []byte, flags uint32) uint64 {
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
+	for _, b := range v {
+		h ^= uint64(b)
+		h *= prime
+	}
+	for i := 0; i < 4; i++ {
+		h ^= uint64(byte(flags >> (8 * i)))
+		h *= prime
+	}
+	if h == 0 {
+		h = 1
+	}
+	return h
+}

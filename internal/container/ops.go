@@ -1,0 +1,578 @@
+package container
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// MySQL/MariaDB error numbers mapped by mapErr.
+const (
+	erDupEntry    = 1062
+	erDataTooLong = 1406
+)
+
+// mapErr turns "Data too long for column" into ErrKeyTooLong/ErrValueTooLong
+// (wrapping the driver error) and names the container on every error.
+func (c *Container) mapErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == erDataTooLong {
+		if strings.Contains(strings.ToLower(me.Message), "'"+strings.ToLower(c.def.KeyColumn)+"'") {
+			return c.errorf("%w: %w", ErrKeyTooLong, err)
+		}
+		return c.errorf("%w: %w", ErrValueTooLong, err)
+	}
+	return c.errorf("%w", err)
+}
+
+func now() int64 { return time.Now().Unix() }
+
+// live is the SQL condition "the row has not expired" and its arguments.
+func (c *Container) live() (string, []any) {
+	if c.qExp == "" {
+		return "1", nil
+	}
+	return "(" + c.qExp + " IS NULL OR " + c.qExp + " = 0 OR " + c.qExp + " > ?)", []any{now()}
+}
+
+func expired(exp int64, t int64) bool { return exp != 0 && exp <= t }
+
+// selectList is key, value columns, then the optional flags, cas and expiry.
+func (c *Container) selectList() string {
+	s := []string{c.qKey}
+	s = append(s, c.qVals...)
+	for _, q := range []string{c.qFlags, c.qCAS, c.qExp} {
+		if q != "" {
+			s = append(s, q)
+		}
+	}
+	return strings.Join(s, ", ")
+}
+
+// scanItem reads one row in selectList order. ok is false for an expired row.
+func (c *Container) scanItem(sc interface{ Scan(...any) error }) (key string, it Item, ok bool, err error) {
+	vals := make([][]byte, len(c.qVals))
+	dest := []any{&key}
+	for i := range vals {
+		dest = append(dest, &vals[i])
+	}
+	var flags, exp sql.NullInt64
+	var cas sql.Null[uint64]
+	if c.qFlags != "" {
+		dest = append(dest, &flags)
+	}
+	if c.qCAS != "" {
+		dest = append(dest, &cas)
+	}
+	if c.qExp != "" {
+		dest = append(dest, &exp)
+	}
+	if err := sc.Scan(dest...); err != nil {
+		return "", Item{}, false, err
+	}
+	if len(vals) == 1 {
+		it.Value = nonNil(vals[0])
+	} else {
+		it.Value = []byte(string(joinBytes(vals, c.sep)))
+	}
+	it.Flags = uint32(flags.Int64)
+	it.Exptime = exp.Int64
+	if c.qCAS != "" {
+		it.CAS = cas.V
+	} else {
+		it.CAS = hashCAS(it.Value, it.Flags)
+	}
+	return key, it, !expired(it.Exptime, now()), nil
+}
+
+func joinBytes(parts [][]byte, sep string) []byte {
+	var b []byte
+	for i, p := range parts {
+		if i > 0 {
+			b = append(b, sep...)
+		}
+		b = append(b, p...)
+	}
+	return nonNil(b)
+}
+
+// Get reads key's row; expired rows are misses.
+func (c *Container) Get(ctx context.Context, key []byte) (Item, bool, error) {
+	if err := c.checkKey(key); err != nil {
+		return Item{}, false, err
+	}
+	row := c.db.QueryRowContext(ctx, "SELECT "+c.selectList()+" FROM "+c.table+" WHERE "+c.qKey+" = ?", key)
+	_, it, ok, err := c.scanItem(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Item{}, false, nil
+	}
+	if err != nil {
+		return Item{}, false, c.mapErr(err)
+	}
+	return it, ok, nil
+}
+
+// normKey is how the key column compares keys, approximately: case folded
+// for a _ci collation, trailing spaces ignored for a PAD SPACE one.
+func (c *Container) normKey(k string) string {
+	if c.keyPad {
+		k = strings.TrimRight(k, " ")
+	}
+	if c.keyFold {
+		k = strings.ToLower(k)
+	}
+	return k
+}
+
+// GetMulti reads all keys with one `WHERE key IN (…)`. The result holds the
+// live items, keyed by the requested key (a row matches every requested key
+// its column's collation considers equal).
+func (c *Container) GetMulti(ctx context.Context, keys [][]byte) (map[string]Item, error) {
+	out := map[string]Item{}
+	want := map[string][]string{} // normalized → requested keys
+	var args []any
+	for _, k := range keys {
+		if err := c.checkKey(k); err != nil {
+			return nil, err
+		}
+		n := c.normKey(string(k))
+		if _, dup := want[n]; !dup {
+			args = append(args, k)
+		}
+		if !containsStr(want[n], string(k)) {
+			want[n] = append(want[n], string(k))
+		}
+	}
+	if len(args) == 0 {
+		return out, nil
+	}
+	q := "SELECT " + c.selectList() + " FROM " + c.table + " WHERE " + c.qKey + " IN (?" + strings.Repeat(", ?", len(args)-1) + ")"
+	rows, err := c.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, c.mapErr(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		k, it, ok, err := c.scanItem(rows)
+		if err != nil {
+			return nil, c.mapErr(err)
+		}
+		if !ok {
+			continue
+		}
+		for _, req := range want[c.normKey(k)] {
+			out[req] = it
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, c.mapErr(err)
+	}
+	return out, nil
+}
+
+func containsStr(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// writeCols are the columns an item write sets, after the key: values, flags,
+// cas, expiry (the optional ones when present); writeArgs gives their values.
+func (c *Container) writeCols() []string {
+	s := append([]string(nil), c.qVals...)
+	for _, q := range []string{c.qFlags, c.qCAS, c.qExp} {
+		if q != "" {
+			s = append(s, q)
+		}
+	}
+	return s
+}
+
+// writeArgs returns the values for writeCols and the item's CAS.
+func (c *Container) writeArgs(it Item, cas uint64) ([]any, error) {
+	args, err := c.split(it.Value)
+	if err != nil {
+		return nil, err
+	}
+	if c.qFlags != "" {
+		args = append(args, it.Flags)
+	}
+	if c.qCAS != "" {
+		args = append(args, cas)
+	}
+	if c.qExp != "" {
+		args = append(args, it.Exptime)
+	}
+	return args, nil
+}
+
+// itemCAS is the CAS an item written now gets.
+func (c *Container) itemCAS(it Item) uint64 {
+	if c.qCAS != "" {
+		return nextCAS()
+	}
+	return hashCAS(it.Value, it.Flags)
+}
+
+// assignments is "col = ?, …" for writeCols.
+func assignments(cols []string) string {
+	s := make([]string, len(cols))
+	for i, col := range cols {
+		s[i] = col + " = ?"
+	}
+	return strings.Join(s, ", ")
+}
+
+// existsLive reports whether key has a live row (used when an UPDATE changed
+// nothing because the new values equal the old ones).
+func (c *Container) existsLive(ctx context.Context, q queryer, key []byte) (bool, error) {
+	cond, args := c.live()
+	var one int
+	err := q.QueryRowContext(ctx, "SELECT 1 FROM "+c.table+" WHERE "+c.qKey+" = ? AND "+cond, append([]any{key}, args...)...).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+type queryer interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// Add stores it only when key has no live row: an expired row is deleted
+// first, then a plain INSERT (a duplicate key is NotStored). INSERT IGNORE is
+// not used because it would turn a too-long value into a silent truncation.
+func (c *Container) Add(ctx context.Context, key []byte, it Item) (uint64, Status, error) {
+	if err := c.checkKey(key); err != nil {
+		return 0, 0, err
+	}
+	cas := c.itemCAS(it)
+	wargs, err := c.writeArgs(it, cas)
+	if err != nil {
+		return 0, 0, err
+	}
+	if c.qExp != "" {
+		if _, err := c.db.ExecContext(ctx, "DELETE FROM "+c.table+" WHERE "+c.qKey+" = ? AND "+c.qExp+" <> 0 AND "+c.qExp+" <= ?", key, now()); err != nil {
+			return 0, 0, c.mapErr(err)
+		}
+	}
+	cols := c.writeCols()
+	q := "INSERT INTO " + c.table + " (" + c.qKey + ", " + strings.Join(cols, ", ") + ") VALUES (?" + strings.Repeat(", ?", len(cols)) + ")"
+	_, err = c.db.ExecContext(ctx, q, append([]any{key}, wargs...)...)
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == erDupEntry {
+		return 0, NotStored, nil
+	}
+	if err != nil {
+		return 0, 0, c.mapErr(err)
+	}
+	return cas, Stored, nil
+}
+
+// Replace stores it only when key has a live row: one UPDATE … WHERE.
+func (c *Container) Replace(ctx context.Context, key []byte, it Item) (uint64, Status, error) {
+	if err := c.checkKey(key); err != nil {
+		return 0, 0, err
+	}
+	cas := c.itemCAS(it)
+	wargs, err := c.writeArgs(it, cas)
+	if err != nil {
+		return 0, 0, err
+	}
+	cond, cargs := c.live()
+	q := "UPDATE " + c.table + " SET " + assignments(c.writeCols()) + " WHERE " + c.qKey + " = ? AND " + cond
+	st, err := c.updated(ctx, c.db, key, q, append(append(wargs, key), cargs...), Stored, NotStored)
+	if st != Stored {
+		cas = 0
+	}
+	return cas, st, err
+}
+
+// updated runs an UPDATE and answers yes when it matched a row, no otherwise.
+// Zero affected rows with a live row present means the row already held the
+// new values: still yes.
+func (c *Container) updated(ctx context.Context, q queryer, key []byte, stmt string, args []any, yes, no Status) (Status, error) {
+	res, err := q.ExecContext(ctx, stmt, args...)
+	if err != nil {
+		return 0, c.mapErr(err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, c.mapErr(err)
+	}
+	if n > 0 {
+		return yes, nil
+	}
+	ok, err := c.existsLive(ctx, q, key)
+	if err != nil {
+		return 0, c.mapErr(err)
+	}
+	if ok {
+		return yes, nil
+	}
+	return no, nil
+}
+
+// Append adds it.Value after the value of a live row; like memcached, the
+// row's flags and expiry are kept (it.Flags and it.Exptime are ignored).
+func (c *Container) Append(ctx context.Context, key []byte, it Item) (uint64, Status, error) {
+	return c.concat(ctx, key, it.Value, false)
+}
+
+// Prepend adds it.Value before the value of a live row (flags and expiry kept).
+func (c *Container) Prepend(ctx context.Context, key []byte, it Item) (uint64, Status, error) {
+	return c.concat(ctx, key, it.Value, true)
+}
+
+// concat is one UPDATE … SET v = CONCAT(…) with one value column; with
+// several, the joined value changes, so it is read FOR UPDATE, changed and
+// written back in one transaction.
+func (c *Container) concat(ctx context.Context, key, data []byte, front bool) (uint64, Status, error) {
+	if err := c.checkKey(key); err != nil {
+		return 0, 0, err
+	}
+	if len(c.qVals) > 1 || c.qCAS == "" {
+		// Several columns, or the CAS is a hash of the new value: read-modify-write.
+		var cas uint64
+		st, err := c.inTx(ctx, key, func(tx *sql.Tx, it Item, found bool) (Status, error) {
+			if !found {
+				return NotStored, nil
+			}
+			if front {
+				it.Value = append(append([]byte{}, data...), it.Value...)
+			} else {
+				it.Value = append(it.Value, data...)
+			}
+			var err error
+			cas, err = c.rewrite(ctx, tx, key, it)
+			return Stored, err
+		})
+		if st != Stored {
+			cas = 0
+		}
+		return cas, st, err
+	}
+	v := c.qVals[0]
+	expr := "CONCAT(IFNULL(" + v + ", ''), ?)"
+	if front {
+		expr = "CONCAT(?, IFNULL(" + v + ", ''))"
+	}
+	cas := nextCAS()
+	cond, cargs := c.live()
+	q := "UPDATE " + c.table + " SET " + v + " = " + expr + ", " + c.qCAS + " = ? WHERE " + c.qKey + " = ? AND " + cond
+	st, err := c.updated(ctx, c.db, key, q, append([]any{nonNil(data), cas, key}, cargs...), Stored, NotStored)
+	if st != Stored {
+		cas = 0
+	}
+	return cas, st, err
+}
+
+// inTx runs fn on key's row read with SELECT … FOR UPDATE (found false when
+// missing or expired) in a transaction, committed when fn returns no error.
+func (c *Container) inTx(ctx context.Context, key []byte, fn func(tx *sql.Tx, it Item, found bool) (Status, error)) (Status, error) {
+	tx, err := c.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, c.mapErr(err)
+	}
+	defer tx.Rollback()
+	row := tx.QueryRowContext(ctx, "SELECT "+c.selectList()+" FROM "+c.table+" WHERE "+c.qKey+" = ? FOR UPDATE", key)
+	_, it, found, err := c.scanItem(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		err, found = nil, false
+	}
+	if err != nil {
+		return 0, c.mapErr(err)
+	}
+	st, err := fn(tx, it, found)
+	if err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, c.mapErr(err)
+	}
+	return st, nil
+}
+
+// rewrite writes it over key's existing row inside tx and returns its CAS.
+func (c *Container) rewrite(ctx context.Context, tx *sql.Tx, key []byte, it Item) (uint64, error) {
+	cas := c.itemCAS(it)
+	wargs, err := c.writeArgs(it, cas)
+	if err != nil {
+		return 0, err
+	}
+	q := "UPDATE " + c.table + " SET " + assignments(c.writeCols()) + " WHERE " + c.qKey + " = ?"
+	if _, err := tx.ExecContext(ctx, q, append(wargs, key)...); err != nil {
+		return 0, c.mapErr(err)
+	}
+	return cas, nil
+}
+
+// CompareAndSwap stores it only when key's live row still has CAS cas:
+// Exists when it changed, NotFound when it is missing. With a cas column it
+// is one `UPDATE … WHERE cas_col = ?`; without one, a transaction compares
+// the hash of the row read FOR UPDATE.
+func (c *Container) CompareAndSwap(ctx context.Context, key []byte, it Item, cas uint64) (uint64, Status, error) {
+	if err := c.checkKey(key); err != nil {
+		return 0, 0, err
+	}
+	if c.qCAS == "" {
+		var newCAS uint64
+		st, err := c.inTx(ctx, key, func(tx *sql.Tx, old Item, found bool) (Status, error) {
+			if !found {
+				return NotFound, nil
+			}
+			if old.CAS != cas {
+				return Exists, nil
+			}
+			var err error
+			newCAS, err = c.rewrite(ctx, tx, key, it)
+			return Stored, err
+		})
+		if st != Stored {
+			newCAS = 0
+		}
+		return newCAS, st, err
+	}
+	newCAS := nextCAS()
+	wargs, err := c.writeArgs(it, newCAS)
+	if err != nil {
+		return 0, 0, err
+	}
+	cond, cargs := c.live()
+	q := "UPDATE " + c.table + " SET " + assignments(c.writeCols()) + " WHERE " + c.qKey + " = ? AND " + c.qCAS + " = ? AND " + cond
+	res, err := c.db.ExecContext(ctx, q, append(append(wargs, key, cas), cargs...)...)
+	if err != nil {
+		return 0, 0, c.mapErr(err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return 0, 0, c.mapErr(err)
+	} else if n > 0 {
+		return newCAS, Stored, nil // the cas column always changes, so a match is always a change
+	}
+	ok, err := c.existsLive(ctx, c.db, key)
+	if err != nil {
+		return 0, 0, c.mapErr(err)
+	}
+	if ok {
+		return 0, Exists, nil
+	}
+	return 0, NotFound, nil
+}
+
+// IncrDecr adds delta to (or, with decr, subtracts it from) the decimal
+// value of key's live row in a transaction with SELECT … FOR UPDATE: incr
+// wraps at 2^64, decr stops at 0; a value that is not a decimal uint64 is
+// NonNumeric. Flags and expiry are kept. With several value columns the
+// joined value is the number.
+func (c *Container) IncrDecr(ctx context.Context, key []byte, delta uint64, decr bool) (uint64, Status, error) {
+	if err := c.checkKey(key); err != nil {
+		return 0, 0, err
+	}
+	var result uint64
+	st, err := c.inTx(ctx, key, func(tx *sql.Tx, it Item, found bool) (Status, error) {
+		if !found {
+			return NotFound, nil
+		}
+		n, err := strconv.ParseUint(strings.TrimSpace(string(it.Value)), 10, 64)
+		if err != nil {
+			return NonNumeric, nil
+		}
+		switch {
+		case !decr:
+			n += delta // wraps
+		case delta > n:
+			n = 0
+		default:
+			n -= delta
+		}
+		it.Value = strconv.AppendUint(nil, n, 10)
+		result = n
+		if _, err := c.rewrite(ctx, tx, key, it); err != nil {
+			return 0, err
+		}
+		return Stored, nil
+	})
+	if st != Stored {
+		result = 0
+	}
+	return result, st, err
+}
+
+// Touch sets the expiry of key's live row: Touched or NotFound. Without an
+// expiry column it only reports whether the row exists.
+func (c *Container) Touch(ctx context.Context, key []byte, exptime int64) (Status, error) {
+	if err := c.checkKey(key); err != nil {
+		return 0, err
+	}
+	if c.qExp == "" {
+		ok, err := c.existsLive(ctx, c.db, key)
+		if err != nil {
+			return 0, c.mapErr(err)
+		}
+		if ok {
+			return Touched, nil
+		}
+		return NotFound, nil
+	}
+	cond, cargs := c.live()
+	q := "UPDATE " + c.table + " SET " + c.qExp + " = ? WHERE " + c.qKey + " = ? AND " + cond
+	return c.updated(ctx, c.db, key, q, append([]any{exptime, key}, cargs...), Touched, NotFound)
+}
+
+// Delete removes key's row: Deleted, or NotFound when it was missing or
+// expired (an expired row is removed too).
+func (c *Container) Delete(ctx context.Context, key []byte) (Status, error) {
+	if err := c.checkKey(key); err != nil {
+		return 0, err
+	}
+	var res sql.Result
+	var err error
+	if c.qExp == "" {
+		res, err = c.db.ExecContext(ctx, "DELETE FROM "+c.table+" WHERE "+c.qKey+" = ?", key)
+	} else {
+		// The row is read FOR UPDATE to learn whether it was live (DELETE …
+		// RETURNING would be MariaDB-only), then deleted, expired or not, in
+		// the same transaction.
+		var st Status
+		st, err = c.inTx(ctx, key, func(tx *sql.Tx, _ Item, found bool) (Status, error) {
+			if _, err := tx.ExecContext(ctx, "DELETE FROM "+c.table+" WHERE "+c.qKey+" = ?", key); err != nil {
+				return 0, c.mapErr(err)
+			}
+			if found {
+				return Deleted, nil
+			}
+			return NotFound, nil
+		})
+		return st, err
+	}
+	if err != nil {
+		return 0, c.mapErr(err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, c.mapErr(err)
+	}
+	if n > 0 {
+		return Deleted, nil
+	}
+	return NotFound, nil
+}
+
+// Truncate empties the table (TRUNCATE TABLE). Queued Sets are not affected:
+// they may land after it.
+func (c *Container) Truncate(ctx context.Context) error {
+	_, err := c.db.ExecContext(ctx, "TRUNCATE TABLE "+c.table)
+	return c.mapErr(err)
+}
