@@ -9,9 +9,12 @@
 //   - Unknown keys are errors, never ignored: a misspelt key would otherwise silently leave a default in force.
 //   - Every error names the key (and the serve flag that sets it, if any) and says what is allowed. Validate and
 //     the file decoder report every problem at once, joined with errors.Join, one problem per line.
-//   - An entry of an array of tables ([[groups]], [[sql.users]]) has no place in the defaults the file is applied
-//     on, so the file decoder fills each entry's defaults first and applies the entry's keys on top. Defaults that
-//     depend on other keys (a user's backend_user, backend_password and group) apply only where the key is absent.
+//   - An entry of an array of tables ([[groups]], [[sql.users]], [[containers]]) has no place in the defaults the
+//     file is applied on, so the file decoder fills each entry's defaults first and applies the entry's keys on top.
+//     Defaults that depend on other keys (a user's backend_user, backend_password and group, a container's group)
+//     apply only where the key is absent.
+//   - Containers are checked here for form only (names, identifiers, policies, group references); whether their
+//     table and columns exist is checked at startup against the real table.
 //
 // Adding a section is: a field in Config, its mirror in fileConfig (file.go), and its ensureDefaults and validate
 // methods called from EnsureDefaults and Validate.
@@ -26,16 +29,62 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Config is keyway's whole configuration.
 type Config struct {
-	Memcache Memcache // [memcache]
-	Store    Store    // [store]
-	SQL      SQL      // [sql] and [[sql.users]]; the SQL door is off when SQL.Listen is ""
-	Groups   []Group  // [[groups]]: backends
-	Admin    Admin    // [admin]
+	Memcache   Memcache    // [memcache]
+	Store      Store       // [store]
+	SQL        SQL         // [sql] and [[sql.users]]; the SQL door is off when SQL.Listen is ""
+	Groups     []Group     // [[groups]]: backends
+	Admin      Admin       // [admin]
+	Containers []Container // [[containers]]: memcache keys mapped to table rows
+	Migrate    Migrate     // [migrate]
 }
+
+// Container maps memcache keys to rows of one table (the InnoDB memcached
+// plugin's containers model). Keys address it as "@@name.key"; keys without a
+// prefix use the container named "default" when there is one.
+type Container struct {
+	Name      string   // "name"
+	Group     string   // "group": the backend group holding the table (default: the first group)
+	Table     string   // "table": "schema.table"
+	Key       string   // "key": the key column (primary key or unique index on it alone)
+	Values    []string // "values": one or more value columns, joined by Separator in memcache values
+	Separator string   // "separator": default "|"
+	Flags     string   // "flags": optional column for client flags
+	CAS       string   // "cas": optional column for cas ids
+	Expiry    string   // "expiry": optional column for expiry (Unix seconds)
+	// Policies per operation class: "cache_only", "db_only", "caching" or "disabled".
+	Get    string // "get": default "caching"
+	Set    string // "set": default "caching"
+	Delete string // "delete": default "caching"
+	Flush  string // "flush": default "cache_only" (flush_all never truncates a table unless this is "db_only")
+	Write  string // "write": "sync" (default: acknowledged after COMMIT) or "async"
+}
+
+// Migrate imports configuration from an existing installation.
+type Migrate struct {
+	InnodbMemcache string // "innodb_memcache": the group whose innodb_memcache schema defines containers
+}
+
+// Container policies.
+const (
+	PolicyCacheOnly = "cache_only"
+	PolicyDBOnly    = "db_only"
+	PolicyCaching   = "caching"
+	PolicyDisabled  = "disabled"
+)
+
+// The values of Container.Write.
+const (
+	WriteSync  = "sync"  // acknowledged after COMMIT
+	WriteAsync = "async" // acknowledged from the local store, written behind
+)
+
+// DefaultContainer is the name of the container that serves keys without an "@@name." prefix.
+const DefaultContainer = "default"
 
 // SQL configures the SQL door (a MySQL-protocol proxy).
 type SQL struct {
@@ -132,6 +181,14 @@ const (
 	maxFlushInterval  = time.Hour
 	maxMaxOpen        = 1 << 20
 	maxSocketPath     = 107 // sun_path holds 108 bytes with the terminating NUL
+
+	defaultSeparator   = "|"
+	defaultGetPolicy   = PolicyCaching
+	defaultSetPolicy   = PolicyCaching
+	defaultDelPolicy   = PolicyCaching
+	defaultFlushPolicy = PolicyCacheOnly
+	defaultWrite       = WriteSync
+	maxIdentifier      = 64 // MySQL's limit on table and column names
 )
 
 // What each key allows, as said in errors.
@@ -162,6 +219,18 @@ const (
 	wantMinIdle      = `want an integer from 0 to max_open`
 	wantMaxOpen      = `want an integer from 1 to 1048576`
 	wantPoolDuration = `want a duration like "60s" or "500ms", more than 0`
+
+	wantContainerName   = `want a name of letters, digits and _ (keys address the container as "@@name.key"), unique among [[containers]]`
+	wantContainerGroups = `[[containers]] need at least one [[groups]] entry with the primary holding their tables`
+	wantTable           = `want "schema.table", each part a MySQL identifier (letters, digits, _ or $; at most 64 characters)`
+	wantKeyColumn       = `want the name of the key column (letters, digits, _ or $; at most 64 characters)`
+	wantValues          = `want one or more column names, as an array (["c1", "c2"]) or one string ("c1,c2")`
+	wantValueColumn     = `want a column name (letters, digits, _ or $; at most 64 characters)`
+	wantSeparator       = `want a non-empty string that joins the value columns, e.g. "|"`
+	wantOptColumn       = `want a column name (letters, digits, _ or $; at most 64 characters), or "" for none`
+	wantPolicy          = `want "cache_only", "db_only", "caching" or "disabled"`
+	wantWrite           = `want "sync" (acknowledged after COMMIT) or "async" (written behind)`
+	wantMigrateGroup    = `want the name of the [[groups]] entry whose server has the innodb_memcache schema, or "" for none`
 )
 
 // Default returns the configuration keyway runs with when nothing is configured: a memcached on 127.0.0.1:11211
@@ -191,6 +260,36 @@ func (c *Config) EnsureDefaults() {
 		if u.Group == "" && len(c.Groups) > 0 {
 			u.Group = c.Groups[0].Name
 		}
+	}
+	for i := range c.Containers {
+		k := &c.Containers[i]
+		k.ensureDefaults()
+		if k.Group == "" && len(c.Groups) > 0 {
+			k.Group = c.Groups[0].Name
+		}
+	}
+}
+
+// ensureDefaults fills the defaults that depend on nothing else; Group defaults to the first group's name, which
+// the caller knows.
+func (k *Container) ensureDefaults() {
+	if k.Separator == "" {
+		k.Separator = defaultSeparator
+	}
+	if k.Get == "" {
+		k.Get = defaultGetPolicy
+	}
+	if k.Set == "" {
+		k.Set = defaultSetPolicy
+	}
+	if k.Delete == "" {
+		k.Delete = defaultDelPolicy
+	}
+	if k.Flush == "" {
+		k.Flush = defaultFlushPolicy
+	}
+	if k.Write == "" {
+		k.Write = defaultWrite
 	}
 }
 
@@ -263,7 +362,119 @@ func (c *Config) validate() problems {
 	if c.Admin.Listen != "" && !validListen(c.Admin.Listen) {
 		p.add("admin.listen (--admin-listen)", strconv.Quote(c.Admin.Listen), wantAdminListen)
 	}
+	c.validateContainers(&p)
 	return p
+}
+
+// validateContainers checks [[containers]] and [migrate] for form and for their references to [[groups]]. The
+// tables and columns are checked at startup against the real table.
+func (c *Config) validateContainers(p *problems) {
+	groups := make(map[string]bool, len(c.Groups))
+	var groupNames []string
+	for _, g := range c.Groups {
+		if g.Name != "" && !groups[g.Name] {
+			groups[g.Name] = true
+			groupNames = append(groupNames, strconv.Quote(g.Name))
+		}
+	}
+	if len(c.Containers) > 0 && len(c.Groups) == 0 {
+		p.add("groups", "none", wantContainerGroups)
+	}
+	names := make(map[string]int, len(c.Containers)) // name → index of its first use
+	for i := range c.Containers {
+		k := &c.Containers[i]
+		key := "containers[" + strconv.Itoa(i) + "]."
+		switch first, dup := names[k.Name]; {
+		case !validContainerName(k.Name):
+			p.add(key+"name", strconv.Quote(k.Name), wantContainerName)
+		case dup:
+			p.add(key+"name", strconv.Quote(k.Name), wantContainerName+"; containers["+strconv.Itoa(first)+"] has it already")
+		default:
+			names[k.Name] = i
+		}
+		// Without any group the problem is reported once, above; a container left without a group because the
+		// first group has no name is covered by that group's problem.
+		if len(c.Groups) > 0 && !groups[k.Group] && (k.Group != "" || c.Groups[0].Name != "") {
+			p.add(key+"group", strconv.Quote(k.Group), wantGroupRef+": "+strings.Join(groupNames, ", "))
+		}
+		k.validate(key, p)
+	}
+	if m := c.Migrate.InnodbMemcache; m != "" && !groups[m] {
+		want := wantMigrateGroup + ": no [[groups]] entry is configured"
+		if len(groupNames) > 0 {
+			want = wantMigrateGroup + ": " + strings.Join(groupNames, ", ")
+		}
+		p.add("migrate.innodb_memcache", strconv.Quote(m), want)
+	}
+}
+
+// validate checks a container's own keys; key is its prefix ("containers[0].").
+func (k *Container) validate(key string, p *problems) {
+	if schema, table, ok := strings.Cut(k.Table, "."); !ok || !validIdentifier(schema) || !validIdentifier(table) {
+		p.add(key+"table", strconv.Quote(k.Table), wantTable)
+	}
+	if !validIdentifier(k.Key) {
+		p.add(key+"key", strconv.Quote(k.Key), wantKeyColumn)
+	}
+	if len(k.Values) == 0 {
+		p.add(key+"values", "[]", wantValues)
+	}
+	for j, v := range k.Values {
+		if !validIdentifier(v) {
+			p.add(key+"values["+strconv.Itoa(j)+"]", strconv.Quote(v), wantValueColumn)
+		}
+	}
+	if k.Separator == "" {
+		p.add(key+"separator", `""`, wantSeparator)
+	}
+	for _, col := range []struct{ name, v string }{{"flags", k.Flags}, {"cas", k.CAS}, {"expiry", k.Expiry}} {
+		if col.v != "" && !validIdentifier(col.v) {
+			p.add(key+col.name, strconv.Quote(col.v), wantOptColumn)
+		}
+	}
+	for _, pol := range []struct{ name, v string }{{"get", k.Get}, {"set", k.Set}, {"delete", k.Delete}, {"flush", k.Flush}} {
+		switch pol.v {
+		case PolicyCacheOnly, PolicyDBOnly, PolicyCaching, PolicyDisabled:
+		default:
+			p.add(key+pol.name, strconv.Quote(pol.v), wantPolicy)
+		}
+	}
+	if k.Write != WriteSync && k.Write != WriteAsync {
+		p.add(key+"write", strconv.Quote(k.Write), wantWrite)
+	}
+}
+
+// validContainerName accepts a non-empty name of ASCII letters, digits and _: it is written in keys as "@@name.".
+func validContainerName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if b := s[i]; !(b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// validIdentifier accepts what MySQL and MariaDB take as an unquoted table or column name: letters, digits, _ and
+// $ (and characters from U+0080 to U+FFFF), not digits only, at most 64 characters.
+func validIdentifier(s string) bool {
+	if s == "" || utf8.RuneCountInString(s) > maxIdentifier {
+		return false
+	}
+	digitsOnly := true
+	for _, r := range s {
+		switch {
+		case r >= '0' && r <= '9':
+			continue
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r == '_', r == '$', r >= 0x80 && r <= 0xFFFF && r != utf8.RuneError:
+		default:
+			return false
+		}
+		digitsOnly = false
+	}
+	return !digitsOnly
 }
 
 // validateSQL checks [sql], its [[sql.users]] and the [[groups]] they refer to.

@@ -856,3 +856,306 @@ func TestServeArgsSQL(t *testing.T) {
 		}
 	}
 }
+
+const containerGroups = `
+[[groups]]
+name = "g"
+primary = "127.0.0.1:3306"
+user = "m"
+
+[[groups]]
+name = "h"
+primary = "127.0.0.1:3307"
+user = "m"
+`
+
+func TestParseContainers(t *testing.T) {
+	c, err := Parse([]byte(containerGroups + `
+[[containers]]
+name = "default"                # serves keys without a prefix
+table = "test.demo_test"
+key = "c1"
+values = "c2"
+
+[[containers]]
+name = "aaa_1"
+group = "h"
+table = "shop.kv"
+key = "k"
+values = ["v1", "v2", "v$3"]
+separator = ","
+flags = "f"
+cas = "c"
+expiry = "e"
+get = "db_only"
+set = "cache_only"
+delete = "disabled"
+flush = "db_only"
+write = "async"
+
+[[containers]]
+name = "b"
+table = "s.t"
+key = "k"
+values = " a , b,c "            # one string, comma-separated
+flags = ""                      # no column
+[migrate]
+innodb_memcache = "h"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Container{
+		{Name: "default", Group: "g", Table: "test.demo_test", Key: "c1", Values: []string{"c2"}, Separator: "|",
+			Get: "caching", Set: "caching", Delete: "caching", Flush: "cache_only", Write: "sync"},
+		{Name: "aaa_1", Group: "h", Table: "shop.kv", Key: "k", Values: []string{"v1", "v2", "v$3"}, Separator: ",",
+			Flags: "f", CAS: "c", Expiry: "e", Get: PolicyDBOnly, Set: PolicyCacheOnly, Delete: PolicyDisabled,
+			Flush: PolicyDBOnly, Write: WriteAsync},
+		{Name: "b", Group: "g", Table: "s.t", Key: "k", Values: []string{"a", "b", "c"}, Separator: "|",
+			Get: "caching", Set: "caching", Delete: "caching", Flush: "cache_only", Write: "sync"},
+	}
+	if !reflect.DeepEqual(c.Containers, want) {
+		t.Errorf("containers =\n%+v\nwant\n%+v", c.Containers, want)
+	}
+	if c.Migrate.InnodbMemcache != "h" {
+		t.Errorf("migrate = %+v, want innodb_memcache = h", c.Migrate)
+	}
+	// Groups alone, migrate alone: no containers are needed.
+	c, err = Parse([]byte(containerGroups + "[migrate]\ninnodb_memcache = \"g\"\n"))
+	if err != nil || c.Containers != nil || c.Migrate.InnodbMemcache != "g" {
+		t.Errorf("migrate only: %+v, %v", c, err)
+	}
+	// migrate.innodb_memcache = "" is "no migration", like leaving it out.
+	if _, err := Parse([]byte("[migrate]\ninnodb_memcache = \"\"\n")); err != nil {
+		t.Errorf("innodb_memcache = \"\": %v", err)
+	}
+}
+
+func TestEnsureDefaultsContainers(t *testing.T) {
+	c := Config{
+		Groups:     []Group{{Name: "one", Primary: "h:1", User: "m"}, {Name: "two", Primary: "h:2", User: "m"}},
+		Containers: []Container{{Name: "a", Table: "s.t", Key: "k", Values: []string{"v"}}, {Name: "b", Group: "two", Table: "s.t", Key: "k", Values: []string{"v"}, Write: WriteAsync, Get: PolicyDBOnly}},
+	}
+	c.EnsureDefaults()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	a := Container{Name: "a", Group: "one", Table: "s.t", Key: "k", Values: []string{"v"}, Separator: "|",
+		Get: "caching", Set: "caching", Delete: "caching", Flush: "cache_only", Write: "sync"}
+	if !reflect.DeepEqual(c.Containers[0], a) {
+		t.Errorf("container 0 = %+v, want %+v", c.Containers[0], a)
+	}
+	if b := c.Containers[1]; b.Group != "two" || b.Write != WriteAsync || b.Get != PolicyDBOnly || b.Set != PolicyCaching {
+		t.Errorf("container 1 = %+v: kept values or defaults lost", b)
+	}
+}
+
+func TestContainersEveryProblemAtOnce(t *testing.T) {
+	_, err := Parse([]byte(containerGroups + `
+[[containers]]
+name = "a.b"                    # a dot cannot be in @@name.
+group = "nope"
+table = "notable"
+key = "my key"
+values = ["ok", "bad-col", "123"]
+flags = "f f"
+cas = "1"
+expiry = "` + strings.Repeat("x", 65) + `"
+get = "cached"
+set = "DB_ONLY"
+delete = "none"
+flush = "truncate"
+write = "later"
+
+[[containers]]
+name = "dup"
+table = "a.b.c"
+key = "k"
+values = "v,,w"
+
+[[containers]]
+name = "dup"                    # duplicate
+table = ".t"
+key = "k"
+values = []
+
+[[containers]]
+table = "s."
+key = "k"
+values = "v"
+
+[migrate]
+innodb_memcache = "x"
+`))
+	wantErrors(t, err,
+		[]string{`containers[0].name = "a.b"`, "letters, digits and _", "@@name.key"},
+		[]string{`containers[0].group = "nope"`, "[[groups]] entry", `"g", "h"`},
+		[]string{`containers[0].table = "notable"`, `"schema.table"`},
+		[]string{`containers[0].key = "my key"`, "key column"},
+		[]string{`containers[0].values[1] = "bad-col"`, "column name"},
+		[]string{`containers[0].values[2] = "123"`, "column name"},
+		[]string{`containers[0].flags = "f f"`, `"" for none`},
+		[]string{`containers[0].cas = "1"`},
+		[]string{`containers[0].expiry = "xxx`, "at most 64"},
+		[]string{`containers[0].get = "cached"`, `"cache_only", "db_only", "caching" or "disabled"`},
+		[]string{`containers[0].set = "DB_ONLY"`},
+		[]string{`containers[0].delete = "none"`},
+		[]string{`containers[0].flush = "truncate"`},
+		[]string{`containers[0].write = "later"`, `"sync"`, `"async"`},
+		[]string{`containers[1].table = "a.b.c"`, `"schema.table"`},
+		[]string{`containers[1].values[1] = ""`, "column name"},
+		[]string{`containers[2].name = "dup"`, "unique", "containers[1] has it already"},
+		[]string{`containers[2].table = ".t"`},
+		[]string{`containers[2].values = []`, "one or more column names"},
+		[]string{`containers[3].name = ""`, "letters, digits and _"},
+		[]string{`containers[3].table = "s."`},
+		[]string{`migrate.innodb_memcache = "x"`, "innodb_memcache schema", `"g", "h"`},
+	)
+}
+
+// A "" written in the file is an error where it is not a valid value, not a request for the default.
+func TestContainersExplicitZero(t *testing.T) {
+	_, err := Parse([]byte(containerGroups + `
+[[containers]]
+name = ""
+group = ""
+table = ""
+key = ""
+values = ""
+separator = ""
+flags = ""                      # valid: no column
+cas = ""
+expiry = ""
+get = ""
+set = ""
+delete = ""
+flush = ""
+write = ""
+`))
+	wantErrors(t, err,
+		[]string{`containers[0].name = ""`},
+		[]string{`containers[0].group = ""`, `"g", "h"`},
+		[]string{`containers[0].table = ""`},
+		[]string{`containers[0].key = ""`},
+		[]string{`containers[0].values = []`},
+		[]string{`containers[0].separator = ""`, "non-empty"},
+		[]string{`containers[0].get = ""`},
+		[]string{`containers[0].set = ""`},
+		[]string{`containers[0].delete = ""`},
+		[]string{`containers[0].flush = ""`},
+		[]string{`containers[0].write = ""`},
+	)
+}
+
+func TestContainersWrongTypes(t *testing.T) {
+	_, err := Parse([]byte(containerGroups + `
+[[containers]]
+name = 1
+group = 2
+table = ["s", "t"]
+key = { c = 1 }
+values = ["v", 3]
+separator = 124
+get = true
+write = false
+[[containers]]
+name = "b"
+table = "s.t"
+key = "k"
+values = 5
+[migrate]
+innodb_memcache = 1
+`))
+	wantErrors(t, err,
+		[]string{"containers[0].name = 1", "letters, digits and _"},
+		[]string{"containers[0].group = 2", "[[groups]] entry"},
+		[]string{"containers[0].table = an array", `"schema.table"`},
+		[]string{"containers[0].key = a table", "key column"},
+		[]string{"containers[0].values = an array", "one or more column names", "(not 3)"},
+		[]string{"containers[0].separator = 124", "non-empty string"},
+		[]string{"containers[0].get = true", `"cache_only"`},
+		[]string{"containers[0].write = false", `"sync"`},
+		[]string{"containers[1].values = 5", "one or more column names"},
+		[]string{"migrate.innodb_memcache = 1", "[[groups]] entry"},
+		// The keys not decoded are left empty: reported once, above, not again by Validate.
+	)
+	for _, data := range []string{"containers = 5\n", "containers = [1]\n", "migrate = 5\n"} {
+		_, err := Parse([]byte(data))
+		if err == nil || !strings.Contains(err.Error(), "line") {
+			t.Errorf("Parse(%q) = %v; want a structural error with its line", data, err)
+		}
+	}
+}
+
+func TestContainersUnknownKeys(t *testing.T) {
+	_, err := Parse([]byte(containerGroups + `
+[[containers]]
+name = "a"
+table = "s.t"
+key = "k"
+values = "v"
+[[containers]]
+name = "b"
+table = "s.t"
+key = "k"
+value = "v"
+[migrate]
+innodb = "g"
+[cache]
+x = 1
+`))
+	wantErrors(t, err,
+		[]string{"unknown key containers[1].value:",
+			"[[containers]] allows name, group, table, key, values, separator, flags, cas, expiry, get, set, delete, flush, write"},
+		[]string{"unknown key migrate.innodb:", "[migrate] allows innodb_memcache"},
+		[]string{"unknown key cache:", "the top level allows [memcache], [store], [sql], [[groups]], [admin], [[containers]], [migrate]"},
+		[]string{"containers[1].values = []"},
+	)
+}
+
+func TestContainersNeedGroups(t *testing.T) {
+	_, err := Parse([]byte(`
+[[containers]]
+name = "default"
+table = "s.t"
+key = "k"
+values = "v"
+[migrate]
+innodb_memcache = "g"
+`))
+	wantErrors(t, err,
+		[]string{"groups = none", "[[containers]] need at least one [[groups]] entry"},
+		[]string{`migrate.innodb_memcache = "g"`, "no [[groups]] entry is configured"},
+	)
+	// A first group without a name: reported once, on the group, not again on the container that defaulted to it.
+	_, err = Parse([]byte(`
+[[groups]]
+primary = "h:1"
+user = "m"
+[[containers]]
+name = "a"
+table = "s.t"
+key = "k"
+values = "v"
+`))
+	wantErrors(t, err, []string{`groups[0].name = ""`})
+}
+
+func TestValidIdentifier(t *testing.T) {
+	for s, want := range map[string]bool{
+		"c1": true, "_": true, "$x": true, "1a": true, "Ünïcode": true, strings.Repeat("a", 64): true,
+		"": false, "123": false, "a b": false, "a-b": false, "a.b": false, "`a`": false, strings.Repeat("a", 65): false,
+	} {
+		if got := validIdentifier(s); got != want {
+			t.Errorf("validIdentifier(%q) = %v, want %v", s, got, want)
+		}
+	}
+	for s, want := range map[string]bool{
+		"default": true, "aaa": true, "A_1": true, "9": true,
+		"": false, "a.b": false, "a b": false, "a-b": false, "@@a": false, "é": false,
+	} {
+		if got := validContainerName(s); got != want {
+			t.Errorf("validContainerName(%q) = %v, want %v", s, got, want)
+		}
+	}
+}

@@ -20,11 +20,13 @@ import (
 // is not a table where a table or array of tables belongs ("groups = 5") is a structural error the TOML decoder
 // returns on its own, like a syntax error.
 type fileConfig struct {
-	Memcache memcacheFile `toml:"memcache"`
-	Store    storeFile    `toml:"store"`
-	SQL      sqlFile      `toml:"sql"`
-	Groups   []groupFile  `toml:"groups"`
-	Admin    adminFile    `toml:"admin"`
+	Memcache   memcacheFile    `toml:"memcache"`
+	Store      storeFile       `toml:"store"`
+	SQL        sqlFile         `toml:"sql"`
+	Groups     []groupFile     `toml:"groups"`
+	Admin      adminFile       `toml:"admin"`
+	Containers []containerFile `toml:"containers"`
+	Migrate    migrateFile     `toml:"migrate"`
 }
 
 type memcacheFile struct {
@@ -74,6 +76,27 @@ type adminFile struct {
 	Listen any `toml:"listen"`
 }
 
+type containerFile struct {
+	Name      any `toml:"name"`
+	Group     any `toml:"group"`
+	Table     any `toml:"table"`
+	Key       any `toml:"key"`
+	Values    any `toml:"values"`
+	Separator any `toml:"separator"`
+	Flags     any `toml:"flags"`
+	CAS       any `toml:"cas"`
+	Expiry    any `toml:"expiry"`
+	Get       any `toml:"get"`
+	Set       any `toml:"set"`
+	Delete    any `toml:"delete"`
+	Flush     any `toml:"flush"`
+	Write     any `toml:"write"`
+}
+
+type migrateFile struct {
+	InnodbMemcache any `toml:"innodb_memcache"`
+}
+
 func (f *fileConfig) applyTo(c *Config, d *decoder) {
 	f.Memcache.applyTo(&c.Memcache, d)
 	f.Store.applyTo(&c.Store, d)
@@ -86,6 +109,36 @@ func (f *fileConfig) applyTo(c *Config, d *decoder) {
 	}
 	f.SQL.applyTo(c, d)
 	d.str("admin.listen", f.Admin.Listen, wantAdminListen, &c.Admin.Listen)
+	if f.Containers != nil {
+		c.Containers = make([]Container, len(f.Containers))
+		for i := range f.Containers {
+			f.Containers[i].applyTo(&c.Containers[i], c.Groups, "containers["+strconv.Itoa(i)+"].", d)
+		}
+	}
+	d.str("migrate.innodb_memcache", f.Migrate.InnodbMemcache, wantMigrateGroup, &c.Migrate.InnodbMemcache)
+}
+
+// applyTo fills k from the file on top of the defaults. The group defaults to the first group's name only where
+// the key is absent, so that group = "" reaches Validate and is rejected.
+func (f *containerFile) applyTo(k *Container, groups []Group, key string, d *decoder) {
+	k.ensureDefaults()
+	d.str(key+"name", f.Name, wantContainerName, &k.Name)
+	d.str(key+"group", f.Group, wantGroupRef, &k.Group)
+	d.str(key+"table", f.Table, wantTable, &k.Table)
+	d.str(key+"key", f.Key, wantKeyColumn, &k.Key)
+	d.columns(key+"values", f.Values, wantValues, &k.Values)
+	d.str(key+"separator", f.Separator, wantSeparator, &k.Separator)
+	d.str(key+"flags", f.Flags, wantOptColumn, &k.Flags)
+	d.str(key+"cas", f.CAS, wantOptColumn, &k.CAS)
+	d.str(key+"expiry", f.Expiry, wantOptColumn, &k.Expiry)
+	d.str(key+"get", f.Get, wantPolicy, &k.Get)
+	d.str(key+"set", f.Set, wantPolicy, &k.Set)
+	d.str(key+"delete", f.Delete, wantPolicy, &k.Delete)
+	d.str(key+"flush", f.Flush, wantPolicy, &k.Flush)
+	d.str(key+"write", f.Write, wantWrite, &k.Write)
+	if f.Group == nil && len(groups) > 0 {
+		k.Group = groups[0].Name
+	}
 }
 
 func (f *sqlFile) applyTo(c *Config, d *decoder) {
@@ -291,6 +344,37 @@ func (d *decoder) str(key string, v any, want string, dst *string) {
 		return
 	}
 	*dst = s
+}
+
+// columns accepts an array of strings, or one string of comma-separated names (as innodb_memcache's value_columns
+// is written), where spaces around each name are dropped. An empty string is no columns, which Validate rejects.
+func (d *decoder) columns(key string, v any, want string, dst *[]string) {
+	var cols []string
+	switch v := v.(type) {
+	case nil:
+		return
+	case string:
+		cols = []string{}
+		if strings.TrimSpace(v) != "" {
+			for _, c := range strings.Split(v, ",") {
+				cols = append(cols, strings.TrimSpace(c))
+			}
+		}
+	case []any:
+		cols = make([]string, 0, len(v))
+		for _, e := range v {
+			s, ok := e.(string)
+			if !ok {
+				d.problems.add(key, showTOML(v), want+" (not "+showTOML(e)+")")
+				return
+			}
+			cols = append(cols, s)
+		}
+	default:
+		d.problems.add(key, showTOML(v), want)
+		return
+	}
+	*dst = cols
 }
 
 func (d *decoder) boolean(key string, v any, want string, dst *bool) {

@@ -12,7 +12,9 @@
 package engine
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -64,6 +66,7 @@ type Engine struct {
 	counters    Counters
 
 	flushTimer atomic.Pointer[time.Timer]
+	tables     map[string]*Table // containers by name; set before serving (see SetTables)
 }
 
 // Counters are memcached's command statistics.
@@ -117,19 +120,60 @@ func (e *Engine) Deadline(exptime int64) int64 {
 }
 
 // Get returns the live item for key.
-func (e *Engine) Get(key []byte) (store.Item, bool) {
+func (e *Engine) Get(key []byte) (store.Item, bool, error) {
 	e.counters.CmdGet.Add(1)
-	it, ok := e.st.Get(key)
+	var it store.Item
+	var ok bool
+	t, row, err := e.route(key)
+	switch {
+	case err != nil:
+	case t != nil && t.Get != PolicyCacheOnly:
+		it, ok, err = e.tableGet(t, row)
+	case t != nil:
+		it, ok = e.st.Get(storeKey(t, row))
+	default:
+		it, ok = e.st.Get(key)
+	}
 	if ok {
 		e.counters.GetHits.Add(1)
 	} else {
 		e.counters.GetMisses.Add(1)
 	}
-	return it, ok
+	return it, ok, err
 }
+
+// localKey is the local store's key for key when its container (if any)
+// keeps the operation class under policy in the local store alone; ok is false
+// when the table must be used.
+func (e *Engine) localKey(key []byte, policy func(*Table) string) (t *Table, row, local []byte, err error) {
+	t, row, err = e.route(key)
+	switch {
+	case err != nil:
+		return nil, nil, nil, err
+	case t == nil:
+		return nil, key, key, nil
+	case policy(t) == PolicyCacheOnly:
+		return t, row, storeKey(t, row), nil
+	}
+	return t, row, nil, nil
+}
+
+func setPolicy(t *Table) string    { return t.Set }
+func deletePolicy(t *Table) string { return t.Delete }
 
 // GetAndTouch returns the live item for key after setting its expiry (gat/gats).
 func (e *Engine) GetAndTouch(key []byte, exptime int64) (store.Item, bool, error) {
+	t, row, local, err := e.localKey(key, setPolicy)
+	if err != nil {
+		return store.Item{}, false, err
+	}
+	if local == nil {
+		if _, status, err := e.Touch(key, exptime); err != nil || status != Touched {
+			return store.Item{}, false, err
+		}
+		return e.tableGet(t, row)
+	}
+	key = local
 	e.counters.CmdGet.Add(1)
 	e.counters.CmdTouch.Add(1)
 	deadline := e.Deadline(exptime)
@@ -164,6 +208,18 @@ func (e *Engine) StoreValue(mode Mode, key, value []byte, flags uint32, exptime 
 	}
 	e.counters.CmdSet.Add(1)
 	deadline := e.Deadline(exptime)
+	t, row, local, err := e.localKey(key, setPolicy)
+	if err != nil {
+		return Failed, 0, err
+	}
+	if local == nil {
+		_, status, newCAS, err := e.tableStore(t, mode, row, value, flags, deadline, cas)
+		if mode == CAS {
+			e.countCAS(status)
+		}
+		return status, newCAS, err
+	}
+	key = local
 	status := Stored
 	it, err := e.st.Update(key, func(cur *store.Item) (store.Action, store.Item) {
 		if mode == CAS || cas != 0 {
@@ -223,7 +279,27 @@ func (e *Engine) RefuseTooLarge(mode Mode, key []byte) {
 // Delete removes key; a non-zero cas must match the live item's.
 func (e *Engine) Delete(key []byte, cas uint64) (Status, error) {
 	status := Deleted
-	_, err := e.st.Update(key, func(cur *store.Item) (store.Action, store.Item) {
+	t, row, local, err := e.localKey(key, deletePolicy)
+	if err != nil {
+		return Failed, err
+	}
+	if local == nil {
+		if cas != 0 {
+			return Failed, fmt.Errorf("container %q: delete with a cas is not supported", t.Name)
+		}
+		_, err := e.tableWrite(t, row, t.Delete, "delete", func(ctx context.Context) error {
+			s, err := t.C.Delete(ctx, row)
+			status = statusOf(s)
+			return err
+		})
+		e.countDelete(status)
+		if err != nil {
+			return Failed, err
+		}
+		return status, nil
+	}
+	key = local
+	_, err = e.st.Update(key, func(cur *store.Item) (store.Action, store.Item) {
 		switch {
 		case cur == nil:
 			status = NotFound
@@ -234,21 +310,47 @@ func (e *Engine) Delete(key []byte, cas uint64) (Status, error) {
 		}
 		return store.Remove, store.Item{}
 	})
-	if status == Deleted {
-		e.counters.DeleteHits.Add(1)
-	} else {
-		e.counters.DeleteMisses.Add(1)
-	}
+	e.countDelete(status)
 	if err != nil {
 		return Failed, err
 	}
 	return status, nil
 }
 
+func (e *Engine) countDelete(status Status) {
+	if status == Deleted {
+		e.counters.DeleteHits.Add(1)
+	} else {
+		e.counters.DeleteMisses.Add(1)
+	}
+}
+
 // Touch sets key's expiry.
 // It returns the touched item (the binary protocol's reply carries its flags and cas).
 func (e *Engine) Touch(key []byte, exptime int64) (store.Item, Status, error) {
 	e.counters.CmdTouch.Add(1)
+	t, row, local, err := e.localKey(key, setPolicy)
+	if err != nil {
+		return store.Item{}, Failed, err
+	}
+	if local == nil {
+		status := Failed
+		_, err := e.tableWrite(t, row, t.Set, "touch", func(ctx context.Context) error {
+			s, err := t.C.Touch(ctx, row, e.Deadline(exptime))
+			status = statusOf(s)
+			return err
+		})
+		if status == Touched {
+			e.counters.TouchHits.Add(1)
+		} else {
+			e.counters.TouchMisses.Add(1)
+		}
+		if err != nil {
+			return store.Item{}, Failed, err
+		}
+		return store.Item{}, status, nil
+	}
+	key = local
 	it, found, err := e.st.Touch(key, e.Deadline(exptime))
 	if found {
 		e.counters.TouchHits.Add(1)
@@ -278,6 +380,14 @@ type Arith struct {
 // value that wraps on incr and stops at 0 on decr. When the new number is
 // shorter than the old value it is padded with spaces, as memcached does in place.
 func (e *Engine) IncrDecr(key []byte, a Arith) (uint64, uint64, Status, error) {
+	t, row, local, err := e.localKey(key, setPolicy)
+	if err != nil {
+		return 0, 0, Failed, err
+	}
+	if local == nil {
+		return e.tableIncrDecr(t, row, a)
+	}
+	key = local
 	var result uint64
 	status := Stored
 	it, err := e.st.Update(key, func(cur *store.Item) (store.Action, store.Item) {
@@ -373,16 +483,36 @@ func (e *Engine) FlushAll(delay int64) error {
 		old.Stop()
 	}
 	if delay <= 0 {
-		return e.st.FlushAll()
+		return e.flushNow()
 	}
 	// Like an exptime, a delay over 30 days is an absolute Unix time.
 	delay = e.Deadline(delay) - e.st.Now()
 	if delay <= 0 {
-		return e.st.FlushAll()
+		return e.flushNow()
 	}
-	t := time.AfterFunc(time.Duration(delay)*time.Second, func() { e.st.FlushAll() })
+	t := time.AfterFunc(time.Duration(delay)*time.Second, func() { e.flushNow() })
 	e.flushTimer.Store(t)
 	return nil
+}
+
+// flushNow clears the local store and truncates the tables of containers
+// whose flush policy is db_only (and only those).
+func (e *Engine) flushNow() error {
+	var errs []error
+	for _, t := range e.tables {
+		if t.Flush != PolicyDBOnly {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), tableTimeout)
+		if err := t.C.Truncate(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("container %q: truncate: %w", t.Name, err))
+		}
+		cancel()
+	}
+	if err := e.st.FlushAll(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // countCAS counts the outcome of a compare-and-swap as memcached does.

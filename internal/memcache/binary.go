@@ -283,7 +283,11 @@ func (c *conn) binGet(h binHeader, quiet bool, extras, key []byte) {
 		}
 		value, flags, cas = it.Value, it.Flags, it.CAS
 	} else {
-		it, ok := c.eng.Get(key)
+		it, ok, err := c.eng.Get(key)
+		if err != nil {
+			c.binServerError(h, err)
+			return
+		}
 		value, flags, cas, found = it.Value, it.Flags, it.CAS, ok
 	}
 	if !found {

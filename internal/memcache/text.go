@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/keywaydb/keyway/internal/engine"
+	"github.com/keywaydb/keyway/internal/store"
 )
 
 // Text protocol, as memcached 1.6's doc/protocol.txt and proto_text.c: a
@@ -315,21 +316,21 @@ func (c *conn) retrieval(line []byte) {
 			return
 		}
 		any = true
-		var it itemView
-		var ok bool
+		var item store.Item
+		var found bool
+		var err error
 		if touch {
-			item, found, err := c.eng.GetAndTouch(key, exptime)
-			if err != nil {
-				c.serverError(err)
-				return
-			}
-			it, ok = itemView{item.Value, item.Flags, item.CAS}, found
+			item, found, err = c.eng.GetAndTouch(key, exptime)
 		} else {
-			item, found := c.eng.Get(key)
-			it, ok = itemView{item.Value, item.Flags, item.CAS}, found
+			item, found, err = c.eng.Get(key)
 		}
-		if ok {
-			c.appendValue(key, it, withCAS)
+		if err != nil {
+			// memcached's reply to a failure mid-retrieval: the error ends the reply.
+			c.serverError(err)
+			return
+		}
+		if found {
+			c.appendValue(key, itemView{item.Value, item.Flags, item.CAS}, withCAS)
 		}
 	}
 	if !any {

@@ -10,6 +10,7 @@ package server
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -38,6 +39,8 @@ type Server struct {
 	sql      *sqlproxy.Server // nil when the SQL door is off
 	sqlLn    net.Listener
 	admin    *admin.Server // nil when the admin listener is off
+	tables   []*engine.Table
+	tableDBs []*sql.DB
 	adminLn  net.Listener
 	errc     chan error
 }
@@ -67,15 +70,26 @@ func Start(cfg config.Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	eng := engine.New(st, engine.Options{MaxItemSize: cfg.Memcache.MaxItemSize})
+	openCtx, cancelOpen := context.WithTimeout(context.Background(), 30*time.Second)
+	tables, tableDBs, err := openTables(openCtx, cfg)
+	cancelOpen()
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	eng.SetTables(tables)
 	ln, err := net.Listen("tcp", cfg.Memcache.Listen)
 	if err != nil {
+		closeTables(tables, tableDBs)
 		st.Close()
 		return nil, fmt.Errorf("memcache.listen %q: %w (is another memcached or keyway on that port? change -p or [memcache] listen)", cfg.Memcache.Listen, err)
 	}
 	mc := memcache.NewServer(eng, memcache.Options{MaxConnections: cfg.Memcache.MaxConnections, Logger: log})
-	s := &Server{cfg: cfg, log: log, store: st, engine: eng, memcache: mc, mcLn: ln, errc: make(chan error, 3)}
+	s := &Server{cfg: cfg, log: log, store: st, engine: eng, memcache: mc, mcLn: ln, errc: make(chan error, 3),
+		tables: tables, tableDBs: tableDBs}
 	if err := s.startSQLAndAdmin(); err != nil {
 		ln.Close()
+		closeTables(tables, tableDBs)
 		st.Close()
 		return nil, err
 	}
@@ -191,6 +205,9 @@ func (s *Server) Stop(ctx context.Context) error {
 		if aerr := s.admin.Shutdown(ctx); aerr != nil {
 			err = errors.Join(err, aerr)
 		}
+	}
+	if cerr := closeTables(s.tables, s.tableDBs); cerr != nil {
+		err = errors.Join(err, cerr)
 	}
 	if cerr := s.store.Close(); cerr != nil {
 		err = errors.Join(err, cerr)

@@ -1,0 +1,186 @@
+package main
+
+// Containers end to end: gomemcache against keyway, table rows read back
+// through SQL direct to MariaDB.
+
+import (
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/bradfitz/gomemcache/memcache"
+
+	"github.com/keywaydb/keyway/internal/testenv"
+)
+
+// startContainers starts MariaDB with the InnoDB plugin's demo table and a
+// keyway whose container "aaa" (policies as given) and "default" map to it.
+func startContainers(t *testing.T, policy string) (*testenv.Process, *sql.DB) {
+	t.Helper()
+	m := testenv.NewMariaDB(t)
+	db, err := sql.Open("mysql", m.AppDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	for _, q := range []string{
+		`CREATE TABLE test.demo_test (c1 VARCHAR(32) PRIMARY KEY, c2 VARCHAR(1024), c3 INT UNSIGNED, c4 BIGINT UNSIGNED, c5 INT UNSIGNED)`,
+		`CREATE TABLE test.kv (k VARCHAR(64) PRIMARY KEY, v VARCHAR(255))`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := fmt.Sprintf(`
+[[groups]]
+name = "main"
+primary = %q
+user = "app"
+password = "secret"
+
+[[containers]]
+name = "aaa"
+table = "test.demo_test"
+key = "c1"
+values = ["c2"]
+flags = "c3"
+cas = "c4"
+expiry = "c5"
+get = %[2]q
+set = %[2]q
+delete = %[2]q
+
+[[containers]]
+name = "default"
+table = "test.kv"
+key = "k"
+values = ["v"]
+get = "db_only"
+set = "db_only"
+delete = "db_only"
+`, m.Addr, policy)
+	path := filepath.Join(t.TempDir(), "keyway.toml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return testenv.NewKeyway(t, "--config", path), db
+}
+
+func TestContainersThroughGomemcache(t *testing.T) {
+	for _, policy := range []string{"db_only", "caching"} {
+		t.Run(policy, func(t *testing.T) {
+			kw, db := startContainers(t, policy)
+			mc := memcache.New(kw.Addr)
+			row := func(key string) (value string, flags uint32, ok bool) {
+				t.Helper()
+				err := db.QueryRow(`SELECT c2, c3 FROM test.demo_test WHERE c1 = ?`, key).Scan(&value, &flags)
+				if err == sql.ErrNoRows {
+					return "", 0, false
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				return value, flags, true
+			}
+			must := func(err error) {
+				t.Helper()
+				if err != nil {
+					t.Fatalf("%v\nkeyway:\n%s", err, kw.Output())
+				}
+			}
+			must(mc.Set(&memcache.Item{Key: "@@aaa.AA", Value: []byte("HELLO, HELLO"), Flags: 8}))
+			if v, f, ok := row("AA"); !ok || v != "HELLO, HELLO" || f != 8 {
+				t.Fatalf("row after set: %q %d %v", v, f, ok)
+			}
+			it, err := mc.Get("@@aaa.AA")
+			must(err)
+			if string(it.Value) != "HELLO, HELLO" || it.Flags != 8 {
+				t.Fatalf("get: %q %d", it.Value, it.Flags)
+			}
+			// A write through SQL is seen by the next get once the local copy is gone:
+			// db_only always reads the table; caching is invalidated by keyway's own writes.
+			must(mc.Append(&memcache.Item{Key: "@@aaa.AA", Value: []byte("!")}))
+			it, err = mc.Get("@@aaa.AA")
+			must(err)
+			if string(it.Value) != "HELLO, HELLO!" {
+				t.Fatalf("get after append: %q", it.Value)
+			}
+			if err := mc.Add(&memcache.Item{Key: "@@aaa.AA", Value: []byte("x")}); err != memcache.ErrNotStored {
+				t.Fatalf("add existing: %v", err)
+			}
+			must(mc.Set(&memcache.Item{Key: "@@aaa.n", Value: []byte("41")}))
+			n, err := mc.Increment("@@aaa.n", 1)
+			must(err)
+			if v, _, _ := row("n"); n != 42 || v != "42" {
+				t.Fatalf("incr: %d, row %q", n, v)
+			}
+			// cas: a stale cas id loses, in SQL.
+			c1, err := mc.Get("@@aaa.n")
+			must(err)
+			c2 := *c1
+			c1.Value = []byte("100")
+			must(mc.CompareAndSwap(c1))
+			c2.Value = []byte("200")
+			if err := mc.CompareAndSwap(&c2); err != memcache.ErrCASConflict {
+				t.Fatalf("stale cas: %v", err)
+			}
+			if v, _, _ := row("n"); v != "100" {
+				t.Fatalf("row after cas: %q", v)
+			}
+			must(mc.Delete("@@aaa.AA"))
+			if _, _, ok := row("AA"); ok {
+				t.Fatal("row still there after delete")
+			}
+			if _, err := mc.Get("@@aaa.AA"); err != memcache.ErrCacheMiss {
+				t.Fatalf("get after delete: %v", err)
+			}
+			// Keys without a prefix use the container named default.
+			must(mc.Set(&memcache.Item{Key: "plain", Value: []byte("v")}))
+			var v string
+			must(db.QueryRow(`SELECT v FROM test.kv WHERE k = 'plain'`).Scan(&v))
+			if v != "v" {
+				t.Fatalf("default container row: %q", v)
+			}
+			// An unknown container is an error, not a silent local key.
+			if err := mc.Set(&memcache.Item{Key: "@@nope.k", Value: []byte("v")}); err == nil || !strings.Contains(err.Error(), "container") {
+				t.Fatalf("unknown container: %v", err)
+			}
+		})
+	}
+}
+
+// TestContainerGroupCommit: concurrent sets through keyway all become rows.
+func TestContainerGroupCommit(t *testing.T) {
+	kw, db := startContainers(t, "caching")
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	acked := 0
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			mc := memcache.New(kw.Addr)
+			for i := 0; i < 50; i++ {
+				if err := mc.Set(&memcache.Item{Key: fmt.Sprintf("@@aaa.w%d-%d", w, i), Value: []byte("v")}); err != nil {
+					t.Errorf("set: %v", err)
+					return
+				}
+				mu.Lock()
+				acked++
+				mu.Unlock()
+			}
+		}(w)
+	}
+	wg.Wait()
+	var rows int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM test.demo_test`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != acked || acked != 800 {
+		t.Fatalf("%d acknowledged sets, %d rows", acked, rows)
+	}
+}

@@ -1,0 +1,289 @@
+package engine
+
+// Containers: keys "@@name.key" (or, with a container named "default", keys
+// without a prefix) are rows of a MySQL table. Each operation class follows
+// the container's policy:
+//
+//   - cache_only: the local store only, as a key without a container.
+//   - db_only:    the table every time.
+//   - caching:    reads are served by the local store and filled from the table
+//     on a miss (concurrent misses on one key make one query); writes go to the
+//     table and then invalidate the local copy.
+//   - disabled:   refused.
+//
+// A fill that raced with a write is discarded: every write bumps the
+// container's generation before it invalidates, and a fill is stored only if
+// the generation it read before its query is still current (checked under the
+// store's shard lock, so an invalidation cannot slip between check and store).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/keywaydb/keyway/internal/container"
+	"github.com/keywaydb/keyway/internal/store"
+)
+
+// Table is a container as the engine uses it, with its policies.
+type Table struct {
+	Name                    string
+	C                       *container.Container
+	Get, Set, Delete, Flush string // policies; see config.Policy*
+	gen                     atomic.Uint64
+	fillMu                  sync.Mutex
+	fills                   map[string]*fill
+}
+
+// Policy names, as in the config.
+const (
+	PolicyCacheOnly = "cache_only"
+	PolicyDBOnly    = "db_only"
+	PolicyCaching   = "caching"
+	PolicyDisabled  = "disabled"
+)
+
+// tableTimeout bounds one operation on a table.
+const tableTimeout = 10 * time.Second
+
+// ErrNoContainer means a key names a container that is not configured.
+var ErrNoContainer = errors.New("no such container")
+
+// SetTables binds containers by name; call before serving.
+func (e *Engine) SetTables(tables []*Table) {
+	e.tables = make(map[string]*Table, len(tables))
+	for _, t := range tables {
+		t.fills = make(map[string]*fill)
+		e.tables[t.Name] = t
+	}
+}
+
+// route finds the container of key and the row key within it. It returns a
+// nil table for a key the local store serves alone.
+func (e *Engine) route(key []byte) (*Table, []byte, error) {
+	if len(e.tables) == 0 {
+		return nil, key, nil
+	}
+	if len(key) > 2 && key[0] == '@' && key[1] == '@' {
+		for i := 2; i < len(key); i++ {
+			if key[i] == '.' {
+				t := e.tables[string(key[2:i])]
+				if t == nil {
+					return nil, nil, fmt.Errorf("%w %q (configure it in [[containers]])", ErrNoContainer, key[2:i])
+				}
+				return t, key[i+1:], nil
+			}
+		}
+	}
+	return e.tables["default"], key, nil
+}
+
+// storeKey is the local store's key for a row: the container's prefix keeps
+// containers apart.
+func storeKey(t *Table, row []byte) []byte {
+	k := make([]byte, 0, len(t.Name)+3+len(row))
+	k = append(append(append(k, "@@"...), t.Name...), '.')
+	return append(k, row...)
+}
+
+func disabled(t *Table, op string) error {
+	return fmt.Errorf("container %q: %s is disabled by its policy", t.Name, op)
+}
+
+// fill is one in-flight read of a row; concurrent misses wait for it.
+type fill struct {
+	done chan struct{}
+	it   container.Item
+	ok   bool
+	err  error
+}
+
+// tableGet reads a row for a get under the container's get policy.
+func (e *Engine) tableGet(t *Table, row []byte) (store.Item, bool, error) {
+	switch t.Get {
+	case PolicyDisabled:
+		return store.Item{}, false, disabled(t, "get")
+	case PolicyDBOnly:
+		ctx, cancel := context.WithTimeout(context.Background(), tableTimeout)
+		defer cancel()
+		it, ok, err := t.C.Get(ctx, row)
+		return fromRow(it), ok, err
+	}
+	sk := storeKey(t, row)
+	if it, ok := e.st.Get(sk); ok {
+		return it, true, nil
+	}
+	gen := t.gen.Load()
+	it, ok, err := t.readOnce(row)
+	if err != nil || !ok {
+		return store.Item{}, false, err
+	}
+	item := fromRow(it)
+	e.st.Update(sk, func(*store.Item) (store.Action, store.Item) {
+		if t.gen.Load() != gen {
+			return store.Keep, store.Item{} // a write happened since the read: do not cache what may be stale
+		}
+		return store.Replace, item
+	})
+	return item, true, nil
+}
+
+// readOnce reads row, sharing one query among concurrent callers (single-flight;
+// golang.org/x/sync is not served by this module proxy, and this is all of it we need).
+func (t *Table) readOnce(row []byte) (container.Item, bool, error) {
+	t.fillMu.Lock()
+	if f := t.fills[string(row)]; f != nil {
+		t.fillMu.Unlock()
+		<-f.done
+		return f.it, f.ok, f.err
+	}
+	f := &fill{done: make(chan struct{})}
+	t.fills[string(row)] = f
+	t.fillMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), tableTimeout)
+	f.it, f.ok, f.err = t.C.Get(ctx, row)
+	cancel()
+	t.fillMu.Lock()
+	delete(t.fills, string(row))
+	t.fillMu.Unlock()
+	close(f.done)
+	return f.it, f.ok, f.err
+}
+
+func fromRow(it container.Item) store.Item {
+	return store.Item{Value: it.Value, Flags: it.Flags, CAS: it.CAS, Exptime: it.Exptime}
+}
+
+// tableWrite runs a write under policy (the container's set or delete
+// policy): on the table, then, for caching, invalidating the local copy.
+// It reports handled=false for cache_only, where the caller uses the store.
+func (e *Engine) tableWrite(t *Table, row []byte, policy, op string, write func(ctx context.Context) error) (handled bool, err error) {
+	switch policy {
+	case PolicyCacheOnly:
+		return false, nil
+	case PolicyDisabled:
+		return true, disabled(t, op)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), tableTimeout)
+	defer cancel()
+	err = write(ctx)
+	if policy == PolicyCaching {
+		// Invalidate even after an error: the write may have committed.
+		t.gen.Add(1)
+		e.st.Update(storeKey(t, row), func(*store.Item) (store.Action, store.Item) { return store.Remove, store.Item{} })
+	}
+	return true, err
+}
+
+// statusOf maps a container status to the engine's.
+func statusOf(s container.Status) Status {
+	switch s {
+	case container.Stored:
+		return Stored
+	case container.NotStored:
+		return NotStored
+	case container.Exists:
+		return Exists
+	case container.NotFound:
+		return NotFound
+	case container.Deleted:
+		return Deleted
+	case container.Touched:
+		return Touched
+	case container.NonNumeric:
+		return NonNumeric
+	}
+	return Failed
+}
+
+// tableStore runs a storage command on a table; handled is false when the
+// local store should run it (cache_only).
+func (e *Engine) tableStore(t *Table, mode Mode, row, value []byte, flags uint32, deadline int64, cas uint64) (handled bool, status Status, newCAS uint64, err error) {
+	item := container.Item{Value: value, Flags: flags, Exptime: deadline}
+	handled, err = e.tableWrite(t, row, t.Set, "set", func(ctx context.Context) error {
+		var s container.Status
+		var werr error
+		switch {
+		case mode == CAS || cas != 0:
+			newCAS, s, werr = t.C.CompareAndSwap(ctx, row, item, cas)
+		case mode == Set:
+			newCAS, werr = t.C.Set(ctx, row, item)
+			s = container.Stored
+		case mode == Add:
+			newCAS, s, werr = t.C.Add(ctx, row, item)
+		case mode == Replace:
+			newCAS, s, werr = t.C.Replace(ctx, row, item)
+		case mode == Append:
+			newCAS, s, werr = t.C.Append(ctx, row, item)
+		case mode == Prepend:
+			newCAS, s, werr = t.C.Prepend(ctx, row, item)
+		}
+		status = statusOf(s)
+		return werr
+	})
+	if err != nil {
+		status = Failed
+	}
+	return handled, status, newCAS, err
+}
+
+// tableIncrDecr runs incr/decr on a table; a.Create (binary and meta) adds the
+// row with a.Initial when it is missing.
+func (e *Engine) tableIncrDecr(t *Table, row []byte, a Arith) (uint64, uint64, Status, error) {
+	var result uint64
+	status := Failed
+	_, err := e.tableWrite(t, row, t.Set, "incr/decr", func(ctx context.Context) error {
+		if a.CAS != 0 {
+			return fmt.Errorf("container %q: incr/decr with a cas is not supported", t.Name)
+		}
+		for attempt := 0; attempt < 2; attempt++ {
+			v, s, err := t.C.IncrDecr(ctx, row, a.Delta, a.Decr)
+			if err != nil || s != container.NotFound || !a.Create {
+				result, status = v, statusOf(s)
+				return err
+			}
+			_, s, err = t.C.Add(ctx, row, container.Item{Value: strconv.AppendUint(nil, a.Initial, 10), Exptime: e.Deadline(a.Exptime)})
+			if err != nil || s == container.Stored {
+				result, status = a.Initial, statusOf(s)
+				return err
+			}
+			// Someone added it meanwhile: incr that.
+		}
+		return nil
+	})
+	if status == Stored {
+		if a.Decr {
+			e.counters.DecrHits.Add(1)
+		} else {
+			e.counters.IncrHits.Add(1)
+		}
+	} else if a.Decr {
+		e.counters.DecrMisses.Add(1)
+	} else {
+		e.counters.IncrMisses.Add(1)
+	}
+	if err != nil {
+		return 0, 0, Failed, err
+	}
+	return result, 0, status, nil
+}
+
+// metaKey is the local store key for a meta command. Meta commands run on the
+// local store only, so on a container they are allowed where every policy is
+// cache_only.
+func (e *Engine) metaKey(key []byte) ([]byte, error) {
+	t, row, err := e.route(key)
+	switch {
+	case err != nil:
+		return nil, err
+	case t == nil:
+		return key, nil
+	case t.Get == PolicyCacheOnly && t.Set == PolicyCacheOnly && t.Delete == PolicyCacheOnly:
+		return storeKey(t, row), nil
+	}
+	return nil, fmt.Errorf("container %q: meta commands are not supported on tables yet; use get/set", t.Name)
+}
