@@ -4,6 +4,7 @@ package main
 // through SQL direct to MariaDB.
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
 
@@ -20,6 +22,13 @@ import (
 // startContainers starts MariaDB with the InnoDB plugin's demo table and a
 // keyway whose container "aaa" (policies as given) and "default" map to it.
 func startContainers(t *testing.T, policy string) (*testenv.Process, *sql.DB) {
+	kw, db, _ := startContainersWithSQL(t, policy)
+	return kw, db
+}
+
+// startContainersWithSQL is startContainers with the SQL door on too; it
+// returns the SQL door's address.
+func startContainersWithSQL(t *testing.T, policy string) (*testenv.Process, *sql.DB, string) {
 	t.Helper()
 	m := testenv.NewMariaDB(t)
 	db, err := sql.Open("mysql", m.AppDSN)
@@ -35,10 +44,23 @@ func startContainers(t *testing.T, policy string) (*testenv.Process, *sql.DB) {
 			t.Fatal(err)
 		}
 	}
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqlAddr := fmt.Sprintf("127.0.0.1:%d", port)
 	cfg := fmt.Sprintf(`
+[sql]
+listen = %[3]q
+
+[[sql.users]]
+name = "app"
+password = "secret"
+auth_plugin = "mysql_native_password"
+
 [[groups]]
 name = "main"
-primary = %q
+primary = %[1]q
 user = "app"
 password = "secret"
 
@@ -62,12 +84,59 @@ values = ["v"]
 get = "db_only"
 set = "db_only"
 delete = "db_only"
-`, m.Addr, policy)
+`, m.Addr, policy, sqlAddr)
 	path := filepath.Join(t.TempDir(), "keyway.toml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return testenv.NewKeyway(t, "--config", path), db
+	kw := testenv.NewKeyway(t, "--config", path)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := testenv.WaitForPort(ctx, sqlAddr); err != nil {
+		t.Fatalf("SQL door: %v\n%s", err, kw.Output())
+	}
+	return kw, db, sqlAddr
+}
+
+// TestSQLDoorWriteInvalidatesMemcacheRow: with the caching policy, an UPDATE
+// through the SQL door is seen by the next memcache get, in autocommit and
+// inside a transaction.
+func TestSQLDoorWriteInvalidatesMemcacheRow(t *testing.T) {
+	kw, _, sqlAddr := startContainersWithSQL(t, "caching")
+	mc := memcache.New(kw.Addr)
+	through, err := sql.Open("mysql", "app:secret@tcp("+sqlAddr+")/test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer through.Close()
+	get := func(want string) {
+		t.Helper()
+		it, err := mc.Get("@@aaa.k")
+		if err != nil || string(it.Value) != want {
+			t.Fatalf("memcache get = %v %v, want %q\nkeyway:\n%s", it, err, want, kw.Output())
+		}
+	}
+	if err := mc.Set(&memcache.Item{Key: "@@aaa.k", Value: []byte("v1")}); err != nil {
+		t.Fatal(err)
+	}
+	get("v1")
+	get("v1") // now served from the local store
+	if _, err := through.Exec("UPDATE demo_test SET c2 = 'v2' WHERE c1 = 'k'"); err != nil {
+		t.Fatal(err)
+	}
+	get("v2")
+	tx, err := through.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec("UPDATE test.demo_test SET c2 = 'v3' WHERE c1 = 'k'"); err != nil {
+		t.Fatal(err)
+	}
+	get("v2") // not committed yet: other readers see v2, and may cache it
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	get("v3")
 }
 
 func TestContainersThroughGomemcache(t *testing.T) {

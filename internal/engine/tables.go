@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,11 +33,16 @@ import (
 // Table is a container as the engine uses it, with its policies.
 type Table struct {
 	Name                    string
+	Source                  string // the table, "schema.table", lower-case
 	C                       *container.Container
 	Get, Set, Delete, Flush string // policies; see config.Policy*
-	gen                     atomic.Uint64
-	fillMu                  sync.Mutex
-	fills                   map[string]*fill
+
+	gen atomic.Uint64 // bumped by every write; a fill from an older generation is not stored
+	// epoch invalidates every cached row of the container at once (a write
+	// whose keys are not known): a cached row is valid only with the current epoch.
+	epoch  atomic.Uint64
+	fillMu sync.Mutex
+	fills  map[string]*fill
 }
 
 // Policy names, as in the config.
@@ -58,6 +64,7 @@ func (e *Engine) SetTables(tables []*Table) {
 	e.tables = make(map[string]*Table, len(tables))
 	for _, t := range tables {
 		t.fills = make(map[string]*fill)
+		t.epoch.Store(1) // rows loaded from disk (epoch 0) are never trusted
 		e.tables[t.Name] = t
 	}
 }
@@ -114,15 +121,16 @@ func (e *Engine) tableGet(t *Table, row []byte) (store.Item, bool, error) {
 		return fromRow(it), ok, err
 	}
 	sk := storeKey(t, row)
-	if it, ok := e.st.Get(sk); ok {
+	if it, ok := e.st.Get(sk); ok && it.Tag == t.epoch.Load() {
 		return it, true, nil
 	}
-	gen := t.gen.Load()
+	gen, epoch := t.gen.Load(), t.epoch.Load()
 	it, ok, err := t.readOnce(row)
 	if err != nil || !ok {
 		return store.Item{}, false, err
 	}
 	item := fromRow(it)
+	item.Tag = epoch
 	e.st.Update(sk, func(*store.Item) (store.Action, store.Item) {
 		if t.gen.Load() != gen {
 			return store.Keep, store.Item{} // a write happened since the read: do not cache what may be stale
@@ -286,4 +294,23 @@ func (e *Engine) metaKey(key []byte) ([]byte, error) {
 		return storeKey(t, row), nil
 	}
 	return nil, fmt.Errorf("container %q: meta commands are not supported on tables yet; use get/set", t.Name)
+}
+
+// InvalidateTables drops the cached rows of every container on the named
+// tables ("schema.table", or "table" in database db; with db unknown, a bare
+// name matches that table in any schema). The SQL door calls it for each write
+// before the client sees the reply.
+func (e *Engine) InvalidateTables(db string, names []string) {
+	for _, name := range names {
+		name = strings.ToLower(name)
+		if !strings.Contains(name, ".") && db != "" {
+			name = strings.ToLower(db) + "." + name
+		}
+		for _, t := range e.tables {
+			if t.Source == name || (!strings.Contains(name, ".") && strings.HasSuffix(t.Source, "."+name)) {
+				t.gen.Add(1)
+				t.epoch.Add(1)
+			}
+		}
+	}
 }

@@ -63,7 +63,7 @@ func openTables(ctx context.Context, cfg config.Config) ([]*engine.Table, []*sql
 			closeAll()
 			return nil, nil, fmt.Errorf("container %q on group %s (%s): %w", c.Name, g.Name, g.Primary, err)
 		}
-		tables = append(tables, &engine.Table{Name: c.Name, C: ct, Get: c.Get, Set: c.Set, Delete: c.Delete, Flush: c.Flush})
+		tables = append(tables, &engine.Table{Name: c.Name, Source: strings.ToLower(c.Table), C: ct, Get: c.Get, Set: c.Set, Delete: c.Delete, Flush: c.Flush})
 	}
 	var pools []*sql.DB
 	for _, db := range dbs {

@@ -124,6 +124,8 @@ func (s *Server) startSQLAndAdmin() error {
 			Digests: digests,
 			Metrics: metrics,
 			Logger:  s.log,
+			// One truth across doors: SQL writes drop the memcache door's cached rows.
+			Invalidate: s.engine.InvalidateTables,
 		})
 		if err != nil {
 			return err

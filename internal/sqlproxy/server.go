@@ -44,6 +44,11 @@ type Options struct {
 	Digests *stats.Digests // nil = no digest statistics
 	Metrics *stats.Metrics // nil = no metrics
 	Logger  *slog.Logger
+	// Invalidate, when set, is told the tables a statement wrote (as the plan
+	// names them, with the session's default database for unqualified ones)
+	// after the backend acknowledged it and before the client sees the reply,
+	// so caches of those tables never outlive a write made through the door.
+	Invalidate func(db string, tables []string)
 }
 
 const (

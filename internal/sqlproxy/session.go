@@ -59,6 +59,15 @@ type session struct {
 	head [64]byte
 	// quit is set when the client ended the session cleanly (COM_QUIT).
 	quit bool
+
+	// written is the plan of the command in flight when it writes tables;
+	// exchange invalidates them before the reply is flushed to the client.
+	written *Plan
+	// txTables are the tables written in the open transaction: invalidated
+	// again when it ends, since a reader may have cached the old rows between
+	// the write and the COMMIT.
+	txTables []string
+	inTx     bool
 }
 
 // errSessionEnd ends the command loop after the client has been told why (or has gone).
@@ -306,6 +315,7 @@ func (ss *session) exchange(p []byte, relay func() (int64, bool, error)) (int64,
 	be := ss.be
 	rows, failed, err := relay()
 	if err == nil {
+		ss.invalidateWritten(failed)
 		err = ss.c.Flush()
 		if err != nil {
 			be.MarkBroken() // the reply is complete on the backend side, but be safe: the client is gone
@@ -327,7 +337,9 @@ func (ss *session) query(p []byte) error {
 	start := time.Now()
 	sql := string(p[1:])
 	plan := ss.s.plans.Plan(sql)
+	ss.written = plan
 	rows, failed, err := ss.exchange(p, ss.relayQueryResults)
+	ss.written = nil
 	if err == nil && !failed {
 		ss.noteSessionChange(plan, sql)
 	}
@@ -402,7 +414,9 @@ func (ss *session) execute(p []byte) error {
 	if len(p) >= 5 {
 		plan = ss.stmts[binary.LittleEndian.Uint32(p[1:])]
 	}
+	ss.written = plan
 	rows, failed, err := ss.exchange(p, ss.relayExecuteResults)
+	ss.written = nil
 	if plan != nil {
 		ss.record(plan, rows, time.Since(start), failed || err != nil)
 	}
@@ -483,4 +497,31 @@ func errUnexpected(what string, first []byte) error {
 		b = first[0]
 	}
 	return fmt.Errorf("%w: unexpected backend packet 0x%02x %s", mysqlwire.ErrMalformed, b, what)
+}
+
+// invalidateWritten tells the cache about the tables the command in flight
+// wrote (even when it failed: part of a multi-statement may have applied),
+// and, when a transaction ends, about every table written inside it.
+func (ss *session) invalidateWritten(failed bool) {
+	plan := ss.written
+	inv := ss.s.opts.Invalidate
+	if plan == nil || inv == nil {
+		return
+	}
+	writes := (plan.Class == ClassWrite || plan.Class == ClassDDL || plan.Class == ClassOther) && len(plan.Tables) > 0
+	if writes {
+		inv(ss.db, plan.Tables)
+		if ss.inTx {
+			ss.txTables = append(ss.txTables, plan.Tables...)
+		}
+	}
+	switch {
+	case plan.InTransaction && !failed:
+		ss.inTx = true
+	case plan.EndsTransaction || plan.Class == ClassDDL:
+		if len(ss.txTables) > 0 {
+			inv(ss.db, ss.txTables)
+		}
+		ss.txTables, ss.inTx = ss.txTables[:0], false
+	}
 }

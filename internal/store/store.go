@@ -51,10 +51,11 @@ type Item struct {
 	CAS     uint64 // unique id of this version; 0 in a new item means "assign one"
 
 	// Volatile state for the meta protocol; not persisted.
-	LastAccess int64 // Unix seconds of the last fetch or store
-	Fetched    bool  // fetched at least once since stored
-	Stale      bool  // marked stale by an invalidation (meta I flag)
-	WinSent    bool  // a recache token (W) has been handed out for this version
+	LastAccess int64  // Unix seconds of the last fetch or store
+	Fetched    bool   // fetched at least once since stored
+	Stale      bool   // marked stale by an invalidation (meta I flag)
+	WinSent    bool   // a recache token (W) has been handed out for this version
+	Tag        uint64 // opaque to the store: the engine marks rows cached from a table with its epoch
 }
 
 // Expired reports whether the item is past its expiry at now (Unix seconds).
