@@ -214,6 +214,12 @@ func TestContainersThroughGomemcache(t *testing.T) {
 			if v != "v" {
 				t.Fatalf("default container row: %q", v)
 			}
+			// A multi-get across containers: one IN query per container.
+			m, err := mc.GetMulti([]string{"@@aaa.n", "plain", "@@aaa.missing", "absent"})
+			must(err)
+			if len(m) != 2 || string(m["@@aaa.n"].Value) != "100" || string(m["plain"].Value) != "v" {
+				t.Fatalf("GetMulti: %v", m)
+			}
 			// An unknown container is an error, not a silent local key.
 			if err := mc.Set(&memcache.Item{Key: "@@nope.k", Value: []byte("v")}); err == nil || !strings.Contains(err.Error(), "container") {
 				t.Fatalf("unknown container: %v", err)

@@ -69,6 +69,9 @@ func (e *Engine) SetTables(tables []*Table) {
 	}
 }
 
+// HasTables reports whether any container is configured.
+func (e *Engine) HasTables() bool { return len(e.tables) > 0 }
+
 // route finds the container of key and the row key within it. It returns a
 // nil table for a key the local store serves alone.
 func (e *Engine) route(key []byte) (*Table, []byte, error) {
@@ -313,4 +316,92 @@ func (e *Engine) InvalidateTables(db string, names []string) {
 			}
 		}
 	}
+}
+
+// GetMulti looks up keys in order, as a multi-key get: the local store
+// answers what it can, and the rows each container still needs are read with
+// one query per container (WHERE key IN (…)).
+func (e *Engine) GetMulti(keys [][]byte) ([]store.Item, []bool, error) {
+	items := make([]store.Item, len(keys))
+	found := make([]bool, len(keys))
+	type need struct {
+		idx []int
+		row [][]byte
+	}
+	var needs map[*Table]*need
+	var firstErr error
+	for i, key := range keys {
+		t, row, err := e.route(key)
+		switch {
+		case err != nil:
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		case t == nil:
+			items[i], found[i] = e.st.Get(key)
+			continue
+		case t.Get == PolicyCacheOnly:
+			items[i], found[i] = e.st.Get(storeKey(t, row))
+			continue
+		case t.Get == PolicyDisabled:
+			if firstErr == nil {
+				firstErr = disabled(t, "get")
+			}
+			continue
+		case t.Get == PolicyCaching:
+			if it, ok := e.st.Get(storeKey(t, row)); ok && it.Tag == t.epoch.Load() {
+				items[i], found[i] = it, true
+				continue
+			}
+		}
+		if needs == nil {
+			needs = make(map[*Table]*need)
+		}
+		n := needs[t]
+		if n == nil {
+			n = &need{}
+			needs[t] = n
+		}
+		n.idx, n.row = append(n.idx, i), append(n.row, row)
+	}
+	for t, n := range needs {
+		gen, epoch := t.gen.Load(), t.epoch.Load()
+		ctx, cancel := context.WithTimeout(context.Background(), tableTimeout)
+		rows, err := t.C.GetMulti(ctx, n.row)
+		cancel()
+		if err != nil {
+			if firstErr == nil {
+				firstErr = fmt.Errorf("container %q: %w", t.Name, err)
+			}
+			continue
+		}
+		for j, i := range n.idx {
+			r, ok := rows[string(n.row[j])]
+			if !ok {
+				continue
+			}
+			item := fromRow(r)
+			item.Tag = epoch
+			items[i], found[i] = item, true
+			if t.Get == PolicyCaching {
+				e.st.Update(storeKey(t, n.row[j]), func(*store.Item) (store.Action, store.Item) {
+					if t.gen.Load() != gen {
+						return store.Keep, store.Item{}
+					}
+					return store.Replace, item
+				})
+			}
+		}
+	}
+	var hits int64
+	for _, f := range found {
+		if f {
+			hits++
+		}
+	}
+	e.counters.CmdGet.Add(int64(len(keys)))
+	e.counters.GetHits.Add(hits)
+	e.counters.GetMisses.Add(int64(len(keys)) - hits)
+	return items, found, firstErr
 }

@@ -49,6 +49,7 @@ type conn struct {
 
 	closeAfterWrite bool
 	toks            [maxTokens][]byte
+	keys            [][]byte // scratch for multi-key gets
 
 	// proto is fixed by the first byte a client sends, as memcached decides
 	// it: after that, input in the other protocol is an error, not a switch.

@@ -304,6 +304,10 @@ func (c *conn) retrieval(line []byte) {
 		}
 		exptime, rest = e, after
 	}
+	if !touch && c.eng.HasTables() {
+		c.multiGet(rest, withCAS)
+		return
+	}
 	any := false
 	for {
 		key, after := nextToken(rest)
@@ -338,6 +342,45 @@ func (c *conn) retrieval(line []byte) {
 		return
 	}
 	c.out = append(c.out, replyEnd...)
+}
+
+// multiGet answers a get/gets whose keys may live in containers: the keys are
+// looked up together, so each container's rows are one query. As memcached,
+// an invalid key ends the reply with an error after the values before it.
+func (c *conn) multiGet(rest []byte, withCAS bool) {
+	keys := c.keys[:0]
+	badKey := false
+	for {
+		key, after := nextToken(rest)
+		if key == nil {
+			break
+		}
+		rest = after
+		if !validKey(key) {
+			badKey = true
+			break
+		}
+		keys = append(keys, key)
+	}
+	c.keys = keys[:0]
+	if len(keys) == 0 && !badKey {
+		c.out = append(c.out, replyError...)
+		return
+	}
+	items, found, err := c.eng.GetMulti(keys)
+	for i, key := range keys {
+		if found[i] {
+			c.appendValue(key, itemView{items[i].Value, items[i].Flags, items[i].CAS}, withCAS)
+		}
+	}
+	switch {
+	case badKey:
+		c.out = append(c.out, replyBadFormat...)
+	case err != nil:
+		c.serverError(err)
+	default:
+		c.out = append(c.out, replyEnd...)
+	}
 }
 
 type itemView struct {
