@@ -112,14 +112,30 @@ func mariadbUser() (string, error) {
 	return u.Username, nil
 }
 
+// tmpDir makes the instance's own temporary directory. A shared /tmp is not
+// safe: a starting mariadbd deletes "#sql*" files it finds in its tmpdir,
+// including those of another instance bootstrapping at the same moment.
+func (m *MariaDB) tmpDir() (string, error) {
+	tmp := filepath.Join(m.dir, "tmp")
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return "", fmt.Errorf("testenv: mariadb tmpdir: %w", err)
+	}
+	return tmp, nil
+}
+
 func (m *MariaDB) install(ctx context.Context, installDB, runUser string) error {
 	ctx, cancel := context.WithTimeout(ctx, mariadbInstallTimeout)
 	defer cancel()
+	tmp, err := m.tmpDir()
+	if err != nil {
+		return err
+	}
 	args := []string{
 		"--no-defaults",
 		"--datadir=" + m.DataDir,
 		"--user=" + runUser,
 		"--auth-root-authentication-method=normal",
+		"--tmpdir=" + tmp,
 	}
 	cmd := exec.CommandContext(ctx, installDB, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -156,6 +172,7 @@ func (m *MariaDB) start(ctx context.Context, mariadbd, runUser string) error {
 			"--server-id=1",
 			"--log-error=" + m.ErrorLog,
 			"--pid-file=" + filepath.Join(m.dir, "mariadbd.pid"),
+			"--tmpdir=" + filepath.Join(m.dir, "tmp"),
 		}
 		p, err := startProcess("mariadbd", mariadbd, args...)
 		if err != nil {
