@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -509,19 +510,26 @@ func (ss *session) invalidateWritten(failed bool) {
 		return
 	}
 	writes := (plan.Class == ClassWrite || plan.Class == ClassDDL || plan.Class == ClassOther) && len(plan.Tables) > 0
+	if plan.InTransaction && !failed {
+		// Stays set: after SET autocommit=0 every COMMIT starts the next
+		// transaction implicitly, so keyway cannot tell when one is open.
+		ss.inTx = true
+	}
 	if writes {
 		inv(ss.db, plan.Tables)
 		if ss.inTx {
-			ss.txTables = append(ss.txTables, plan.Tables...)
+			for _, t := range plan.Tables {
+				if !strings.Contains(t, ".") && ss.db != "" {
+					t = ss.db + "." + t // the database may change before COMMIT
+				}
+				if !slices.Contains(ss.txTables, t) {
+					ss.txTables = append(ss.txTables, t)
+				}
+			}
 		}
 	}
-	switch {
-	case plan.InTransaction && !failed:
-		ss.inTx = true
-	case plan.EndsTransaction || plan.Class == ClassDDL:
-		if len(ss.txTables) > 0 {
-			inv(ss.db, ss.txTables)
-		}
-		ss.txTables, ss.inTx = ss.txTables[:0], false
+	if (plan.EndsTransaction || plan.Class == ClassDDL) && len(ss.txTables) > 0 {
+		inv(ss.db, ss.txTables)
+		ss.txTables = ss.txTables[:0]
 	}
 }
