@@ -22,13 +22,13 @@ import (
 // startContainers starts MariaDB with the InnoDB plugin's demo table and a
 // keyway whose container "aaa" (policies as given) and "default" map to it.
 func startContainers(t *testing.T, policy string) (*testenv.Process, *sql.DB) {
-	kw, db, _ := startContainersWithSQL(t, policy)
+	kw, db, _, _ := startContainersWithSQL(t, policy)
 	return kw, db
 }
 
 // startContainersWithSQL is startContainers with the SQL door on too; it
-// returns the SQL door's address.
-func startContainersWithSQL(t *testing.T, policy string) (*testenv.Process, *sql.DB, string) {
+// returns the SQL door's address and the MariaDB.
+func startContainersWithSQL(t *testing.T, policy string) (*testenv.Process, *sql.DB, string, *testenv.MariaDB) {
 	t.Helper()
 	m := testenv.NewMariaDB(t)
 	db, err := sql.Open("mysql", m.AppDSN)
@@ -95,14 +95,14 @@ delete = "db_only"
 	if err := testenv.WaitForPort(ctx, sqlAddr); err != nil {
 		t.Fatalf("SQL door: %v\n%s", err, kw.Output())
 	}
-	return kw, db, sqlAddr
+	return kw, db, sqlAddr, m
 }
 
 // TestSQLDoorWriteInvalidatesMemcacheRow: with the caching policy, an UPDATE
 // through the SQL door is seen by the next memcache get, in autocommit and
 // inside a transaction.
 func TestSQLDoorWriteInvalidatesMemcacheRow(t *testing.T) {
-	kw, _, sqlAddr := startContainersWithSQL(t, "caching")
+	kw, _, sqlAddr, _ := startContainersWithSQL(t, "caching")
 	mc := memcache.New(kw.Addr)
 	through, err := sql.Open("mysql", "app:secret@tcp("+sqlAddr+")/test")
 	if err != nil {
@@ -257,5 +257,36 @@ func TestContainerGroupCommit(t *testing.T) {
 	}
 	if rows != acked || acked != 800 {
 		t.Fatalf("%d acknowledged sets, %d rows", acked, rows)
+	}
+}
+
+// TestContainerMySQLDown: with MySQL gone, caching gets still serve what is
+// cached; misses and writes get SERVER_ERROR with the reason, and nothing is
+// acknowledged.
+func TestContainerMySQLDown(t *testing.T) {
+	kw, _, _, m := startContainersWithSQL(t, "caching")
+	mc := memcache.New(kw.Addr)
+	mc.Timeout = 20 * time.Second
+	if err := mc.Set(&memcache.Item{Key: "@@aaa.hot", Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mc.Get("@@aaa.hot"); err != nil { // cached now
+		t.Fatal(err)
+	}
+	if err := m.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if it, err := mc.Get("@@aaa.hot"); err != nil || string(it.Value) != "v" {
+		t.Fatalf("cached get with MySQL down: %v %v", it, err)
+	}
+	if _, err := mc.Get("@@aaa.cold"); err == nil || !strings.Contains(err.Error(), "SERVER_ERROR") && !strings.Contains(err.Error(), "server error") {
+		t.Fatalf("miss with MySQL down: %v, want a server error", err)
+	}
+	if err := mc.Set(&memcache.Item{Key: "@@aaa.new", Value: []byte("v")}); err == nil {
+		t.Fatal("set acknowledged with MySQL down")
+	}
+	// The server is still up for what needs no MySQL.
+	if _, err := mc.Get("@@aaa.hot"); err != nil {
+		t.Fatalf("after failed writes: %v", err)
 	}
 }
