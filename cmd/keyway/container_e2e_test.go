@@ -8,6 +8,7 @@ import (
 	"database/sql"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -288,5 +289,38 @@ func TestContainerMySQLDown(t *testing.T) {
 	// The server is still up for what needs no MySQL.
 	if _, err := mc.Get("@@aaa.hot"); err != nil {
 		t.Fatalf("after failed writes: %v", err)
+	}
+}
+
+// TestContainersThroughPHPMemcached: php-memcached (libmemcached) over the
+// text and binary protocols does set/get/incr/decr/cas/add/delete on table
+// rows; the rows read through SQL match.
+func TestContainersThroughPHPMemcached(t *testing.T) {
+	testenv.Need(t, "php")
+	kw, db := startContainers(t, "caching")
+	host, port, _ := strings.Cut(kw.Addr, ":")
+	for _, proto := range []string{"text", "binary"} {
+		t.Run(proto, func(t *testing.T) {
+			out, err := exec.Command("php", "testdata/containers.php", host, port, proto, proto+"-").CombinedOutput()
+			if err != nil {
+				t.Fatalf("php: %v\n%s", err, out)
+			}
+			want := `{"set":true,"get":"hello","set_n":true,"incr":15,"decr":0,"cas_ok":true,"cas_stale":false,` +
+				`"cas_stale_code":true,"after_cas":"changed","add_existing":false,"set_d":true,"delete":true,` +
+				`"get_deleted":false,"get_deleted_notfound":true}`
+			if strings.TrimSpace(string(out)) != want {
+				t.Fatalf("php-memcached %s:\n got %s\nwant %s\nkeyway:\n%s", proto, out, want, kw.Output())
+			}
+			for key, wantValue := range map[string]string{proto + "-a": "changed", proto + "-n": "0"} {
+				var v string
+				if err := db.QueryRow(`SELECT c2 FROM test.demo_test WHERE c1 = ?`, key).Scan(&v); err != nil || strings.TrimSpace(v) != wantValue {
+					t.Fatalf("row %s = %q (%v), want %q", key, v, err, wantValue)
+				}
+			}
+			var n int
+			if err := db.QueryRow(`SELECT COUNT(*) FROM test.demo_test WHERE c1 = ?`, proto+"-d").Scan(&n); err != nil || n != 0 {
+				t.Fatalf("deleted row still there: %d %v", n, err)
+			}
+		})
 	}
 }
