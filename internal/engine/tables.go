@@ -106,10 +106,11 @@ func disabled(t *Table, op string) error {
 
 // fill is one in-flight read of a row; concurrent misses wait for it.
 type fill struct {
-	done chan struct{}
-	it   container.Item
-	ok   bool
-	err  error
+	gen, epoch uint64 // the container's generation and epoch when the query started
+	done       chan struct{}
+	it         container.Item
+	ok         bool
+	err        error
 }
 
 // tableGet reads a row for a get under the container's get policy.
@@ -127,13 +128,13 @@ func (e *Engine) tableGet(t *Table, row []byte) (store.Item, bool, error) {
 	if it, ok := e.st.Get(sk); ok && it.Tag == t.epoch.Load() {
 		return it, true, nil
 	}
-	gen, epoch := t.gen.Load(), t.epoch.Load()
-	it, ok, err := t.readOnce(row)
-	if err != nil || !ok {
-		return store.Item{}, false, err
+	f := t.readOnce(row)
+	if f.err != nil || !f.ok {
+		return store.Item{}, false, f.err
 	}
-	item := fromRow(it)
-	item.Tag = epoch
+	gen := f.gen
+	item := fromRow(f.it)
+	item.Tag = f.epoch
 	e.st.Update(sk, func(*store.Item) (store.Action, store.Item) {
 		if t.gen.Load() != gen {
 			return store.Keep, store.Item{} // a write happened since the read: do not cache what may be stale
@@ -145,24 +146,28 @@ func (e *Engine) tableGet(t *Table, row []byte) (store.Item, bool, error) {
 
 // readOnce reads row, sharing one query among concurrent callers (single-flight;
 // golang.org/x/sync is not served by this module proxy, and this is all of it we need).
-func (t *Table) readOnce(row []byte) (container.Item, bool, error) {
+// A caller joins a query in flight only if no write happened since it started:
+// otherwise the query may predate a write the caller must see, and it runs its own.
+func (t *Table) readOnce(row []byte) *fill {
 	t.fillMu.Lock()
-	if f := t.fills[string(row)]; f != nil {
+	if f := t.fills[string(row)]; f != nil && f.gen == t.gen.Load() {
 		t.fillMu.Unlock()
 		<-f.done
-		return f.it, f.ok, f.err
+		return f
 	}
-	f := &fill{done: make(chan struct{})}
+	f := &fill{gen: t.gen.Load(), epoch: t.epoch.Load(), done: make(chan struct{})}
 	t.fills[string(row)] = f
 	t.fillMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), tableTimeout)
 	f.it, f.ok, f.err = t.C.Get(ctx, row)
 	cancel()
 	t.fillMu.Lock()
-	delete(t.fills, string(row))
+	if t.fills[string(row)] == f {
+		delete(t.fills, string(row))
+	}
 	t.fillMu.Unlock()
 	close(f.done)
-	return f.it, f.ok, f.err
+	return f
 }
 
 func fromRow(it container.Item) store.Item {
