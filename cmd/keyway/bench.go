@@ -17,6 +17,7 @@ import (
 
 const benchUsage = `usage: keyway bench memcache [flags]
        keyway bench sql [flags]
+       keyway bench kv [flags]
 
 memcache: runs keyway (memory-only, async, sync) and memcached 1.6 side by
 side under memcaslap and prints ops/s min/median/max and the ratios to
@@ -27,7 +28,15 @@ threads) against a private MariaDB, direct and through keyway's SQL door,
 alternating, and prints queries/s min/median/max, the ratio keyway/direct
 and the p95 latency keyway adds.
 
-keyway bench memcache -h and keyway bench sql -h list the flags.
+kv: the InnoDB memcached plugin's experiment side by side: loads 10,000
+pairs with single-row autocommit INSERTs direct to a private MariaDB vs
+memcache sets through a keyway container (sync, group commit) at 1, 4, 8
+and 16 clients, then fetches them with a prepared SELECT direct vs memcache
+gets through keyway (caching, warm) vs memcached 1.6; prints ops/s
+min/median/max, p50/p99 latency and the ratios.
+
+keyway bench memcache -h, keyway bench sql -h and keyway bench kv -h list
+the flags.
 `
 
 func runBench(args []string, stdout, stderr io.Writer) int {
@@ -40,6 +49,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return benchMemcache(args[1:], stdout, stderr)
 	case "sql":
 		return benchSQL(args[1:], stdout, stderr)
+	case "kv":
+		return benchKV(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, benchUsage)
 		return 0
@@ -99,6 +110,36 @@ func benchSQL(args []string, stdout, stderr io.Writer) int {
 	return runReport(fs, *jsonOut, stdout, stderr, func(ctx context.Context, self string, progress io.Writer) (report, error) {
 		o.KeywayBinary, o.Out = self, progress
 		return bench.RunSQL(ctx, o)
+	})
+}
+
+func benchKV(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("keyway bench kv", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o := bench.KVOptions{}
+	fs.DurationVar(&o.Duration, "duration", 0, "length of each fetch run (default 5s); a load run is the pairs' writes")
+	fs.IntVar(&o.Repetitions, "reps", 0, "runs per target, alternating between targets (default 3)")
+	fs.IntVar(&o.Pairs, "pairs", 0, "key-value pairs (default 10000)")
+	fs.IntVar(&o.KeySize, "key-size", 0, "key bytes (default 10)")
+	fs.IntVar(&o.ValueSize, "value-size", 0, "value bytes (default 40)")
+	fs.Func("c", "comma-separated load client `counts`, one case each (default 1,4,8,16)", func(s string) error {
+		for _, f := range strings.Split(s, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				return fmt.Errorf("want whole numbers separated by commas, like 1,4,8,16")
+			}
+			o.LoadConcurrency = append(o.LoadConcurrency, n)
+		}
+		return nil
+	})
+	fs.IntVar(&o.FetchConcurrency, "fetch-c", 0, "fetch clients (default 8)")
+	jsonOut := fs.Bool("json", false, "print the report as JSON")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	return runReport(fs, *jsonOut, stdout, stderr, func(ctx context.Context, self string, progress io.Writer) (report, error) {
+		o.KeywayBinary, o.Out = self, progress
+		return bench.RunKV(ctx, o)
 	})
 }
 

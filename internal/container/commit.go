@@ -60,7 +60,7 @@ func (c *Container) Set(ctx context.Context, key []byte, it Item) (uint64, error
 }
 
 // commitLoop is the group committer: it takes the first queued Set, gathers
-// more until MaxBatch or MaxWait, writes them in one transaction and answers
+// what else is queued (up to MaxBatch; waiting up to MaxWait if set), writes them in one statement and answers
 // every waiter. It ends when the queue is closed and drained.
 func (c *Container) commitLoop() {
 	defer close(c.done)
@@ -73,7 +73,11 @@ func (c *Container) commitLoop() {
 			return
 		}
 		batch = append(batch[:0], first)
-		timer.Reset(c.opt.MaxWait)
+		var deadline <-chan time.Time // nil: never fires, only what is queued is taken
+		if c.opt.MaxWait > 0 {
+			timer.Reset(c.opt.MaxWait)
+			deadline = timer.C
+		}
 		open := true
 	gather:
 		for len(batch) < c.opt.MaxBatch {
@@ -84,8 +88,22 @@ func (c *Container) commitLoop() {
 					break gather
 				}
 				batch = append(batch, r)
-			case <-timer.C:
+			case <-deadline:
 				break gather
+			default:
+				if deadline == nil {
+					break gather
+				}
+				select {
+				case r, ok := <-c.queue:
+					if !ok {
+						open = false
+						break gather
+					}
+					batch = append(batch, r)
+				case <-deadline:
+					break gather
+				}
 			}
 		}
 		timer.Stop()
@@ -135,7 +153,10 @@ func (c *Container) commitBatch(batch []*setReq) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
-	err := c.upsert(ctx, rows, true)
+	// One multi-row statement under autocommit is one InnoDB transaction: all
+	// rows or none, durable when it returns. An explicit BEGIN/COMMIT would
+	// only add two round trips.
+	err := c.upsert(ctx, rows)
 	c.batches.Add(1)
 	c.batchedSets.Add(uint64(len(rows)))
 	var me *mysql.MySQLError
@@ -145,7 +166,7 @@ func (c *Container) commitBatch(batch []*setReq) {
 		results := map[string]error{}
 		for _, r := range rows {
 			rctx, rcancel := context.WithTimeout(context.Background(), batchTimeout)
-			results[c.normKey(string(r.key))] = c.upsert(rctx, []*setReq{r}, false)
+			results[c.normKey(string(r.key))] = c.upsert(rctx, []*setReq{r})
 			rcancel()
 		}
 		for _, r := range live {
@@ -169,7 +190,7 @@ func (c *Container) answer(r *setReq, err error) {
 // upsert writes rows with one INSERT … ON DUPLICATE KEY UPDATE, inside an
 // explicit transaction when tx is set (otherwise autocommit, which is one
 // transaction too).
-func (c *Container) upsert(ctx context.Context, rows []*setReq, tx bool) error {
+func (c *Container) upsert(ctx context.Context, rows []*setReq) error {
 	cols := c.writeCols()
 	var b strings.Builder
 	b.WriteString("INSERT INTO " + c.table + " (" + c.qKey + ", " + strings.Join(cols, ", ") + ") VALUES ")
@@ -189,17 +210,6 @@ func (c *Container) upsert(ctx context.Context, rows []*setReq, tx bool) error {
 		}
 		b.WriteString(col + " = VALUES(" + col + ")")
 	}
-	if !tx {
-		_, err := c.db.ExecContext(ctx, b.String(), args...)
-		return err
-	}
-	t, err := c.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	if _, err := t.ExecContext(ctx, b.String(), args...); err != nil {
-		_ = t.Rollback()
-		return err
-	}
-	return t.Commit()
+	_, err := c.db.ExecContext(ctx, b.String(), args...)
+	return err
 }

@@ -9,8 +9,10 @@
 //   - A Set is acknowledged (returns a nil error) only after the COMMIT of the
 //     transaction holding its row returned successfully. Concurrent Sets are
 //     group-committed: one goroutine per Container takes up to
-//     Options.MaxBatch queued Sets (waiting at most Options.MaxWait for more
-//     once the first arrived) and writes them as one multi-row
+//     Options.MaxBatch queued Sets (those already queued when it starts a
+//     batch, plus those arriving within Options.MaxWait when that is set; by
+//     default it does not wait: Sets arriving during a commit form the next
+//     batch, so a lone writer pays no delay) and writes them as one multi-row
 //     INSERT … ON DUPLICATE KEY UPDATE in one transaction. Within a batch the
 //     last Set of a key wins. If the batch fails with a server error, every
 //     Set is retried alone so each caller gets its own result (one bad value
@@ -65,7 +67,7 @@ type Def struct {
 // Options tunes the group committer.
 type Options struct {
 	MaxBatch int           // Sets per transaction at most; 128 when ≤ 0
-	MaxWait  time.Duration // wait for more Sets after the first; 200µs when ≤ 0
+	MaxWait  time.Duration // wait this long for more Sets after the first; 0 (default) = take only what is queued
 }
 
 // Item is one memcache item.
@@ -185,9 +187,6 @@ func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``")
 func Open(ctx context.Context, db *sql.DB, def Def, o Options) (*Container, error) {
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = 128
-	}
-	if o.MaxWait <= 0 {
-		o.MaxWait = 200 * time.Microsecond
 	}
 	if def.Separator == "" {
 		def.Separator = "|"

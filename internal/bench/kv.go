@@ -1,0 +1,560 @@
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+
+	"github.com/keywaydb/keyway/internal/testenv"
+)
+
+// KVOptions configures RunKV. Zero fields take the defaults EnsureDefaults
+// documents.
+type KVOptions struct {
+	KeywayBinary     string        // path; if empty, testenv.KeywayBinary() builds one
+	Pairs            int           // key-value pairs; default 10000
+	KeySize          int           // key bytes; default 10
+	ValueSize        int           // value bytes; default 40
+	LoadConcurrency  []int         // clients loading the pairs, one case each; default 1, 4, 8, 16
+	FetchConcurrency int           // clients fetching; default 8
+	Duration         time.Duration // per fetch run; default 5s (a load run is the Pairs writes)
+	Repetitions      int           // default 3
+	Out              io.Writer     // progress lines; default io.Discard
+}
+
+// KV benchmark targets. insertTarget and selectTarget are the baselines.
+const (
+	insertTarget    = "insert"     // single-row autocommit INSERT direct to MariaDB
+	kwSetTarget     = "keyway-set" // memcache set @@aaa.key through keyway, sync (group commit)
+	selectTarget    = "select"     // SELECT c2 ... WHERE c1=? direct, prepared
+	kwGetTarget     = "keyway-get" // memcache get @@aaa.key through keyway, caching, warm
+	kvMemcachedName = memcachedTarget
+)
+
+// kvTable is the table both doors use: the InnoDB memcached plugin's demo
+// table, reduced to its key and value columns.
+const (
+	kvTable     = "test.demo_test"
+	kvContainer = "aaa"
+	kvMaxKey    = 64   // c1 VARCHAR(64)
+	kvMaxValue  = 1024 // c2 VARCHAR(1024)
+)
+
+// EnsureDefaults replaces zero fields with their defaults.
+func (o *KVOptions) EnsureDefaults() {
+	if o.Pairs == 0 {
+		o.Pairs = 10000
+	}
+	if o.KeySize == 0 {
+		o.KeySize = 10
+	}
+	if o.ValueSize == 0 {
+		o.ValueSize = 40
+	}
+	if len(o.LoadConcurrency) == 0 {
+		o.LoadConcurrency = []int{1, 4, 8, 16}
+	}
+	if o.FetchConcurrency == 0 {
+		o.FetchConcurrency = 8
+	}
+	if o.Duration == 0 {
+		o.Duration = 5 * time.Second
+	}
+	if o.Repetitions == 0 {
+		o.Repetitions = 3
+	}
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+}
+
+// Validate reports every invalid field at once.
+func (o *KVOptions) Validate() error {
+	var errs []error
+	if o.Pairs < 1 {
+		errs = append(errs, fmt.Errorf("pairs %d: use 1 or more", o.Pairs))
+	}
+	if digits := len(strconv.Itoa(max(o.Pairs-1, 0))); o.KeySize < digits+1 || o.KeySize > kvMaxKey {
+		errs = append(errs, fmt.Errorf("key size %d: use %d to %d bytes for %d pairs", o.KeySize, digits+1, kvMaxKey, o.Pairs))
+	}
+	if o.ValueSize < 1 || o.ValueSize > kvMaxValue {
+		errs = append(errs, fmt.Errorf("value size %d: use 1 to %d bytes", o.ValueSize, kvMaxValue))
+	}
+	for _, c := range append(slices.Clone(o.LoadConcurrency), o.FetchConcurrency) {
+		if c < 1 || c > 1024 {
+			errs = append(errs, fmt.Errorf("concurrency %d: use 1 to 1024", c))
+		}
+	}
+	if o.Duration <= 0 {
+		errs = append(errs, fmt.Errorf("duration %v: use more than 0", o.Duration))
+	}
+	if o.Repetitions < 1 {
+		errs = append(errs, fmt.Errorf("repetitions %d: use 1 or more", o.Repetitions))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("bench: invalid kv options: %w", err)
+	}
+	return nil
+}
+
+// KVReport is the outcome of RunKV.
+type KVReport struct {
+	Server    string // the MariaDB behind both doors: its version()
+	Pairs     int
+	KeySize   int
+	ValueSize int
+	Duration  time.Duration // of each fetch run
+	Cases     []KVCase      // the loads, one per concurrency, then the fetch
+}
+
+// KVCase is one phase at one concurrency, measured on every target.
+type KVCase struct {
+	Phase       string // "load" or "fetch"
+	Concurrency int
+	// Results are ops/s per target (a load: the pairs over the time they
+	// took; a fetch: gets over the duration).
+	Results []Result
+	// Latency is per target, in the order of Results.
+	Latency []KVLatency
+	// Ratios divide medians: "set/insert" for a load; "get/select" and
+	// "get/memcached" for the fetch.
+	Ratios map[string]float64
+}
+
+// KVLatency is one target's latency percentiles in ms, per repetition.
+type KVLatency struct {
+	Target   string
+	P50, P99 Series
+}
+
+// kvSample is what one run measured.
+type kvSample struct {
+	ops      float64 // ops/s
+	n        int     // operations
+	p50, p99 float64 // ms
+}
+
+// kvEnv is everything the targets reach: one MariaDB, one memcached, and the
+// keyway configuration (a fresh keyway per run).
+type kvEnv struct {
+	o      KVOptions
+	bin    string
+	cfg    string
+	db     *sql.DB
+	mcAddr string
+	keys   []string
+	values [][]byte
+}
+
+// RunKV runs the InnoDB-memcached seed experiment side by side: loading the
+// pairs with single-row autocommit INSERTs direct vs memcache sets through
+// keyway at each load concurrency, then fetching them with a prepared SELECT
+// direct vs memcache gets through keyway (caching, warm) vs memcached.
+// Targets alternate within each repetition.
+func RunKV(ctx context.Context, o KVOptions) (*KVReport, error) {
+	o.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	for _, c := range []string{"memcached", "mariadbd", "mariadb-install-db"} {
+		if _, err := testenv.LookPath(c); err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+	}
+	bin := o.KeywayBinary
+	if bin == "" {
+		var err error
+		if bin, err = testenv.KeywayBinary(); err != nil {
+			return nil, fmt.Errorf("bench: no keyway binary (set KVOptions.KeywayBinary): %w", err)
+		}
+	}
+
+	fmt.Fprintf(o.Out, "kv bench: starting MariaDB and memcached\n")
+	m, err := testenv.StartMariaDB(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	defer m.Stop()
+	mc, err := testenv.StartMemcached(ctx, "-m", "256")
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	defer mc.Stop()
+	version, err := serverVersion(ctx, m.AppDSN)
+	if err != nil {
+		return nil, err
+	}
+	db, err := sql.Open("mysql", m.AppDSN)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	defer db.Close()
+	conc := slices.Max(append(slices.Clone(o.LoadConcurrency), o.FetchConcurrency))
+	db.SetMaxOpenConns(conc + 1)
+	db.SetMaxIdleConns(conc + 1)
+	if _, err := db.ExecContext(ctx, `CREATE TABLE `+kvTable+` (c1 VARCHAR(64) PRIMARY KEY, c2 VARCHAR(1024))`); err != nil {
+		return nil, fmt.Errorf("bench: create table: %w", err)
+	}
+	cfg, err := writeKVConfig(m.Socket)
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(cfg)
+
+	e := &kvEnv{o: o, bin: bin, cfg: cfg, db: db, mcAddr: mc.Addr}
+	e.keys, e.values = kvPairs(o.Pairs, o.KeySize, o.ValueSize)
+	rep := &KVReport{Server: "MariaDB " + version, Pairs: o.Pairs, KeySize: o.KeySize, ValueSize: o.ValueSize, Duration: o.Duration}
+	fmt.Fprintf(o.Out, "kv bench: MariaDB %s at %s, memcached at %s; %d pairs of %d+%d bytes\n",
+		version, m.Addr, mc.Addr, o.Pairs, o.KeySize, o.ValueSize)
+
+	for _, c := range o.LoadConcurrency {
+		fmt.Fprintf(o.Out, "load, concurrency %d:\n", c)
+		kc, err := e.alternate(ctx, "load", c, []string{insertTarget, kwSetTarget})
+		if err != nil {
+			return nil, err
+		}
+		kc.Ratios = pick(ratios(kc.Results, insertTarget), ratioKey(kwSetTarget, insertTarget))
+		rep.Cases = append(rep.Cases, kc)
+	}
+
+	fmt.Fprintf(o.Out, "fetch, concurrency %d: filling the table and memcached\n", o.FetchConcurrency)
+	if err := e.fill(ctx); err != nil {
+		return nil, err
+	}
+	kc, err := e.alternate(ctx, "fetch", o.FetchConcurrency, []string{selectTarget, kwGetTarget, kvMemcachedName})
+	if err != nil {
+		return nil, err
+	}
+	kc.Ratios = pick(ratios(kc.Results, selectTarget), ratioKey(kwGetTarget, selectTarget))
+	for k, v := range pick(ratios(kc.Results, kvMemcachedName), ratioKey(kwGetTarget, kvMemcachedName)) {
+		kc.Ratios[k] = v
+	}
+	rep.Cases = append(rep.Cases, kc)
+	return rep, nil
+}
+
+// pick keeps only the given keys of m.
+func pick(m map[string]float64, keys ...string) map[string]float64 {
+	out := make(map[string]float64)
+	for _, k := range keys {
+		if v, ok := m[k]; ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// alternate runs every target once per repetition, in order.
+func (e *kvEnv) alternate(ctx context.Context, phase string, c int, targets []string) (KVCase, error) {
+	kc := KVCase{Phase: phase, Concurrency: c}
+	for _, t := range targets {
+		kc.Results = append(kc.Results, Result{Target: t})
+		kc.Latency = append(kc.Latency, KVLatency{Target: t})
+	}
+	for rep := 1; rep <= e.o.Repetitions; rep++ {
+		for i, t := range targets {
+			if err := ctx.Err(); err != nil {
+				return kc, err
+			}
+			s, err := e.run(ctx, t, c)
+			if err != nil {
+				return kc, fmt.Errorf("bench: %s, concurrency %d, %s, repetition %d: %w", phase, c, t, rep, err)
+			}
+			kc.Results[i].add(sample{ops: s.ops})
+			kc.Latency[i].P50.Runs = append(kc.Latency[i].P50.Runs, s.p50)
+			kc.Latency[i].P99.Runs = append(kc.Latency[i].P99.Runs, s.p99)
+			fmt.Fprintf(e.o.Out, "rep %d/%d %-11s %10.0f ops/s  p50 %.3f ms  p99 %.3f ms  (%d ops)\n",
+				rep, e.o.Repetitions, t, s.ops, s.p50, s.p99, s.n)
+		}
+	}
+	for i := range kc.Results {
+		kc.Results[i].summarize()
+		kc.Latency[i].P50.summarize()
+		kc.Latency[i].P99.summarize()
+	}
+	return kc, nil
+}
+
+// run measures target t once at concurrency c.
+func (e *kvEnv) run(ctx context.Context, t string, c int) (kvSample, error) {
+	switch t {
+	case insertTarget, kwSetTarget:
+		if _, err := e.db.ExecContext(ctx, "TRUNCATE TABLE "+kvTable); err != nil {
+			return kvSample{}, fmt.Errorf("truncate: %w", err)
+		}
+	}
+	switch t {
+	case insertTarget:
+		stmt, err := e.db.PrepareContext(ctx, "INSERT INTO "+kvTable+" (c1, c2) VALUES (?, ?)")
+		if err != nil {
+			return kvSample{}, err
+		}
+		defer stmt.Close()
+		s, err := drive(ctx, c, len(e.keys), 0, func(i int) error {
+			_, err := stmt.ExecContext(ctx, e.keys[i], e.values[i])
+			return err
+		})
+		if err != nil {
+			return s, err
+		}
+		return s, e.checkRows(ctx)
+	case kwSetTarget:
+		kw, client, err := e.startKeyway(ctx, c)
+		if err != nil {
+			return kvSample{}, err
+		}
+		s, err := drive(ctx, c, len(e.keys), 0, func(i int) error {
+			return client.Set(&memcache.Item{Key: "@@" + kvContainer + "." + e.keys[i], Value: e.values[i]})
+		})
+		err = errors.Join(err, kw.Stop())
+		if err != nil {
+			return s, err
+		}
+		return s, e.checkRows(ctx) // every acknowledged set is a row
+	case selectTarget:
+		stmt, err := e.db.PrepareContext(ctx, "SELECT c2 FROM "+kvTable+" WHERE c1 = ?")
+		if err != nil {
+			return kvSample{}, err
+		}
+		defer stmt.Close()
+		return drive(ctx, c, 0, e.o.Duration, func(int) error {
+			var v []byte
+			return stmt.QueryRowContext(ctx, e.keys[rand.IntN(len(e.keys))]).Scan(&v)
+		})
+	case kwGetTarget:
+		kw, client, err := e.startKeyway(ctx, c)
+		if err != nil {
+			return kvSample{}, err
+		}
+		get := func(i int) error {
+			_, err := client.Get("@@" + kvContainer + "." + e.keys[i])
+			return err
+		}
+		// Warm: one pass over every key fills keyway's local store.
+		_, err = drive(ctx, c, len(e.keys), 0, get)
+		var s kvSample
+		if err == nil {
+			s, err = drive(ctx, c, 0, e.o.Duration, func(int) error { return get(rand.IntN(len(e.keys))) })
+		}
+		return s, errors.Join(err, kw.Stop())
+	case kvMemcachedName:
+		client := e.memcacheClient(e.mcAddr, c)
+		return drive(ctx, c, 0, e.o.Duration, func(int) error {
+			_, err := client.Get(e.keys[rand.IntN(len(e.keys))])
+			return err
+		})
+	}
+	return kvSample{}, fmt.Errorf("unknown target %q", t)
+}
+
+// startKeyway starts a fresh keyway serving the container and a client for it.
+func (e *kvEnv) startKeyway(ctx context.Context, c int) (*testenv.Process, *memcache.Client, error) {
+	p, err := testenv.StartKeywayBinary(ctx, e.bin, "--config", e.cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, e.memcacheClient(p.Addr, c), nil
+}
+
+func (e *kvEnv) memcacheClient(addr string, c int) *memcache.Client {
+	client := memcache.New(addr)
+	client.MaxIdleConns = c
+	client.Timeout = 10 * time.Second
+	return client
+}
+
+// checkRows verifies that the table holds every pair after a load.
+func (e *kvEnv) checkRows(ctx context.Context) error {
+	var n int
+	if err := e.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+kvTable).Scan(&n); err != nil {
+		return fmt.Errorf("count rows: %w", err)
+	}
+	if n != len(e.keys) {
+		return fmt.Errorf("table holds %d rows after loading %d pairs", n, len(e.keys))
+	}
+	return nil
+}
+
+// fill puts every pair in the table (multi-row INSERTs, direct) and in
+// memcached, for the fetch.
+func (e *kvEnv) fill(ctx context.Context) error {
+	if _, err := e.db.ExecContext(ctx, "TRUNCATE TABLE "+kvTable); err != nil {
+		return fmt.Errorf("bench: truncate: %w", err)
+	}
+	const batch = 500
+	for lo := 0; lo < len(e.keys); lo += batch {
+		hi := min(lo+batch, len(e.keys))
+		args := make([]any, 0, 2*(hi-lo))
+		for i := lo; i < hi; i++ {
+			args = append(args, e.keys[i], e.values[i])
+		}
+		q := "INSERT INTO " + kvTable + " (c1, c2) VALUES " + strings.TrimSuffix(strings.Repeat("(?, ?),", hi-lo), ",")
+		if _, err := e.db.ExecContext(ctx, q, args...); err != nil {
+			return fmt.Errorf("bench: fill table: %w", err)
+		}
+	}
+	client := e.memcacheClient(e.mcAddr, e.o.FetchConcurrency)
+	if _, err := drive(ctx, e.o.FetchConcurrency, len(e.keys), 0, func(i int) error {
+		return client.Set(&memcache.Item{Key: e.keys[i], Value: e.values[i]})
+	}); err != nil {
+		return fmt.Errorf("bench: fill memcached: %w", err)
+	}
+	return nil
+}
+
+// drive runs op from c goroutines: op(0) ... op(n-1) once each when n > 0,
+// else until d has passed (op's argument then counts up). The first error
+// stops every goroutine.
+func drive(ctx context.Context, c, n int, d time.Duration, op func(i int) error) (kvSample, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		next     atomic.Int64
+		wg       sync.WaitGroup
+		errOnce  sync.Once
+		firstErr error
+		lat      = make([][]time.Duration, c)
+	)
+	start := time.Now()
+	deadline := start.Add(d)
+	for w := 0; w < c; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				i := int(next.Add(1) - 1)
+				if n > 0 && i >= n {
+					return
+				}
+				t0 := time.Now()
+				if n == 0 && !t0.Before(deadline) {
+					return
+				}
+				if err := op(i); err != nil {
+					errOnce.Do(func() { firstErr = err; cancel() })
+					return
+				}
+				lat[w] = append(lat[w], time.Since(t0))
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if firstErr != nil {
+		return kvSample{}, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return kvSample{}, err
+	}
+	all := slices.Concat(lat...)
+	if len(all) == 0 || elapsed <= 0 {
+		return kvSample{}, errors.New("no operations completed")
+	}
+	slices.Sort(all)
+	return kvSample{
+		ops: float64(len(all)) / elapsed.Seconds(),
+		n:   len(all),
+		p50: percentileMS(all, 0.50),
+		p99: percentileMS(all, 0.99),
+	}, nil
+}
+
+// percentileMS is the p-th percentile of sorted (nearest rank), in ms.
+func percentileMS(sorted []time.Duration, p float64) float64 {
+	i := int(float64(len(sorted))*p+0.5) - 1
+	i = min(max(i, 0), len(sorted)-1)
+	return float64(sorted[i]) / float64(time.Millisecond)
+}
+
+// kvPairs makes n distinct keys of keySize bytes ("k000000042") and values
+// of valueSize bytes.
+func kvPairs(n, keySize, valueSize int) ([]string, [][]byte) {
+	keys := make([]string, n)
+	values := make([][]byte, n)
+	for i := range n {
+		keys[i] = fmt.Sprintf("k%0*d", keySize-1, i)
+		v := []byte(strings.Repeat("v", valueSize))
+		copy(v[max(valueSize-len(strconv.Itoa(i)), 0):], strconv.Itoa(i))
+		values[i] = v
+	}
+	return keys, values
+}
+
+// KVConfig is the configuration `keyway bench kv` serves with: one group on
+// primary (as app/secret) and container "aaa" on test.demo_test, key c1,
+// value c2, every policy caching, writes sync.
+func KVConfig(primary string) string {
+	return fmt.Sprintf(`# keyway bench kv: container aaa in front of one MariaDB.
+[[groups]]
+name = "main"
+primary = %[1]q
+user = %[2]q
+password = %[3]q
+
+[[containers]]
+name = %[4]q
+group = "main"
+table = %[5]q
+key = "c1"
+values = ["c2"]
+get = "caching"
+set = "caching"
+delete = "caching"
+write = "sync"
+`, primary, sqlUser, sqlPassword, kvContainer, kvTable)
+}
+
+func writeKVConfig(primary string) (string, error) {
+	f, err := os.CreateTemp("", "keyway-bench-kv-*.toml")
+	if err != nil {
+		return "", fmt.Errorf("bench: keyway config: %w", err)
+	}
+	_, werr := f.WriteString(KVConfig(primary))
+	if err := errors.Join(werr, f.Close()); err != nil {
+		_ = os.Remove(f.Name())
+		return "", fmt.Errorf("bench: keyway config: %w", err)
+	}
+	return f.Name(), nil
+}
+
+// WriteText writes the report: per case, min/median/max ops/s and the ratio
+// to the baseline (INSERT for loads, SELECT for the fetch), median p50/p99
+// latency, then the headline ratios.
+func (r *KVReport) WriteText(w io.Writer) {
+	fmt.Fprintf(w, "server: %s; %d pairs, %d-byte keys, %d-byte values; fetch runs %v\n",
+		r.Server, r.Pairs, r.KeySize, r.ValueSize, r.Duration)
+	for _, c := range r.Cases {
+		base := insertTarget
+		if c.Phase == "fetch" {
+			base = selectTarget
+		}
+		fmt.Fprintf(w, "\n%s, concurrency %d:\n", c.Phase, c.Concurrency)
+		writeTable(w, c.Results, base, ratios(c.Results, base))
+		for _, l := range c.Latency {
+			fmt.Fprintf(w, "  %-11s p50 %7.3f ms  p99 %7.3f ms  (medians)\n", l.Target, l.P50.Median, l.P99.Median)
+		}
+	}
+	fmt.Fprintf(w, "\nratios of medians:\n")
+	for _, c := range r.Cases {
+		keys := make([]string, 0, len(c.Ratios))
+		for k := range c.Ratios {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			fmt.Fprintf(w, "  %-5s c=%-3d keyway %-14s %6.2f\n", c.Phase, c.Concurrency, k, c.Ratios[k])
+		}
+	}
+}

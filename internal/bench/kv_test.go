@@ -1,0 +1,96 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keywaydb/keyway/internal/testenv"
+)
+
+// TestRunKV runs a tiny kv bench end to end and checks that every target
+// measured something (behaviour, not speed).
+func TestRunKV(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts MariaDB, memcached and keyway")
+	}
+	for _, c := range []string{"memcached", "mariadbd", "mariadb-install-db"} {
+		testenv.Need(t, c)
+	}
+	bin, err := testenv.KeywayBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var progress bytes.Buffer
+	rep, err := RunKV(ctx, KVOptions{
+		KeywayBinary:     bin,
+		Pairs:            100,
+		LoadConcurrency:  []int{1},
+		FetchConcurrency: 1,
+		Duration:         300 * time.Millisecond,
+		Repetitions:      1,
+		Out:              &progress,
+	})
+	if err != nil {
+		t.Fatalf("RunKV: %v\n%s", err, progress.String())
+	}
+	if len(rep.Cases) != 2 {
+		t.Fatalf("cases = %d, want a load and a fetch", len(rep.Cases))
+	}
+	want := [][]string{{insertTarget, kwSetTarget}, {selectTarget, kwGetTarget, memcachedTarget}}
+	for i, c := range rep.Cases {
+		if len(c.Results) != len(want[i]) {
+			t.Fatalf("%s: %d results, want %v", c.Phase, len(c.Results), want[i])
+		}
+		for j, r := range c.Results {
+			if r.Target != want[i][j] || len(r.Runs) != 1 || r.Median <= 0 {
+				t.Errorf("%s: result %d = %+v, want target %s with one positive run", c.Phase, j, r, want[i][j])
+			}
+			if l := c.Latency[j]; l.P50.Median <= 0 || l.P99.Median < l.P50.Median {
+				t.Errorf("%s %s: latency p50 %v p99 %v", c.Phase, r.Target, l.P50.Median, l.P99.Median)
+			}
+		}
+	}
+	for _, k := range []string{"set/insert"} {
+		if rep.Cases[0].Ratios[k] <= 0 {
+			t.Errorf("load ratio %s missing: %v", k, rep.Cases[0].Ratios)
+		}
+	}
+	for _, k := range []string{"get/select", "get/memcached"} {
+		if rep.Cases[1].Ratios[k] <= 0 {
+			t.Errorf("fetch ratio %s missing: %v", k, rep.Cases[1].Ratios)
+		}
+	}
+	var text bytes.Buffer
+	rep.WriteText(&text)
+	if !strings.Contains(text.String(), "keyway-get") || !strings.Contains(text.String(), "get/memcached") {
+		t.Errorf("text report lacks keyway-get or get/memcached:\n%s", text.String())
+	}
+	if _, err := json.Marshal(rep); err != nil {
+		t.Errorf("JSON: %v", err)
+	}
+	t.Logf("\n%s", text.String())
+}
+
+func TestKVOptionsValidate(t *testing.T) {
+	o := KVOptions{Pairs: 100000, KeySize: 4, LoadConcurrency: []int{0}}
+	o.EnsureDefaults()
+	err := o.Validate()
+	if err == nil || !strings.Contains(err.Error(), "key size 4") || !strings.Contains(err.Error(), "concurrency 0") {
+		t.Fatalf("Validate = %v, want key size and concurrency errors", err)
+	}
+	o = KVOptions{}
+	o.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	keys, values := kvPairs(3, 10, 40)
+	if len(keys[2]) != 10 || len(values[2]) != 40 || keys[0] == keys[1] {
+		t.Fatalf("kvPairs: %q %q", keys, values)
+	}
+}
