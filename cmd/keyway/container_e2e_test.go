@@ -324,3 +324,55 @@ func TestContainersThroughPHPMemcached(t *testing.T) {
 		})
 	}
 }
+
+// TestMigrateInnodbMemcache: a site coming from the InnoDB memcached plugin
+// keeps its configuration: keyway reads innodb_memcache (as created by the
+// plugin's innodb_memcached_config.sql) and serves the plugin's own demo.
+func TestMigrateInnodbMemcache(t *testing.T) {
+	m := testenv.NewMariaDB(t)
+	db, err := sql.Open("mysql", m.AppDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, q := range []string{
+		`CREATE DATABASE innodb_memcache`,
+		`CREATE TABLE innodb_memcache.cache_policies (policy_name VARCHAR(40) PRIMARY KEY,
+			get_policy ENUM('innodb_only','cache_only','caching','disabled') NOT NULL,
+			set_policy ENUM('innodb_only','cache_only','caching','disabled') NOT NULL,
+			delete_policy ENUM('innodb_only','cache_only','caching','disabled') NOT NULL,
+			flush_policy ENUM('innodb_only','cache_only','caching','disabled') NOT NULL)`,
+		`CREATE TABLE innodb_memcache.config_options (name VARCHAR(50) PRIMARY KEY, value VARCHAR(50))`,
+		`CREATE TABLE innodb_memcache.containers (name VARCHAR(50) NOT NULL PRIMARY KEY, db_schema VARCHAR(250) NOT NULL,
+			db_table VARCHAR(250) NOT NULL, key_columns VARCHAR(250) NOT NULL, value_columns VARCHAR(250),
+			flags VARCHAR(250) NOT NULL DEFAULT '0', cas_column VARCHAR(250), expire_time_column VARCHAR(250),
+			unique_idx_name_on_key VARCHAR(250) NOT NULL)`,
+		`INSERT INTO innodb_memcache.cache_policies VALUES ('cache_policy', 'innodb_only', 'innodb_only', 'innodb_only', 'innodb_only')`,
+		`INSERT INTO innodb_memcache.config_options VALUES ('separator', '|'), ('table_map_delimiter', '.')`,
+		`CREATE TABLE test.demo_test (c1 VARCHAR(32), c2 VARCHAR(1024), c3 INT, c4 BIGINT UNSIGNED, c5 INT, PRIMARY KEY (c1))`,
+		`INSERT INTO innodb_memcache.containers VALUES ('aaa', 'test', 'demo_test', 'c1', 'c2', 'c3', 'c4', 'c5', 'PRIMARY')`,
+		`INSERT INTO test.demo_test VALUES ('AA', 'HELLO, HELLO', 8, 0, 0)`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	cfg := fmt.Sprintf("[[groups]]\nname = \"main\"\nprimary = %q\nuser = \"app\"\npassword = \"secret\"\n\n[migrate]\ninnodb_memcache = \"main\"\n", m.Addr)
+	path := filepath.Join(t.TempDir(), "keyway.toml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kw := testenv.NewKeyway(t, "--config", path)
+	mc := memcache.New(kw.Addr)
+	it, err := mc.Get("@@aaa.AA")
+	if err != nil || string(it.Value) != "HELLO, HELLO" || it.Flags != 8 {
+		t.Fatalf("the plugin's demo: get @@aaa.AA = %v, %v\nkeyway:\n%s", it, err, kw.Output())
+	}
+	if err := mc.Set(&memcache.Item{Key: "@@aaa.BB", Value: []byte("WORLD")}); err != nil {
+		t.Fatal(err)
+	}
+	var v string
+	if err := db.QueryRow(`SELECT c2 FROM test.demo_test WHERE c1 = 'BB'`).Scan(&v); err != nil || v != "WORLD" {
+		t.Fatalf("row BB = %q, %v", v, err)
+	}
+}

@@ -544,7 +544,7 @@ func TestOpenMismatch(t *testing.T) {
 		{"int key", func(d *Def) { d.KeyColumn = "id" }, `key column "id" is int`},
 		{"no value column", func(d *Def) { d.ValueColumns = []string{"v", "w"} }, `value column "w" does not exist`},
 		{"datetime value", func(d *Def) { d.ValueColumns = []string{"d"} }, `value column "d" is datetime`},
-		{"signed flags", func(d *Def) { d.FlagsColumn = "i" }, `flags column "i" is int(11)`},
+		{"text flags", func(d *Def) { d.FlagsColumn = "v" }, `flags column "v" is text`},
 		{"int cas", func(d *Def) { d.CASColumn = "i" }, `cas column "i"`},
 		{"text expiry", func(d *Def) { d.ExpiryColumn = "v" }, `expiry column "v" is text`},
 		{"missing flags", func(d *Def) { d.FlagsColumn = "nf" }, `flags column "nf" does not exist`},
