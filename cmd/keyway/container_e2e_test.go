@@ -376,3 +376,55 @@ func TestMigrateInnodbMemcache(t *testing.T) {
 		t.Fatalf("row BB = %q, %v", v, err)
 	}
 }
+
+// TestContainerSetsSurviveSIGKILL: every set acknowledged before keyway is
+// killed is a row: sync container writes are acknowledged after COMMIT.
+func TestContainerSetsSurviveSIGKILL(t *testing.T) {
+	kw, db := startContainers(t, "caching")
+	var mu sync.Mutex
+	var acked []string
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			mc := memcache.New(kw.Addr)
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := fmt.Sprintf("w%d-%d", w, i)
+				if err := mc.Set(&memcache.Item{Key: "@@aaa." + key, Value: []byte(key)}); err != nil {
+					return // keyway died under us: not acknowledged
+				}
+				mu.Lock()
+				acked = append(acked, key)
+				mu.Unlock()
+			}
+		}(w)
+	}
+	for {
+		mu.Lock()
+		n := len(acked)
+		mu.Unlock()
+		if n >= 500 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := kw.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	wg.Wait()
+	for _, key := range acked {
+		var v string
+		if err := db.QueryRow(`SELECT c2 FROM test.demo_test WHERE c1 = ?`, key).Scan(&v); err != nil || v != key {
+			t.Fatalf("acknowledged set of %s lost after SIGKILL: %q %v", key, v, err)
+		}
+	}
+	t.Logf("%d acknowledged container sets were all rows after SIGKILL", len(acked))
+}
