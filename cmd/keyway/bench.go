@@ -84,16 +84,7 @@ func benchSQL(args []string, stdout, stderr io.Writer) int {
 	o := bench.SQLOptions{}
 	fs.DurationVar(&o.Duration, "duration", 0, "length of each run, whole seconds (default 10s)")
 	fs.IntVar(&o.Repetitions, "reps", 0, "runs per target, alternating direct and keyway (default 3)")
-	fs.Func("threads", "comma-separated sysbench thread `counts`, one case each (default 1,4,8)", func(s string) error {
-		for _, f := range strings.Split(s, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil {
-				return fmt.Errorf("want whole numbers separated by commas, like 1,4,8")
-			}
-			o.Threads = append(o.Threads, n)
-		}
-		return nil
-	})
+	fs.Func("threads", "comma-separated sysbench thread `counts`, one case each (default 1,4,8)", intList(&o.Threads))
 	fs.Func("workloads", "comma-separated sysbench `scripts` (default oltp_point_select,oltp_read_only)", func(s string) error {
 		for _, f := range strings.Split(s, ",") {
 			o.Workloads = append(o.Workloads, strings.TrimSpace(f))
@@ -122,16 +113,7 @@ func benchKV(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.Pairs, "pairs", 0, "key-value pairs (default 10000)")
 	fs.IntVar(&o.KeySize, "key-size", 0, "key bytes (default 10)")
 	fs.IntVar(&o.ValueSize, "value-size", 0, "value bytes (default 40)")
-	fs.Func("c", "comma-separated load client `counts`, one case each (default 1,4,8,16)", func(s string) error {
-		for _, f := range strings.Split(s, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil {
-				return fmt.Errorf("want whole numbers separated by commas, like 1,4,8,16")
-			}
-			o.LoadConcurrency = append(o.LoadConcurrency, n)
-		}
-		return nil
-	})
+	fs.Func("c", "comma-separated load client `counts`, one case each (default 1,4,8,16)", intList(&o.LoadConcurrency))
 	fs.IntVar(&o.FetchConcurrency, "fetch-c", 0, "fetch clients (default 8)")
 	jsonOut := fs.Bool("json", false, "print the report as JSON")
 	if err := fs.Parse(args); err != nil {
@@ -141,6 +123,20 @@ func benchKV(args []string, stdout, stderr io.Writer) int {
 		o.KeywayBinary, o.Out = self, progress
 		return bench.RunKV(ctx, o)
 	})
+}
+
+// intList parses a flag of comma-separated whole numbers into dst.
+func intList(dst *[]int) func(string) error {
+	return func(s string) error {
+		for _, f := range strings.Split(s, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				return fmt.Errorf("want whole numbers separated by commas, like 1,4,8")
+			}
+			*dst = append(*dst, n)
+		}
+		return nil
+	}
 }
 
 // report is what a benchmark returns: a table for people, JSON for machines.

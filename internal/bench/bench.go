@@ -21,6 +21,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+
+	"github.com/keywaydb/keyway/internal/testenv"
 )
 
 // target is one server under test. start brings up a fresh instance and
@@ -86,4 +88,23 @@ func runOne(ctx context.Context, t target, load loadFunc, out io.Writer) (sample
 		return sample{}, err
 	}
 	return s, nil
+}
+
+// prepare checks that the commands a benchmark drives are installed and
+// returns the keyway binary to run: bin, or one built from this module when
+// bin is empty.
+func prepare(bin string, commands ...string) (string, error) {
+	for _, c := range commands {
+		if _, err := testenv.LookPath(c); err != nil {
+			return "", fmt.Errorf("bench: %w", err)
+		}
+	}
+	if bin != "" {
+		return bin, nil
+	}
+	bin, err := testenv.KeywayBinary()
+	if err != nil {
+		return "", fmt.Errorf("bench: no keyway binary (set the options' KeywayBinary): %w", err)
+	}
+	return bin, nil
 }

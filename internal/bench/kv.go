@@ -168,17 +168,9 @@ func RunKV(ctx context.Context, o KVOptions) (*KVReport, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	for _, c := range []string{"memcached", "mariadbd", "mariadb-install-db"} {
-		if _, err := testenv.LookPath(c); err != nil {
-			return nil, fmt.Errorf("bench: %w", err)
-		}
-	}
-	bin := o.KeywayBinary
-	if bin == "" {
-		var err error
-		if bin, err = testenv.KeywayBinary(); err != nil {
-			return nil, fmt.Errorf("bench: no keyway binary (set KVOptions.KeywayBinary): %w", err)
-		}
+	bin, err := prepare(o.KeywayBinary, "memcached", "mariadbd", "mariadb-install-db")
+	if err != nil {
+		return nil, err
 	}
 
 	fmt.Fprintf(o.Out, "kv bench: starting MariaDB and memcached\n")

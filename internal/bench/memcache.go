@@ -115,17 +115,9 @@ func RunMemcache(ctx context.Context, o MemcacheOptions) (*MemcacheReport, error
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	for _, c := range []string{"memcaslap", "memcached"} {
-		if _, err := testenv.LookPath(c); err != nil {
-			return nil, fmt.Errorf("bench: %w", err)
-		}
-	}
-	bin := o.KeywayBinary
-	if bin == "" {
-		var err error
-		if bin, err = testenv.KeywayBinary(); err != nil {
-			return nil, fmt.Errorf("bench: no keyway binary (set MemcacheOptions.KeywayBinary): %w", err)
-		}
+	bin, err := prepare(o.KeywayBinary, "memcaslap", "memcached")
+	if err != nil {
+		return nil, err
 	}
 	ml, err := newMemcaslap(o)
 	if err != nil {

@@ -143,17 +143,9 @@ func RunSQL(ctx context.Context, o SQLOptions) (*SQLReport, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	for _, c := range []string{"sysbench", "mariadbd", "mariadb-install-db"} {
-		if _, err := testenv.LookPath(c); err != nil {
-			return nil, fmt.Errorf("bench: %w", err)
-		}
-	}
-	bin := o.KeywayBinary
-	if bin == "" {
-		var err error
-		if bin, err = testenv.KeywayBinary(); err != nil {
-			return nil, fmt.Errorf("bench: no keyway binary (set SQLOptions.KeywayBinary): %w", err)
-		}
+	bin, err := prepare(o.KeywayBinary, "sysbench", "mariadbd", "mariadb-install-db")
+	if err != nil {
+		return nil, err
 	}
 	sb, err := newSysbench(o)
 	if err != nil {
