@@ -213,7 +213,7 @@ func (e *Engine) StoreValue(mode Mode, key, value []byte, flags uint32, exptime 
 		return Failed, 0, err
 	}
 	if local == nil {
-		_, status, newCAS, err := e.tableStore(t, mode, row, value, flags, deadline, cas)
+		status, newCAS, err := e.tableStore(t, mode, row, value, flags, deadline, cas)
 		if mode == CAS {
 			e.countCAS(status)
 		}
@@ -287,7 +287,7 @@ func (e *Engine) Delete(key []byte, cas uint64) (Status, error) {
 		if cas != 0 {
 			return Failed, fmt.Errorf("container %q: delete with a cas is not supported", t.Name)
 		}
-		_, err := e.tableWrite(t, row, t.Delete, "delete", func(ctx context.Context) error {
+		err := e.tableWrite(t, row, t.Delete, "delete", func(ctx context.Context) error {
 			s, err := t.C.Delete(ctx, row)
 			status = statusOf(s)
 			return err
@@ -335,7 +335,7 @@ func (e *Engine) Touch(key []byte, exptime int64) (store.Item, Status, error) {
 	}
 	if local == nil {
 		status := Failed
-		_, err := e.tableWrite(t, row, t.Set, "touch", func(ctx context.Context) error {
+		err := e.tableWrite(t, row, t.Set, "touch", func(ctx context.Context) error {
 			s, err := t.C.Touch(ctx, row, e.Deadline(exptime))
 			status = statusOf(s)
 			return err

@@ -132,16 +132,23 @@ func (e *Engine) tableGet(t *Table, row []byte) (store.Item, bool, error) {
 	if f.err != nil || !f.ok {
 		return store.Item{}, false, f.err
 	}
-	gen := f.gen
 	item := fromRow(f.it)
-	item.Tag = f.epoch
+	e.cacheRow(t, sk, item, f.gen, f.epoch)
+	return item, true, nil
+}
+
+// cacheRow stores a row read from the table at generation gen and epoch in
+// the local store, unless a write happened since the read (then it may be
+// stale). The check runs under the store's shard lock, so an invalidation
+// cannot slip between check and store.
+func (e *Engine) cacheRow(t *Table, sk []byte, item store.Item, gen, epoch uint64) {
+	item.Tag = epoch
 	e.st.Update(sk, func(*store.Item) (store.Action, store.Item) {
 		if t.gen.Load() != gen {
-			return store.Keep, store.Item{} // a write happened since the read: do not cache what may be stale
+			return store.Keep, store.Item{}
 		}
 		return store.Replace, item
 	})
-	return item, true, nil
 }
 
 // readOnce reads row, sharing one query among concurrent callers (single-flight;
@@ -176,23 +183,20 @@ func fromRow(it container.Item) store.Item {
 
 // tableWrite runs a write under policy (the container's set or delete
 // policy): on the table, then, for caching, invalidating the local copy.
-// It reports handled=false for cache_only, where the caller uses the store.
-func (e *Engine) tableWrite(t *Table, row []byte, policy, op string, write func(ctx context.Context) error) (handled bool, err error) {
-	switch policy {
-	case PolicyCacheOnly:
-		return false, nil
-	case PolicyDisabled:
-		return true, disabled(t, op)
+// Callers use the local store instead for cache_only (see localKey).
+func (e *Engine) tableWrite(t *Table, row []byte, policy, op string, write func(ctx context.Context) error) error {
+	if policy == PolicyDisabled {
+		return disabled(t, op)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), tableTimeout)
 	defer cancel()
-	err = write(ctx)
+	err := write(ctx)
 	if policy == PolicyCaching {
 		// Invalidate even after an error: the write may have committed.
 		t.gen.Add(1)
 		e.st.Update(storeKey(t, row), func(*store.Item) (store.Action, store.Item) { return store.Remove, store.Item{} })
 	}
-	return true, err
+	return err
 }
 
 // statusOf maps a container status to the engine's.
@@ -216,11 +220,11 @@ func statusOf(s container.Status) Status {
 	return Failed
 }
 
-// tableStore runs a storage command on a table; handled is false when the
-// local store should run it (cache_only).
-func (e *Engine) tableStore(t *Table, mode Mode, row, value []byte, flags uint32, deadline int64, cas uint64) (handled bool, status Status, newCAS uint64, err error) {
+// tableStore runs a storage command on a table (a set policy other than
+// cache_only).
+func (e *Engine) tableStore(t *Table, mode Mode, row, value []byte, flags uint32, deadline int64, cas uint64) (status Status, newCAS uint64, err error) {
 	item := container.Item{Value: value, Flags: flags, Exptime: deadline}
-	handled, err = e.tableWrite(t, row, t.Set, "set", func(ctx context.Context) error {
+	err = e.tableWrite(t, row, t.Set, "set", func(ctx context.Context) error {
 		var s container.Status
 		var werr error
 		switch {
@@ -244,7 +248,7 @@ func (e *Engine) tableStore(t *Table, mode Mode, row, value []byte, flags uint32
 	if err != nil {
 		status = Failed
 	}
-	return handled, status, newCAS, err
+	return status, newCAS, err
 }
 
 // tableIncrDecr runs incr/decr on a table; a.Create (binary and meta) adds the
@@ -252,7 +256,7 @@ func (e *Engine) tableStore(t *Table, mode Mode, row, value []byte, flags uint32
 func (e *Engine) tableIncrDecr(t *Table, row []byte, a Arith) (uint64, uint64, Status, error) {
 	var result uint64
 	status := Failed
-	_, err := e.tableWrite(t, row, t.Set, "incr/decr", func(ctx context.Context) error {
+	err := e.tableWrite(t, row, t.Set, "incr/decr", func(ctx context.Context) error {
 		if a.CAS != 0 {
 			return fmt.Errorf("container %q: incr/decr with a cas is not supported", t.Name)
 		}
@@ -386,16 +390,9 @@ func (e *Engine) GetMulti(keys [][]byte) ([]store.Item, []bool, error) {
 			if !ok {
 				continue
 			}
-			item := fromRow(r)
-			item.Tag = epoch
-			items[i], found[i] = item, true
+			items[i], found[i] = fromRow(r), true
 			if t.Get == PolicyCaching {
-				e.st.Update(storeKey(t, n.row[j]), func(*store.Item) (store.Action, store.Item) {
-					if t.gen.Load() != gen {
-						return store.Keep, store.Item{}
-					}
-					return store.Replace, item
-				})
+				e.cacheRow(t, storeKey(t, n.row[j]), items[i], gen, epoch)
 			}
 		}
 	}
