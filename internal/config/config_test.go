@@ -2,22 +2,16 @@ package config
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"flag"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keywaydb/keyway/internal/testenv"
 )
 
 func TestDefault(t *testing.T) {
@@ -403,7 +397,7 @@ func TestServeArgsMissingFile(t *testing.T) {
 
 func TestParseSQLFull(t *testing.T) {
 	dir := t.TempDir()
-	cert, key := writeCert(t, dir)
+	cert, key := testenv.SelfSignedCert(t, dir)
 	c, err := Parse([]byte(`
 [sql]
 listen = "127.0.0.1:3307"
@@ -746,7 +740,7 @@ func TestValidPrimary(t *testing.T) {
 
 func TestSQLTLS(t *testing.T) {
 	dir := t.TempDir()
-	cert, key := writeCert(t, dir)
+	cert, key := testenv.SelfSignedCert(t, dir)
 	file := func(cert, key string) string {
 		s := minimalSQL + "\n"
 		if cert != "" {
@@ -772,43 +766,9 @@ func TestSQLTLS(t *testing.T) {
 	_, err = Parse([]byte(file(key, cert)))
 	wantErrors(t, err, []string{"sql.tls_cert, sql.tls_key", "cannot load them"})
 	// A key that does not match the certificate.
-	_, otherKey := writeCert(t, t.TempDir())
+	_, otherKey := testenv.SelfSignedCert(t, t.TempDir())
 	_, err = Parse([]byte(file(cert, otherKey)))
 	wantErrors(t, err, []string{"sql.tls_cert, sql.tls_key", "cannot load them"})
-}
-
-// writeCert writes a self-signed certificate for 127.0.0.1 and its key as PEM files in dir.
-func writeCert(t *testing.T, dir string) (certFile, keyFile string) {
-	t.Helper()
-	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "keyway test"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &priv.PublicKey, priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return certFile, keyFile
 }
 
 func TestServeArgsSQL(t *testing.T) {

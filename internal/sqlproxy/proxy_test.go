@@ -2,15 +2,8 @@ package sqlproxy
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"database/sql"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -270,7 +263,7 @@ func TestWrongPassword(t *testing.T) {
 
 func TestAuthPlugins(t *testing.T) {
 	m := mariadb(t)
-	certFile, keyFile := selfSignedCert(t)
+	certFile, keyFile := testenv.SelfSignedCert(t, t.TempDir())
 	cfg := testConfig(m.Addr)
 	cfg.SQL.TLSCert, cfg.SQL.TLSKey = certFile, keyFile
 	_, addr := startProxy(t, cfg)
@@ -303,36 +296,6 @@ func TestAuthPlugins(t *testing.T) {
 			}
 		})
 	}
-}
-
-// selfSignedCert writes a throwaway certificate and key for 127.0.0.1.
-func selfSignedCert(t testing.TB) (string, string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "keyway test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), DNSNames: []string{"localhost"},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	cf, kf := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(cf, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(kf, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return cf, kf
 }
 
 func TestLocalInfile(t *testing.T) {
@@ -504,7 +467,7 @@ func TestMariaDBCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := mariadb(t)
-	certFile, keyFile := selfSignedCert(t)
+	certFile, keyFile := testenv.SelfSignedCert(t, t.TempDir())
 	cfg := testConfig(m.Addr)
 	cfg.SQL.TLSCert, cfg.SQL.TLSKey = certFile, keyFile
 	_, addr := startProxy(t, cfg)
