@@ -17,8 +17,7 @@ const batchTimeout = 30 * time.Second
 type setReq struct {
 	ctx  context.Context
 	key  []byte
-	it   Item
-	args []any // writeArgs without the CAS filled in: set by the committer
+	it   Item // its CAS is assigned by the committer
 	resp chan setResp
 }
 
@@ -115,82 +114,103 @@ func (c *Container) commitLoop() {
 	}
 }
 
-// commitBatch writes batch as one multi-row upsert in one transaction and
-// answers each waiter.
+// commitBatch writes batch as one multi-row upsert and answers each waiter.
 func (c *Container) commitBatch(batch []*setReq) {
 	// Drop waiters that gave up before their write started.
 	live := batch[:0:0]
+	rows := make([]Row, 0, len(batch))
 	for _, r := range batch {
 		if r.ctx.Err() != nil {
 			r.resp <- setResp{err: r.ctx.Err()}
 			continue
 		}
-		cas := c.itemCAS(r.it)
-		args, err := c.writeArgs(r.it, cas)
-		if err != nil {
-			r.resp <- setResp{err: err}
-			continue
-		}
-		r.args = append([]any{r.key}, args...)
-		r.it.CAS = cas
+		r.it.CAS = c.AssignCAS(r.it)
 		live = append(live, r)
+		rows = append(rows, Row{Key: r.key, Item: r.it})
 	}
 	if len(live) == 0 {
 		return
 	}
-	// The last Set of a key wins: write only that one (keys compared as the
-	// column's collation would, approximately, so one statement never holds
-	// the same key twice).
-	last := map[string]int{}
-	for i, r := range live {
-		last[c.normKey(string(r.key))] = i
-	}
-	rows := make([]*setReq, 0, len(last))
-	for i, r := range live {
-		if last[c.normKey(string(r.key))] == i {
-			rows = append(rows, r)
-		}
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
-	// One multi-row statement under autocommit is one InnoDB transaction: all
-	// rows or none, durable when it returns. An explicit BEGIN/COMMIT would
-	// only add two round trips.
-	err := c.upsert(ctx, rows)
+	errs := c.WriteRows(ctx, rows)
+	for i, r := range live {
+		if errs[i] != nil {
+			r.resp <- setResp{err: errs[i]}
+		} else {
+			r.resp <- setResp{cas: r.it.CAS}
+		}
+	}
+}
+
+// Row is one row to write: a key and its item, whose CAS is written as given.
+type Row struct {
+	Key  []byte
+	Item Item
+}
+
+// WriteRows writes rows with one multi-row INSERT … ON DUPLICATE KEY UPDATE
+// (under autocommit, one InnoDB transaction: all rows or none, durable when
+// it returns) and returns each row's error, nil for a row now in the table.
+// Each Item.CAS is written as it is: the caller assigns it. When two rows
+// have the same key (as the key column compares them) the later one wins. If
+// the statement fails with a server error (say one value too long), each row
+// is retried alone so one bad row does not fail its neighbours; any other
+// failure is every row's error.
+func (c *Container) WriteRows(ctx context.Context, rows []Row) []error {
+	errs := make([]error, len(rows))
+	args := make([][]any, len(rows))
+	last := map[string]int{} // normalized key → index of its last valid row
+	for i, r := range rows {
+		if err := c.checkKey(r.Key); err != nil {
+			errs[i] = err
+			continue
+		}
+		a, err := c.writeArgs(r.Item, r.Item.CAS)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		args[i] = append([]any{r.Key}, a...)
+		last[c.normKey(string(r.Key))] = i
+	}
+	write := make([][]any, 0, len(last))
+	for i := range rows {
+		if errs[i] == nil && last[c.normKey(string(rows[i].Key))] == i {
+			write = append(write, args[i])
+		}
+	}
+	if len(write) == 0 {
+		return errs
+	}
+	err := c.upsert(ctx, write)
 	c.batches.Add(1)
-	c.batchedSets.Add(uint64(len(rows)))
+	c.batchedSets.Add(uint64(len(write)))
+	byKey := map[string]error{}
 	var me *mysql.MySQLError
-	if err != nil && errors.As(err, &me) && len(rows) > 1 {
-		// A server error (say one value too long): retry each row alone so
-		// every waiter gets its own answer.
-		results := map[string]error{}
-		for _, r := range rows {
-			rctx, rcancel := context.WithTimeout(context.Background(), batchTimeout)
-			results[c.normKey(string(r.key))] = c.upsert(rctx, []*setReq{r})
+	if err != nil && errors.As(err, &me) && len(write) > 1 {
+		for _, a := range write {
+			rctx, rcancel := context.WithTimeout(ctx, batchTimeout)
+			byKey[c.normKey(string(a[0].([]byte)))] = c.mapErr(c.upsert(rctx, [][]any{a}))
 			rcancel()
 		}
-		for _, r := range live {
-			c.answer(r, results[c.normKey(string(r.key))])
+	}
+	for i, r := range rows {
+		if errs[i] != nil {
+			continue
 		}
-		return
+		if e, ok := byKey[c.normKey(string(r.Key))]; ok {
+			errs[i] = e
+		} else {
+			errs[i] = c.mapErr(err)
+		}
 	}
-	for _, r := range live {
-		c.answer(r, err)
-	}
+	return errs
 }
 
-func (c *Container) answer(r *setReq, err error) {
-	if err != nil {
-		r.resp <- setResp{err: c.mapErr(err)}
-		return
-	}
-	r.resp <- setResp{cas: r.it.CAS}
-}
-
-// upsert writes rows with one INSERT … ON DUPLICATE KEY UPDATE, inside an
-// explicit transaction when tx is set (otherwise autocommit, which is one
-// transaction too).
-func (c *Container) upsert(ctx context.Context, rows []*setReq) error {
+// upsert writes rows (each the key, then writeArgs) with one INSERT … ON
+// DUPLICATE KEY UPDATE under autocommit.
+func (c *Container) upsert(ctx context.Context, rows [][]any) error {
 	cols := c.writeCols()
 	var b strings.Builder
 	b.WriteString("INSERT INTO " + c.table + " (" + c.qKey + ", " + strings.Join(cols, ", ") + ") VALUES ")
@@ -201,7 +221,7 @@ func (c *Container) upsert(ctx context.Context, rows []*setReq) error {
 			b.WriteString(", ")
 		}
 		b.WriteString(tuple)
-		args = append(args, r.args...)
+		args = append(args, r...)
 	}
 	b.WriteString(" ON DUPLICATE KEY UPDATE ")
 	for i, col := range cols {

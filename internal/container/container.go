@@ -116,6 +116,10 @@ var (
 	ErrKeyTooLong = errors.New("key too long for the key column")
 	// ErrValueTooLong: a value does not fit its column.
 	ErrValueTooLong = errors.New("value too long for the column")
+	// ErrValueType: a value (or flags, or expiry) is not of its column's type:
+	// not a number for an integer column, out of its range, or not valid UTF-8
+	// for a utf8 text column.
+	ErrValueType = errors.New("value does not fit the column's type")
 	// ErrTooManyValues: the value has more Separator-parts than value columns.
 	ErrTooManyValues = errors.New("value has more parts than the container has value columns")
 	// ErrClosed: the container was closed.
@@ -160,6 +164,9 @@ type Container struct {
 	keyText  bool  // CHAR/VARCHAR (length in characters), not BINARY/VARBINARY (bytes)
 	keyFold  bool  // key collation case-insensitive (for GetMulti matching)
 	keyPad   bool  // key compares ignoring trailing spaces
+	valCols  []fit // what each value column accepts, in ValueColumns order
+	flagsFit fit   // the flags column's range (when there is one)
+	expFit   fit   // the expiry column's range
 
 	mu     sync.RWMutex // guards closed against sends on queue
 	closed bool
@@ -309,6 +316,13 @@ func Open(ctx context.Context, db *sql.DB, def Def, o Options) (*Container, erro
 	}
 	for _, v := range def.ValueColumns {
 		c.qVals = append(c.qVals, quoteIdent(v))
+		c.valCols = append(c.valCols, fitOf(v, cols[strings.ToLower(v)]))
+	}
+	if def.FlagsColumn != "" {
+		c.flagsFit = fitOf(def.FlagsColumn, cols[strings.ToLower(def.FlagsColumn)])
+	}
+	if def.ExpiryColumn != "" {
+		c.expFit = fitOf(def.ExpiryColumn, cols[strings.ToLower(def.ExpiryColumn)])
 	}
 	if def.FlagsColumn != "" {
 		c.qFlags = quoteIdent(def.FlagsColumn)
@@ -416,6 +430,9 @@ func (c *Container) split(v []byte) ([]any, error) {
 	n := len(c.qVals)
 	out := make([]any, n)
 	if n == 1 {
+		if err := c.valCols[0].checkBytes(v); err != nil {
+			return nil, c.errorf("%w", err)
+		}
 		out[0] = nonNil(v)
 		return out, nil
 	}
@@ -429,8 +446,23 @@ func (c *Container) split(v []byte) ([]any, error) {
 		} else {
 			out[i] = ""
 		}
+		if err := c.valCols[i].checkBytes([]byte(out[i].(string))); err != nil {
+			return nil, c.errorf("%w", err)
+		}
 	}
 	return out, nil
+}
+
+// Check reports whether key and it can be written to the table (the key
+// fits the key column; the value, flags and expiry fit theirs) without
+// writing anything. A nil error does not promise the server accepts the row,
+// only that keyway knows no reason it would not.
+func (c *Container) Check(key []byte, it Item) error {
+	if err := c.checkKey(key); err != nil {
+		return err
+	}
+	_, err := c.writeArgs(it, 0)
+	return err
 }
 
 func nonNil(b []byte) []byte {

@@ -354,11 +354,15 @@ func TestTooLong(t *testing.T) {
 	db := openDB(t)
 	c := demo(t, db, "demo_long")
 	long := []byte(strings.Repeat("v", 1025))
+	// Checked before any SQL, against the column's length from information_schema.
 	_, err := c.Set(ctx, []byte("k"), Item{Value: long})
-	var me *mysql.MySQLError
-	if !errors.Is(err, ErrValueTooLong) || !errors.As(err, &me) || !strings.Contains(err.Error(), `"aaa"`) {
+	if !errors.Is(err, ErrValueTooLong) || !strings.Contains(err.Error(), `"aaa"`) || !strings.Contains(err.Error(), "c2 holds 1024 characters") {
 		t.Fatalf("set too long: %v", err)
 	}
+	if err := c.Check([]byte("k"), Item{Value: long}); !errors.Is(err, ErrValueTooLong) {
+		t.Fatalf("check too long: %v", err)
+	}
+
 	if readDemo(t, db, "demo_long", "k").found {
 		t.Fatal("too-long value written")
 	}
@@ -380,7 +384,13 @@ func TestTooLong(t *testing.T) {
 		t.Fatalf("32 two-byte characters fit VARCHAR(32): %v", err)
 	}
 
-	// In a group-committed batch, one too-long value fails only its own Set.
+	// In a group-committed batch, one value the server refuses fails only its
+	// own Set. keyway's own length check is switched off to reach the server.
+	c.valCols[0].maxChars, c.valCols[0].maxOctets = 0, 0
+	var me *mysql.MySQLError
+	if _, err := c.Set(ctx, []byte("k"), Item{Value: long}); !errors.Is(err, ErrValueTooLong) || !errors.As(err, &me) {
+		t.Fatalf("set too long, refused by the server: %v", err)
+	}
 	var wg sync.WaitGroup
 	errs := make([]error, 16)
 	for i := range errs {
@@ -573,5 +583,46 @@ func TestCASSeededFromTable(t *testing.T) {
 	cas := must[uint64](t)(c.Set(ctx, []byte("z"), Item{Value: []byte("v")}))
 	if cas <= high {
 		t.Fatalf("cas %d not above the table's max %d", cas, high)
+	}
+}
+
+// TestValueTypeChecks: values that do not fit their column's type are refused
+// before any SQL, each error naming the column.
+func TestValueTypeChecks(t *testing.T) {
+	db := openDB(t)
+	exec(t, db, "DROP TABLE IF EXISTS test.typed")
+	exec(t, db, "CREATE TABLE test.typed (k VARBINARY(8) PRIMARY KEY, name VARCHAR(4) CHARACTER SET utf8mb4, n TINYINT, u SMALLINT UNSIGNED, f INT)")
+	c, err := Open(ctx, db, Def{Name: "typed", Schema: "test", Table: "typed", KeyColumn: "k",
+		ValueColumns: []string{"name", "n", "u"}, FlagsColumn: "f"}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, tc := range []struct {
+		key, value string
+		flags      uint32
+		want       error
+		column     string
+	}{
+		{"a", "héé!|-128|65535", 0, nil, ""},
+		{"a", "héééé|1|1", 0, ErrValueTooLong, "name"},
+		{"a", "\xff|1|1", 0, ErrValueType, "name"},
+		{"a", "x|128|1", 0, ErrValueType, "n"},
+		{"a", "x|one|1", 0, ErrValueType, "n"},
+		{"a", "x|1|-1", 0, ErrValueType, "u"},
+		{"a", "x|1|65536", 0, ErrValueType, "u"},
+		{"a", "x|1|1", 1 << 31, ErrValueType, "f"},
+		{"a", "x|1|1|extra", 0, ErrTooManyValues, ""},
+		{"123456789", "x|1|1", 0, ErrKeyTooLong, "k"},
+	} {
+		err := c.Check([]byte(tc.key), Item{Value: []byte(tc.value), Flags: tc.flags})
+		if !errors.Is(err, tc.want) || tc.want != nil && !strings.Contains(err.Error(), tc.column) {
+			t.Errorf("check %q=%q flags %d: %v, want %v naming %q", tc.key, tc.value, tc.flags, err, tc.want, tc.column)
+		}
+		if tc.want == nil {
+			if _, err := c.Set(ctx, []byte(tc.key), Item{Value: []byte(tc.value), Flags: tc.flags}); err != nil {
+				t.Errorf("set %q: %v", tc.value, err)
+			}
+		}
 	}
 }

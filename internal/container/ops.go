@@ -206,19 +206,26 @@ func (c *Container) writeArgs(it Item, cas uint64) ([]any, error) {
 		return nil, err
 	}
 	if c.qFlags != "" {
+		if err := c.flagsFit.checkUint(uint64(it.Flags)); err != nil {
+			return nil, c.errorf("flags: %w", err)
+		}
 		args = append(args, it.Flags)
 	}
 	if c.qCAS != "" {
 		args = append(args, cas)
 	}
 	if c.qExp != "" {
+		if err := c.expFit.checkInt(it.Exptime); err != nil {
+			return nil, c.errorf("expiry: %w", err)
+		}
 		args = append(args, it.Exptime)
 	}
 	return args, nil
 }
 
-// itemCAS is the CAS an item written now gets.
-func (c *Container) itemCAS(it Item) uint64 {
+// AssignCAS is the CAS an item written now gets: the next of the process-wide
+// counter with a cas column, else the hash of its value and flags.
+func (c *Container) AssignCAS(it Item) uint64 {
 	if c.qCAS != "" {
 		return nextCAS()
 	}
@@ -258,7 +265,7 @@ func (c *Container) Add(ctx context.Context, key []byte, it Item) (uint64, Statu
 	if err := c.checkKey(key); err != nil {
 		return 0, 0, err
 	}
-	cas := c.itemCAS(it)
+	cas := c.AssignCAS(it)
 	wargs, err := c.writeArgs(it, cas)
 	if err != nil {
 		return 0, 0, err
@@ -286,7 +293,7 @@ func (c *Container) Replace(ctx context.Context, key []byte, it Item) (uint64, S
 	if err := c.checkKey(key); err != nil {
 		return 0, 0, err
 	}
-	cas := c.itemCAS(it)
+	cas := c.AssignCAS(it)
 	wargs, err := c.writeArgs(it, cas)
 	if err != nil {
 		return 0, 0, err
@@ -407,7 +414,7 @@ func (c *Container) inTx(ctx context.Context, key []byte, fn func(tx *sql.Tx, it
 
 // rewrite writes it over key's existing row inside tx and returns its CAS.
 func (c *Container) rewrite(ctx context.Context, tx *sql.Tx, key []byte, it Item) (uint64, error) {
-	cas := c.itemCAS(it)
+	cas := c.AssignCAS(it)
 	wargs, err := c.writeArgs(it, cas)
 	if err != nil {
 		return 0, err

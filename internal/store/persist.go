@@ -13,7 +13,8 @@ package store
 //     FlushInterval (or sooner when a shard's log grows long).
 //
 // Disk layout: key = shard byte + item key; value = version byte, flags (4),
-// exptime (8), cas (8), then the item's value. A flush of a shard is one range
+// exptime (8), cas (8), then the item's value. Journal records (journal.go)
+// use the same value encoding under the prefix byte 0xfe. A flush of a shard is one range
 // delete over its prefix, which is why the shard of a key must not depend on
 // the process: it is chosen by xxhash, not by a per-process seed.
 
@@ -166,6 +167,13 @@ func (d *disk) load() error {
 			dropped++
 			continue
 		}
+		if k[0] == journalPrefix {
+			if s.loadedJournal == nil {
+				s.loadedJournal = map[string][]byte{}
+			}
+			s.loadedJournal[string(k[1:])] = append([]byte(nil), v[itemHeaderLen:]...)
+			continue
+		}
 		item := Item{
 			Flags:   binary.LittleEndian.Uint32(v[1:5]),
 			Exptime: int64(binary.LittleEndian.Uint64(v[5:13])),
@@ -200,7 +208,7 @@ func (d *disk) load() error {
 		return fmt.Errorf("store: cannot load data_dir %q: %w", d.dir, err)
 	}
 	s.nextCAS.Store(maxCAS)
-	s.log.Info("store loaded from disk", "data_dir", d.dir, "items", loaded, "dropped", dropped)
+	s.log.Info("store loaded from disk", "data_dir", d.dir, "items", loaded, "dropped", dropped, "journal_records", len(s.loadedJournal))
 	return nil
 }
 

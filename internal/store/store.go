@@ -123,6 +123,9 @@ type Store struct {
 
 	disk *disk // nil when memory only
 
+	journalMu     sync.Mutex
+	loadedJournal map[string][]byte // journal records found on disk at Open, until taken (journal.go)
+
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup

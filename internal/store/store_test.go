@@ -256,3 +256,47 @@ func TestFullDiskRefusesWrites(t *testing.T) {
 		t.Fatalf("close after failure: %v", err)
 	}
 }
+
+// TestJournalSurvivesRestartAndFlush: journal records come back after a
+// restart (not as items), flush_all leaves them, and deleted ones stay gone.
+func TestJournalSurvivesRestartAndFlush(t *testing.T) {
+	o := Options{MemoryLimit: 1 << 20, DataDir: t.TempDir(), Durability: DurabilitySync}
+	s, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"@@a.1", "@@a.2", "@@b.1"} {
+		if err := s.JournalPut([]byte(k), []byte("v"+k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.JournalPut([]byte("@@a.1"), []byte("newer")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.JournalDelete([]byte("@@a.2")); err != nil {
+		t.Fatal(err)
+	}
+	set(t, s, "item", "x", 0)
+	if err := s.FlushAll(); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s, err = Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if st := s.Stats(); st.CurrItems != 0 {
+		t.Fatalf("journal records or flushed items loaded as items: %d", st.CurrItems)
+	}
+	a := s.TakeJournal("@@a.")
+	if len(a) != 1 || string(a["@@a.1"]) != "newer" {
+		t.Fatalf("journal @@a.: %q", a)
+	}
+	if again := s.TakeJournal("@@a."); len(again) != 0 {
+		t.Fatalf("taken twice: %q", again)
+	}
+	if b := s.TakeJournal("@@b."); len(b) != 1 || string(b["@@b.1"]) != "v@@b.1" {
+		t.Fatalf("journal @@b.: %q", b)
+	}
+}

@@ -1,0 +1,58 @@
+package store
+
+// The journal: small records other packages keep under the store's
+// durability, apart from the items. The write-behind queue of async
+// containers journals each write it acknowledges and removes the record once
+// the table has the write, so a restart finds what was acknowledged and not
+// yet written.
+//
+// Journal records are not items: they are not in memory (only on disk), not
+// charged against the limit, never evicted or expired, and flush_all leaves
+// them alone. They ride the same pending logs and group commit as items, so a
+// JournalPut is as durable as a set when it returns (sync waits for the disk,
+// async within FlushInterval), and a key's records reach the disk in order.
+//
+// Disk key: journalPrefix + key; the value is encoded as an item with no flags.
+
+import "strings"
+
+// journalPrefix is the disk-key prefix of journal records: above every shard
+// number and below the format key.
+const journalPrefix = 0xfe
+
+// JournalPut records value under key. Without persistence it does nothing.
+func (s *Store) JournalPut(key, value []byte) error {
+	return s.journal(record{op: opPut, shard: journalPrefix, key: string(key), value: value})
+}
+
+// JournalDelete removes key's record.
+func (s *Store) JournalDelete(key []byte) error {
+	return s.journal(record{op: opDelete, shard: journalPrefix, key: string(key)})
+}
+
+func (s *Store) journal(rec record) error {
+	if s.disk == nil {
+		return nil
+	}
+	_, sh := s.shardFor([]byte(rec.key))
+	sh.mu.Lock()
+	seq := s.disk.appendLocked(sh, rec)
+	sh.mu.Unlock()
+	return s.waitDurable(seq)
+}
+
+// TakeJournal returns the records whose keys start with prefix as the disk
+// held them when the store opened, and forgets them (the disk keeps them until
+// JournalDelete). Call it before anything journals under prefix.
+func (s *Store) TakeJournal(prefix string) map[string][]byte {
+	s.journalMu.Lock()
+	defer s.journalMu.Unlock()
+	out := map[string][]byte{}
+	for k, v := range s.loadedJournal {
+		if strings.HasPrefix(k, prefix) {
+			out[k] = v
+			delete(s.loadedJournal, k)
+		}
+	}
+	return out
+}
