@@ -583,3 +583,29 @@ func (c *Container) Truncate(ctx context.Context) error {
 	_, err := c.db.ExecContext(ctx, "TRUNCATE TABLE "+c.table)
 	return c.mapErr(err)
 }
+
+// Server error numbers that refuse a row's data: sending the same row again
+// cannot succeed. Everything else (connections, lock waits, deadlocks,
+// read-only servers, privileges) may pass.
+var dataErrors = map[uint16]bool{
+	1048: true, // column cannot be null
+	1062: true, // duplicate entry (on another unique index)
+	1264: true, // out of range value
+	1265: true, // data truncated
+	1292: true, // incorrect value
+	1366: true, // incorrect string value
+	1406: true, // data too long
+	1451: true, // foreign key: row is referenced
+	1452: true, // foreign key: parent row missing
+}
+
+// Refused reports whether err means the row itself cannot be written (keyway's
+// own checks or the server refusing its data), so retrying the same row is
+// pointless. A write-behind queue drops such a row; any other error is retried.
+func Refused(err error) bool {
+	if errors.Is(err, ErrKeyTooLong) || errors.Is(err, ErrValueTooLong) || errors.Is(err, ErrValueType) || errors.Is(err, ErrTooManyValues) {
+		return true
+	}
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && dataErrors[me.Number]
+}

@@ -20,25 +20,30 @@ import "strings"
 // number and below the format key.
 const journalPrefix = 0xfe
 
-// JournalPut records value under key. Without persistence it does nothing.
-func (s *Store) JournalPut(key, value []byte) error {
+// JournalPut appends value under key and returns a function that waits until
+// the record is as durable as the store's durability promises (a set would
+// wait as long). Records of one key reach the disk in the order of the calls
+// that appended them, so a caller that orders its calls (under its own lock)
+// and waits outside that lock keeps its order without holding the lock across
+// a disk sync. Without persistence it does nothing.
+func (s *Store) JournalPut(key, value []byte) (wait func() error) {
 	return s.journal(record{op: opPut, shard: journalPrefix, key: string(key), value: value})
 }
 
-// JournalDelete removes key's record.
-func (s *Store) JournalDelete(key []byte) error {
+// JournalDelete appends the removal of key's record; see JournalPut.
+func (s *Store) JournalDelete(key []byte) (wait func() error) {
 	return s.journal(record{op: opDelete, shard: journalPrefix, key: string(key)})
 }
 
-func (s *Store) journal(rec record) error {
+func (s *Store) journal(rec record) func() error {
 	if s.disk == nil {
-		return nil
+		return func() error { return nil }
 	}
 	_, sh := s.shardFor([]byte(rec.key))
 	sh.mu.Lock()
 	seq := s.disk.appendLocked(sh, rec)
 	sh.mu.Unlock()
-	return s.waitDurable(seq)
+	return func() error { return s.waitDurable(seq) }
 }
 
 // TakeJournal returns the records whose keys start with prefix as the disk

@@ -266,14 +266,14 @@ func TestJournalSurvivesRestartAndFlush(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, k := range []string{"@@a.1", "@@a.2", "@@b.1"} {
-		if err := s.JournalPut([]byte(k), []byte("v"+k)); err != nil {
+		if err := s.JournalPut([]byte(k), []byte("v"+k))(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.JournalPut([]byte("@@a.1"), []byte("newer")); err != nil {
+	if err := s.JournalPut([]byte("@@a.1"), []byte("newer"))(); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.JournalDelete([]byte("@@a.2")); err != nil {
+	if err := s.JournalDelete([]byte("@@a.2"))(); err != nil {
 		t.Fatal(err)
 	}
 	set(t, s, "item", "x", 0)

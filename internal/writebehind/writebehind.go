@@ -1,0 +1,415 @@
+// Package writebehind holds the sets of a write = "async" container that were
+// acknowledged before they reached the table, and writes them there in
+// batches.
+//
+// Invariants:
+//   - Per row key only the latest write waits; a later Put replaces it.
+//   - A Put is journaled in the local store (see store.JournalPut) before it
+//     returns, so it is as durable as a local set; its journal record is
+//     removed only after the table has it (or refused it). A new Queue picks
+//     up the records its container left in the journal and writes them first.
+//   - Until the table has a write, Get answers for the row: a reader never
+//     sees the table's older row in place of an acknowledged write.
+//   - Writes go out every Window, and sooner when MaxBatch rows wait, as
+//     multi-row upserts of at most MaxBatch rows. When MaxPending rows wait
+//     (the table is down or slower than the writers), Put waits for room up
+//     to WaitTimeout and then fails: memory and the loss window stay bounded.
+//   - A row the table refuses for its data (container.Refused) is dropped,
+//     logged and counted, and OnDrop is told so cached copies can go: the
+//     table stays the truth. Any other error keeps every row and retries.
+//   - Sync and Drain wait until writes made before them are in the table:
+//     commands whose answer depends on the row, and SQL statements on the
+//     table, call them first so they act after every acknowledged write.
+package writebehind
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/keywaydb/keyway/internal/container"
+)
+
+// Journal is where acknowledged writes are kept until the table has them
+// (the local store; see store.JournalPut).
+type Journal interface {
+	JournalPut(key, value []byte) (wait func() error)
+	JournalDelete(key []byte) (wait func() error)
+	TakeJournal(prefix string) map[string][]byte
+}
+
+// Options tune a Queue; zero values take the defaults.
+type Options struct {
+	Window      time.Duration // a write is sent to the table within about this long; default 100ms
+	MaxBatch    int           // rows per statement; default 256
+	MaxPending  int           // rows waiting before Put waits for room; default 16384
+	WaitTimeout time.Duration // how long Put, Sync and Drain wait before they fail; default 10s
+	Logger      *slog.Logger
+	OnDrop      func(row []byte) // a write the table refused was dropped
+}
+
+// ErrBehind means the table has fallen too far behind to take more writes now.
+var ErrBehind = errors.New("write-behind queue is full")
+
+// Queue is the write-behind queue of one container.
+type Queue struct {
+	name   string
+	c      *container.Container
+	j      Journal
+	prefix string // journal keys: prefix + row
+	o      Options
+
+	mu      sync.Mutex
+	cond    sync.Cond
+	pending map[string]*entry
+	seq     uint64 // the last Put's number
+	lastErr error  // the last failure to reach the table; nil once a round succeeds
+	closed  bool
+
+	kick chan struct{}
+	quit chan struct{}
+	done chan struct{}
+
+	written, dropped, failedRounds atomic.Uint64
+}
+
+type entry struct {
+	item container.Item
+	seq  uint64
+}
+
+// Stats count a queue's work.
+type Stats struct {
+	Pending      int    // rows waiting for the table
+	Written      uint64 // rows the table took
+	Dropped      uint64 // rows the table refused (see OnDrop)
+	FailedRounds uint64 // rounds that could not reach the table
+}
+
+// New starts the queue of container c, journaling under prefix (unique per
+// container, such as "@@name."). Writes left in the journal by an earlier run
+// wait first.
+func New(c *container.Container, j Journal, prefix string, o Options) *Queue {
+	if o.Window <= 0 {
+		o.Window = 100 * time.Millisecond
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 256
+	}
+	if o.MaxPending <= 0 {
+		o.MaxPending = 16384
+	}
+	if o.WaitTimeout <= 0 {
+		o.WaitTimeout = 10 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	q := &Queue{
+		name: c.Def().Name, c: c, j: j, prefix: prefix, o: o,
+		pending: map[string]*entry{},
+		kick:    make(chan struct{}, 1),
+		quit:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	q.cond.L = &q.mu
+	for k, v := range j.TakeJournal(prefix) {
+		it, ok := decode(v)
+		if !ok {
+			o.Logger.Error("write-behind: unreadable journal record dropped", "container", q.name, "key", k)
+			j.JournalDelete([]byte(k))
+			continue
+		}
+		q.seq++
+		q.pending[k[len(prefix):]] = &entry{item: it, seq: q.seq}
+	}
+	if n := len(q.pending); n > 0 {
+		o.Logger.Info("write-behind: writes acknowledged before the last stop are written first", "container", q.name, "rows", n)
+	}
+	go q.loop()
+	return q
+}
+
+// Put queues item (its CAS already assigned) for row and returns once it is
+// journaled. It fails with ErrBehind when the queue stays full for WaitTimeout.
+func (q *Queue) Put(row []byte, item container.Item) error {
+	q.mu.Lock()
+	if len(q.pending) >= q.o.MaxPending && q.pending[string(row)] == nil {
+		q.nudge()
+		deadline := time.Now().Add(q.o.WaitTimeout)
+		for len(q.pending) >= q.o.MaxPending && q.pending[string(row)] == nil && !q.closed {
+			if !q.waitLocked(deadline) {
+				err := q.behindLocked()
+				q.mu.Unlock()
+				return err
+			}
+		}
+	}
+	if q.closed {
+		q.mu.Unlock()
+		return fmt.Errorf("container %q: %w", q.name, container.ErrClosed)
+	}
+	q.seq++
+	q.pending[string(row)] = &entry{item: item, seq: q.seq}
+	// Appended under q.mu so journal records of a row keep the order of its Puts.
+	wait := q.j.JournalPut(q.journalKey(row), encode(item))
+	if len(q.pending) >= q.o.MaxBatch {
+		q.nudge()
+	}
+	q.mu.Unlock()
+	if err := wait(); err != nil {
+		return fmt.Errorf("container %q: write-behind journal: %w", q.name, err)
+	}
+	return nil
+}
+
+// Get returns the write waiting for row, if there is one.
+func (q *Queue) Get(row []byte) (container.Item, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if e := q.pending[string(row)]; e != nil {
+		return e.item, true
+	}
+	return container.Item{}, false
+}
+
+// Sync returns once the write waiting for row when it was called (if any)
+// is in the table, or fails after WaitTimeout.
+func (q *Queue) Sync(row []byte) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	e := q.pending[string(row)]
+	if e == nil {
+		return nil
+	}
+	q.nudge()
+	deadline := time.Now().Add(q.o.WaitTimeout)
+	for {
+		cur := q.pending[string(row)]
+		if cur == nil || cur.seq > e.seq {
+			return nil
+		}
+		if q.closed || !q.waitLocked(deadline) {
+			return q.behindLocked()
+		}
+	}
+}
+
+// Drain returns once every write waiting when it was called is in the table,
+// or fails after WaitTimeout.
+func (q *Queue) Drain() error { return q.drainUntil(time.Now().Add(q.o.WaitTimeout)) }
+
+func (q *Queue) drainUntil(deadline time.Time) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	upTo := q.seq
+	for {
+		older := false
+		for _, e := range q.pending {
+			if e.seq <= upTo {
+				older = true
+				break
+			}
+		}
+		if !older {
+			return nil
+		}
+		q.nudge()
+		if q.closed || !q.waitLocked(deadline) {
+			return q.behindLocked()
+		}
+	}
+}
+
+// Stats returns the queue's counters.
+func (q *Queue) Stats() Stats {
+	q.mu.Lock()
+	n := len(q.pending)
+	q.mu.Unlock()
+	return Stats{Pending: n, Written: q.written.Load(), Dropped: q.dropped.Load(), FailedRounds: q.failedRounds.Load()}
+}
+
+// closeTimeout bounds how long Close keeps trying to reach the table.
+const closeTimeout = 3 * time.Second
+
+// Close writes what it can within closeTimeout and stops. Writes the table did
+// not take stay in the journal for the next start (with a persistent store;
+// without one they are lost, and the log says how many).
+func (q *Queue) Close() error {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return nil
+	}
+	q.mu.Unlock()
+	err := q.drainUntil(time.Now().Add(min(q.o.WaitTimeout, closeTimeout)))
+	q.mu.Lock()
+	q.closed = true
+	left := len(q.pending)
+	q.cond.Broadcast()
+	q.mu.Unlock()
+	close(q.quit)
+	<-q.done
+	if left > 0 {
+		q.o.Logger.Error("write-behind: writes not in the table at stop stay in the local journal", "container", q.name, "rows", left, "err", err)
+		return fmt.Errorf("container %q: %d acknowledged writes are not in the table: %w", q.name, left, err)
+	}
+	return nil
+}
+
+// loop sends waiting writes every Window, or sooner when nudged.
+func (q *Queue) loop() {
+	defer close(q.done)
+	t := time.NewTicker(q.o.Window)
+	defer t.Stop()
+	for {
+		select {
+		case <-q.quit:
+			return
+		case <-t.C:
+		case <-q.kick:
+		}
+		q.round()
+	}
+}
+
+// round sends every write waiting at its start, MaxBatch rows per
+// statement. It stops at the first batch that cannot reach the table.
+func (q *Queue) round() {
+	q.mu.Lock()
+	if len(q.pending) == 0 {
+		q.mu.Unlock()
+		return
+	}
+	rows := make([]container.Row, 0, len(q.pending))
+	seqs := make([]uint64, 0, len(q.pending))
+	for k, e := range q.pending {
+		rows = append(rows, container.Row{Key: []byte(k), Item: e.item})
+		seqs = append(seqs, e.seq)
+	}
+	q.mu.Unlock()
+	for len(rows) > 0 {
+		n := min(len(rows), q.o.MaxBatch)
+		if !q.send(rows[:n], seqs[:n]) {
+			return
+		}
+		rows, seqs = rows[n:], seqs[n:]
+	}
+}
+
+// send writes one batch and settles its rows; false when the table could not
+// be reached (every row stays).
+func (q *Queue) send(rows []container.Row, seqs []uint64) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), q.o.WaitTimeout)
+	errs := q.c.WriteRows(ctx, rows)
+	cancel()
+	var dropped [][]byte
+	ok := true
+	q.mu.Lock()
+	for i, r := range rows {
+		switch err := errs[i]; {
+		case err == nil:
+			q.written.Add(1)
+		case container.Refused(err):
+			q.dropped.Add(1)
+			dropped = append(dropped, r.Key)
+			q.o.Logger.Error("write-behind: the table refused an acknowledged write; it is dropped", "container", q.name, "key", string(r.Key), "err", err)
+		default:
+			if ok {
+				if q.lastErr == nil {
+					q.o.Logger.Error("write-behind: cannot reach the table; writes wait and are retried", "container", q.name, "pending", len(q.pending), "err", err)
+				}
+				q.lastErr = err
+				q.failedRounds.Add(1)
+			}
+			ok = false
+			continue
+		}
+		// Settled: forget it unless a newer write of the row came meanwhile.
+		if e := q.pending[string(r.Key)]; e != nil && e.seq == seqs[i] {
+			delete(q.pending, string(r.Key))
+			q.j.JournalDelete(q.journalKey(r.Key)) // not waited for: a replayed write is only written again
+		}
+	}
+	if ok && q.lastErr != nil {
+		q.o.Logger.Info("write-behind: the table is reachable again", "container", q.name, "pending", len(q.pending))
+		q.lastErr = nil
+	}
+	q.cond.Broadcast()
+	q.mu.Unlock()
+	if q.o.OnDrop != nil {
+		for _, k := range dropped {
+			q.o.OnDrop(k)
+		}
+	}
+	return ok
+}
+
+// nudge asks the loop for a round now; the caller holds q.mu.
+func (q *Queue) nudge() {
+	select {
+	case q.kick <- struct{}{}:
+	default:
+	}
+}
+
+// waitLocked waits on q.cond until woken or deadline; false once it passed.
+func (q *Queue) waitLocked(deadline time.Time) bool {
+	d := time.Until(deadline)
+	if d <= 0 {
+		return false
+	}
+	t := time.AfterFunc(d, func() {
+		q.mu.Lock()
+		q.cond.Broadcast()
+		q.mu.Unlock()
+	})
+	q.cond.Wait()
+	t.Stop()
+	return time.Now().Before(deadline)
+}
+
+// behindLocked is the error of a wait that ran out; the caller holds q.mu.
+func (q *Queue) behindLocked() error {
+	if q.closed {
+		return fmt.Errorf("container %q: %w", q.name, container.ErrClosed)
+	}
+	reason := "the table is slower than the writers"
+	if q.lastErr != nil {
+		reason = q.lastErr.Error()
+	}
+	return fmt.Errorf("container %q: %w: %d writes wait for the table (%s)", q.name, ErrBehind, len(q.pending), reason)
+}
+
+func (q *Queue) journalKey(row []byte) []byte {
+	return append([]byte(q.prefix), row...)
+}
+
+// Journal record: flags (4), exptime (8), cas (8), then the value.
+const headerLen = 4 + 8 + 8
+
+func encode(it container.Item) []byte {
+	b := make([]byte, headerLen+len(it.Value))
+	binary.LittleEndian.PutUint32(b[0:4], it.Flags)
+	binary.LittleEndian.PutUint64(b[4:12], uint64(it.Exptime))
+	binary.LittleEndian.PutUint64(b[12:20], it.CAS)
+	copy(b[headerLen:], it.Value)
+	return b
+}
+
+func decode(b []byte) (container.Item, bool) {
+	if len(b) < headerLen {
+		return container.Item{}, false
+	}
+	return container.Item{
+		Flags:   binary.LittleEndian.Uint32(b[0:4]),
+		Exptime: int64(binary.LittleEndian.Uint64(b[4:12])),
+		CAS:     binary.LittleEndian.Uint64(b[12:20]),
+		Value:   append([]byte(nil), b[headerLen:]...),
+	}, true
+}

@@ -1,0 +1,237 @@
+package writebehind
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql"
+
+	"github.com/keywaydb/keyway/internal/container"
+	"github.com/keywaydb/keyway/internal/store"
+	"github.com/keywaydb/keyway/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testenv.StopSharedMariaDB()
+	os.Exit(code)
+}
+
+var ctx = context.Background()
+
+func openDB(t *testing.T) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", testenv.SharedMariaDB(t).AppDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// table creates the plugin's demo table and opens a container on it over db.
+func table(t *testing.T, db *sql.DB, name string, create bool) *container.Container {
+	t.Helper()
+	if create {
+		for _, q := range []string{"DROP TABLE IF EXISTS test." + name,
+			"CREATE TABLE test." + name + " (c1 VARCHAR(32) PRIMARY KEY, c2 VARCHAR(64), c3 INT UNSIGNED, c4 BIGINT UNSIGNED, c5 INT UNSIGNED)"} {
+			if _, err := db.Exec(q); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	c, err := container.Open(ctx, db, container.Def{Name: name, Schema: "test", Table: name, KeyColumn: "c1",
+		ValueColumns: []string{"c2"}, FlagsColumn: "c3", CASColumn: "c4", ExpiryColumn: "c5"}, container.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func openStore(t *testing.T, dir string) *store.Store {
+	t.Helper()
+	o := store.Options{MemoryLimit: 8 << 20}
+	if dir != "" {
+		o.DataDir, o.Durability = dir, store.DurabilitySync
+	}
+	s, err := store.Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// rows reads the table as key → "value/flags/cas".
+func rows(t *testing.T, db *sql.DB, name string) map[string]string {
+	t.Helper()
+	r, err := db.Query("SELECT c1, c2, c3, c4 FROM test." + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	out := map[string]string{}
+	for r.Next() {
+		var k, v string
+		var flags, cas uint64
+		if err := r.Scan(&k, &v, &flags, &cas); err != nil {
+			t.Fatal(err)
+		}
+		out[k] = fmt.Sprintf("%s/%d/%d", v, flags, cas)
+	}
+	return out
+}
+
+// TestPutThenTable: concurrent Puts are readable at once through Get, reach
+// the table in batches with their own CAS, and the latest Put of a key wins.
+func TestPutThenTable(t *testing.T) {
+	db := openDB(t)
+	c := table(t, db, "wb_put", true)
+	s := openStore(t, "")
+	defer s.Close()
+	q := New(c, s, "@@wb_put.", Options{Window: time.Hour, MaxBatch: 64})
+	defer q.Close()
+	want := map[string]string{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 50; i++ {
+				k := fmt.Sprintf("k%d", (w*50+i)%300) // the last 100 keys are written twice
+				it := container.Item{Value: []byte(fmt.Sprintf("v%d-%d", w, i)), Flags: uint32(w), CAS: uint64(1000 + w*50 + i)}
+				mu.Lock() // one Put per key at a time, so want holds the last one
+				if err := q.Put([]byte(k), it); err != nil {
+					t.Error(err)
+				}
+				want[k] = fmt.Sprintf("%s/%d/%d", it.Value, it.Flags, it.CAS)
+				if got, ok := q.Get([]byte(k)); !ok && !strings.Contains(rows(t, db, "wb_put")[k], string(it.Value)) {
+					t.Errorf("%s: neither waiting (%v) nor in the table after Put", k, got)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if err := q.Drain(); err != nil {
+		t.Fatal(err)
+	}
+	got := rows(t, db, "wb_put")
+	if len(got) != len(want) {
+		t.Fatalf("%d rows, want %d", len(got), len(want))
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %q", k, got[k], v)
+		}
+	}
+	st := q.Stats()
+	if st.Pending != 0 || st.Written < 300 || st.Dropped != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	if bs := c.Stats(); bs.Batches >= 300 {
+		t.Fatalf("%d statements for %d rows: not batched", bs.Batches, bs.BatchedSets)
+	}
+}
+
+// TestRefusedRowIsDropped: a row the table cannot take is dropped (and
+// reported) without holding back its neighbours.
+func TestRefusedRowIsDropped(t *testing.T) {
+	db := openDB(t)
+	c := table(t, db, "wb_refused", true)
+	s := openStore(t, "")
+	defer s.Close()
+	var droppedKeys []string
+	var mu sync.Mutex
+	q := New(c, s, "@@wb_refused.", Options{Window: time.Hour, OnDrop: func(row []byte) {
+		mu.Lock()
+		droppedKeys = append(droppedKeys, string(row))
+		mu.Unlock()
+	}})
+	defer q.Close()
+	for i, v := range []string{"ok", strings.Repeat("x", 65), "fine"} {
+		if err := q.Put([]byte(fmt.Sprint("r", i)), container.Item{Value: []byte(v), CAS: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := q.Drain(); err != nil {
+		t.Fatal(err)
+	}
+	got := rows(t, db, "wb_refused")
+	if len(got) != 2 || got["r0"] == "" || got["r2"] == "" {
+		t.Fatalf("rows %v", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(droppedKeys) != 1 || droppedKeys[0] != "r1" || q.Stats().Dropped != 1 {
+		t.Fatalf("dropped %v, stats %+v", droppedKeys, q.Stats())
+	}
+}
+
+// TestTableDownBackpressureAndJournal: with the table unreachable, Puts are
+// acknowledged up to MaxPending and then refused with the reason; what was
+// acknowledged stays readable, survives a restart in the store's journal, and
+// reaches the table once it can.
+func TestTableDownBackpressureAndJournal(t *testing.T) {
+	db := openDB(t)
+	table(t, db, "wb_down", true)
+	deadDB, err := sql.Open("mysql", testenv.SharedMariaDB(t).AppDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := table(t, deadDB, "wb_down", false)
+	deadDB.Close() // every write through dead now fails, as with MySQL down
+
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	q := New(dead, s, "@@wb_down.", Options{Window: 10 * time.Millisecond, MaxPending: 4, WaitTimeout: 300 * time.Millisecond})
+	for i := 0; i < 4; i++ {
+		if err := q.Put([]byte(fmt.Sprint("d", i)), container.Item{Value: []byte(fmt.Sprint("v", i)), CAS: uint64(i + 1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = q.Put([]byte("d4"), container.Item{Value: []byte("v4")})
+	if !errors.Is(err, ErrBehind) || !strings.Contains(err.Error(), "database is closed") {
+		t.Fatalf("put beyond MaxPending with the table down: %v", err)
+	}
+	if err := q.Put([]byte("d0"), container.Item{Value: []byte("v0-again"), CAS: 9}); err != nil {
+		t.Fatalf("rewriting a waiting key needs no room: %v", err)
+	}
+	if it, ok := q.Get([]byte("d0")); !ok || string(it.Value) != "v0-again" {
+		t.Fatalf("get d0 while the table is down: %q %v", it.Value, ok)
+	}
+	if err := q.Close(); err == nil || !strings.Contains(err.Error(), "4 acknowledged writes") {
+		t.Fatalf("close with the table down: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows(t, db, "wb_down")) != 0 {
+		t.Fatal("rows written through a closed pool?")
+	}
+
+	// Next start: the journal's writes go to the table.
+	s = openStore(t, dir)
+	defer s.Close()
+	q = New(table(t, db, "wb_down", false), s, "@@wb_down.", Options{Window: 10 * time.Millisecond})
+	defer q.Close()
+	if it, ok := q.Get([]byte("d3")); !ok || string(it.Value) != "v3" || it.CAS != 4 {
+		t.Fatalf("d3 from the journal: %+v %v", it, ok)
+	}
+	if err := q.Drain(); err != nil {
+		t.Fatal(err)
+	}
+	got := rows(t, db, "wb_down")
+	want := map[string]string{"d0": "v0-again/0/9", "d1": "v1/0/2", "d2": "v2/0/3", "d3": "v3/0/4"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("after restart: %v, want %v", got, want)
+	}
+}
