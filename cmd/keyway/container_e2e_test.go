@@ -31,6 +31,28 @@ func startContainers(t *testing.T, policy string) (*testenv.Process, *sql.DB) {
 // returns the SQL door's address and the MariaDB.
 func startContainersWithSQL(t *testing.T, policy string) (*testenv.Process, *sql.DB, string, *testenv.MariaDB) {
 	t.Helper()
+	m, db, sqlAddr, path := setupContainers(t, policy, "")
+	kw := startKeywaySQL(t, sqlAddr, "--config", path)
+	return kw, db, sqlAddr, m
+}
+
+// startKeywaySQL starts keyway with args and waits for its SQL door too.
+func startKeywaySQL(t *testing.T, sqlAddr string, args ...string) *testenv.Process {
+	t.Helper()
+	kw := testenv.NewKeyway(t, args...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := testenv.WaitForPort(ctx, sqlAddr); err != nil {
+		t.Fatalf("SQL door: %v\n%s", err, kw.Output())
+	}
+	return kw
+}
+
+// setupContainers starts MariaDB with the tables and writes the config of
+// startContainersWithSQL, with aaaExtra added to container "aaa"; it returns
+// the SQL door's address and the config's path.
+func setupContainers(t *testing.T, policy, aaaExtra string) (*testenv.MariaDB, *sql.DB, string, string) {
+	t.Helper()
 	m := testenv.NewMariaDB(t)
 	db, err := sql.Open("mysql", m.AppDSN)
 	if err != nil {
@@ -76,6 +98,7 @@ expiry = "c5"
 get = %[2]q
 set = %[2]q
 delete = %[2]q
+%[4]s
 
 [[containers]]
 name = "default"
@@ -85,18 +108,12 @@ values = ["v"]
 get = "db_only"
 set = "db_only"
 delete = "db_only"
-`, m.Addr, policy, sqlAddr)
+`, m.Addr, policy, sqlAddr, aaaExtra)
 	path := filepath.Join(t.TempDir(), "keyway.toml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	kw := testenv.NewKeyway(t, "--config", path)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := testenv.WaitForPort(ctx, sqlAddr); err != nil {
-		t.Fatalf("SQL door: %v\n%s", err, kw.Output())
-	}
-	return kw, db, sqlAddr, m
+	return m, db, sqlAddr, path
 }
 
 // TestSQLDoorWriteInvalidatesMemcacheRow: with the caching policy, an UPDATE

@@ -62,6 +62,10 @@ type Container struct {
 	Delete string // "delete": default "caching"
 	Flush  string // "flush": default "cache_only" (flush_all never truncates a table unless this is "db_only")
 	Write  string // "write": "sync" (default: acknowledged after COMMIT) or "async"
+	// With write = "async": sets wait at most WriteWindow before they are sent
+	// to the table, and when WriteMaxPending rows wait, writers wait for room.
+	WriteWindow     time.Duration // "write_window": default 100ms
+	WriteMaxPending int           // "write_max_pending": default 16384
 }
 
 // Migrate imports configuration from an existing installation.
@@ -188,6 +192,9 @@ const (
 	defaultDelPolicy   = PolicyCaching
 	defaultFlushPolicy = PolicyCacheOnly
 	defaultWrite       = WriteSync
+	defaultWriteWindow = 100 * time.Millisecond
+	defaultMaxPending  = 16384
+	maxWriteWindow     = time.Minute
 	maxIdentifier      = 64 // MySQL's limit on table and column names
 )
 
@@ -230,6 +237,8 @@ const (
 	wantOptColumn       = `want a column name (letters, digits, _ or $; at most 64 characters), or "" for none`
 	wantPolicy          = `want "cache_only", "db_only", "caching" or "disabled"`
 	wantWrite           = `want "sync" (acknowledged after COMMIT) or "async" (written behind)`
+	wantWriteWindow     = `want a duration from "1ms" to "1m": how long an async set waits before it is sent to the table`
+	wantWriteMaxPending = `want a whole number from 1 to 1048576: rows an async container lets wait for the table before writers wait`
 	wantMigrateGroup    = `want the name of the [[groups]] entry whose server has the innodb_memcache schema, or "" for none`
 )
 
@@ -290,6 +299,12 @@ func (k *Container) ensureDefaults() {
 	}
 	if k.Write == "" {
 		k.Write = defaultWrite
+	}
+	if k.WriteWindow == 0 {
+		k.WriteWindow = defaultWriteWindow
+	}
+	if k.WriteMaxPending == 0 {
+		k.WriteMaxPending = defaultMaxPending
 	}
 }
 
@@ -441,6 +456,12 @@ func (k *Container) validate(key string, p *problems) {
 	}
 	if k.Write != WriteSync && k.Write != WriteAsync {
 		p.add(key+"write", strconv.Quote(k.Write), wantWrite)
+	}
+	if k.WriteWindow < time.Millisecond || k.WriteWindow > maxWriteWindow {
+		p.add(key+"write_window", strconv.Quote(k.WriteWindow.String()), wantWriteWindow)
+	}
+	if k.WriteMaxPending < 1 || k.WriteMaxPending > 1<<20 {
+		p.add(key+"write_max_pending", strconv.Itoa(k.WriteMaxPending), wantWriteMaxPending)
 	}
 }
 

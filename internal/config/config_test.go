@@ -852,6 +852,8 @@ set = "cache_only"
 delete = "disabled"
 flush = "db_only"
 write = "async"
+write_window = "250ms"
+write_max_pending = 500
 
 [[containers]]
 name = "b"
@@ -867,12 +869,12 @@ innodb_memcache = "h"
 	}
 	want := []Container{
 		{Name: "default", Group: "g", Table: "test.demo_test", Key: "c1", Values: []string{"c2"}, Separator: "|",
-			Get: "caching", Set: "caching", Delete: "caching", Flush: "cache_only", Write: "sync"},
+			Get: "caching", Set: "caching", Delete: "caching", Flush: "cache_only", Write: "sync", WriteWindow: 100 * time.Millisecond, WriteMaxPending: 16384},
 		{Name: "aaa_1", Group: "h", Table: "shop.kv", Key: "k", Values: []string{"v1", "v2", "v$3"}, Separator: ",",
 			Flags: "f", CAS: "c", Expiry: "e", Get: PolicyDBOnly, Set: PolicyCacheOnly, Delete: PolicyDisabled,
-			Flush: PolicyDBOnly, Write: WriteAsync},
+			Flush: PolicyDBOnly, Write: WriteAsync, WriteWindow: 250 * time.Millisecond, WriteMaxPending: 500},
 		{Name: "b", Group: "g", Table: "s.t", Key: "k", Values: []string{"a", "b", "c"}, Separator: "|",
-			Get: "caching", Set: "caching", Delete: "caching", Flush: "cache_only", Write: "sync"},
+			Get: "caching", Set: "caching", Delete: "caching", Flush: "cache_only", Write: "sync", WriteWindow: 100 * time.Millisecond, WriteMaxPending: 16384},
 	}
 	if !reflect.DeepEqual(c.Containers, want) {
 		t.Errorf("containers =\n%+v\nwant\n%+v", c.Containers, want)
@@ -901,7 +903,7 @@ func TestEnsureDefaultsContainers(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := Container{Name: "a", Group: "one", Table: "s.t", Key: "k", Values: []string{"v"}, Separator: "|",
-		Get: "caching", Set: "caching", Delete: "caching", Flush: "cache_only", Write: "sync"}
+		Get: "caching", Set: "caching", Delete: "caching", Flush: "cache_only", Write: "sync", WriteWindow: 100 * time.Millisecond, WriteMaxPending: 16384}
 	if !reflect.DeepEqual(c.Containers[0], a) {
 		t.Errorf("container 0 = %+v, want %+v", c.Containers[0], a)
 	}
@@ -926,6 +928,8 @@ set = "DB_ONLY"
 delete = "none"
 flush = "truncate"
 write = "later"
+write_window = "2m"
+write_max_pending = 0
 
 [[containers]]
 name = "dup"
@@ -962,6 +966,8 @@ innodb_memcache = "x"
 		[]string{`containers[0].delete = "none"`},
 		[]string{`containers[0].flush = "truncate"`},
 		[]string{`containers[0].write = "later"`, `"sync"`, `"async"`},
+		[]string{`containers[0].write_window = "2m0s"`, `"1ms" to "1m"`},
+		[]string{`containers[0].write_max_pending = 0`, "from 1 to 1048576"},
 		[]string{`containers[1].table = "a.b.c"`, `"schema.table"`},
 		[]string{`containers[1].values[1] = ""`, "column name"},
 		[]string{`containers[2].name = "dup"`, "unique", "containers[1] has it already"},

@@ -91,6 +91,9 @@ type containerFile struct {
 	Delete    any `toml:"delete"`
 	Flush     any `toml:"flush"`
 	Write     any `toml:"write"`
+	// write-behind tuning
+	WriteWindow     any `toml:"write_window"`
+	WriteMaxPending any `toml:"write_max_pending"`
 }
 
 type migrateFile struct {
@@ -136,6 +139,8 @@ func (f *containerFile) applyTo(k *Container, groups []Group, key string, d *dec
 	d.str(key+"delete", f.Delete, wantPolicy, &k.Delete)
 	d.str(key+"flush", f.Flush, wantPolicy, &k.Flush)
 	d.str(key+"write", f.Write, wantWrite, &k.Write)
+	d.duration(key+"write_window", f.WriteWindow, wantWriteWindow, &k.WriteWindow)
+	d.integer(key+"write_max_pending", f.WriteMaxPending, wantWriteMaxPending, &k.WriteMaxPending)
 	if f.Group == nil && len(groups) > 0 {
 		k.Group = groups[0].Name
 	}

@@ -503,6 +503,13 @@ func (e *Engine) flushNow() error {
 		if t.Flush != PolicyDBOnly {
 			continue
 		}
+		if t.Behind != nil {
+			// Sets acknowledged before the flush are flushed with it, not after.
+			if err := t.Behind.Drain(); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), tableTimeout)
 		if err := t.C.Truncate(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("container %q: truncate: %w", t.Name, err))

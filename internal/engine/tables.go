@@ -15,11 +15,21 @@ package engine
 // container's generation before it invalidates, and a fill is stored only if
 // the generation it read before its query is still current (checked under the
 // store's shard lock, so an invalidation cannot slip between check and store).
+//
+// Write-behind (write = "async"): a plain set is checked against the table's
+// columns, queued (see package writebehind) and cached, and acknowledged
+// without waiting for the table. Until the table has it, the queue answers
+// reads of the row: a read takes the generation first, then asks the queue,
+// then the table, so a fill can never cache the table's older row over a
+// queued write. Every other command on a row first waits for the row's queued
+// write (Sync), because its answer depends on the row; flush_all and the SQL
+// door's writes wait for the whole queue (Drain).
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,6 +38,7 @@ import (
 
 	"github.com/keywaydb/keyway/internal/container"
 	"github.com/keywaydb/keyway/internal/store"
+	"github.com/keywaydb/keyway/internal/writebehind"
 )
 
 // Table is a container as the engine uses it, with its policies.
@@ -35,7 +46,8 @@ type Table struct {
 	Name                    string
 	Source                  string // the table, "schema.table", lower-case
 	C                       *container.Container
-	Get, Set, Delete, Flush string // policies; see config.Policy*
+	Get, Set, Delete, Flush string             // policies; see config.Policy*
+	Behind                  *writebehind.Queue // write = "async": the sets not yet in the table; nil for sync
 
 	gen atomic.Uint64 // bumped by every write; a fill from an older generation is not stored
 	// epoch invalidates every cached row of the container at once (a write
@@ -119,6 +131,9 @@ func (e *Engine) tableGet(t *Table, row []byte) (store.Item, bool, error) {
 	case PolicyDisabled:
 		return store.Item{}, false, disabled(t, "get")
 	case PolicyDBOnly:
+		if it, ok, waiting := e.queued(t, row); waiting {
+			return it, ok, nil
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), tableTimeout)
 		defer cancel()
 		it, ok, err := t.C.Get(ctx, row)
@@ -165,9 +180,15 @@ func (t *Table) readOnce(row []byte) *fill {
 	f := &fill{gen: t.gen.Load(), epoch: t.epoch.Load(), done: make(chan struct{})}
 	t.fills[string(row)] = f
 	t.fillMu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), tableTimeout)
-	f.it, f.ok, f.err = t.C.Get(ctx, row)
-	cancel()
+	// The queue is asked after the generation is taken: a write queued later
+	// bumps the generation, so this fill will not be cached over it.
+	if it, ok := t.queuedRow(row); ok {
+		f.it, f.ok = it, !expired(it.Exptime, time.Now().Unix())
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), tableTimeout)
+		f.it, f.ok, f.err = t.C.Get(ctx, row)
+		cancel()
+	}
 	t.fillMu.Lock()
 	if t.fills[string(row)] == f {
 		delete(t.fills, string(row))
@@ -175,6 +196,85 @@ func (t *Table) readOnce(row []byte) *fill {
 	t.fillMu.Unlock()
 	close(f.done)
 	return f
+}
+
+// queuedRow is the write-behind queue's write for row, if one is waiting.
+func (t *Table) queuedRow(row []byte) (container.Item, bool) {
+	if t.Behind == nil {
+		return container.Item{}, false
+	}
+	return t.Behind.Get(row)
+}
+
+// queued answers a read of row from the write-behind queue: waiting reports
+// that a write is queued, ok that it is a live item.
+func (e *Engine) queued(t *Table, row []byte) (it store.Item, ok, waiting bool) {
+	r, waiting := t.queuedRow(row)
+	if !waiting {
+		return store.Item{}, false, false
+	}
+	if expired(r.Exptime, e.st.Now()) {
+		return store.Item{}, false, true
+	}
+	return fromRow(r), true, true
+}
+
+func expired(exptime, now int64) bool { return exptime != 0 && exptime <= now }
+
+// writeBehind acknowledges a plain set on an async container once it is
+// checked against the table's columns, queued (journaled) and cached; the
+// queue writes it to the table later.
+func (e *Engine) writeBehind(t *Table, row []byte, item container.Item) (Status, uint64, error) {
+	if err := t.C.Check(row, item); err != nil {
+		return Failed, 0, err
+	}
+	item.CAS = t.C.AssignCAS(item)
+	var gen uint64
+	err := t.Behind.Put(row, item, func() { gen = t.gen.Add(1) })
+	if err != nil {
+		return Failed, 0, err
+	}
+	// Cache the write unless another write of the container was queued after
+	// it; then drop the copy instead (that write caches its own), so the local
+	// copy is never older than the queue.
+	sk := storeKey(t, row)
+	local := fromRow(item)
+	local.Tag = t.epoch.Load()
+	cache := t.Get == PolicyCaching
+	_, err = e.st.Update(sk, func(*store.Item) (store.Action, store.Item) {
+		if cache && t.gen.Load() == gen {
+			return store.Replace, local
+		}
+		return store.Remove, store.Item{}
+	})
+	if err != nil {
+		// Queued and journaled: the write stands; only the cached copy failed.
+		e.st.Update(sk, func(*store.Item) (store.Action, store.Item) { return store.Remove, store.Item{} })
+	}
+	return Stored, item.CAS, nil
+}
+
+// DroppedWrite is told by a write-behind queue that the table refused a
+// queued write of row: the cached copy goes, so the table stays the truth.
+func (e *Engine) DroppedWrite(t *Table, row []byte) {
+	t.gen.Add(1)
+	e.st.Update(storeKey(t, row), func(*store.Item) (store.Action, store.Item) { return store.Remove, store.Item{} })
+}
+
+// SyncTables waits until the write-behind queues of the containers on the
+// named tables (named as for InvalidateTables) have written every set they
+// acknowledged. The SQL door calls it before a statement that writes those
+// tables, so the statement acts after every acknowledged memcache write.
+func (e *Engine) SyncTables(db string, names []string) error {
+	var errs []error
+	for _, t := range e.tablesNamed(db, names) {
+		if t.Behind != nil {
+			if err := t.Behind.Drain(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func fromRow(it container.Item) store.Item {
@@ -187,6 +287,12 @@ func fromRow(it container.Item) store.Item {
 func (e *Engine) tableWrite(t *Table, row []byte, policy, op string, write func(ctx context.Context) error) error {
 	if policy == PolicyDisabled {
 		return disabled(t, op)
+	}
+	if t.Behind != nil {
+		// The answer depends on the row: let its queued write land first.
+		if err := t.Behind.Sync(row); err != nil {
+			return err
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), tableTimeout)
 	defer cancel()
@@ -224,6 +330,9 @@ func statusOf(s container.Status) Status {
 // cache_only).
 func (e *Engine) tableStore(t *Table, mode Mode, row, value []byte, flags uint32, deadline int64, cas uint64) (status Status, newCAS uint64, err error) {
 	item := container.Item{Value: value, Flags: flags, Exptime: deadline}
+	if t.Behind != nil && mode == Set && cas == 0 && t.Set != PolicyDisabled {
+		return e.writeBehind(t, row, item)
+	}
 	err = e.tableWrite(t, row, t.Set, "set", func(ctx context.Context) error {
 		var s container.Status
 		var werr error
@@ -313,18 +422,29 @@ func (e *Engine) metaKey(key []byte) ([]byte, error) {
 // name matches that table in any schema). The SQL door calls it for each write
 // before the client sees the reply.
 func (e *Engine) InvalidateTables(db string, names []string) {
+	for _, t := range e.tablesNamed(db, names) {
+		t.gen.Add(1)
+		t.epoch.Add(1)
+	}
+}
+
+// tablesNamed returns the containers on the named tables ("schema.table", or
+// "table" in database db; with db unknown, a bare name matches that table in
+// any schema).
+func (e *Engine) tablesNamed(db string, names []string) []*Table {
+	var out []*Table
 	for _, name := range names {
 		name = strings.ToLower(name)
 		if !strings.Contains(name, ".") && db != "" {
 			name = strings.ToLower(db) + "." + name
 		}
 		for _, t := range e.tables {
-			if t.Source == name || (!strings.Contains(name, ".") && strings.HasSuffix(t.Source, "."+name)) {
-				t.gen.Add(1)
-				t.epoch.Add(1)
+			if (t.Source == name || (!strings.Contains(name, ".") && strings.HasSuffix(t.Source, "."+name))) && !slices.Contains(out, t) {
+				out = append(out, t)
 			}
 		}
 	}
+	return out
 }
 
 // GetMulti looks up keys in order, as a multi-key get: the local store
@@ -376,9 +496,30 @@ func (e *Engine) GetMulti(keys [][]byte) ([]store.Item, []bool, error) {
 	}
 	for t, n := range needs {
 		gen, epoch := t.gen.Load(), t.epoch.Load()
-		ctx, cancel := context.WithTimeout(context.Background(), tableTimeout)
-		rows, err := t.C.GetMulti(ctx, n.row)
-		cancel()
+		// Queued writes answer for their rows (asked after the generation is
+		// taken; see readOnce); the table is asked for the rest.
+		var ask [][]byte
+		queued := map[string]container.Item{}
+		for _, row := range n.row {
+			if it, ok := t.queuedRow(row); ok {
+				queued[string(row)] = it
+			} else {
+				ask = append(ask, row)
+			}
+		}
+		rows := map[string]container.Item{}
+		var err error
+		if len(ask) > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), tableTimeout)
+			rows, err = t.C.GetMulti(ctx, ask)
+			cancel()
+		}
+		now := e.st.Now()
+		for k, it := range queued {
+			if !expired(it.Exptime, now) {
+				rows[k] = it
+			}
+		}
 		if err != nil {
 			if firstErr == nil {
 				firstErr = fmt.Errorf("container %q: %w", t.Name, err)

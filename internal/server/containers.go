@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/keywaydb/keyway/internal/config"
 	"github.com/keywaydb/keyway/internal/container"
 	"github.com/keywaydb/keyway/internal/engine"
+	"github.com/keywaydb/keyway/internal/writebehind"
 )
 
 // openTables opens every configured container (and, with [migrate]
@@ -20,7 +22,7 @@ import (
 // group's primary, checking each against the real table, and returns them
 // bound to their policies with the *sql.DB pools to close later. On an error
 // nothing stays open.
-func openTables(ctx context.Context, cfg config.Config) (_ []*engine.Table, _ []*sql.DB, err error) {
+func openTables(ctx context.Context, cfg config.Config, eng *engine.Engine, log *slog.Logger) (_ []*engine.Table, _ []*sql.DB, err error) {
 	dbs := map[string]*sql.DB{}
 	var opened []*engine.Table
 	defer func() {
@@ -51,9 +53,9 @@ func openTables(ctx context.Context, cfg config.Config) (_ []*engine.Table, _ []
 	}
 	seen := map[string]bool{}
 	for i, c := range containers {
-		// Refuse what keyway cannot do yet rather than silently doing something else.
-		if c.Write == config.WriteAsync {
-			return nil, nil, fmt.Errorf("containers[%d].write = \"async\" (container %q): write-behind is not implemented yet; use \"sync\"", i, c.Name)
+		// Write-behind only has something to do where sets reach the table.
+		if c.Write == config.WriteAsync && c.Set != config.PolicyCaching && c.Set != config.PolicyDBOnly {
+			return nil, nil, fmt.Errorf("containers[%d] (container %q): write = \"async\" needs set = \"caching\" or \"db_only\", not %q", i, c.Name, c.Set)
 		}
 		if seen[c.Name] {
 			return nil, nil, fmt.Errorf("container %q is defined twice (in [[containers]] and the innodb_memcache schema?)", c.Name)
@@ -73,8 +75,15 @@ func openTables(ctx context.Context, cfg config.Config) (_ []*engine.Table, _ []
 		if err != nil {
 			return nil, nil, fmt.Errorf("container %q on group %s (%s): %w", c.Name, g.Name, g.Primary, err)
 		}
-		opened = append(opened, &engine.Table{Name: c.Name, Source: strings.ToLower(c.Table), C: ct,
-			Get: c.Get, Set: c.Set, Delete: c.Delete, Flush: c.Flush})
+		t := &engine.Table{Name: c.Name, Source: strings.ToLower(c.Table), C: ct,
+			Get: c.Get, Set: c.Set, Delete: c.Delete, Flush: c.Flush}
+		if c.Write == config.WriteAsync {
+			t.Behind = writebehind.New(ct, eng.Store(), "@@"+c.Name+".", writebehind.Options{
+				Window: c.WriteWindow, MaxPending: c.WriteMaxPending, Logger: log,
+				OnDrop: func(row []byte) { eng.DroppedWrite(t, row) },
+			})
+		}
+		opened = append(opened, t)
 	}
 	var pools []*sql.DB
 	for _, db := range dbs {
@@ -108,11 +117,18 @@ func openGroupDB(g config.Group) *sql.DB {
 	return db
 }
 
-// closeTables stops the containers' group committers (answering queued
-// writes) and closes their pools.
+// closeTables stops the containers' write-behind queues (writing what they
+// can; the rest stays in the store's journal) and group committers (answering
+// queued writes), and closes their pools.
 func closeTables(tables []*engine.Table, dbs []*sql.DB) error {
 	var errs []error
 	for _, t := range tables {
+		if t.Behind != nil {
+			// Before the container: the queue's last writes go through it.
+			if err := t.Behind.Close(); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		if err := t.C.Close(); err != nil {
 			errs = append(errs, err)
 		}

@@ -71,13 +71,17 @@ func Start(cfg config.Config, log *slog.Logger) (*Server, error) {
 	}
 	eng := engine.New(st, engine.Options{MaxItemSize: cfg.Memcache.MaxItemSize})
 	openCtx, cancelOpen := context.WithTimeout(context.Background(), 30*time.Second)
-	tables, tableDBs, err := openTables(openCtx, cfg)
+	tables, tableDBs, err := openTables(openCtx, cfg, eng, log)
 	cancelOpen()
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
 	eng.SetTables(tables)
+	if left := st.TakeJournal("@@"); len(left) > 0 {
+		// Kept on disk: configuring the container again writes them.
+		log.Warn("the store's journal holds acknowledged writes for containers that are not configured (or not async) now; they stay until such a container is configured", "rows", len(left))
+	}
 	ln, err := net.Listen("tcp", cfg.Memcache.Listen)
 	if err != nil {
 		closeTables(tables, tableDBs)
@@ -126,6 +130,8 @@ func (s *Server) startSQLAndAdmin() error {
 			Logger:  s.log,
 			// One truth across doors: SQL writes drop the memcache door's cached rows.
 			Invalidate: s.engine.InvalidateTables,
+			// ... and act after every memcache write acknowledged before them.
+			BeforeWrite: s.engine.SyncTables,
 		})
 		if err != nil {
 			return err

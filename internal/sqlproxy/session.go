@@ -310,6 +310,12 @@ func (ss *session) forward(p []byte, relay func() (int64, bool, error)) error {
 
 // exchange is forward returning the row count and whether the reply was an ERR.
 func (ss *session) exchange(p []byte, relay func() (int64, bool, error)) (int64, bool, error) {
+	if e := ss.beforeWrite(); e != nil {
+		if err := ss.c.WriteError(e); err != nil {
+			return 0, true, err
+		}
+		return 0, true, ss.c.Flush()
+	}
 	if err := ss.writeCommand(p); err != nil {
 		return 0, true, err
 	}
@@ -500,6 +506,24 @@ func errUnexpected(what string, first []byte) error {
 	return fmt.Errorf("%w: unexpected backend packet 0x%02x %s", mysqlwire.ErrMalformed, b, what)
 }
 
+// writesTables reports whether plan may change the rows of the tables it names.
+func writesTables(plan *Plan) bool {
+	return (plan.Class == ClassWrite || plan.Class == ClassDDL || plan.Class == ClassOther) && len(plan.Tables) > 0
+}
+
+// beforeWrite runs the BeforeWrite hook for the command in flight when it
+// writes tables; a failure becomes the client's error.
+func (ss *session) beforeWrite() *mysqlwire.Error {
+	plan, hook := ss.written, ss.s.opts.BeforeWrite
+	if plan == nil || hook == nil || !writesTables(plan) {
+		return nil
+	}
+	if err := hook(ss.db, plan.Tables); err != nil {
+		return mysqlwire.NewError(mysqlwire.ERUnknownError, "HY000", "keyway: the statement was not sent: %v", err)
+	}
+	return nil
+}
+
 // invalidateWritten tells the cache about the tables the command in flight
 // wrote (even when it failed: part of a multi-statement may have applied),
 // and, when a transaction ends, about every table written inside it.
@@ -509,7 +533,7 @@ func (ss *session) invalidateWritten(failed bool) {
 	if plan == nil || inv == nil {
 		return
 	}
-	writes := (plan.Class == ClassWrite || plan.Class == ClassDDL || plan.Class == ClassOther) && len(plan.Tables) > 0
+	writes := writesTables(plan)
 	if plan.InTransaction && !failed {
 		// Stays set: after SET autocommit=0 every COMMIT starts the next
 		// transaction implicitly, so keyway cannot tell when one is open.

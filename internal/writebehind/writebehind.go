@@ -137,7 +137,10 @@ func New(c *container.Container, j Journal, prefix string, o Options) *Queue {
 
 // Put queues item (its CAS already assigned) for row and returns once it is
 // journaled. It fails with ErrBehind when the queue stays full for WaitTimeout.
-func (q *Queue) Put(row []byte, item container.Item) error {
+// queued, when not nil, runs under the queue's lock right after the write is
+// queued, so for concurrent Puts of a row it runs in queue order; it must not
+// block or call the queue.
+func (q *Queue) Put(row []byte, item container.Item, queued func()) error {
 	q.mu.Lock()
 	if len(q.pending) >= q.o.MaxPending && q.pending[string(row)] == nil {
 		q.nudge()
@@ -156,6 +159,9 @@ func (q *Queue) Put(row []byte, item container.Item) error {
 	}
 	q.seq++
 	q.pending[string(row)] = &entry{item: item, seq: q.seq}
+	if queued != nil {
+		queued()
+	}
 	// Appended under q.mu so journal records of a row keep the order of its Puts.
 	wait := q.j.JournalPut(q.journalKey(row), encode(item))
 	if len(q.pending) >= q.o.MaxBatch {

@@ -109,7 +109,7 @@ func TestPutThenTable(t *testing.T) {
 				k := fmt.Sprintf("k%d", (w*50+i)%300) // the last 100 keys are written twice
 				it := container.Item{Value: []byte(fmt.Sprintf("v%d-%d", w, i)), Flags: uint32(w), CAS: uint64(1000 + w*50 + i)}
 				mu.Lock() // one Put per key at a time, so want holds the last one
-				if err := q.Put([]byte(k), it); err != nil {
+				if err := q.Put([]byte(k), it, nil); err != nil {
 					t.Error(err)
 				}
 				want[k] = fmt.Sprintf("%s/%d/%d", it.Value, it.Flags, it.CAS)
@@ -158,7 +158,7 @@ func TestRefusedRowIsDropped(t *testing.T) {
 	}})
 	defer q.Close()
 	for i, v := range []string{"ok", strings.Repeat("x", 65), "fine"} {
-		if err := q.Put([]byte(fmt.Sprint("r", i)), container.Item{Value: []byte(v), CAS: 1}); err != nil {
+		if err := q.Put([]byte(fmt.Sprint("r", i)), container.Item{Value: []byte(v), CAS: 1}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -194,15 +194,15 @@ func TestTableDownBackpressureAndJournal(t *testing.T) {
 	s := openStore(t, dir)
 	q := New(dead, s, "@@wb_down.", Options{Window: 10 * time.Millisecond, MaxPending: 4, WaitTimeout: 300 * time.Millisecond})
 	for i := 0; i < 4; i++ {
-		if err := q.Put([]byte(fmt.Sprint("d", i)), container.Item{Value: []byte(fmt.Sprint("v", i)), CAS: uint64(i + 1)}); err != nil {
+		if err := q.Put([]byte(fmt.Sprint("d", i)), container.Item{Value: []byte(fmt.Sprint("v", i)), CAS: uint64(i + 1)}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	err = q.Put([]byte("d4"), container.Item{Value: []byte("v4")})
+	err = q.Put([]byte("d4"), container.Item{Value: []byte("v4")}, nil)
 	if !errors.Is(err, ErrBehind) || !strings.Contains(err.Error(), "database is closed") {
 		t.Fatalf("put beyond MaxPending with the table down: %v", err)
 	}
-	if err := q.Put([]byte("d0"), container.Item{Value: []byte("v0-again"), CAS: 9}); err != nil {
+	if err := q.Put([]byte("d0"), container.Item{Value: []byte("v0-again"), CAS: 9}, nil); err != nil {
 		t.Fatalf("rewriting a waiting key needs no room: %v", err)
 	}
 	if it, ok := q.Get([]byte("d0")); !ok || string(it.Value) != "v0-again" {
