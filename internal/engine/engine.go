@@ -285,7 +285,7 @@ func (e *Engine) Delete(key []byte, cas uint64) (Status, error) {
 	}
 	if local == nil {
 		if cas != 0 {
-			return Failed, fmt.Errorf("container %q: delete with a cas is not supported", t.Name)
+			return Failed, clientErrorf("container %q: delete with a cas is not supported on a table", t.Name)
 		}
 		err := e.tableWrite(t, row, t.Delete, "delete", func(ctx context.Context) error {
 			s, err := t.C.Delete(ctx, row)

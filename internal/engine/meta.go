@@ -58,10 +58,14 @@ type MetaGetResult struct {
 // reader under R.
 func (e *Engine) MetaGet(key []byte, r MetaGetRequest) (MetaGetResult, error) {
 	res := MetaGetResult{Now: e.st.Now()}
-	key, err := e.metaKey(key)
+	t, _, local, err := e.metaRoute(key)
 	if err != nil {
 		return res, err
 	}
+	if local == nil {
+		return e.tableMetaGet(t, key, r, res)
+	}
+	key = local
 	ttl, vivify, recache := e.Deadline(r.TTL), e.Deadline(r.VivifyTTL), e.Deadline(r.RecacheTTL)
 	it, err := e.st.Update(key, func(cur *store.Item) (store.Action, store.Item) {
 		if cur == nil {
@@ -128,10 +132,14 @@ type MetaSetRequest struct {
 // NotFound, and on Stored the new item. As memcached does, a C with Add, or
 // with Append and Prepend on a miss, compares nothing, and C0 never matches.
 func (e *Engine) MetaSet(key, value []byte, r MetaSetRequest) (Status, store.Item, error) {
-	key, err := e.metaKey(key)
+	t, _, local, err := e.metaRoute(key)
 	if err != nil {
 		return Failed, store.Item{}, err
 	}
+	if local == nil {
+		return e.tableMetaSet(t, key, value, r)
+	}
+	key = local
 	if int64(len(value)) > e.maxItemSize {
 		e.RefuseTooLarge(Set, key)
 		return TooLarge, store.Item{}, nil
@@ -212,10 +220,14 @@ type MetaDeleteRequest struct {
 // MetaDelete removes or invalidates key for md. It returns Deleted (for
 // either), NotFound or Exists.
 func (e *Engine) MetaDelete(key []byte, r MetaDeleteRequest) (Status, error) {
-	key, err := e.metaKey(key)
+	t, _, local, err := e.metaRoute(key)
 	if err != nil {
 		return Failed, err
 	}
+	if local == nil {
+		return e.tableMetaDelete(t, key, r)
+	}
+	key = local
 	ttl := e.Deadline(r.TTL)
 	status := Deleted
 	_, err = e.st.Update(key, func(cur *store.Item) (store.Action, store.Item) {
@@ -276,11 +288,15 @@ type MetaArithResult struct {
 // set the TTL.
 func (e *Engine) MetaArith(key []byte, r MetaArithRequest) (MetaArithResult, error) {
 	res := MetaArithResult{Status: Stored, Now: e.st.Now()}
-	key, err := e.metaKey(key)
+	t, _, local, err := e.metaRoute(key)
 	if err != nil {
 		res.Status = Failed
 		return res, err
 	}
+	if local == nil {
+		return e.tableMetaArith(t, key, r, res)
+	}
+	key = local
 	ttl := e.Deadline(r.TTL)
 	it, err := e.st.Update(key, func(cur *store.Item) (store.Action, store.Item) {
 		if cur == nil {
@@ -331,10 +347,14 @@ func (e *Engine) MetaArith(key []byte, r MetaArithRequest) (MetaArithResult, err
 // is charged against the memory limit, and the engine's clock.
 func (e *Engine) MetaDebug(key []byte) (it store.Item, size, now int64, ok bool) {
 	now = e.st.Now()
-	key, err := e.metaKey(key)
-	if err != nil {
+	t, row, local, err := e.metaRoute(key)
+	switch {
+	case err != nil:
 		return it, 0, now, false
+	case local == nil:
+		local = storeKey(t, row) // a table row: show its local copy, if any
 	}
+	key = local
 	it, ok = e.st.Peek(key)
 	return it, store.Size(len(key), len(it.Value)), now, ok
 }

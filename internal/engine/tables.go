@@ -113,7 +113,7 @@ func storeKey(t *Table, row []byte) []byte {
 }
 
 func disabled(t *Table, op string) error {
-	return fmt.Errorf("container %q: %s is disabled by its policy", t.Name, op)
+	return clientErrorf("container %q: %s is disabled by its policy", t.Name, op)
 }
 
 // fill is one in-flight read of a row; concurrent misses wait for it.
@@ -367,7 +367,7 @@ func (e *Engine) tableIncrDecr(t *Table, row []byte, a Arith) (uint64, uint64, S
 	status := Failed
 	err := e.tableWrite(t, row, t.Set, "incr/decr", func(ctx context.Context) error {
 		if a.CAS != 0 {
-			return fmt.Errorf("container %q: incr/decr with a cas is not supported", t.Name)
+			return clientErrorf("container %q: incr/decr with a cas is not supported on a table", t.Name)
 		}
 		for attempt := 0; attempt < 2; attempt++ {
 			v, s, err := t.C.IncrDecr(ctx, row, a.Delta, a.Decr)
@@ -399,22 +399,6 @@ func (e *Engine) tableIncrDecr(t *Table, row []byte, a Arith) (uint64, uint64, S
 		return 0, 0, Failed, err
 	}
 	return result, 0, status, nil
-}
-
-// metaKey is the local store key for a meta command. Meta commands run on the
-// local store only, so on a container they are allowed where every policy is
-// cache_only.
-func (e *Engine) metaKey(key []byte) ([]byte, error) {
-	t, row, err := e.route(key)
-	switch {
-	case err != nil:
-		return nil, err
-	case t == nil:
-		return key, nil
-	case t.Get == PolicyCacheOnly && t.Set == PolicyCacheOnly && t.Delete == PolicyCacheOnly:
-		return storeKey(t, row), nil
-	}
-	return nil, fmt.Errorf("container %q: meta commands are not supported on tables yet; use get/set", t.Name)
 }
 
 // InvalidateTables drops the cached rows of every container on the named
@@ -522,7 +506,7 @@ func (e *Engine) GetMulti(keys [][]byte) ([]store.Item, []bool, error) {
 		}
 		if err != nil {
 			if firstErr == nil {
-				firstErr = fmt.Errorf("container %q: %w", t.Name, err)
+				firstErr = err // names the container already
 			}
 			continue
 		}

@@ -473,11 +473,18 @@ func (c *conn) binError(h binHeader, status uint16) {
 	c.out = append(c.out, msg...)
 }
 
-// binServerError reports a failure that is not the client's fault, with the
-// cause as the body.
+// binServerError reports an error from the engine with the cause as the
+// body; the status says whose fault it is (see engine.KindOf).
 func (c *conn) binServerError(h binHeader, err error) {
+	status := uint16(statusInternal)
+	switch engine.KindOf(err) {
+	case engine.ClientFault:
+		status = statusInvalid
+	case engine.ValueTooLarge:
+		status = statusTooLarge
+	}
 	start := len(c.out)
-	c.binHeader(h, statusInternal, 0, 0, 0, 0)
+	c.binHeader(h, status, 0, 0, 0, 0)
 	if err != nil {
 		c.out = append(c.out, err.Error()...)
 	} else {

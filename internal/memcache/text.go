@@ -265,10 +265,20 @@ func (c *conn) storeReply(quiet bool, status engine.Status, err error) {
 	}
 }
 
-// serverError reports a failure that is not the client's fault. Like every
-// reply in memcached 1.6, it is not sent for a noreply command.
+// serverError reports an error from the engine, as memcached words it:
+// CLIENT_ERROR when the request cannot succeed as sent, SERVER_ERROR object
+// too large for a value its column cannot hold, else SERVER_ERROR; each with
+// the reason. Like every reply in memcached 1.6, it is not sent for a noreply
+// command.
 func (c *conn) serverError(err error) {
-	c.out = append(c.out, "SERVER_ERROR "...)
+	switch engine.KindOf(err) {
+	case engine.ClientFault:
+		c.out = append(c.out, "CLIENT_ERROR "...)
+	case engine.ValueTooLarge:
+		c.out = append(c.out, "SERVER_ERROR object too large for cache: "...)
+	default:
+		c.out = append(c.out, "SERVER_ERROR "...)
+	}
 	if err != nil {
 		c.out = appendSanitized(c.out, err.Error())
 	} else {

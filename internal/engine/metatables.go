@@ -1,0 +1,87 @@
+package engine
+
+import "github.com/keywaydb/keyway/internal/store"
+
+// Meta commands on table-backed containers. The row is the truth, so each
+// meta command runs as the classic command it amounts to (mg as get or gat,
+// ms as set/add/replace/append/prepend/cas, md as delete, ma as incr/decr)
+// and gets the same policies, single-flight fills and write-behind ordering.
+// The meta flags that exist for the local cache's stampede handling (N and R
+// on mg, I, E, and CAS compares where the table cannot make them atomically)
+// are refused with a CLIENT_ERROR naming them, never silently ignored.
+
+// metaRoute resolves key for a meta command: local is the local store's key
+// when no table is involved (no container, or a container whose policies are
+// all cache_only); otherwise t and row name the table's row.
+func (e *Engine) metaRoute(key []byte) (t *Table, row, local []byte, err error) {
+	t, row, err = e.route(key)
+	switch {
+	case err != nil:
+		return nil, nil, nil, err
+	case t == nil:
+		return nil, key, key, nil
+	case t.Get == PolicyCacheOnly && t.Set == PolicyCacheOnly && t.Delete == PolicyCacheOnly:
+		return t, row, storeKey(t, row), nil
+	}
+	return t, row, nil, nil
+}
+
+func metaUnsupported(t *Table, cmd, flags string) error {
+	return clientErrorf("container %q: %s flags %s are not supported on a table (they act on the local cache); use them on keys without a table", t.Name, cmd, flags)
+}
+
+// tableMetaGet is mg on a table row: a get, or with T a gat.
+func (e *Engine) tableMetaGet(t *Table, key []byte, r MetaGetRequest, res MetaGetResult) (MetaGetResult, error) {
+	if r.Vivify || r.Recache || r.NewCAS != 0 {
+		return res, metaUnsupported(t, "mg", "N, R and E")
+	}
+	var err error
+	if r.SetTTL {
+		res.Item, res.Found, err = e.GetAndTouch(key, r.TTL)
+	} else {
+		res.Item, res.Found, err = e.Get(key)
+	}
+	res.PrevExptime = res.Item.Exptime
+	return res, err
+}
+
+// tableMetaSet is ms on a table row.
+func (e *Engine) tableMetaSet(t *Table, key, value []byte, r MetaSetRequest) (Status, store.Item, error) {
+	if r.Invalidate || r.NewCAS != 0 || r.Vivify {
+		return Failed, store.Item{}, metaUnsupported(t, "ms", "I, E and N")
+	}
+	mode, cas := r.Mode, uint64(0)
+	if r.CompareCAS {
+		switch r.Mode {
+		case Set, Replace:
+			mode, cas = CAS, r.CAS
+		case Append, Prepend:
+			return Failed, store.Item{}, metaUnsupported(t, "ms", "C with append or prepend mode")
+		}
+		// As memcached does, add with C compares nothing.
+	}
+	status, newCAS, err := e.StoreValue(mode, key, value, r.Flags, r.TTL, cas)
+	if status != Stored {
+		return status, store.Item{}, err
+	}
+	return status, store.Item{Value: value, Flags: r.Flags, Exptime: e.Deadline(r.TTL), CAS: newCAS}, err
+}
+
+// tableMetaDelete is md on a table row.
+func (e *Engine) tableMetaDelete(t *Table, key []byte, r MetaDeleteRequest) (Status, error) {
+	if r.CompareCAS || r.Invalidate {
+		return Failed, metaUnsupported(t, "md", "C and I")
+	}
+	return e.Delete(key, 0)
+}
+
+// tableMetaArith is ma on a table row: incr or decr, creating the row with N.
+func (e *Engine) tableMetaArith(t *Table, key []byte, r MetaArithRequest, res MetaArithResult) (MetaArithResult, error) {
+	if r.CAS != 0 || r.NewCAS != 0 || r.SetTTL {
+		res.Status = Failed
+		return res, metaUnsupported(t, "ma", "C, E and T")
+	}
+	v, _, status, err := e.IncrDecr(key, Arith{Delta: r.Delta, Decr: r.Decr, Create: r.Vivify, Initial: r.Initial, Exptime: r.VivifyTTL})
+	res.Status, res.Value = status, v
+	return res, err
+}
