@@ -62,6 +62,7 @@ func setupContainers(t *testing.T, policy, aaaExtra string) (*testenv.MariaDB, *
 	for _, q := range []string{
 		`CREATE TABLE test.demo_test (c1 VARCHAR(32) PRIMARY KEY, c2 VARCHAR(1024), c3 INT UNSIGNED, c4 BIGINT UNSIGNED, c5 INT UNSIGNED)`,
 		`CREATE TABLE test.kv (k VARCHAR(64) PRIMARY KEY, v VARCHAR(255))`,
+		`CREATE TABLE test.multi (k VARCHAR(32) PRIMARY KEY, color VARCHAR(16), qty INT, note TEXT)`,
 	} {
 		if _, err := db.Exec(q); err != nil {
 			t.Fatal(err)
@@ -99,6 +100,15 @@ get = %[2]q
 set = %[2]q
 delete = %[2]q
 %[4]s
+
+[[containers]]
+name = "multi"
+table = "test.multi"
+key = "k"
+values = ["color", "qty", "note"]
+get = %[2]q
+set = %[2]q
+delete = %[2]q
 
 [[containers]]
 name = "default"
@@ -238,6 +248,44 @@ func TestContainersThroughGomemcache(t *testing.T) {
 			if len(m) != 2 || string(m["@@aaa.n"].Value) != "100" || string(m["plain"].Value) != "v" {
 				t.Fatalf("GetMulti: %v", m)
 			}
+			// Expired rows are misses; exptimes reach the expiry column.
+			must(mc.Set(&memcache.Item{Key: "@@aaa.gone", Value: []byte("v"), Expiration: -1}))
+			if _, err := mc.Get("@@aaa.gone"); err != memcache.ErrCacheMiss {
+				t.Fatalf("get of a set with a past exptime: %v", err)
+			}
+			_, err = db.Exec(`INSERT INTO test.demo_test VALUES ('past', 'v', 0, 1, UNIX_TIMESTAMP() - 10), ('future', 'v', 0, 2, UNIX_TIMESTAMP() + 1000)`)
+			must(err)
+			if _, err := mc.Get("@@aaa.past"); err != memcache.ErrCacheMiss {
+				t.Fatalf("get of a row past its expiry: %v", err)
+			}
+			must(mc.Touch("@@aaa.future", 100))
+			var exp int64
+			must(db.QueryRow(`SELECT c5 - UNIX_TIMESTAMP() FROM test.demo_test WHERE c1 = 'future'`).Scan(&exp))
+			if exp < 98 || exp > 100 {
+				t.Fatalf("expiry column after touch 100: now + %d", exp)
+			}
+			must(mc.Touch("@@aaa.future", -1))
+			if _, err := mc.Get("@@aaa.future"); err != memcache.ErrCacheMiss {
+				t.Fatalf("get after touch with a past exptime: %v", err)
+			}
+
+			// Several value columns: the value is split on "|" and joined back.
+			must(mc.Set(&memcache.Item{Key: "@@multi.x", Value: []byte("red|7|a long note")}))
+			var color, note string
+			var qty int
+			must(db.QueryRow(`SELECT color, qty, note FROM test.multi WHERE k = 'x'`).Scan(&color, &qty, &note))
+			if color != "red" || qty != 7 || note != "a long note" {
+				t.Fatalf("multi row: %q %d %q", color, qty, note)
+			}
+			it, err = mc.Get("@@multi.x")
+			must(err)
+			if string(it.Value) != "red|7|a long note" {
+				t.Fatalf("multi get: %q", it.Value)
+			}
+			if err := mc.Set(&memcache.Item{Key: "@@multi.y", Value: []byte("blue|many|x")}); err == nil || !strings.Contains(err.Error(), "qty") {
+				t.Fatalf("a non-number for the INT column: %v", err)
+			}
+
 			// An unknown container is an error, not a silent local key.
 			if err := mc.Set(&memcache.Item{Key: "@@nope.k", Value: []byte("v")}); err == nil || !strings.Contains(err.Error(), "container") {
 				t.Fatalf("unknown container: %v", err)
