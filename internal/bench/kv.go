@@ -36,11 +36,19 @@ type KVOptions struct {
 
 // KV benchmark targets. insertTarget and selectTarget are the baselines.
 const (
-	insertTarget    = "insert"     // single-row autocommit INSERT direct to MariaDB
-	kwSetTarget     = "keyway-set" // memcache set @@aaa.key through keyway, sync (group commit)
-	selectTarget    = "select"     // SELECT c2 ... WHERE c1=? direct, prepared
-	kwGetTarget     = "keyway-get" // memcache get @@aaa.key through keyway, caching, warm
-	kvMemcachedName = memcachedTarget
+	insertTarget = "insert"     // single-row autocommit INSERT direct to MariaDB
+	kwSetTarget  = "keyway-set" // memcache set @@aaa.key through keyway, sync (group commit)
+	// memcache set @@bbb.key through keyway, write = "async": acknowledged
+	// once journaled in the local store (durability sync), written behind;
+	// the run ends when keyway has stopped, i.e. when every row is in the table.
+	kwAsyncTarget = "keyway-async"
+	// the same with store durability async: the journal reaches the disk
+	// within flush_interval (1s), so a crash of keyway may lose up to 1s of
+	// acknowledged sets.
+	kwAsyncLazyTarget = "keyway-async-1s"
+	selectTarget      = "select"     // SELECT c2 ... WHERE c1=? direct, prepared
+	kwGetTarget       = "keyway-get" // memcache get @@aaa.key through keyway, caching, warm
+	kvMemcachedName   = memcachedTarget
 )
 
 // kvTable is the table both doors use: the InnoDB memcached plugin's demo
@@ -48,8 +56,9 @@ const (
 const (
 	kvTable     = "test.demo_test"
 	kvContainer = "aaa"
-	kvMaxKey    = 64   // c1 VARCHAR(64)
-	kvMaxValue  = 1024 // c2 VARCHAR(1024)
+	kvAsync     = "bbb" // the same table, write = "async"
+	kvMaxKey    = 64    // c1 VARCHAR(64)
+	kvMaxValue  = 1024  // c2 VARCHAR(1024)
 )
 
 // EnsureDefaults replaces zero fields with their defaults.
@@ -213,11 +222,12 @@ func RunKV(ctx context.Context, o KVOptions) (*KVReport, error) {
 
 	for _, c := range o.LoadConcurrency {
 		fmt.Fprintf(o.Out, "load, concurrency %d:\n", c)
-		kc, err := e.alternate(ctx, "load", c, []string{insertTarget, kwSetTarget})
+		kc, err := e.alternate(ctx, "load", c, []string{insertTarget, kwSetTarget, kwAsyncTarget, kwAsyncLazyTarget})
 		if err != nil {
 			return nil, err
 		}
-		kc.Ratios = pick(ratios(kc.Results, insertTarget), ratioKey(kwSetTarget, insertTarget))
+		kc.Ratios = pick(ratios(kc.Results, insertTarget), ratioKey(kwSetTarget, insertTarget),
+			ratioKey(kwAsyncTarget, insertTarget), ratioKey(kwAsyncLazyTarget, insertTarget))
 		rep.Cases = append(rep.Cases, kc)
 	}
 
@@ -282,7 +292,7 @@ func (e *kvEnv) alternate(ctx context.Context, phase string, c int, targets []st
 // run measures target t once at concurrency c.
 func (e *kvEnv) run(ctx context.Context, t string, c int) (kvSample, error) {
 	switch t {
-	case insertTarget, kwSetTarget:
+	case insertTarget, kwSetTarget, kwAsyncTarget, kwAsyncLazyTarget:
 		if _, err := e.db.ExecContext(ctx, "TRUNCATE TABLE "+kvTable); err != nil {
 			return kvSample{}, fmt.Errorf("truncate: %w", err)
 		}
@@ -302,17 +312,36 @@ func (e *kvEnv) run(ctx context.Context, t string, c int) (kvSample, error) {
 			return s, err
 		}
 		return s, e.checkRows(ctx)
-	case kwSetTarget:
-		kw, client, err := e.startKeyway(ctx, c)
+	case kwSetTarget, kwAsyncTarget, kwAsyncLazyTarget:
+		prefix, args := "@@"+kvContainer+".", []string(nil)
+		if t != kwSetTarget {
+			dir, err := os.MkdirTemp("", "keyway-bench-kv-store-")
+			if err != nil {
+				return kvSample{}, err
+			}
+			defer os.RemoveAll(dir)
+			durability := "sync"
+			if t == kwAsyncLazyTarget {
+				durability = "async"
+			}
+			prefix, args = "@@"+kvAsync+".", []string{"--data-dir", dir, "--durability", durability}
+		}
+		kw, client, err := e.startKeyway(ctx, c, args...)
 		if err != nil {
 			return kvSample{}, err
 		}
 		s, err := drive(ctx, c, len(e.keys), 0, func(i int) error {
-			return client.Set(&memcache.Item{Key: "@@" + kvContainer + "." + e.keys[i], Value: e.values[i]})
+			return client.Set(&memcache.Item{Key: prefix + e.keys[i], Value: e.values[i]})
 		})
+		// Stopping writes what an async container still holds.
+		stopping := time.Now()
 		err = errors.Join(err, kw.Stop())
 		if err != nil {
 			return s, err
+		}
+		if t != kwSetTarget {
+			fmt.Fprintf(e.o.Out, "  %s: every row in the table %.0f ms after the last acknowledgement\n",
+				t, float64(time.Since(stopping).Microseconds())/1000)
 		}
 		return s, e.checkRows(ctx) // every acknowledged set is a row
 	case selectTarget:
@@ -352,8 +381,8 @@ func (e *kvEnv) run(ctx context.Context, t string, c int) (kvSample, error) {
 }
 
 // startKeyway starts a fresh keyway serving the container and a client for it.
-func (e *kvEnv) startKeyway(ctx context.Context, c int) (*testenv.Process, *memcache.Client, error) {
-	p, err := testenv.StartKeywayBinary(ctx, e.bin, "--config", e.cfg)
+func (e *kvEnv) startKeyway(ctx context.Context, c int, args ...string) (*testenv.Process, *memcache.Client, error) {
+	p, err := testenv.StartKeywayBinary(ctx, e.bin, append([]string{"--config", e.cfg}, args...)...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -485,8 +514,8 @@ func kvPairs(n, keySize, valueSize int) ([]string, [][]byte) {
 }
 
 // KVConfig is the configuration `keyway bench kv` serves with: one group on
-// primary (as app/secret) and container "aaa" on test.demo_test, key c1,
-// value c2, every policy caching, writes sync.
+// primary (as app/secret) and containers "aaa" (writes sync) and "bbb"
+// (writes async) on test.demo_test, key c1, value c2, every policy caching.
 func KVConfig(primary string) string {
 	return fmt.Sprintf(`# keyway bench kv: container aaa in front of one MariaDB.
 [[groups]]
@@ -505,7 +534,18 @@ get = "caching"
 set = "caching"
 delete = "caching"
 write = "sync"
-`, primary, sqlUser, sqlPassword, kvContainer, kvTable)
+
+[[containers]]
+name = %[6]q
+group = "main"
+table = %[5]q
+key = "c1"
+values = ["c2"]
+get = "caching"
+set = "caching"
+delete = "caching"
+write = "async"
+`, primary, sqlUser, sqlPassword, kvContainer, kvTable, kvAsync)
 }
 
 func writeKVConfig(primary string) (string, error) {

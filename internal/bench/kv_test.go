@@ -42,7 +42,7 @@ func TestRunKV(t *testing.T) {
 	if len(rep.Cases) != 2 {
 		t.Fatalf("cases = %d, want a load and a fetch", len(rep.Cases))
 	}
-	want := [][]string{{insertTarget, kwSetTarget}, {selectTarget, kwGetTarget, memcachedTarget}}
+	want := [][]string{{insertTarget, kwSetTarget, kwAsyncTarget, kwAsyncLazyTarget}, {selectTarget, kwGetTarget, memcachedTarget}}
 	for i, c := range rep.Cases {
 		if len(c.Results) != len(want[i]) {
 			t.Fatalf("%s: %d results, want %v", c.Phase, len(c.Results), want[i])
@@ -56,7 +56,7 @@ func TestRunKV(t *testing.T) {
 			}
 		}
 	}
-	for _, k := range []string{"set/insert"} {
+	for _, k := range []string{"set/insert", "async/insert", "async-1s/insert"} {
 		if rep.Cases[0].Ratios[k] <= 0 {
 			t.Errorf("load ratio %s missing: %v", k, rep.Cases[0].Ratios)
 		}

@@ -155,9 +155,11 @@ func (e *Engine) tableGet(t *Table, row []byte) (store.Item, bool, error) {
 // cacheRow stores a row read from the table at generation gen and epoch in
 // the local store, unless a write happened since the read (then it may be
 // stale). The check runs under the store's shard lock, so an invalidation
-// cannot slip between check and store.
+// cannot slip between check and store. Cached rows are ephemeral: never
+// written to disk (rows loaded from disk would not be trusted anyway).
 func (e *Engine) cacheRow(t *Table, sk []byte, item store.Item, gen, epoch uint64) {
 	item.Tag = epoch
+	item.Ephemeral = true // the table is the truth: a copy needs no disk
 	e.st.Update(sk, func(*store.Item) (store.Action, store.Item) {
 		if t.gen.Load() != gen {
 			return store.Keep, store.Item{}
@@ -240,6 +242,7 @@ func (e *Engine) writeBehind(t *Table, row []byte, item container.Item) (Status,
 	sk := storeKey(t, row)
 	local := fromRow(item)
 	local.Tag = t.epoch.Load()
+	local.Ephemeral = true // the journal holds the write until the table does
 	cache := t.Get == PolicyCaching
 	_, err = e.st.Update(sk, func(*store.Item) (store.Action, store.Item) {
 		if cache && t.gen.Load() == gen {

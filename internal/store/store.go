@@ -13,6 +13,7 @@
 //   - With persistence on, every change of memory (set, delete, eviction, expiry,
 //     flush) is appended to the shard's pending log under the same lock that
 //     made it, so the disk sees each key's changes in the order memory did.
+//     Ephemeral items are the exception: they never reach the disk.
 package store
 
 import (
@@ -56,6 +57,12 @@ type Item struct {
 	Stale      bool   // marked stale by an invalidation (meta I flag)
 	WinSent    bool   // a recache token (W) has been handed out for this version
 	Tag        uint64 // opaque to the store: the engine marks rows cached from a table with its epoch
+
+	// Ephemeral items live in memory only: never written to disk, and
+	// replacing a persisted version with one removes that version from disk.
+	// For copies whose truth lives elsewhere (rows cached from a table), so
+	// caching them costs no disk write and no wait.
+	Ephemeral bool
 }
 
 // Expired reports whether the item is past its expiry at now (Unix seconds).
@@ -307,14 +314,18 @@ func (s *Store) Update(key []byte, fn func(cur *Item) (Action, Item)) (Item, err
 			n.item.CAS = s.nextCAS.Add(1)
 		}
 		result = n.item
-		seq = s.logLocked(sh, idx, opPut, n.key, &n.item)
+		if !n.item.Ephemeral {
+			seq = s.logLocked(sh, idx, opPut, n.key, &n.item)
+		}
 	case Remove:
 		if n == nil {
 			sh.mu.Unlock()
 			return Item{}, nil
 		}
 		s.unlinkLocked(sh, n, true)
-		seq = s.lastSeqLocked(sh)
+		if !n.item.Ephemeral {
+			seq = s.lastSeqLocked(sh)
+		}
 	case Replace:
 		size := Size(len(key), len(next.Value))
 		if size > sh.limit {
@@ -324,7 +335,8 @@ func (s *Store) Update(key []byte, fn func(cur *Item) (Action, Item)) (Item, err
 		var k string
 		if n != nil {
 			k = n.key
-			s.unlinkLocked(sh, n, false)
+			// A persisted version replaced by an ephemeral one leaves the disk.
+			s.unlinkLocked(sh, n, next.Ephemeral)
 		} else {
 			k = string(key)
 		}
@@ -339,7 +351,9 @@ func (s *Store) Update(key []byte, fn func(cur *Item) (Action, Item)) (Item, err
 		s.linkLocked(sh, nn)
 		s.totalItems.Add(1)
 		result = nn.item
-		seq = s.logLocked(sh, idx, opPut, nn.key, &nn.item)
+		if !next.Ephemeral {
+			seq = s.logLocked(sh, idx, opPut, nn.key, &nn.item)
+		}
 	}
 	sh.mu.Unlock()
 	if err := s.waitDurable(seq); err != nil {
@@ -445,7 +459,7 @@ func (s *Store) unlinkLocked(sh *shard, n *node, log bool) {
 	n.prev, n.next = nil, nil
 	delete(sh.mu.items, n.key)
 	sh.mu.used -= Size(len(n.key), len(n.item.Value))
-	if log && s.disk != nil {
+	if log && s.disk != nil && !n.item.Ephemeral {
 		s.disk.appendLocked(sh, record{op: opDelete, shard: sh.index, key: n.key})
 	}
 }

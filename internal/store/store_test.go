@@ -300,3 +300,47 @@ func TestJournalSurvivesRestartAndFlush(t *testing.T) {
 		t.Fatalf("journal @@b.: %q", b)
 	}
 }
+
+// TestEphemeralItemsNeverReachDisk: ephemeral items are served from memory,
+// are not there after a restart, and replacing a persisted version with an
+// ephemeral one removes the persisted one.
+func TestEphemeralItemsNeverReachDisk(t *testing.T) {
+	o := Options{MemoryLimit: 1 << 20, DataDir: t.TempDir(), Durability: DurabilitySync}
+	s, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set(t, s, "was-persisted", "old", 0)
+	set(t, s, "kept", "v", 0)
+	rounds := s.disk.rounds.Load()
+	for _, k := range []string{"was-persisted", "cached"} {
+		if _, err := s.Update([]byte(k), func(*Item) (Action, Item) {
+			return Replace, Item{Value: []byte("copy"), Ephemeral: true}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if it, ok := s.Get([]byte("cached")); !ok || string(it.Value) != "copy" || !it.Ephemeral {
+		t.Fatalf("ephemeral item in memory: %+v %v", it, ok)
+	}
+	// Removing an ephemeral item writes nothing either.
+	s.Update([]byte("cached"), func(*Item) (Action, Item) { return Remove, Item{} })
+	s.Update([]byte("cached"), func(*Item) (Action, Item) { return Replace, Item{Value: []byte("again"), Ephemeral: true} })
+	if got := s.disk.rounds.Load() - rounds; got > 1 { // at most the round deleting was-persisted
+		t.Fatalf("%d commit rounds for ephemeral changes", got)
+	}
+	s.Close()
+	s, err = Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, k := range []string{"was-persisted", "cached"} {
+		if it, ok := s.Get([]byte(k)); ok {
+			t.Fatalf("%s after restart: %q", k, it.Value)
+		}
+	}
+	if _, ok := s.Get([]byte("kept")); !ok {
+		t.Fatal("persisted item lost")
+	}
+}
