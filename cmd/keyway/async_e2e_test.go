@@ -6,13 +6,17 @@ package main
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
+
+	"github.com/keywaydb/keyway/internal/testenv"
 )
 
 // eventually polls cond every 20 ms for up to 15 s.
@@ -52,7 +56,12 @@ func tableValue(t *testing.T, db *sql.DB, key string) string {
 func TestAsyncContainerOrdering(t *testing.T) {
 	_, db, sqlAddr, path := setupContainers(t, "caching", `write = "async"
 write_window = "3s"`)
-	kw := startKeywaySQL(t, sqlAddr, "--config", path, "--data-dir", t.TempDir(), "--durability", "sync")
+	adminPort, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := fmt.Sprintf("127.0.0.1:%d", adminPort)
+	kw := startKeywaySQL(t, sqlAddr, "--config", path, "--data-dir", t.TempDir(), "--durability", "sync", "--admin-listen", admin)
 	mc := memcache.New(kw.Addr)
 	mc.Timeout = 20 * time.Second
 	through, err := sql.Open("mysql", "app:secret@tcp("+sqlAddr+")/test")
@@ -120,6 +129,21 @@ write_window = "3s"`)
 		return v == "v49", v
 	})
 	time.Sleep(3500 * time.Millisecond) // past another window: any stale write of "a" would have landed
+
+	// /status shows the queue at work.
+	resp, err := http.Get("http://" + admin + "/status")
+	must(err)
+	var status struct {
+		Containers map[string]struct {
+			Write       string
+			WriteBehind struct{ Pending, Written int } `json:"write_behind"`
+		}
+	}
+	must(json.NewDecoder(resp.Body).Decode(&status))
+	resp.Body.Close()
+	if aaa := status.Containers["aaa"]; aaa.Write != "async" || aaa.WriteBehind.Pending != 0 || aaa.WriteBehind.Written < 52 {
+		t.Errorf("/status containers.aaa = %+v", aaa)
+	}
 	for key, want := range map[string]string{"a": "from sql", "n": "8", "d": "<no row>", "big": "<no row>", "k0": "v0", "k17": "v17"} {
 		if got := tableValue(t, db, key); got != want {
 			t.Errorf("row %s = %q, want %q", key, got, want)

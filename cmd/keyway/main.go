@@ -13,6 +13,8 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -68,9 +70,10 @@ func serve(args []string, stderr io.Writer) int {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	// KEYWAY_CPUPROFILE=FILE profiles the whole serve run, for finding where time goes under a benchmark.
+	// KEYWAY_CPUPROFILE=FILE profiles the whole serve run, for finding where time goes under a benchmark;
+	// "%p" in FILE becomes the process id, so each keyway a benchmark starts keeps its own profile.
 	if path := os.Getenv("KEYWAY_CPUPROFILE"); path != "" {
-		f, err := os.Create(path)
+		f, err := os.Create(strings.ReplaceAll(path, "%p", strconv.Itoa(os.Getpid())))
 		if err != nil {
 			fmt.Fprintf(stderr, "keyway serve: KEYWAY_CPUPROFILE: %v\n", err)
 			return 1

@@ -126,10 +126,10 @@ var (
 	ErrClosed = errors.New("container closed")
 )
 
-// Stats counts the group committer's work.
+// Stats count the container's multi-row writes (group commit and write-behind).
 type Stats struct {
-	Batches     uint64 // transactions the committer ran (including failed ones)
-	BatchedSets uint64 // Sets written by those transactions
+	Batches     uint64 `json:"batches"`      // statements WriteRows ran (including failed ones)
+	BatchedSets uint64 `json:"batched_rows"` // rows those statements carried
 }
 
 // casCounter is the process-wide CAS source for containers with a cas column.

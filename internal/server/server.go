@@ -185,6 +185,18 @@ func (s *Server) status() any {
 	if s.sql != nil {
 		st["sql"] = map[string]any{"listen": s.sqlLn.Addr().String(), "pools": s.sql.PoolStats()}
 	}
+	if len(s.tables) > 0 {
+		containers := map[string]any{}
+		for _, t := range s.tables {
+			c := map[string]any{"table": t.Source, "get": t.Get, "set": t.Set, "delete": t.Delete, "flush": t.Flush,
+				"write": "sync", "group_commit": t.C.Stats()}
+			if t.Behind != nil {
+				c["write"], c["write_behind"] = "async", t.Behind.Stats()
+			}
+			containers[t.Name] = c
+		}
+		st["containers"] = containers
+	}
 	return st
 }
 

@@ -53,8 +53,9 @@ type Options struct {
 	OnDrop      func(row []byte) // a write the table refused was dropped
 }
 
-// ErrBehind means the table has fallen too far behind to take more writes now.
-var ErrBehind = errors.New("write-behind queue is full")
+// ErrBehind means writes queued for the table did not reach it in time: Put
+// found no room, or Sync or Drain gave up waiting.
+var ErrBehind = errors.New("the table has not taken the queued writes in time")
 
 // Queue is the write-behind queue of one container.
 type Queue struct {
@@ -85,10 +86,10 @@ type entry struct {
 
 // Stats count a queue's work.
 type Stats struct {
-	Pending      int    // rows waiting for the table
-	Written      uint64 // rows the table took
-	Dropped      uint64 // rows the table refused (see OnDrop)
-	FailedRounds uint64 // rounds that could not reach the table
+	Pending      int    `json:"pending"`       // rows waiting for the table
+	Written      uint64 `json:"written"`       // rows the table took
+	Dropped      uint64 `json:"dropped"`       // rows the table refused (see OnDrop)
+	FailedRounds uint64 `json:"failed_rounds"` // rounds that could not reach the table
 }
 
 // New starts the queue of container c, journaling under prefix (unique per
