@@ -32,6 +32,7 @@ test: deps build vet
 bench: deps build
 	./$(BIN) bench memcache
 	./$(BIN) bench sql
+	./$(BIN) bench kv
 
 clean:
 	rm -rf bin
