@@ -120,8 +120,11 @@ func (c *Container) Get(ctx context.Context, key []byte) (Item, bool, error) {
 	return it, ok, nil
 }
 
-// normKey is how the key column compares keys, approximately: case folded
-// for a _ci collation, trailing spaces ignored for a PAD SPACE one.
+// NormKey is how the key column compares keys, approximately: case folded
+// for a _ci collation, trailing spaces ignored for a PAD SPACE one. Keys with
+// the same NormKey address the same row.
+func (c *Container) NormKey(k string) string { return c.normKey(k) }
+
 func (c *Container) normKey(k string) string {
 	if c.keyPad {
 		k = strings.TrimRight(k, " ")

@@ -3,7 +3,9 @@
 // batches.
 //
 // Invariants:
-//   - Per row key only the latest write waits; a later Put replaces it.
+//   - Per row only the latest write waits; a later Put replaces it. Rows are
+//     told apart as the key column compares keys (container.NormKey), so "k"
+//     and "K" are one row under a case-insensitive collation.
 //   - A Put is journaled in the local store (see store.JournalPut) before it
 //     returns, so it is as durable as a local set; its journal record is
 //     removed only after the table has it (or refused it). A new Queue picks
@@ -67,7 +69,7 @@ type Queue struct {
 
 	mu      sync.Mutex
 	cond    sync.Cond
-	pending map[string]*entry
+	pending map[string]*entry // by NormKey of the row
 	seq     uint64 // the last Put's number
 	lastErr error  // the last failure to reach the table; nil once a round succeeds
 	closed  bool
@@ -80,6 +82,7 @@ type Queue struct {
 }
 
 type entry struct {
+	row  []byte // the key as last written
 	item container.Item
 	seq  uint64
 }
@@ -120,14 +123,14 @@ func New(c *container.Container, j Journal, prefix string, o Options) *Queue {
 	}
 	q.cond.L = &q.mu
 	for k, v := range j.TakeJournal(prefix) {
-		it, ok := decode(v)
-		if !ok {
+		row, it, ok := decode(v)
+		if !ok || k[len(prefix):] != c.NormKey(string(row)) {
 			o.Logger.Error("write-behind: unreadable journal record dropped", "container", q.name, "key", k)
 			j.JournalDelete([]byte(k))
 			continue
 		}
 		q.seq++
-		q.pending[k[len(prefix):]] = &entry{item: it, seq: q.seq}
+		q.pending[k[len(prefix):]] = &entry{row: row, item: it, seq: q.seq}
 	}
 	if n := len(q.pending); n > 0 {
 		o.Logger.Info("write-behind: writes acknowledged before the last stop are written first", "container", q.name, "rows", n)
@@ -142,11 +145,12 @@ func New(c *container.Container, j Journal, prefix string, o Options) *Queue {
 // queued, so for concurrent Puts of a row it runs in queue order; it must not
 // block or call the queue.
 func (q *Queue) Put(row []byte, item container.Item, queued func()) error {
+	k := q.c.NormKey(string(row))
 	q.mu.Lock()
-	if len(q.pending) >= q.o.MaxPending && q.pending[string(row)] == nil {
+	if len(q.pending) >= q.o.MaxPending && q.pending[k] == nil {
 		q.nudge()
 		deadline := time.Now().Add(q.o.WaitTimeout)
-		for len(q.pending) >= q.o.MaxPending && q.pending[string(row)] == nil && !q.closed {
+		for len(q.pending) >= q.o.MaxPending && q.pending[k] == nil && !q.closed {
 			if !q.waitLocked(deadline) {
 				err := q.behindLocked()
 				q.mu.Unlock()
@@ -159,12 +163,13 @@ func (q *Queue) Put(row []byte, item container.Item, queued func()) error {
 		return fmt.Errorf("container %q: %w", q.name, container.ErrClosed)
 	}
 	q.seq++
-	q.pending[string(row)] = &entry{item: item, seq: q.seq}
+	row = append([]byte(nil), row...)
+	q.pending[k] = &entry{row: row, item: item, seq: q.seq}
 	if queued != nil {
 		queued()
 	}
 	// Appended under q.mu so journal records of a row keep the order of its Puts.
-	wait := q.j.JournalPut(q.journalKey(row), encode(item))
+	wait := q.j.JournalPut(q.journalKey(k), encode(row, item))
 	if len(q.pending) >= q.o.MaxBatch {
 		q.nudge()
 	}
@@ -177,9 +182,10 @@ func (q *Queue) Put(row []byte, item container.Item, queued func()) error {
 
 // Get returns the write waiting for row, if there is one.
 func (q *Queue) Get(row []byte) (container.Item, bool) {
+	k := q.c.NormKey(string(row))
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if e := q.pending[string(row)]; e != nil {
+	if e := q.pending[k]; e != nil {
 		return e.item, true
 	}
 	return container.Item{}, false
@@ -188,16 +194,17 @@ func (q *Queue) Get(row []byte) (container.Item, bool) {
 // Sync returns once the write waiting for row when it was called (if any)
 // is in the table, or fails after WaitTimeout.
 func (q *Queue) Sync(row []byte) error {
+	k := q.c.NormKey(string(row))
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	e := q.pending[string(row)]
+	e := q.pending[k]
 	if e == nil {
 		return nil
 	}
 	q.nudge()
 	deadline := time.Now().Add(q.o.WaitTimeout)
 	for {
-		cur := q.pending[string(row)]
+		cur := q.pending[k]
 		if cur == nil || cur.seq > e.seq {
 			return nil
 		}
@@ -295,8 +302,8 @@ func (q *Queue) round() {
 	}
 	rows := make([]container.Row, 0, len(q.pending))
 	seqs := make([]uint64, 0, len(q.pending))
-	for k, e := range q.pending {
-		rows = append(rows, container.Row{Key: []byte(k), Item: e.item})
+	for _, e := range q.pending {
+		rows = append(rows, container.Row{Key: e.row, Item: e.item})
 		seqs = append(seqs, e.seq)
 	}
 	q.mu.Unlock()
@@ -338,9 +345,10 @@ func (q *Queue) send(rows []container.Row, seqs []uint64) bool {
 			continue
 		}
 		// Settled: forget it unless a newer write of the row came meanwhile.
-		if e := q.pending[string(r.Key)]; e != nil && e.seq == seqs[i] {
-			delete(q.pending, string(r.Key))
-			q.j.JournalDelete(q.journalKey(r.Key)) // not waited for: a replayed write is only written again
+		k := q.c.NormKey(string(r.Key))
+		if e := q.pending[k]; e != nil && e.seq == seqs[i] {
+			delete(q.pending, k)
+			q.j.JournalDelete(q.journalKey(k)) // not waited for: a replayed write is only written again
 		}
 	}
 	if ok && q.lastErr != nil {
@@ -393,30 +401,37 @@ func (q *Queue) behindLocked() error {
 	return fmt.Errorf("container %q: %w: %d writes wait for the table (%s)", q.name, ErrBehind, len(q.pending), reason)
 }
 
-func (q *Queue) journalKey(row []byte) []byte {
-	return append([]byte(q.prefix), row...)
+// journalKey is the journal's key for the row with NormKey k.
+func (q *Queue) journalKey(k string) []byte {
+	return append([]byte(q.prefix), k...)
 }
 
-// Journal record: flags (4), exptime (8), cas (8), then the value.
+// Journal record: key length (2), key, flags (4), exptime (8), cas (8), value.
 const headerLen = 4 + 8 + 8
 
-func encode(it container.Item) []byte {
-	b := make([]byte, headerLen+len(it.Value))
-	binary.LittleEndian.PutUint32(b[0:4], it.Flags)
-	binary.LittleEndian.PutUint64(b[4:12], uint64(it.Exptime))
-	binary.LittleEndian.PutUint64(b[12:20], it.CAS)
-	copy(b[headerLen:], it.Value)
+func encode(row []byte, it container.Item) []byte {
+	b := make([]byte, 2+len(row)+headerLen+len(it.Value))
+	binary.LittleEndian.PutUint16(b[0:2], uint16(len(row)))
+	n := 2 + copy(b[2:], row)
+	binary.LittleEndian.PutUint32(b[n:], it.Flags)
+	binary.LittleEndian.PutUint64(b[n+4:], uint64(it.Exptime))
+	binary.LittleEndian.PutUint64(b[n+12:], it.CAS)
+	copy(b[n+headerLen:], it.Value)
 	return b
 }
 
-func decode(b []byte) (container.Item, bool) {
-	if len(b) < headerLen {
-		return container.Item{}, false
+func decode(b []byte) (row []byte, it container.Item, ok bool) {
+	if len(b) < 2 {
+		return nil, it, false
 	}
-	return container.Item{
-		Flags:   binary.LittleEndian.Uint32(b[0:4]),
-		Exptime: int64(binary.LittleEndian.Uint64(b[4:12])),
-		CAS:     binary.LittleEndian.Uint64(b[12:20]),
-		Value:   append([]byte(nil), b[headerLen:]...),
+	n := 2 + int(binary.LittleEndian.Uint16(b[0:2]))
+	if len(b) < n+headerLen {
+		return nil, it, false
+	}
+	return append([]byte(nil), b[2:n]...), container.Item{
+		Flags:   binary.LittleEndian.Uint32(b[n:]),
+		Exptime: int64(binary.LittleEndian.Uint64(b[n+4:])),
+		CAS:     binary.LittleEndian.Uint64(b[n+12:]),
+		Value:   append([]byte(nil), b[n+headerLen:]...),
 	}, true
 }

@@ -235,3 +235,32 @@ func TestTableDownBackpressureAndJournal(t *testing.T) {
 		t.Fatalf("after restart: %v, want %v", got, want)
 	}
 }
+
+// TestKeysAsTheColumnComparesThem: under a case-insensitive key column, "k"
+// and "K" are one row, so the later Put replaces the earlier one and a read
+// of either sees it.
+func TestKeysAsTheColumnComparesThem(t *testing.T) {
+	db := openDB(t)
+	c := table(t, db, "wb_case", true)
+	s := openStore(t, "")
+	defer s.Close()
+	q := New(c, s, "@@wb_case.", Options{Window: time.Hour})
+	defer q.Close()
+	for _, k := range []string{"Key", "KEY"} {
+		if err := q.Put([]byte(k), container.Item{Value: []byte("from " + k), CAS: 1}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if it, ok := q.Get([]byte("key")); !ok || string(it.Value) != "from KEY" {
+		t.Fatalf("get key: %q %v", it.Value, ok)
+	}
+	if st := q.Stats(); st.Pending != 1 {
+		t.Fatalf("%d rows waiting, want 1", st.Pending)
+	}
+	if err := q.Drain(); err != nil {
+		t.Fatal(err)
+	}
+	if got := rows(t, db, "wb_case"); len(got) != 1 || got["KEY"] != "from KEY/0/1" {
+		t.Fatalf("rows %v", got)
+	}
+}
