@@ -269,6 +269,18 @@ func TestContainersThroughGomemcache(t *testing.T) {
 				t.Fatalf("get after touch with a past exptime: %v", err)
 			}
 
+			// Keys are compared as the key column compares them: under its
+			// case-insensitive collation "Case" and "CASE" are one row, and
+			// writing either invalidates the cached copy read through the other.
+			must(mc.Set(&memcache.Item{Key: "@@aaa.Case", Value: []byte("v1")}))
+			if it, err := mc.Get("@@aaa.case"); err != nil || string(it.Value) != "v1" {
+				t.Fatalf("get case after set Case: %v %v", it, err)
+			}
+			must(mc.Set(&memcache.Item{Key: "@@aaa.CASE", Value: []byte("v2")}))
+			if it, err := mc.Get("@@aaa.case"); err != nil || string(it.Value) != "v2" {
+				t.Fatalf("get case after set CASE: %v %v", it, err)
+			}
+
 			// Several value columns: the value is split on "|" and joined back.
 			must(mc.Set(&memcache.Item{Key: "@@multi.x", Value: []byte("red|7|a long note")}))
 			var color, note string

@@ -352,7 +352,7 @@ func (e *Engine) MetaDebug(key []byte) (it store.Item, size, now int64, ok bool)
 	case err != nil:
 		return it, 0, now, false
 	case local == nil:
-		local = storeKey(t, row) // a table row: show its local copy, if any
+		local = rowKey(t, row) // a table row: show its local copy, if any
 	}
 	key = local
 	it, ok = e.st.Peek(key)

@@ -104,9 +104,22 @@ func (e *Engine) route(key []byte) (*Table, []byte, error) {
 	return e.tables["default"], key, nil
 }
 
-// storeKey is the local store's key for a row: the container's prefix keeps
-// containers apart.
+// storeKey is the local store's key for a key of a container whose policy
+// keeps it in the local store alone (cache_only): the container's prefix
+// keeps containers apart, and the key is exact, as memcached's are.
 func storeKey(t *Table, row []byte) []byte {
+	return prefixed(t, row)
+}
+
+// rowKey is the local store's key for the cached copy of a table row. The
+// row key is normalized as the key column compares keys, so "k" and "K" share
+// one copy under a case-insensitive collation: they are one row, and a write
+// of either must invalidate it.
+func rowKey(t *Table, row []byte) []byte {
+	return prefixed(t, []byte(t.C.NormKey(string(row))))
+}
+
+func prefixed(t *Table, row []byte) []byte {
 	k := make([]byte, 0, len(t.Name)+3+len(row))
 	k = append(append(append(k, "@@"...), t.Name...), '.')
 	return append(k, row...)
@@ -139,7 +152,7 @@ func (e *Engine) tableGet(t *Table, row []byte) (store.Item, bool, error) {
 		it, ok, err := t.C.Get(ctx, row)
 		return fromRow(it), ok, err
 	}
-	sk := storeKey(t, row)
+	sk := rowKey(t, row)
 	if it, ok := e.st.Get(sk); ok && it.Tag == t.epoch.Load() {
 		return it, true, nil
 	}
@@ -239,7 +252,7 @@ func (e *Engine) writeBehind(t *Table, row []byte, item container.Item) (Status,
 	// Cache the write unless another write of the container was queued after
 	// it; then drop the copy instead (that write caches its own), so the local
 	// copy is never older than the queue.
-	sk := storeKey(t, row)
+	sk := rowKey(t, row)
 	local := fromRow(item)
 	local.Tag = t.epoch.Load()
 	local.Ephemeral = true // the journal holds the write until the table does
@@ -261,7 +274,7 @@ func (e *Engine) writeBehind(t *Table, row []byte, item container.Item) (Status,
 // queued write of row: the cached copy goes, so the table stays the truth.
 func (e *Engine) DroppedWrite(t *Table, row []byte) {
 	t.gen.Add(1)
-	e.st.Update(storeKey(t, row), func(*store.Item) (store.Action, store.Item) { return store.Remove, store.Item{} })
+	e.st.Update(rowKey(t, row), func(*store.Item) (store.Action, store.Item) { return store.Remove, store.Item{} })
 }
 
 // SyncTables waits until the write-behind queues of the containers on the
@@ -303,7 +316,7 @@ func (e *Engine) tableWrite(t *Table, row []byte, policy, op string, write func(
 	if policy == PolicyCaching {
 		// Invalidate even after an error: the write may have committed.
 		t.gen.Add(1)
-		e.st.Update(storeKey(t, row), func(*store.Item) (store.Action, store.Item) { return store.Remove, store.Item{} })
+		e.st.Update(rowKey(t, row), func(*store.Item) (store.Action, store.Item) { return store.Remove, store.Item{} })
 	}
 	return err
 }
@@ -466,7 +479,7 @@ func (e *Engine) GetMulti(keys [][]byte) ([]store.Item, []bool, error) {
 			}
 			continue
 		case t.Get == PolicyCaching:
-			if it, ok := e.st.Get(storeKey(t, row)); ok && it.Tag == t.epoch.Load() {
+			if it, ok := e.st.Get(rowKey(t, row)); ok && it.Tag == t.epoch.Load() {
 				items[i], found[i] = it, true
 				continue
 			}
@@ -520,7 +533,7 @@ func (e *Engine) GetMulti(keys [][]byte) ([]store.Item, []bool, error) {
 			}
 			items[i], found[i] = fromRow(r), true
 			if t.Get == PolicyCaching {
-				e.cacheRow(t, storeKey(t, n.row[j]), items[i], gen, epoch)
+				e.cacheRow(t, rowKey(t, n.row[j]), items[i], gen, epoch)
 			}
 		}
 	}
