@@ -78,6 +78,9 @@ func openTables(ctx context.Context, cfg config.Config, eng *engine.Engine, log 
 		t := &engine.Table{Name: c.Name, Source: strings.ToLower(c.Table), C: ct,
 			Get: c.Get, Set: c.Set, Delete: c.Delete, Flush: c.Flush}
 		if c.Write == config.WriteAsync {
+			if !eng.Store().Persistent() {
+				log.Warn("container writes behind without a persistent store: sets acknowledged but not yet in the table are lost if keyway dies (set [store] data_dir and durability)", "container", c.Name)
+			}
 			t.Behind = writebehind.New(ct, eng.Store(), "@@"+c.Name+".", writebehind.Options{
 				Window: c.WriteWindow, MaxPending: c.WriteMaxPending, Logger: log,
 				OnDrop: func(row []byte) { eng.DroppedWrite(t, row) },
