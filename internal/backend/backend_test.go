@@ -14,11 +14,7 @@ import (
 	"github.com/keywaydb/keyway/internal/testenv"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.StopSharedMariaDB()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testenv.RunWithSharedMariaDB(m)) }
 
 // mariadb is the package's shared MariaDB (each test uses its own tables).
 func mariadb(t testing.TB) *testenv.MariaDB { return testenv.SharedMariaDB(t) }

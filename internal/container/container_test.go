@@ -16,23 +16,14 @@ import (
 	"github.com/keywaydb/keyway/internal/testenv"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.StopSharedMariaDB()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testenv.RunWithSharedMariaDB(m)) }
 
 var ctx = context.Background()
 
 func openDB(t *testing.T) *sql.DB {
 	t.Helper()
-	m := testenv.SharedMariaDB(t)
-	db, err := sql.Open("mysql", m.AppDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := testenv.SharedDB(t)
 	db.SetMaxOpenConns(16)
-	t.Cleanup(func() { db.Close() })
 	return db
 }
 

@@ -14,16 +14,16 @@ import "github.com/keywaydb/keyway/internal/store"
 // when no table is involved (no container, or a container whose policies are
 // all cache_only); otherwise t and row name the table's row.
 func (e *Engine) metaRoute(key []byte) (t *Table, row, local []byte, err error) {
-	t, row, err = e.route(key)
-	switch {
-	case err != nil:
-		return nil, nil, nil, err
-	case t == nil:
-		return nil, key, key, nil
-	case t.Get == PolicyCacheOnly && t.Set == PolicyCacheOnly && t.Delete == PolicyCacheOnly:
-		return t, row, storeKey(t, row), nil
+	return e.localKey(key, allPolicies)
+}
+
+// allPolicies is cache_only when every policy of t is, so a meta command,
+// which may read and write, stays local only then.
+func allPolicies(t *Table) string {
+	if t.Get == PolicyCacheOnly && t.Set == PolicyCacheOnly && t.Delete == PolicyCacheOnly {
+		return PolicyCacheOnly
 	}
-	return t, row, nil, nil
+	return ""
 }
 
 func metaUnsupported(t *Table, cmd, flags string) error {

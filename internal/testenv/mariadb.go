@@ -368,3 +368,24 @@ func StopSharedMariaDB() {
 		_ = sharedMariaDB.m.Stop()
 	}
 }
+
+// RunWithSharedMariaDB is a test binary's TestMain body for packages that use
+// SharedMariaDB: it runs the tests, stops the shared MariaDB and returns the
+// exit code (os.Exit(testenv.RunWithSharedMariaDB(m))).
+func RunWithSharedMariaDB(m *testing.M) int {
+	code := m.Run()
+	StopSharedMariaDB()
+	return code
+}
+
+// SharedDB is a database/sql pool on the shared MariaDB as the app user
+// (database test), closed when the test ends.
+func SharedDB(t testing.TB) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", SharedMariaDB(t).AppDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}

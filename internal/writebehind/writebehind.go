@@ -70,8 +70,8 @@ type Queue struct {
 	mu      sync.Mutex
 	cond    sync.Cond
 	pending map[string]*entry // by NormKey of the row
-	seq     uint64 // the last Put's number
-	lastErr error  // the last failure to reach the table; nil once a round succeeds
+	seq     uint64            // the last Put's number
+	lastErr error             // the last failure to reach the table; nil once a round succeeds
 	closed  bool
 
 	kick chan struct{}

@@ -18,23 +18,9 @@ import (
 	"github.com/keywaydb/keyway/internal/testenv"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.StopSharedMariaDB()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testenv.RunWithSharedMariaDB(m)) }
 
 var ctx = context.Background()
-
-func openDB(t *testing.T) *sql.DB {
-	t.Helper()
-	db, err := sql.Open("mysql", testenv.SharedMariaDB(t).AppDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
-}
 
 // table creates the plugin's demo table and opens a container on it over db.
 func table(t *testing.T, db *sql.DB, name string, create bool) *container.Container {
@@ -92,7 +78,7 @@ func rows(t *testing.T, db *sql.DB, name string) map[string]string {
 // TestPutThenTable: concurrent Puts are readable at once through Get, reach
 // the table in batches with their own CAS, and the latest Put of a key wins.
 func TestPutThenTable(t *testing.T) {
-	db := openDB(t)
+	db := testenv.SharedDB(t)
 	c := table(t, db, "wb_put", true)
 	s := openStore(t, "")
 	defer s.Close()
@@ -145,7 +131,7 @@ func TestPutThenTable(t *testing.T) {
 // TestRefusedRowIsDropped: a row the table cannot take is dropped (and
 // reported) without holding back its neighbours.
 func TestRefusedRowIsDropped(t *testing.T) {
-	db := openDB(t)
+	db := testenv.SharedDB(t)
 	c := table(t, db, "wb_refused", true)
 	s := openStore(t, "")
 	defer s.Close()
@@ -181,7 +167,7 @@ func TestRefusedRowIsDropped(t *testing.T) {
 // acknowledged stays readable, survives a restart in the store's journal, and
 // reaches the table once it can.
 func TestTableDownBackpressureAndJournal(t *testing.T) {
-	db := openDB(t)
+	db := testenv.SharedDB(t)
 	table(t, db, "wb_down", true)
 	deadDB, err := sql.Open("mysql", testenv.SharedMariaDB(t).AppDSN)
 	if err != nil {
@@ -240,7 +226,7 @@ func TestTableDownBackpressureAndJournal(t *testing.T) {
 // and "K" are one row, so the later Put replaces the earlier one and a read
 // of either sees it.
 func TestKeysAsTheColumnComparesThem(t *testing.T) {
-	db := openDB(t)
+	db := testenv.SharedDB(t)
 	c := table(t, db, "wb_case", true)
 	s := openStore(t, "")
 	defer s.Close()
