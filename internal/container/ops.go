@@ -226,6 +226,15 @@ func (c *Container) writeArgs(it Item, cas uint64) ([]any, error) {
 	return args, nil
 }
 
+// SeenCAS tells the container of a CAS assigned earlier that the table does
+// not hold yet (a write-behind journal replayed after a restart), so AssignCAS
+// never hands it out again.
+func (c *Container) SeenCAS(v uint64) {
+	if c.qCAS != "" {
+		raiseCAS(v)
+	}
+}
+
 // AssignCAS is the CAS an item written now gets: the next of the process-wide
 // counter with a cas column, else the hash of its value and flags.
 func (c *Container) AssignCAS(it Item) uint64 {

@@ -129,6 +129,7 @@ func New(c *container.Container, j Journal, prefix string, o Options) *Queue {
 			j.JournalDelete([]byte(k))
 			continue
 		}
+		c.SeenCAS(it.CAS)
 		q.seq++
 		q.pending[k[len(prefix):]] = &entry{row: row, item: it, seq: q.seq}
 	}
