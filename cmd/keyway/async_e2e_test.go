@@ -92,6 +92,13 @@ write_window = "3s"`)
 		t.Fatalf("multi-get with a queued row: %v", items)
 	}
 
+	// A SELECT through the SQL door sees the queued set.
+	var v string
+	must(through.QueryRow("SELECT c2 FROM demo_test WHERE c1 = 'a'").Scan(&v))
+	if v != "v1" {
+		t.Fatalf("SELECT through the SQL door after an async set: %q", v)
+	}
+
 	// An SQL UPDATE through the SQL door runs after the queued set, not before
 	// it (where it would match no row and then be overwritten).
 	res, err := through.Exec("UPDATE demo_test SET c2 = 'from sql' WHERE c1 = 'a'")
@@ -102,6 +109,15 @@ write_window = "3s"`)
 	get("a", "from sql")
 
 	// incr and delete wait for the row's queued set.
+	must(mc.Set(&memcache.Item{Key: "@@aaa.a", Value: []byte("v2")}))
+	// ... also as a prepared statement.
+	must(through.QueryRow("SELECT c2 FROM demo_test WHERE c1 = ?", "a").Scan(&v))
+	if v != "v2" {
+		t.Fatalf("prepared SELECT after an async set: %q", v)
+	}
+	res, err = through.Exec("UPDATE demo_test SET c2 = 'from sql' WHERE c1 = 'a'")
+	must(err)
+
 	must(mc.Set(&memcache.Item{Key: "@@aaa.n", Value: []byte("5")}))
 	n, err := mc.Increment("@@aaa.n", 3)
 	must(err)

@@ -277,10 +277,21 @@ func (e *Engine) DroppedWrite(t *Table, row []byte) {
 	e.st.Update(rowKey(t, row), func(*store.Item) (store.Action, store.Item) { return store.Remove, store.Item{} })
 }
 
+// WritesBehind reports whether any container writes behind (write = "async").
+func (e *Engine) WritesBehind() bool {
+	for _, t := range e.tables {
+		if t.Behind != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // SyncTables waits until the write-behind queues of the containers on the
 // named tables (named as for InvalidateTables) have written every set they
-// acknowledged. The SQL door calls it before a statement that writes those
-// tables, so the statement acts after every acknowledged memcache write.
+// acknowledged. The SQL door calls it before a statement that names those
+// tables, so the statement sees, and acts after, every acknowledged memcache
+// write.
 func (e *Engine) SyncTables(db string, names []string) error {
 	var errs []error
 	for _, t := range e.tablesNamed(db, names) {

@@ -122,7 +122,7 @@ func (s *Server) startSQLAndAdmin() error {
 	metrics.SetMemcacheStatsFunc(s.memcache.Stats)
 	digests := stats.NewDigests(digestCapacity)
 	if cfg.SQL.Listen != "" {
-		proxy, err := sqlproxy.New(sqlproxy.Options{
+		opts := sqlproxy.Options{
 			Config:  cfg,
 			Plans:   sqlproxy.NewPlanCache(planCapacity),
 			Digests: digests,
@@ -130,9 +130,13 @@ func (s *Server) startSQLAndAdmin() error {
 			Logger:  s.log,
 			// One truth across doors: SQL writes drop the memcache door's cached rows.
 			Invalidate: s.engine.InvalidateTables,
-			// ... and act after every memcache write acknowledged before them.
-			BeforeWrite: s.engine.SyncTables,
-		})
+		}
+		if s.engine.WritesBehind() {
+			// ... and SQL statements see, and act after, every memcache write
+			// acknowledged before them, even one still queued for the table.
+			opts.Settle = s.engine.SyncTables
+		}
+		proxy, err := sqlproxy.New(opts)
 		if err != nil {
 			return err
 		}

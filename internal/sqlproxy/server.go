@@ -49,10 +49,12 @@ type Options struct {
 	// after the backend acknowledged it and before the client sees the reply,
 	// so caches of those tables never outlive a write made through the door.
 	Invalidate func(db string, tables []string)
-	// BeforeWrite, when set, is told the tables a statement will write before
-	// it is sent to the backend (write-behind queues finish the writes they
-	// acknowledged). An error is the client's reply; the statement is not sent.
-	BeforeWrite func(db string, tables []string) error
+	// Settle, when set, is told the tables a statement names (reads and
+	// writes) before it is sent to the backend, and returns once the writes
+	// keyway acknowledged to those tables through other doors (write-behind
+	// queues) are in them: the statement sees them and acts after them. An
+	// error is the client's reply; the statement is not sent.
+	Settle func(db string, tables []string) error
 }
 
 const (

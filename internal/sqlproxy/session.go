@@ -310,7 +310,7 @@ func (ss *session) forward(p []byte, relay func() (int64, bool, error)) error {
 
 // exchange is forward returning the row count and whether the reply was an ERR.
 func (ss *session) exchange(p []byte, relay func() (int64, bool, error)) (int64, bool, error) {
-	if e := ss.beforeWrite(); e != nil {
+	if e := ss.settle(); e != nil {
 		if err := ss.c.WriteError(e); err != nil {
 			return 0, true, err
 		}
@@ -511,11 +511,11 @@ func writesTables(plan *Plan) bool {
 	return (plan.Class == ClassWrite || plan.Class == ClassDDL || plan.Class == ClassOther) && len(plan.Tables) > 0
 }
 
-// beforeWrite runs the BeforeWrite hook for the command in flight when it
-// writes tables; a failure becomes the client's error.
-func (ss *session) beforeWrite() *mysqlwire.Error {
-	plan, hook := ss.written, ss.s.opts.BeforeWrite
-	if plan == nil || hook == nil || !writesTables(plan) {
+// settle runs the Settle hook for the command in flight when it names
+// tables; a failure becomes the client's error.
+func (ss *session) settle() *mysqlwire.Error {
+	plan, hook := ss.written, ss.s.opts.Settle
+	if plan == nil || hook == nil || len(plan.Tables) == 0 {
 		return nil
 	}
 	if err := hook(ss.db, plan.Tables); err != nil {
