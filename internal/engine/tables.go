@@ -519,23 +519,22 @@ func (e *Engine) GetMulti(keys [][]byte) ([]store.Item, []bool, error) {
 			}
 		}
 		rows := map[string]container.Item{}
-		var err error
 		if len(ask) > 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), tableTimeout)
-			rows, err = t.C.GetMulti(ctx, ask)
+			got, err := t.C.GetMulti(ctx, ask)
 			cancel()
+			if err != nil && firstErr == nil {
+				firstErr = err // names the container already
+			}
+			for k, it := range got {
+				rows[k] = it
+			}
 		}
 		now := e.st.Now()
 		for k, it := range queued {
 			if !expired(it.Exptime, now) {
 				rows[k] = it
 			}
-		}
-		if err != nil {
-			if firstErr == nil {
-				firstErr = err // names the container already
-			}
-			continue
 		}
 		for j, i := range n.idx {
 			r, ok := rows[string(n.row[j])]
