@@ -1,0 +1,65 @@
+package engine
+
+import (
+	"context"
+	"database/sql"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/keywaydb/keyway/internal/container"
+	"github.com/keywaydb/keyway/internal/store"
+	"github.com/keywaydb/keyway/internal/testenv"
+	"github.com/keywaydb/keyway/internal/writebehind"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.RunWithSharedMariaDB(m)) }
+
+// TestQueuedRowsOutliveADeadTable: with the table unreachable, an async
+// container still acknowledges sets, and reads (single and multi-key) answer
+// the queued rows; only the rows that need the table fail, with the reason.
+func TestQueuedRowsOutliveADeadTable(t *testing.T) {
+	live := testenv.SharedDB(t)
+	for _, q := range []string{"DROP TABLE IF EXISTS test.engine_dead",
+		"CREATE TABLE test.engine_dead (k VARCHAR(32) PRIMARY KEY, v VARCHAR(64))"} {
+		if _, err := live.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db, err := sql.Open("mysql", testenv.SharedMariaDB(t).AppDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := container.Open(context.Background(), db, container.Def{Name: "dead", Schema: "test", Table: "engine_dead",
+		KeyColumn: "k", ValueColumns: []string{"v"}}, container.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	db.Close() // every query now fails at once, as with MySQL gone
+	st, err := store.Open(store.Options{MemoryLimit: 16 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	e := New(st, Options{})
+	for _, policy := range []string{PolicyCaching, PolicyDBOnly} {
+		tbl := &Table{Name: "dead", Source: "test.engine_dead", C: c, Get: policy, Set: policy, Delete: policy, Flush: PolicyCacheOnly}
+		tbl.Behind = writebehind.New(c, st, "@@dead.", writebehind.Options{Window: time.Hour, WaitTimeout: 100 * time.Millisecond})
+		e.SetTables([]*Table{tbl})
+		if status, _, err := e.StoreValue(Set, []byte("@@dead.q"), []byte("queued"), 0, 0, 0); status != Stored || err != nil {
+			t.Fatalf("%s: async set with the table dead: %v %v", policy, status, err)
+		}
+		if it, ok, err := e.Get([]byte("@@dead.q")); !ok || err != nil || string(it.Value) != "queued" {
+			t.Fatalf("%s: get: %q %v %v", policy, it.Value, ok, err)
+		}
+		items, found, err := e.GetMulti([][]byte{[]byte("@@dead.q"), []byte("@@dead.other")})
+		if !found[0] || string(items[0].Value) != "queued" || found[1] || err == nil {
+			t.Fatalf("%s: multi-get: %v %v, err %v", policy, found, items, err)
+		}
+		if _, err := e.Delete([]byte("@@dead.q"), 0); err == nil {
+			t.Fatalf("%s: delete acknowledged while its queued set cannot reach the table", policy)
+		}
+		tbl.Behind.Close() // leaves the row queued: the table is dead
+	}
+}
