@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"runtime/debug"
 
 	"github.com/keywaydb/keyway/internal/engine"
 )
@@ -68,6 +69,12 @@ func newConn(s *Server, nc net.Conn) *conn {
 
 func (c *conn) serve() {
 	defer c.nc.Close()
+	defer func() {
+		// A bug met by one request costs its connection, not the server.
+		if r := recover(); r != nil {
+			c.srv.log.Error("memcache: a request crashed its connection; closing it", "remote", c.nc.RemoteAddr().String(), "panic", r, "stack", string(debug.Stack()))
+		}
+	}()
 	for {
 		if c.rpos == c.rend {
 			c.rpos, c.rend = 0, 0

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -93,6 +94,16 @@ func (ss *session) run() {
 	}
 	defer s.conns.Add(-1)
 	defer ss.releaseBackend()
+	defer func() {
+		// A bug met by one statement costs its session, not the server; the
+		// backend connection is in an unknown state, so it is not reused.
+		if r := recover(); r != nil {
+			s.log.Error("sql: a command crashed its session; closing it", "remote", ss.remote, "panic", r, "stack", string(debug.Stack()))
+			if ss.be != nil {
+				ss.be.MarkBroken()
+			}
+		}
+	}()
 
 	_ = ss.nc.SetDeadline(time.Now().Add(handshakeTimeout))
 	cfg := s.serverConfig(ss.remote)
