@@ -374,29 +374,35 @@ func TestContainerMySQLDown(t *testing.T) {
 // rows; the rows read through SQL match.
 func TestContainersThroughPHPMemcached(t *testing.T) {
 	testenv.Need(t, "php")
-	kw, db := startContainers(t, "caching")
-	host, port, _ := strings.Cut(kw.Addr, ":")
-	for _, proto := range []string{"text", "binary"} {
-		t.Run(proto, func(t *testing.T) {
-			out, err := exec.Command("php", "testdata/containers.php", host, port, proto, proto+"-").CombinedOutput()
-			if err != nil {
-				t.Fatalf("php: %v\n%s", err, out)
-			}
-			want := `{"set":true,"get":"hello","set_n":true,"incr":15,"decr":0,"cas_ok":true,"cas_stale":false,` +
-				`"cas_stale_code":true,"after_cas":"changed","add_existing":false,"set_d":true,"delete":true,` +
-				`"get_deleted":false,"get_deleted_notfound":true}`
-			if strings.TrimSpace(string(out)) != want {
-				t.Fatalf("php-memcached %s:\n got %s\nwant %s\nkeyway:\n%s", proto, out, want, kw.Output())
-			}
-			for key, wantValue := range map[string]string{proto + "-a": "changed", proto + "-n": "0"} {
-				var v string
-				if err := db.QueryRow(`SELECT c2 FROM test.demo_test WHERE c1 = ?`, key).Scan(&v); err != nil || strings.TrimSpace(v) != wantValue {
-					t.Fatalf("row %s = %q (%v), want %q", key, v, err, wantValue)
+	for _, write := range []string{"sync", "async"} {
+		t.Run(write, func(t *testing.T) {
+			m, db, sqlAddr, path := setupContainers(t, "caching", fmt.Sprintf("write = %q", write))
+			kw := startKeywaySQL(t, sqlAddr, "--config", path, "--data-dir", t.TempDir(), "--durability", "sync")
+			host, port, _ := strings.Cut(kw.Addr, ":")
+			for _, proto := range []string{"text", "binary"} {
+				args := []string{"testdata/containers.php", host, port, proto, proto + "-", sqlAddr, m.Addr}
+				rows := fmt.Sprintf(`{"%[1]s-a":"changed","%[1]s-n":"0"}`, proto)
+				want := `{"set":true,"get":"hello","set_n":true,"incr":15,"decr":0,"cas_ok":true,"cas_stale":false,` +
+					`"cas_stale_code":true,"after_cas":"changed","add_existing":false,"set_d":true,"delete":true,` +
+					`"get_deleted":false,"get_deleted_notfound":true,"sql_keyway":` + rows + `,"sql_direct":` + rows + `}`
+				if write == "async" {
+					// Direct to MariaDB an async set may still be queued; through
+					// the SQL door it is always seen.
+					args = args[:len(args)-1]
+					want = strings.TrimSuffix(want, `,"sql_direct":`+rows+`}`) + `}`
 				}
-			}
-			var n int
-			if err := db.QueryRow(`SELECT COUNT(*) FROM test.demo_test WHERE c1 = ?`, proto+"-d").Scan(&n); err != nil || n != 0 {
-				t.Fatalf("deleted row still there: %d %v", n, err)
+				out, err := exec.Command("php", args...).CombinedOutput()
+				if err != nil {
+					t.Fatalf("php: %v\n%s", err, out)
+				}
+				if strings.TrimSpace(string(out)) != want {
+					t.Fatalf("php-memcached %s:\n got %s\nwant %s\nkeyway:\n%s", proto, out, want, kw.Output())
+				}
+				eventually(t, "rows direct", func() (bool, string) {
+					a, n, d := tableValue(t, db, proto+"-a"), tableValue(t, db, proto+"-n"), tableValue(t, db, proto+"-d")
+					got := fmt.Sprintf("a=%s n=%s d=%s", a, n, d)
+					return got == "a=changed n=0 d=<no row>", got
+				})
 			}
 		})
 	}

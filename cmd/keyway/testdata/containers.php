@@ -1,7 +1,8 @@
 <?php
 // Drives a keyway container with php-memcached over the text or binary
-// protocol: php containers.php HOST PORT text|binary PREFIX
-// Prints one JSON object of what each call returned.
+// protocol: php containers.php HOST PORT text|binary PREFIX [SQLDOOR DIRECT]
+// Prints one JSON object of what each call returned, and with the two
+// HOST:PORT arguments the rows read back through each.
 [$_, $host, $port, $proto, $prefix] = $argv;
 $m = new Memcached();
 $m->setOption(Memcached::OPT_BINARY_PROTOCOL, $proto === 'binary');
@@ -24,4 +25,16 @@ $out['set_d'] = $m->set($k('d'), 'gone soon');
 $out['delete'] = $m->delete($k('d'));
 $out['get_deleted'] = $m->get($k('d'));
 $out['get_deleted_notfound'] = $m->getResultCode() === Memcached::RES_NOTFOUND;
+// The same rows through keyway's SQL door and direct to MariaDB (optional
+// HOST:PORT arguments, user app/secret).
+foreach (['sql_keyway' => $argv[5] ?? null, 'sql_direct' => $argv[6] ?? null] as $name => $addr) {
+    if ($addr === null) {
+        continue;
+    }
+    [$h, $p] = explode(':', $addr);
+    $pdo = new PDO("mysql:host=$h;port=$p;dbname=test", 'app', 'secret', [PDO::ATTR_ERRMODE => PDO::ERRMODE_EXCEPTION]);
+    $st = $pdo->prepare('SELECT c1, c2 FROM demo_test WHERE c1 LIKE ? ORDER BY c1');
+    $st->execute(["$prefix%"]);
+    $out[$name] = $st->fetchAll(PDO::FETCH_KEY_PAIR);
+}
 echo json_encode($out), "\n";
