@@ -617,3 +617,14 @@ func TestValueTypeChecks(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendNormKeyMatchesNormKey: the byte-slice form agrees with NormKey.
+func TestAppendNormKeyMatchesNormKey(t *testing.T) {
+	for _, c := range []*Container{{}, {keyFold: true}, {keyPad: true}, {keyFold: true, keyPad: true}} {
+		for _, k := range []string{"", "abc", "ABC  ", "MiXeD", "  lead", "Ünïcode É ", "k\x00K"} {
+			if got, want := string(c.AppendNormKey([]byte("pre."), []byte(k))), "pre."+c.NormKey(k); got != want {
+				t.Errorf("fold %v pad %v: AppendNormKey(%q) = %q, want %q", c.keyFold, c.keyPad, k, got, want)
+			}
+		}
+	}
+}

@@ -1,12 +1,14 @@
 package container
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-sql-driver/mysql"
 )
@@ -133,6 +135,29 @@ func (c *Container) normKey(k string) string {
 		k = strings.ToLower(k)
 	}
 	return k
+}
+
+// AppendNormKey appends NormKey(key) to dst without converting key to a
+// string (the engine builds a cache key with it on every cached read).
+func (c *Container) AppendNormKey(dst, key []byte) []byte {
+	if c.keyPad {
+		key = bytes.TrimRight(key, " ")
+	}
+	if !c.keyFold {
+		return append(dst, key...)
+	}
+	for _, b := range key {
+		if b >= utf8.RuneSelf {
+			return append(dst, c.normKey(string(key))...)
+		}
+	}
+	for _, b := range key {
+		if 'A' <= b && b <= 'Z' {
+			b += 'a' - 'A'
+		}
+		dst = append(dst, b)
+	}
+	return dst
 }
 
 // GetMulti reads all keys with one `WHERE key IN (…)`. The result holds the

@@ -116,13 +116,17 @@ func storeKey(t *Table, row []byte) []byte {
 // one copy under a case-insensitive collation: they are one row, and a write
 // of either must invalidate it.
 func rowKey(t *Table, row []byte) []byte {
-	return prefixed(t, []byte(t.C.NormKey(string(row))))
+	return t.C.AppendNormKey(prefix(t, len(row)), row)
 }
 
 func prefixed(t *Table, row []byte) []byte {
-	k := make([]byte, 0, len(t.Name)+3+len(row))
-	k = append(append(append(k, "@@"...), t.Name...), '.')
-	return append(k, row...)
+	return append(prefix(t, len(row)), row...)
+}
+
+// prefix is "@@name." with room for n more bytes.
+func prefix(t *Table, n int) []byte {
+	k := make([]byte, 0, len(t.Name)+3+n)
+	return append(append(append(k, "@@"...), t.Name...), '.')
 }
 
 func disabled(t *Table, op string) error {
