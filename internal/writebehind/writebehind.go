@@ -13,9 +13,10 @@
 //   - Until the table has a write, Get answers for the row: a reader never
 //     sees the table's older row in place of an acknowledged write.
 //   - Writes go out every Window, and sooner when MaxBatch rows wait, as
-//     multi-row upserts of at most MaxBatch rows. When MaxPending rows wait
-//     (the table is down or slower than the writers), Put waits for room up
-//     to WaitTimeout and then fails: memory and the loss window stay bounded.
+//     multi-row upserts of at most MaxBatch rows. When MaxPending rows or
+//     MaxPendingBytes wait (the table is down or slower than the writers), Put
+//     waits for room up to WaitTimeout and then fails: memory and the loss
+//     window stay bounded.
 //   - A row the table refuses for its data (container.Refused) is dropped,
 //     logged and counted, and OnDrop is told so cached copies can go: the
 //     table stays the truth. Any other error keeps every row and retries.
@@ -47,12 +48,15 @@ type Journal interface {
 
 // Options tune a Queue; zero values take the defaults.
 type Options struct {
-	Window      time.Duration // a write is sent to the table within about this long; default 100ms
-	MaxBatch    int           // rows per statement; default 256
-	MaxPending  int           // rows waiting before Put waits for room; default 16384
-	WaitTimeout time.Duration // how long Put, Sync and Drain wait before they fail; default 10s
-	Logger      *slog.Logger
-	OnDrop      func(row []byte) // a write the table refused was dropped
+	Window     time.Duration // a write is sent to the table within about this long; default 100ms
+	MaxBatch   int           // rows per statement; default 256
+	MaxPending int           // rows waiting before Put waits for room; default 16384
+	// MaxPendingBytes bounds the keys and values waiting (plus entryOverhead
+	// each) the same way; default 64 MiB.
+	MaxPendingBytes int64
+	WaitTimeout     time.Duration // how long Put, Sync and Drain wait before they fail; default 10s
+	Logger          *slog.Logger
+	OnDrop          func(row []byte) // a write the table refused was dropped
 }
 
 // ErrBehind means writes queued for the table did not reach it in time: Put
@@ -70,6 +74,7 @@ type Queue struct {
 	mu      sync.Mutex
 	cond    sync.Cond
 	pending map[string]*entry // by NormKey of the row
+	bytes   int64             // size of pending (see entry.size)
 	seq     uint64            // the last Put's number
 	lastErr error             // the last failure to reach the table; nil once a round succeeds
 	closed  bool
@@ -87,9 +92,16 @@ type entry struct {
 	seq  uint64
 }
 
+// entryOverhead is what a waiting row costs beyond its key and value: the
+// entry, its map slot and the journal record's header, roughly.
+const entryOverhead = 128
+
+func (e *entry) size() int64 { return int64(len(e.row)+len(e.item.Value)) + entryOverhead }
+
 // Stats count a queue's work.
 type Stats struct {
 	Pending      int    `json:"pending"`       // rows waiting for the table
+	PendingBytes int64  `json:"pending_bytes"` // their size, as MaxPendingBytes counts it
 	Written      uint64 `json:"written"`       // rows the table took
 	Dropped      uint64 `json:"dropped"`       // rows the table refused (see OnDrop)
 	FailedRounds uint64 `json:"failed_rounds"` // rounds that could not reach the table
@@ -107,6 +119,9 @@ func New(c *container.Container, j Journal, prefix string, o Options) *Queue {
 	}
 	if o.MaxPending <= 0 {
 		o.MaxPending = 16384
+	}
+	if o.MaxPendingBytes <= 0 {
+		o.MaxPendingBytes = 64 << 20
 	}
 	if o.WaitTimeout <= 0 {
 		o.WaitTimeout = 10 * time.Second
@@ -131,7 +146,9 @@ func New(c *container.Container, j Journal, prefix string, o Options) *Queue {
 		}
 		c.SeenCAS(it.CAS)
 		q.seq++
-		q.pending[k[len(prefix):]] = &entry{row: row, item: it, seq: q.seq}
+		e := &entry{row: row, item: it, seq: q.seq}
+		q.pending[k[len(prefix):]] = e
+		q.bytes += e.size()
 	}
 	if n := len(q.pending); n > 0 {
 		o.Logger.Info("write-behind: writes acknowledged before the last stop are written first", "container", q.name, "rows", n)
@@ -147,11 +164,12 @@ func New(c *container.Container, j Journal, prefix string, o Options) *Queue {
 // block or call the queue.
 func (q *Queue) Put(row []byte, item container.Item, queued func()) error {
 	k := q.c.NormKey(string(row))
+	e := &entry{row: append([]byte(nil), row...), item: item}
 	q.mu.Lock()
-	if len(q.pending) >= q.o.MaxPending && q.pending[k] == nil {
+	if q.fullLocked(k, e) {
 		q.nudge()
 		deadline := time.Now().Add(q.o.WaitTimeout)
-		for len(q.pending) >= q.o.MaxPending && q.pending[k] == nil && !q.closed {
+		for q.fullLocked(k, e) && !q.closed {
 			if !q.waitLocked(deadline) {
 				err := q.behindLocked()
 				q.mu.Unlock()
@@ -164,8 +182,13 @@ func (q *Queue) Put(row []byte, item container.Item, queued func()) error {
 		return fmt.Errorf("container %q: %w", q.name, container.ErrClosed)
 	}
 	q.seq++
-	row = append([]byte(nil), row...)
-	q.pending[k] = &entry{row: row, item: item, seq: q.seq}
+	e.seq = q.seq
+	if old := q.pending[k]; old != nil {
+		q.bytes -= old.size()
+	}
+	q.pending[k] = e
+	q.bytes += e.size()
+	row = e.row
 	if queued != nil {
 		queued()
 	}
@@ -179,6 +202,20 @@ func (q *Queue) Put(row []byte, item container.Item, queued func()) error {
 		return fmt.Errorf("container %q: write-behind journal: %w", q.name, err)
 	}
 	return nil
+}
+
+// fullLocked reports whether queuing e for the row with NormKey k must wait
+// for room. Replacing a waiting write of the row needs no new row, only the
+// bytes it adds; one write is always let in so a large value cannot wait forever.
+func (q *Queue) fullLocked(k string, e *entry) bool {
+	old := q.pending[k]
+	add := e.size()
+	if old != nil {
+		add -= old.size()
+	} else if len(q.pending) >= q.o.MaxPending {
+		return true
+	}
+	return add > 0 && q.bytes+add > q.o.MaxPendingBytes && len(q.pending) > 0
 }
 
 // Get returns the write waiting for row, if there is one.
@@ -244,9 +281,9 @@ func (q *Queue) drainUntil(deadline time.Time) error {
 // Stats returns the queue's counters.
 func (q *Queue) Stats() Stats {
 	q.mu.Lock()
-	n := len(q.pending)
+	n, b := len(q.pending), q.bytes
 	q.mu.Unlock()
-	return Stats{Pending: n, Written: q.written.Load(), Dropped: q.dropped.Load(), FailedRounds: q.failedRounds.Load()}
+	return Stats{Pending: n, PendingBytes: b, Written: q.written.Load(), Dropped: q.dropped.Load(), FailedRounds: q.failedRounds.Load()}
 }
 
 // closeTimeout bounds how long Close keeps trying to reach the table.
@@ -348,6 +385,7 @@ func (q *Queue) send(rows []container.Row, seqs []uint64) bool {
 		// Settled: forget it unless a newer write of the row came meanwhile.
 		k := q.c.NormKey(string(r.Key))
 		if e := q.pending[k]; e != nil && e.seq == seqs[i] {
+			q.bytes -= e.size()
 			delete(q.pending, k)
 			q.j.JournalDelete(q.journalKey(k)) // not waited for: a replayed write is only written again
 		}

@@ -250,3 +250,37 @@ func TestKeysAsTheColumnComparesThem(t *testing.T) {
 		t.Fatalf("rows %v", got)
 	}
 }
+
+// TestPendingBytesBound: the bytes waiting are bounded too, and rewriting a
+// waiting row needs no more room than it adds.
+func TestPendingBytesBound(t *testing.T) {
+	db := testenv.SharedDB(t)
+	table(t, db, "wb_bytes", true)
+	deadDB, err := sql.Open("mysql", testenv.SharedMariaDB(t).AppDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := table(t, deadDB, "wb_bytes", false)
+	deadDB.Close()
+	s := openStore(t, "")
+	defer s.Close()
+	q := New(dead, s, "@@wb_bytes.", Options{Window: time.Hour, MaxPendingBytes: 330, WaitTimeout: 100 * time.Millisecond})
+	defer q.Close()
+	big := container.Item{Value: []byte(strings.Repeat("v", 60))} // 189 bytes waiting
+	put := func(k string, it container.Item) error { return q.Put([]byte(k), it, nil) }
+	if err := put("a", big); err != nil {
+		t.Fatal(err)
+	}
+	if err := put("b", big); !errors.Is(err, ErrBehind) {
+		t.Fatalf("second 189-byte row over a 330-byte bound: %v", err)
+	}
+	if err := put("a", big); err != nil {
+		t.Fatalf("rewriting a waiting row: %v", err)
+	}
+	if err := put("c", container.Item{Value: []byte("small")}); err != nil {
+		t.Fatalf("a small row that fits: %v", err)
+	}
+	if st := q.Stats(); st.Pending != 2 || st.PendingBytes != int64(1+60+entryOverhead+1+5+entryOverhead) {
+		t.Fatalf("stats %+v", st)
+	}
+}
