@@ -237,6 +237,7 @@ const (
 	wantOptColumn       = `want a column name (letters, digits, _ or $; at most 64 characters), or "" for none`
 	wantPolicy          = `want "cache_only", "db_only", "caching" or "disabled"`
 	wantWrite           = `want "sync" (acknowledged after COMMIT) or "async" (written behind)`
+	wantAsyncSet        = `"async" writes behind to the table, so it needs set = "caching" or "db_only"`
 	wantWriteWindow     = `want a duration from "1ms" to "1m": how long an async set waits before it is sent to the table`
 	wantWriteMaxPending = `want a whole number from 1 to 1048576: rows an async container lets wait for the table before writers wait`
 	wantMigrateGroup    = `want the name of the [[groups]] entry whose server has the innodb_memcache schema, or "" for none`
@@ -454,8 +455,11 @@ func (k *Container) validate(key string, p *problems) {
 			p.add(key+pol.name, strconv.Quote(pol.v), wantPolicy)
 		}
 	}
-	if k.Write != WriteSync && k.Write != WriteAsync {
+	switch {
+	case k.Write != WriteSync && k.Write != WriteAsync:
 		p.add(key+"write", strconv.Quote(k.Write), wantWrite)
+	case k.Write == WriteAsync && k.Set != PolicyCaching && k.Set != PolicyDBOnly:
+		p.add(key+"write", `"async"`, wantAsyncSet+" (set is "+strconv.Quote(k.Set)+")")
 	}
 	if k.WriteWindow < time.Millisecond || k.WriteWindow > maxWriteWindow {
 		p.add(key+"write_window", strconv.Quote(k.WriteWindow.String()), wantWriteWindow)

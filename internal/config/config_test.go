@@ -848,7 +848,7 @@ flags = "f"
 cas = "c"
 expiry = "e"
 get = "db_only"
-set = "cache_only"
+set = "db_only"
 delete = "disabled"
 flush = "db_only"
 write = "async"
@@ -871,7 +871,7 @@ innodb_memcache = "h"
 		{Name: "default", Group: "g", Table: "test.demo_test", Key: "c1", Values: []string{"c2"}, Separator: "|",
 			Get: "caching", Set: "caching", Delete: "caching", Flush: "cache_only", Write: "sync", WriteWindow: 100 * time.Millisecond, WriteMaxPending: 16384},
 		{Name: "aaa_1", Group: "h", Table: "shop.kv", Key: "k", Values: []string{"v1", "v2", "v$3"}, Separator: ",",
-			Flags: "f", CAS: "c", Expiry: "e", Get: PolicyDBOnly, Set: PolicyCacheOnly, Delete: PolicyDisabled,
+			Flags: "f", CAS: "c", Expiry: "e", Get: PolicyDBOnly, Set: PolicyDBOnly, Delete: PolicyDisabled,
 			Flush: PolicyDBOnly, Write: WriteAsync, WriteWindow: 250 * time.Millisecond, WriteMaxPending: 500},
 		{Name: "b", Group: "g", Table: "s.t", Key: "k", Values: []string{"a", "b", "c"}, Separator: "|",
 			Get: "caching", Set: "caching", Delete: "caching", Flush: "cache_only", Write: "sync", WriteWindow: 100 * time.Millisecond, WriteMaxPending: 16384},
@@ -936,6 +936,8 @@ name = "dup"
 table = "a.b.c"
 key = "k"
 values = "v,,w"
+set = "cache_only"
+write = "async"
 
 [[containers]]
 name = "dup"                    # duplicate
@@ -970,6 +972,7 @@ innodb_memcache = "x"
 		[]string{`containers[0].write_max_pending = 0`, "from 1 to 1048576"},
 		[]string{`containers[1].table = "a.b.c"`, `"schema.table"`},
 		[]string{`containers[1].values[1] = ""`, "column name"},
+		[]string{`containers[1].write = "async"`, `needs set = "caching" or "db_only"`, `(set is "cache_only")`},
 		[]string{`containers[2].name = "dup"`, "unique", "containers[1] has it already"},
 		[]string{`containers[2].table = ".t"`},
 		[]string{`containers[2].values = []`, "one or more column names"},

@@ -52,11 +52,7 @@ func openTables(ctx context.Context, cfg config.Config, eng *engine.Engine, log 
 		containers = append(imported, containers...)
 	}
 	seen := map[string]bool{}
-	for i, c := range containers {
-		// Write-behind only has something to do where sets reach the table.
-		if c.Write == config.WriteAsync && c.Set != config.PolicyCaching && c.Set != config.PolicyDBOnly {
-			return nil, nil, fmt.Errorf("containers[%d] (container %q): write = \"async\" needs set = \"caching\" or \"db_only\", not %q", i, c.Name, c.Set)
-		}
+	for _, c := range containers {
 		if seen[c.Name] {
 			return nil, nil, fmt.Errorf("container %q is defined twice (in [[containers]] and the innodb_memcache schema?)", c.Name)
 		}
