@@ -517,35 +517,27 @@ func kvPairs(n, keySize, valueSize int) ([]string, [][]byte) {
 // primary (as app/secret) and containers "aaa" (writes sync) and "bbb"
 // (writes async) on test.demo_test, key c1, value c2, every policy caching.
 func KVConfig(primary string) string {
-	return fmt.Sprintf(`# keyway bench kv: container aaa in front of one MariaDB.
+	container := func(name, write string) string {
+		return fmt.Sprintf(`
+[[containers]]
+name = %q
+group = "main"
+table = %q
+key = "c1"
+values = ["c2"]
+get = "caching"
+set = "caching"
+delete = "caching"
+write = %q
+`, name, kvTable, write)
+	}
+	return fmt.Sprintf(`# keyway bench kv: containers in front of one MariaDB.
 [[groups]]
 name = "main"
-primary = %[1]q
-user = %[2]q
-password = %[3]q
-
-[[containers]]
-name = %[4]q
-group = "main"
-table = %[5]q
-key = "c1"
-values = ["c2"]
-get = "caching"
-set = "caching"
-delete = "caching"
-write = "sync"
-
-[[containers]]
-name = %[6]q
-group = "main"
-table = %[5]q
-key = "c1"
-values = ["c2"]
-get = "caching"
-set = "caching"
-delete = "caching"
-write = "async"
-`, primary, sqlUser, sqlPassword, kvContainer, kvTable, kvAsync)
+primary = %q
+user = %q
+password = %q
+`, primary, sqlUser, sqlPassword) + container(kvContainer, "sync") + container(kvAsync, "async")
 }
 
 func writeKVConfig(primary string) (string, error) {

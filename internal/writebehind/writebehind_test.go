@@ -42,6 +42,20 @@ func table(t *testing.T, db *sql.DB, name string, create bool) *container.Contai
 	return c
 }
 
+// deadTable creates the demo table over db and returns a container on it
+// whose own pool is closed: every write through it fails, as with MySQL down.
+func deadTable(t *testing.T, db *sql.DB, name string) *container.Container {
+	t.Helper()
+	table(t, db, name, true)
+	deadDB, err := sql.Open("mysql", testenv.SharedMariaDB(t).AppDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := table(t, deadDB, name, false)
+	deadDB.Close()
+	return dead
+}
+
 func openStore(t *testing.T, dir string) *store.Store {
 	t.Helper()
 	o := store.Options{MemoryLimit: 8 << 20}
@@ -168,13 +182,7 @@ func TestRefusedRowIsDropped(t *testing.T) {
 // reaches the table once it can.
 func TestTableDownBackpressureAndJournal(t *testing.T) {
 	db := testenv.SharedDB(t)
-	table(t, db, "wb_down", true)
-	deadDB, err := sql.Open("mysql", testenv.SharedMariaDB(t).AppDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := table(t, deadDB, "wb_down", false)
-	deadDB.Close() // every write through dead now fails, as with MySQL down
+	dead := deadTable(t, db, "wb_down")
 
 	dir := t.TempDir()
 	s := openStore(t, dir)
@@ -184,7 +192,7 @@ func TestTableDownBackpressureAndJournal(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	err = q.Put([]byte("d4"), container.Item{Value: []byte("v4")}, nil)
+	err := q.Put([]byte("d4"), container.Item{Value: []byte("v4")}, nil)
 	if !errors.Is(err, ErrBehind) || !strings.Contains(err.Error(), "database is closed") {
 		t.Fatalf("put beyond MaxPending with the table down: %v", err)
 	}
@@ -254,14 +262,7 @@ func TestKeysAsTheColumnComparesThem(t *testing.T) {
 // TestPendingBytesBound: the bytes waiting are bounded too, and rewriting a
 // waiting row needs no more room than it adds.
 func TestPendingBytesBound(t *testing.T) {
-	db := testenv.SharedDB(t)
-	table(t, db, "wb_bytes", true)
-	deadDB, err := sql.Open("mysql", testenv.SharedMariaDB(t).AppDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := table(t, deadDB, "wb_bytes", false)
-	deadDB.Close()
+	dead := deadTable(t, testenv.SharedDB(t), "wb_bytes")
 	s := openStore(t, "")
 	defer s.Close()
 	q := New(dead, s, "@@wb_bytes.", Options{Window: time.Hour, MaxPendingBytes: 330, WaitTimeout: 100 * time.Millisecond})
