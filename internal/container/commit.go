@@ -80,30 +80,26 @@ func (c *Container) commitLoop() {
 		open := true
 	gather:
 		for len(batch) < c.opt.MaxBatch {
-			select {
-			case r, ok := <-c.queue:
-				if !ok {
-					open = false
-					break gather
-				}
-				batch = append(batch, r)
-			case <-deadline:
-				break gather
-			default:
-				if deadline == nil {
-					break gather
-				}
+			var r *setReq
+			var ok bool
+			if deadline == nil {
 				select {
-				case r, ok := <-c.queue:
-					if !ok {
-						open = false
-						break gather
-					}
-					batch = append(batch, r)
+				case r, ok = <-c.queue:
+				default:
+					break gather
+				}
+			} else {
+				select {
+				case r, ok = <-c.queue:
 				case <-deadline:
 					break gather
 				}
 			}
+			if !ok {
+				open = false
+				break gather
+			}
+			batch = append(batch, r)
 		}
 		timer.Stop()
 		c.commitBatch(batch)
