@@ -29,14 +29,9 @@ type setResp struct {
 // Set stores it under key, unconditionally, through the group committer. It
 // returns after the transaction holding the row committed (or failed); an
 // expired row is overwritten like any other. If ctx ends first, Set returns
-// ctx's error and the write may or may not be committed.
+// ctx's error and the write may or may not be committed. A key or value that
+// does not fit the table fails only this Set (WriteRows checks each row).
 func (c *Container) Set(ctx context.Context, key []byte, it Item) (uint64, error) {
-	if err := c.checkKey(key); err != nil {
-		return 0, err
-	}
-	if _, err := c.split(it.Value); err != nil {
-		return 0, err
-	}
 	r := &setReq{ctx: ctx, key: key, it: it, resp: make(chan setResp, 1)}
 	c.mu.RLock()
 	if c.closed {
