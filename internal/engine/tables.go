@@ -513,26 +513,32 @@ func (e *Engine) GetMulti(keys [][]byte) ([]store.Item, []bool, error) {
 		gen, epoch := t.gen.Load(), t.epoch.Load()
 		// Queued writes answer for their rows (asked after the generation is
 		// taken; see readOnce); the table is asked for the rest.
-		var ask [][]byte
-		queued := map[string]container.Item{}
-		for _, row := range n.row {
-			if it, ok := t.queuedRow(row); ok {
-				queued[string(row)] = it
-			} else {
-				ask = append(ask, row)
+		ask, queued := n.row, map[string]container.Item(nil)
+		if t.Behind != nil {
+			ask = nil
+			for _, row := range n.row {
+				if it, ok := t.queuedRow(row); ok {
+					if queued == nil {
+						queued = map[string]container.Item{}
+					}
+					queued[string(row)] = it
+				} else {
+					ask = append(ask, row)
+				}
 			}
 		}
-		rows := map[string]container.Item{}
+		var rows map[string]container.Item
 		if len(ask) > 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), tableTimeout)
-			got, err := t.C.GetMulti(ctx, ask)
+			var err error
+			rows, err = t.C.GetMulti(ctx, ask)
 			cancel()
 			if err != nil && firstErr == nil {
 				firstErr = err // names the container already
 			}
-			for k, it := range got {
-				rows[k] = it
-			}
+		}
+		if len(queued) > 0 && rows == nil {
+			rows = map[string]container.Item{}
 		}
 		now := e.st.Now()
 		for k, it := range queued {
