@@ -285,7 +285,7 @@ func (s *Store) Update(key []byte, fn func(cur *Item) (Action, Item)) (Item, err
 		cur = &n.item
 	}
 	action, next := fn(cur)
-	if action != Keep && s.disk != nil {
+	if s.disk != nil && touchesDisk(action, n, &next) {
 		if err := s.disk.failure(); err != nil {
 			// The change cannot be made durable: refuse it rather than let
 			// memory and disk part ways.
@@ -361,6 +361,21 @@ func (s *Store) Update(key []byte, fn func(cur *Item) (Action, Item)) (Item, err
 		return Item{}, err
 	}
 	return result, nil
+}
+
+// touchesDisk reports whether action on the live node n (nil when none),
+// storing next for Replace, writes to the disk. Changes that only involve
+// ephemeral items do not, so they go on when the disk has failed: dropping or
+// replacing a cached copy must never be refused.
+func touchesDisk(action Action, n *node, next *Item) bool {
+	persisted := n != nil && !n.item.Ephemeral
+	switch action {
+	case Keep:
+		return false
+	case Replace:
+		return persisted || !next.Ephemeral
+	}
+	return persisted
 }
 
 // forget drops a change that could not be made durable from memory, if it is

@@ -252,6 +252,23 @@ func TestFullDiskRefusesWrites(t *testing.T) {
 	if _, ok := s.Get([]byte("before")); !ok {
 		t.Fatal("reads stopped after the disk failed")
 	}
+	// Ephemeral copies never touch the disk: caching and dropping them goes on.
+	eph := func(action Action) (Item, error) {
+		return s.Update([]byte("copy"), func(*Item) (Action, Item) { return action, Item{Value: []byte("c"), Ephemeral: true} })
+	}
+	if _, err := eph(Replace); err != nil {
+		t.Fatalf("ephemeral replace on a failed disk: %v", err)
+	}
+	if _, err := eph(Remove); err != nil {
+		t.Fatalf("ephemeral remove on a failed disk: %v", err)
+	}
+	if _, ok := s.Get([]byte("copy")); ok {
+		t.Fatal("removed ephemeral copy still there")
+	}
+	// Replacing a persisted item, even with an ephemeral one, deletes from the disk.
+	if _, err := s.Update([]byte("before"), func(*Item) (Action, Item) { return Replace, Item{Value: []byte("c"), Ephemeral: true} }); !errors.Is(err, ErrPersist) {
+		t.Fatalf("ephemeral replace of a persisted item on a failed disk: %v", err)
+	}
 	if err := s.Close(); !errors.Is(err, ErrPersist) {
 		t.Fatalf("close after failure: %v", err)
 	}
