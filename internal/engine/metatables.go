@@ -41,6 +41,8 @@ func (e *Engine) tableMetaGet(t *Table, key []byte, r MetaGetRequest, res MetaGe
 	} else {
 		res.Item, res.Found, err = e.Get(key)
 	}
+	// The exptime before a touch is not read back from the table, so an mg
+	// with t before T reports the new TTL, as after it.
 	res.PrevExptime = res.Item.Exptime
 	return res, err
 }
