@@ -1,5 +1,8 @@
-// Package backend owns keyway's connections to MySQL/MariaDB servers: per group of servers (today: its primary) a
-// health monitor and connection pools keyed by the backend user and the capability flags that change the protocol.
+// Package backend is keyway's one road to MySQL/MariaDB: a Topology of groups of servers (today: each group's
+// primary), and per group a health monitor, connection pools for the SQL door keyed by the backend user and the
+// capability flags that change the protocol, and a dialer that containers' database/sql pools use. The SQL door,
+// containers and write-behind all reach a server through a Group, so which member serves (today the primary; later
+// replicas, a promoted primary, shards) is decided here alone, and all of them see the same "backend down".
 //
 // Invariants:
 //   - A pooled connection is clean: it went through COM_RESET_CONNECTION after its last user and answered OK. A
@@ -21,16 +24,15 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/keywaydb/keyway/internal/config"
 	"github.com/keywaydb/keyway/internal/mysqlwire"
 )
 
-// Defaults for zero fields of config.Group.
+// Defaults for zero fields of GroupOptions (the config fills them in already; these serve callers such as tests
+// that build a Group directly).
 const (
 	DefaultMaxOpen        = 256
 	DefaultIdleTimeout    = 60 * time.Second
@@ -80,11 +82,53 @@ type PoolStats struct {
 	Waits, Errors        int64
 }
 
-// Group is one backend group: its primary's address, a health monitor and the pools.
+// Member is one server of a group, where keyway dials it.
+type Member struct {
+	Network string // "tcp" or "unix"
+	Address string // host:port, or a unix socket path
+}
+
+// GroupOptions configure a Group.
+type GroupOptions struct {
+	Name    string
+	Primary Member
+	// User and Password are keyway's own account on the group: the health monitor (when set) and the
+	// database/sql pools of containers log in with it.
+	User, Password string
+	MinIdle        int           // connections kept open per pool
+	MaxOpen        int           // connections per pool at most
+	IdleTimeout    time.Duration // idle connections above MinIdle close after this
+	HealthInterval time.Duration // how often the monitor checks the primary
+	ConnectTimeout time.Duration // dialing and handshake
+	Logger         *slog.Logger
+}
+
+func (o *GroupOptions) ensureDefaults() {
+	if o.MaxOpen <= 0 {
+		o.MaxOpen = DefaultMaxOpen
+	}
+	o.MinIdle = min(max(o.MinIdle, 0), o.MaxOpen)
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
+	if o.HealthInterval <= 0 {
+		o.HealthInterval = DefaultHealthInterval
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
+	}
+	if o.Primary.Network == "" {
+		o.Primary.Network = "tcp"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Group is one backend group: its members, a health monitor and the pools.
 type Group struct {
-	cfg     config.Group
-	network string // "tcp" or "unix"
-	log     *slog.Logger
+	cfg GroupOptions
+	log *slog.Logger
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -101,33 +145,10 @@ type Group struct {
 	}
 }
 
-// NewGroup starts the group's health monitor and pool maintenance. Zero config fields take the defaults above.
-func NewGroup(cfg config.Group, log *slog.Logger) *Group {
-	if log == nil {
-		log = slog.Default()
-	}
-	if cfg.MaxOpen <= 0 {
-		cfg.MaxOpen = DefaultMaxOpen
-	}
-	if cfg.MinIdle < 0 {
-		cfg.MinIdle = 0
-	}
-	if cfg.MinIdle > cfg.MaxOpen {
-		cfg.MinIdle = cfg.MaxOpen
-	}
-	if cfg.IdleTimeout <= 0 {
-		cfg.IdleTimeout = DefaultIdleTimeout
-	}
-	if cfg.HealthInterval <= 0 {
-		cfg.HealthInterval = DefaultHealthInterval
-	}
-	if cfg.ConnectTimeout <= 0 {
-		cfg.ConnectTimeout = DefaultConnectTimeout
-	}
-	g := &Group{cfg: cfg, network: "tcp", log: log.With("group", cfg.Name, "addr", cfg.Primary), stop: make(chan struct{})}
-	if strings.Contains(cfg.Primary, "/") {
-		g.network = "unix"
-	}
+// NewGroup starts the group's health monitor and pool maintenance. Zero fields of o take the defaults above.
+func NewGroup(o GroupOptions) *Group {
+	o.ensureDefaults()
+	g := &Group{cfg: o, log: o.Logger.With("group", o.Name, "addr", o.Primary.Address), stop: make(chan struct{})}
 	g.mu.pools = make(map[PoolKey]*Pool)
 	g.wg.Add(2)
 	go g.monitor()
@@ -137,7 +158,7 @@ func NewGroup(cfg config.Group, log *slog.Logger) *Group {
 
 // Name is the group's name; Addr its primary's address.
 func (g *Group) Name() string { return g.cfg.Name }
-func (g *Group) Addr() string { return g.cfg.Primary }
+func (g *Group) Addr() string { return g.cfg.Primary.Address }
 
 // ServerInfo returns the last handshake the primary sent (version, capabilities), or nil before any.
 func (g *Group) ServerInfo() *mysqlwire.ServerInfo {
@@ -210,29 +231,55 @@ func (g *Group) isClosed() bool {
 // dial opens and logs in a backend connection. Network and handshake I/O failures are *UnavailableError and start
 // the fast-fail backoff; a refusal by the server is a *LoginError.
 func (g *Group) dial(ctx context.Context, user, password string, caps uint32, collation uint8) (*Conn, error) {
-	g.mu.Lock()
-	if err := g.mu.lastErr; err != nil && time.Now().Before(g.mu.failUntil) {
-		g.mu.Unlock()
-		return nil, &UnavailableError{Group: g.cfg.Name, Addr: g.cfg.Primary, Err: err}
+	if err := g.failingFast(); err != nil {
+		return nil, err
 	}
-	g.mu.Unlock()
-
 	c, err := g.connect(ctx, user, password, caps, collation)
 	if err != nil {
 		var me *mysqlwire.Error
 		if errors.As(err, &me) && me.Code != mysqlwire.ERConCount {
-			return nil, &LoginError{Group: g.cfg.Name, Addr: g.cfg.Primary, User: user, Err: err}
+			return nil, &LoginError{Group: g.cfg.Name, Addr: g.cfg.Primary.Address, User: user, Err: err}
 		}
 		g.failed(err)
-		return nil, &UnavailableError{Group: g.cfg.Name, Addr: g.cfg.Primary, Err: err}
+		return nil, &UnavailableError{Group: g.cfg.Name, Addr: g.cfg.Primary.Address, Err: err}
 	}
 	g.succeeded(c.Info)
 	if got := c.Capabilities & mysqlwire.ProtocolCaps; got != caps&mysqlwire.ProtocolCaps {
 		c.Close()
 		return nil, fmt.Errorf("keyway: backend group %s (%s) does not support capability flags 0x%x the client negotiated: reconnect the client",
-			g.cfg.Name, g.cfg.Primary, caps&^got&mysqlwire.ProtocolCaps)
+			g.cfg.Name, g.cfg.Primary.Address, caps&^got&mysqlwire.ProtocolCaps)
 	}
 	return c, nil
+}
+
+// failingFast returns the *UnavailableError of the last failure while the group is in its fast-fail backoff.
+func (g *Group) failingFast() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := g.mu.lastErr; err != nil && time.Now().Before(g.mu.failUntil) {
+		return &UnavailableError{Group: g.cfg.Name, Addr: g.cfg.Primary.Address, Err: err}
+	}
+	return nil
+}
+
+// DialWritable dials the group's current writable member (today its primary) for connections that keyway does not
+// pool itself: the containers' database/sql pools dial through it (go-sql-driver's Config.DialFunc; see SQLConfig).
+// It shares the group's health state with the SQL door: while the group fails fast it returns the
+// *UnavailableError at once, and a failed dial marks the group down. The network and address the driver passes are
+// ignored: the group decides where to go.
+func (g *Group) DialWritable(ctx context.Context, _, _ string) (net.Conn, error) {
+	if err := g.failingFast(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.ConnectTimeout)
+	defer cancel()
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, g.cfg.Primary.Network, g.cfg.Primary.Address)
+	if err != nil {
+		g.failed(err)
+		return nil, &UnavailableError{Group: g.cfg.Name, Addr: g.cfg.Primary.Address, Err: err}
+	}
+	return nc, nil
 }
 
 // connect dials and runs the client handshake, bounded by ConnectTimeout.
@@ -240,7 +287,7 @@ func (g *Group) connect(ctx context.Context, user, password string, caps uint32,
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.ConnectTimeout)
 	defer cancel()
 	var d net.Dialer
-	nc, err := d.DialContext(ctx, g.network, g.cfg.Primary)
+	nc, err := d.DialContext(ctx, g.cfg.Primary.Network, g.cfg.Primary.Address)
 	if err != nil {
 		return nil, err
 	}
@@ -354,7 +401,7 @@ func (g *Group) monitor() {
 func (g *Group) handshakeOnly() (*Conn, error) {
 	var d net.Dialer
 	d.Timeout = g.cfg.ConnectTimeout
-	nc, err := d.Dial(g.network, g.cfg.Primary)
+	nc, err := d.Dial(g.cfg.Primary.Network, g.cfg.Primary.Address)
 	if err != nil {
 		return nil, err
 	}

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keywaydb/keyway/internal/config"
 	"github.com/keywaydb/keyway/internal/mysqlwire"
 	"github.com/keywaydb/keyway/internal/testenv"
 )
@@ -19,13 +18,13 @@ func TestMain(m *testing.M) { os.Exit(testenv.RunWithSharedMariaDB(m)) }
 // mariadb is the package's shared MariaDB (each test uses its own tables).
 func mariadb(t testing.TB) *testenv.MariaDB { return testenv.SharedMariaDB(t) }
 
-func newGroup(t *testing.T, primary string, mutate func(*config.Group)) *Group {
-	cfg := config.Group{Name: "main", Primary: primary, User: "app", Password: "secret",
+func newGroup(t *testing.T, primary string, mutate func(*GroupOptions)) *Group {
+	o := GroupOptions{Name: "main", Primary: Member{Network: "tcp", Address: primary}, User: "app", Password: "secret",
 		MaxOpen: 2, HealthInterval: 50 * time.Millisecond, ConnectTimeout: time.Second}
 	if mutate != nil {
-		mutate(&cfg)
+		mutate(&o)
 	}
-	g := NewGroup(cfg, nil)
+	g := NewGroup(o)
 	t.Cleanup(g.Close)
 	return g
 }
@@ -119,7 +118,7 @@ func TestPoolResetAndReuse(t *testing.T) {
 
 func TestPoolMaxOpenWaits(t *testing.T) {
 	m := mariadb(t)
-	g := newGroup(t, m.Addr, func(c *config.Group) { c.MaxOpen = 1; c.ConnectTimeout = 300 * time.Millisecond })
+	g := newGroup(t, m.Addr, func(c *GroupOptions) { c.MaxOpen = 1; c.ConnectTimeout = 300 * time.Millisecond })
 	p := g.Pool(PoolKey{User: "app"}, "secret")
 	c, err := p.Get(context.Background())
 	if err != nil {
@@ -182,7 +181,7 @@ func TestLoginError(t *testing.T) {
 
 func TestMinIdleAndMonitor(t *testing.T) {
 	m := mariadb(t)
-	g := newGroup(t, m.Addr, func(c *config.Group) { c.MinIdle = 2; c.MaxOpen = 4; c.IdleTimeout = 200 * time.Millisecond })
+	g := newGroup(t, m.Addr, func(c *GroupOptions) { c.MinIdle = 2; c.MaxOpen = 4; c.IdleTimeout = 200 * time.Millisecond })
 	p := g.Pool(PoolKey{User: "app"}, "secret")
 	deadline := time.Now().Add(5 * time.Second)
 	for p.Stats().Idle < 2 {
@@ -198,7 +197,7 @@ func TestMinIdleAndMonitor(t *testing.T) {
 		t.Fatalf("unhealthy: %v", err)
 	}
 	// Unix socket primary.
-	gs := newGroup(t, m.Socket, nil)
+	gs := newGroup(t, m.Socket, func(o *GroupOptions) { o.Primary.Network = "unix" })
 	c, err := gs.Pool(PoolKey{User: "app"}, "secret").Get(context.Background())
 	if err != nil {
 		t.Fatal(err)

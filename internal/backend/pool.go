@@ -95,7 +95,7 @@ func (p *Pool) Get(ctx context.Context) (*Conn, error) {
 			err = errors.New("timed out")
 		}
 		return nil, fmt.Errorf("keyway: backend group %s (%s): all %d connections for user '%s' are in use (max_open) and none was released in time (%w): raise max_open in [[groups]] or lower the client concurrency",
-			cfg.Name, cfg.Primary, cfg.MaxOpen, p.key.User, err)
+			cfg.Name, cfg.Primary.Address, cfg.MaxOpen, p.key.User, err)
 	}
 }
 
@@ -222,7 +222,7 @@ func (p *Pool) Stats() PoolStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return PoolStats{
-		Group: p.g.cfg.Name, Address: p.g.cfg.Primary, User: p.key.User, Caps: p.key.Caps,
+		Group: p.g.cfg.Name, Address: p.g.cfg.Primary.Address, User: p.key.User, Caps: p.key.Caps,
 		Open: p.mu.open, Idle: len(p.mu.idle), InUse: p.mu.inUse, Waits: p.mu.waits, Errors: p.mu.errors,
 	}
 }

@@ -598,10 +598,21 @@ func (g *Group) validate(key string, p *problems) {
 	}
 }
 
+// PrimaryNetwork is how the primary is dialed: "unix" for a socket path (it starts with "/"), else "tcp". This is
+// the one place the form of an address is read; validPrimary and the server's topology both use it.
+func (g Group) PrimaryNetwork() string { return addressNetwork(g.Primary) }
+
+func addressNetwork(addr string) string {
+	if strings.HasPrefix(addr, "/") {
+		return "unix"
+	}
+	return "tcp"
+}
+
 // validPrimary accepts host:port with a non-empty host and a port from 1 to 65535, or an absolute unix socket path
 // short enough for sun_path. As with validListen, the host is not resolved here.
 func validPrimary(s string) bool {
-	if strings.HasPrefix(s, "/") {
+	if addressNetwork(s) == "unix" {
 		return len(s) <= maxSocketPath
 	}
 	host, port, err := net.SplitHostPort(s)

@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/keywaydb/keyway/internal/container"
 	"github.com/keywaydb/keyway/internal/store"
 )
 
@@ -127,7 +128,7 @@ func (e *Engine) Get(key []byte) (store.Item, bool, error) {
 	t, row, err := e.route(key)
 	switch {
 	case err != nil:
-	case t != nil && t.Get != PolicyCacheOnly:
+	case t != nil && t.Policies.Get != container.CacheOnly:
 		it, ok, err = e.tableGet(t, row)
 	case t != nil:
 		it, ok = e.st.Get(storeKey(t, row))
@@ -145,21 +146,21 @@ func (e *Engine) Get(key []byte) (store.Item, bool, error) {
 // localKey is the local store's key for key when its container (if any)
 // keeps the operation class under policy in the local store alone; ok is false
 // when the table must be used.
-func (e *Engine) localKey(key []byte, policy func(*Table) string) (t *Table, row, local []byte, err error) {
+func (e *Engine) localKey(key []byte, policy func(*Table) container.Policy) (t *Table, row, local []byte, err error) {
 	t, row, err = e.route(key)
 	switch {
 	case err != nil:
 		return nil, nil, nil, err
 	case t == nil:
 		return nil, key, key, nil
-	case policy(t) == PolicyCacheOnly:
+	case policy(t) == container.CacheOnly:
 		return t, row, storeKey(t, row), nil
 	}
 	return t, row, nil, nil
 }
 
-func setPolicy(t *Table) string    { return t.Set }
-func deletePolicy(t *Table) string { return t.Delete }
+func setPolicy(t *Table) container.Policy    { return t.Policies.Set }
+func deletePolicy(t *Table) container.Policy { return t.Policies.Delete }
 
 // GetAndTouch returns the live item for key after setting its expiry (gat/gats).
 func (e *Engine) GetAndTouch(key []byte, exptime int64) (store.Item, bool, error) {
@@ -287,7 +288,7 @@ func (e *Engine) Delete(key []byte, cas uint64) (Status, error) {
 		if cas != 0 {
 			return Failed, clientErrorf("container %q: delete with a cas is not supported on a table", t.Name)
 		}
-		err := e.tableWrite(t, row, t.Delete, "delete", func(ctx context.Context) error {
+		err := e.tableWrite(t, row, t.Policies.Delete, "delete", func(ctx context.Context) error {
 			s, err := t.C.Delete(ctx, row)
 			status = statusOf(s)
 			return err
@@ -335,7 +336,7 @@ func (e *Engine) Touch(key []byte, exptime int64) (store.Item, Status, error) {
 	}
 	if local == nil {
 		status := Failed
-		err := e.tableWrite(t, row, t.Set, "touch", func(ctx context.Context) error {
+		err := e.tableWrite(t, row, t.Policies.Set, "touch", func(ctx context.Context) error {
 			s, err := t.C.Touch(ctx, row, e.Deadline(exptime))
 			status = statusOf(s)
 			return err
@@ -500,7 +501,7 @@ func (e *Engine) FlushAll(delay int64) error {
 func (e *Engine) flushNow() error {
 	var errs []error
 	for _, t := range e.tables {
-		if t.Flush != PolicyDBOnly {
+		if t.Policies.Flush != container.DBOnly {
 			continue
 		}
 		if t.Behind != nil {

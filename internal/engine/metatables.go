@@ -1,6 +1,9 @@
 package engine
 
-import "github.com/keywaydb/keyway/internal/store"
+import (
+	"github.com/keywaydb/keyway/internal/container"
+	"github.com/keywaydb/keyway/internal/store"
+)
 
 // Meta commands on table-backed containers. The row is the truth, so each
 // meta command runs as the classic command it amounts to (mg as get or gat,
@@ -19,11 +22,11 @@ func (e *Engine) metaRoute(key []byte) (t *Table, row, local []byte, err error) 
 
 // allPolicies is cache_only when every policy of t is, so a meta command,
 // which may read and write, stays local only then.
-func allPolicies(t *Table) string {
-	if t.Get == PolicyCacheOnly && t.Set == PolicyCacheOnly && t.Delete == PolicyCacheOnly {
-		return PolicyCacheOnly
+func allPolicies(t *Table) container.Policy {
+	if t.Policies.Get == container.CacheOnly && t.Policies.Set == container.CacheOnly && t.Policies.Delete == container.CacheOnly {
+		return container.CacheOnly
 	}
-	return ""
+	return container.Caching // anything but cache_only
 }
 
 func metaUnsupported(t *Table, cmd, flags string) error {

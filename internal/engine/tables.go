@@ -41,13 +41,14 @@ import (
 	"github.com/keywaydb/keyway/internal/writebehind"
 )
 
-// Table is a container as the engine uses it, with its policies.
+// Table is a container as the engine uses it, with its policies. Build it with Engine.NewTable; its fields are
+// read-only after that.
 type Table struct {
-	Name                    string
-	Source                  string // the table, "schema.table", lower-case
-	C                       *container.Container
-	Get, Set, Delete, Flush string             // policies; see config.Policy*
-	Behind                  *writebehind.Queue // write = "async": the sets not yet in the table; nil for sync
+	Name     string
+	Source   string // the table, "schema.table", lower-case
+	C        *container.Container
+	Policies container.Policies
+	Behind   *writebehind.Queue // write = "async": the sets not yet in the table; nil for sync
 
 	gen atomic.Uint64 // bumped by every write; a fill from an older generation is not stored
 	// epoch invalidates every cached row of the container at once (a write
@@ -57,13 +58,32 @@ type Table struct {
 	fills  map[string]*fill
 }
 
-// Policy names, as in the config.
-const (
-	PolicyCacheOnly = "cache_only"
-	PolicyDBOnly    = "db_only"
-	PolicyCaching   = "caching"
-	PolicyDisabled  = "disabled"
-)
+// JournalPrefix starts every local-store key that belongs to a container ("@@name."): cached rows, cache_only
+// keys and the write-behind journal. TakeJournal(JournalPrefix) finds what containers left in the journal.
+const JournalPrefix = "@@"
+
+// TableOptions describe a container to NewTable.
+type TableOptions struct {
+	Container *container.Container
+	Policies  container.Policies
+	// WriteBehind, when set, makes the container write behind (write = "async"): its queue journals in the
+	// engine's store under the container's prefix and replays what an earlier run left there. OnDrop is the
+	// engine's own.
+	WriteBehind *writebehind.Options
+}
+
+// NewTable binds a container to the engine with its policies (and, for write-behind, starts its queue). Pass the
+// tables to SetTables before serving.
+func (e *Engine) NewTable(o TableOptions) *Table {
+	def := o.Container.Def()
+	t := &Table{Name: def.Name, Source: strings.ToLower(def.Schema + "." + def.Table), C: o.Container, Policies: o.Policies}
+	if o.WriteBehind != nil {
+		wo := *o.WriteBehind
+		wo.OnDrop = func(row []byte) { e.DroppedWrite(t, row) }
+		t.Behind = writebehind.New(o.Container, e.st, JournalPrefix+t.Name+".", wo)
+	}
+	return t
+}
 
 // tableTimeout bounds one operation on a table.
 const tableTimeout = 10 * time.Second
@@ -126,7 +146,7 @@ func prefixed(t *Table, row []byte) []byte {
 // prefix is "@@name." with room for n more bytes.
 func prefix(t *Table, n int) []byte {
 	k := make([]byte, 0, len(t.Name)+3+n)
-	return append(append(append(k, "@@"...), t.Name...), '.')
+	return append(append(append(k, JournalPrefix...), t.Name...), '.')
 }
 
 func disabled(t *Table, op string) error {
@@ -144,10 +164,10 @@ type fill struct {
 
 // tableGet reads a row for a get under the container's get policy.
 func (e *Engine) tableGet(t *Table, row []byte) (store.Item, bool, error) {
-	switch t.Get {
-	case PolicyDisabled:
+	switch t.Policies.Get {
+	case container.Disabled:
 		return store.Item{}, false, disabled(t, "get")
-	case PolicyDBOnly:
+	case container.DBOnly:
 		if it, ok, waiting := e.queued(t, row); waiting {
 			return it, ok, nil
 		}
@@ -260,7 +280,7 @@ func (e *Engine) writeBehind(t *Table, row []byte, item container.Item) (Status,
 	local := fromRow(item)
 	local.Tag = t.epoch.Load()
 	local.Ephemeral = true // the journal holds the write until the table does
-	cache := t.Get == PolicyCaching
+	cache := t.Policies.Get == container.Caching
 	_, err = e.st.Update(sk, func(*store.Item) (store.Action, store.Item) {
 		if cache && t.gen.Load() == gen {
 			return store.Replace, local
@@ -315,8 +335,8 @@ func fromRow(it container.Item) store.Item {
 // tableWrite runs a write under policy (the container's set or delete
 // policy): on the table, then, for caching, invalidating the local copy.
 // Callers use the local store instead for cache_only (see localKey).
-func (e *Engine) tableWrite(t *Table, row []byte, policy, op string, write func(ctx context.Context) error) error {
-	if policy == PolicyDisabled {
+func (e *Engine) tableWrite(t *Table, row []byte, policy container.Policy, op string, write func(ctx context.Context) error) error {
+	if policy == container.Disabled {
 		return disabled(t, op)
 	}
 	if t.Behind != nil {
@@ -328,7 +348,7 @@ func (e *Engine) tableWrite(t *Table, row []byte, policy, op string, write func(
 	ctx, cancel := context.WithTimeout(context.Background(), tableTimeout)
 	defer cancel()
 	err := write(ctx)
-	if policy == PolicyCaching {
+	if policy == container.Caching {
 		// Invalidate even after an error: the write may have committed.
 		t.gen.Add(1)
 		e.st.Update(rowKey(t, row), func(*store.Item) (store.Action, store.Item) { return store.Remove, store.Item{} })
@@ -361,10 +381,10 @@ func statusOf(s container.Status) Status {
 // cache_only).
 func (e *Engine) tableStore(t *Table, mode Mode, row, value []byte, flags uint32, deadline int64, cas uint64) (status Status, newCAS uint64, err error) {
 	item := container.Item{Value: value, Flags: flags, Exptime: deadline}
-	if t.Behind != nil && mode == Set && cas == 0 && t.Set != PolicyDisabled {
+	if t.Behind != nil && mode == Set && cas == 0 && t.Policies.Set != container.Disabled {
 		return e.writeBehind(t, row, item)
 	}
-	err = e.tableWrite(t, row, t.Set, "set", func(ctx context.Context) error {
+	err = e.tableWrite(t, row, t.Policies.Set, "set", func(ctx context.Context) error {
 		var s container.Status
 		var werr error
 		switch {
@@ -396,7 +416,7 @@ func (e *Engine) tableStore(t *Table, mode Mode, row, value []byte, flags uint32
 func (e *Engine) tableIncrDecr(t *Table, row []byte, a Arith) (uint64, uint64, Status, error) {
 	var result uint64
 	status := Failed
-	err := e.tableWrite(t, row, t.Set, "incr/decr", func(ctx context.Context) error {
+	err := e.tableWrite(t, row, t.Policies.Set, "incr/decr", func(ctx context.Context) error {
 		if a.CAS != 0 {
 			return clientErrorf("container %q: incr/decr with a cas is not supported on a table", t.Name)
 		}
@@ -485,15 +505,15 @@ func (e *Engine) GetMulti(keys [][]byte) ([]store.Item, []bool, error) {
 		case t == nil:
 			items[i], found[i] = e.st.Get(key)
 			continue
-		case t.Get == PolicyCacheOnly:
+		case t.Policies.Get == container.CacheOnly:
 			items[i], found[i] = e.st.Get(storeKey(t, row))
 			continue
-		case t.Get == PolicyDisabled:
+		case t.Policies.Get == container.Disabled:
 			if firstErr == nil {
 				firstErr = disabled(t, "get")
 			}
 			continue
-		case t.Get == PolicyCaching:
+		case t.Policies.Get == container.Caching:
 			if it, ok := e.st.Get(rowKey(t, row)); ok && it.Tag == t.epoch.Load() {
 				items[i], found[i] = it, true
 				continue
@@ -552,7 +572,7 @@ func (e *Engine) GetMulti(keys [][]byte) ([]store.Item, []bool, error) {
 				continue
 			}
 			items[i], found[i] = fromRow(r), true
-			if t.Get == PolicyCaching {
+			if t.Policies.Get == container.Caching {
 				e.cacheRow(t, rowKey(t, n.row[j]), items[i], gen, epoch)
 			}
 		}
@@ -567,4 +587,27 @@ func (e *Engine) GetMulti(keys [][]byte) ([]store.Item, []bool, error) {
 	e.counters.GetHits.Add(hits)
 	e.counters.GetMisses.Add(int64(len(keys)) - hits)
 	return items, found, firstErr
+}
+
+// TableStatus is a container's state for /status.
+type TableStatus struct {
+	Table       string             `json:"table"`
+	Get         container.Policy   `json:"get"`
+	Set         container.Policy   `json:"set"`
+	Delete      container.Policy   `json:"delete"`
+	Flush       container.Policy   `json:"flush"`
+	Write       string             `json:"write"` // "sync" or "async"
+	GroupCommit container.Stats    `json:"group_commit"`
+	WriteBehind *writebehind.Stats `json:"write_behind,omitempty"`
+}
+
+// Status returns a snapshot of the container's policies and write counters.
+func (t *Table) Status() TableStatus {
+	st := TableStatus{Table: t.Source, Get: t.Policies.Get, Set: t.Policies.Set, Delete: t.Policies.Delete,
+		Flush: t.Policies.Flush, Write: "sync", GroupCommit: t.C.Stats()}
+	if t.Behind != nil {
+		wb := t.Behind.Stats()
+		st.Write, st.WriteBehind = "async", &wb
+	}
+	return st
 }

@@ -43,9 +43,10 @@ func TestQueuedRowsOutliveADeadTable(t *testing.T) {
 	}
 	defer st.Close()
 	e := New(st, Options{})
-	for _, policy := range []string{PolicyCaching, PolicyDBOnly} {
-		tbl := &Table{Name: "dead", Source: "test.engine_dead", C: c, Get: policy, Set: policy, Delete: policy, Flush: PolicyCacheOnly}
-		tbl.Behind = writebehind.New(c, st, "@@dead.", writebehind.Options{Window: time.Hour, WaitTimeout: 100 * time.Millisecond})
+	for _, policy := range []container.Policy{container.Caching, container.DBOnly} {
+		tbl := e.NewTable(TableOptions{Container: c,
+			Policies:    container.Policies{Get: policy, Set: policy, Delete: policy, Flush: container.CacheOnly},
+			WriteBehind: &writebehind.Options{Window: time.Hour, WaitTimeout: 100 * time.Millisecond}})
 		e.SetTables([]*Table{tbl})
 		if status, _, err := e.StoreValue(Set, []byte("@@dead.q"), []byte("queued"), 0, 0, 0); status != Stored || err != nil {
 			t.Fatalf("%s: async set with the table dead: %v %v", policy, status, err)

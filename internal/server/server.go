@@ -1,16 +1,19 @@
-// Package server wires keyway together: it opens the store (loading what the
-// disk holds before any port opens), builds the engine and the memcache door,
-// listens, and stops gracefully so every acknowledged write reaches the disk.
+// Package server wires keyway together: it fills each component's Options from the validated config, opens the
+// store (loading what the disk holds before any port opens), builds the backend topology, the engine and its
+// containers, the memcache door, the SQL door and the admin listener, and stops them gracefully so every
+// acknowledged write reaches the disk. It is the only package that reads config.Config.
 //
 // Invariants:
 //   - No listener accepts a connection before the store has finished loading.
-//   - Stop closes the doors first, then the store, so nothing is written to a
-//     closed store.
+//   - One backend.Topology serves the SQL door, the containers and their write-behind queues: there is one road
+//     to MySQL, and one view of which server is up.
+//   - Stop closes the doors first, then the containers (writing what their queues hold), then the topology, then
+//     the store, so nothing is written to anything closed.
 package server
 
 import (
 	"context"
-	"database/sql"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +23,7 @@ import (
 	"time"
 
 	"github.com/keywaydb/keyway/internal/admin"
+	"github.com/keywaydb/keyway/internal/backend"
 	"github.com/keywaydb/keyway/internal/config"
 	"github.com/keywaydb/keyway/internal/engine"
 	"github.com/keywaydb/keyway/internal/memcache"
@@ -34,30 +38,28 @@ type Server struct {
 	log      *slog.Logger
 	store    *store.Store
 	engine   *engine.Engine
+	topo     *backend.Topology // the backend groups; empty without [[groups]]
+	tables   *tableSet
 	memcache *memcache.Server
 	mcLn     net.Listener
 	sql      *sqlproxy.Server // nil when the SQL door is off
 	sqlLn    net.Listener
 	admin    *admin.Server // nil when the admin listener is off
-	tables   []*engine.Table
-	tableDBs []*sql.DB
 	adminLn  net.Listener
 	errc     chan error
 }
 
-// Start opens the store, then the memcache listener, and serves in the background.
+// Start opens the store, the backends and containers, then the listeners, and serves in the background.
 func Start(cfg config.Config, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
 	setMemoryLimit(cfg.Memcache.MemoryLimit)
-	dur, err := durability(cfg.Store.Durability)
-	if err != nil {
-		return nil, err
-	}
+	durName := cfg.Store.Durability
 	if cfg.Store.DataDir == "" {
-		dur = store.DurabilityNone
+		durName = config.DurabilityNone
 	}
+	dur := durabilities[durName]
 	began := time.Now()
 	st, err := store.Open(store.Options{
 		MemoryLimit:   cfg.Memcache.MemoryLimit,
@@ -69,41 +71,43 @@ func Start(cfg config.Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	eng := engine.New(st, engine.Options{MaxItemSize: cfg.Memcache.MaxItemSize})
-	openCtx, cancelOpen := context.WithTimeout(context.Background(), 30*time.Second)
-	tables, tableDBs, err := openTables(openCtx, cfg, eng, log)
-	cancelOpen()
-	if err != nil {
-		st.Close()
+	s := &Server{cfg: cfg, log: log, store: st, errc: make(chan error, 3)}
+	fail := func(err error) (*Server, error) {
+		if s.sql != nil {
+			s.sql.Shutdown(context.Background())
+		}
+		s.close()
 		return nil, err
 	}
-	eng.SetTables(tables)
-	if left := st.TakeJournal("@@"); len(left) > 0 {
+	s.engine = engine.New(st, engine.Options{MaxItemSize: cfg.Memcache.MaxItemSize})
+	if s.topo, err = backend.NewTopology(groupOptions(cfg, log)); err != nil {
+		return fail(err)
+	}
+	openCtx, cancelOpen := context.WithTimeout(context.Background(), 30*time.Second)
+	s.tables, err = openTables(openCtx, cfg, s.engine, s.topo, log)
+	cancelOpen()
+	if err != nil {
+		return fail(err)
+	}
+	s.engine.SetTables(s.tables.tables)
+	if left := st.TakeJournal(engine.JournalPrefix); len(left) > 0 {
 		// Kept on disk: configuring the container again writes them.
 		log.Warn("the store's journal holds acknowledged writes for containers that are not configured (or not async) now; they stay until such a container is configured", "rows", len(left))
 	}
-	ln, err := net.Listen("tcp", cfg.Memcache.Listen)
-	if err != nil {
-		closeTables(tables, tableDBs)
-		st.Close()
-		return nil, fmt.Errorf("memcache.listen %q: %w (is another memcached or keyway on that port? change -p or [memcache] listen)", cfg.Memcache.Listen, err)
+	if s.mcLn, err = net.Listen("tcp", cfg.Memcache.Listen); err != nil {
+		return fail(fmt.Errorf("memcache.listen %q: %w (is another memcached or keyway on that port? change -p or [memcache] listen)", cfg.Memcache.Listen, err))
 	}
-	mc := memcache.NewServer(eng, memcache.Options{MaxConnections: cfg.Memcache.MaxConnections, Logger: log})
-	s := &Server{cfg: cfg, log: log, store: st, engine: eng, memcache: mc, mcLn: ln, errc: make(chan error, 3),
-		tables: tables, tableDBs: tableDBs}
+	s.memcache = memcache.NewServer(s.engine, memcache.Options{MaxConnections: cfg.Memcache.MaxConnections, Logger: log})
 	if err := s.startSQLAndAdmin(); err != nil {
-		ln.Close()
-		closeTables(tables, tableDBs)
-		st.Close()
-		return nil, err
+		return fail(err)
 	}
-	go func() { s.errc <- mc.Serve(ln) }()
+	go func() { s.errc <- s.memcache.Serve(s.mcLn) }()
 	stats := st.Stats()
 	log.Info("keyway serving",
-		"memcache", ln.Addr().String(),
+		"memcache", s.mcLn.Addr().String(),
 		"memory_limit", cfg.Memcache.MemoryLimit,
 		"data_dir", cfg.Store.DataDir,
-		"durability", durabilityName(dur),
+		"durability", durName,
 		"items_loaded", stats.CurrItems,
 		"startup", time.Since(began).Round(time.Millisecond).String())
 	if cfg.Store.DataDir == "" {
@@ -115,6 +119,57 @@ func Start(cfg config.Config, log *slog.Logger) (*Server, error) {
 	return s, nil
 }
 
+// groupOptions are the backend groups of cfg, in order (the first is the default group).
+func groupOptions(cfg config.Config, log *slog.Logger) []backend.GroupOptions {
+	out := make([]backend.GroupOptions, 0, len(cfg.Groups))
+	for _, g := range cfg.Groups {
+		out = append(out, backend.GroupOptions{
+			Name:           g.Name,
+			Primary:        backend.Member{Network: g.PrimaryNetwork(), Address: g.Primary},
+			User:           g.User,
+			Password:       g.Password,
+			MinIdle:        g.MinIdle,
+			MaxOpen:        g.MaxOpen,
+			IdleTimeout:    g.IdleTimeout,
+			HealthInterval: g.HealthInterval,
+			ConnectTimeout: g.ConnectTimeout,
+			Logger:         log,
+		})
+	}
+	return out
+}
+
+// sqlOptions are the SQL door's Options from cfg, on the server's topology.
+func (s *Server) sqlOptions() (sqlproxy.Options, error) {
+	cfg := s.cfg.SQL
+	o := sqlproxy.Options{
+		Topology:         s.topo,
+		MaxConnections:   cfg.MaxConnections,
+		AllowLocalInfile: cfg.AllowLocalInfile,
+		Logger:           s.log,
+		// One truth across doors: SQL writes drop the memcache door's cached rows.
+		Invalidate: s.engine.InvalidateTables,
+	}
+	if s.engine.WritesBehind() {
+		// ... and SQL statements see, and act after, every memcache write
+		// acknowledged before them, even one still queued for the table.
+		o.Settle = s.engine.SyncTables
+	}
+	for _, u := range cfg.Users {
+		o.Users = append(o.Users, sqlproxy.User{Name: u.Name, Password: u.Password, AuthPlugin: u.AuthPlugin,
+			BackendUser: u.BackendUser, BackendPassword: u.BackendPassword, Group: u.Group})
+	}
+	if cfg.TLSCert != "" {
+		// The config checked that the pair loads; it is loaded again here, where it is used.
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return o, fmt.Errorf("sql.tls_cert %q / sql.tls_key %q: %w", cfg.TLSCert, cfg.TLSKey, err)
+		}
+		o.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	return o, nil
+}
+
 // startSQLAndAdmin opens the SQL door and the admin listener when configured.
 func (s *Server) startSQLAndAdmin() error {
 	cfg := s.cfg
@@ -122,20 +177,11 @@ func (s *Server) startSQLAndAdmin() error {
 	metrics.SetMemcacheStatsFunc(s.memcache.Stats)
 	digests := stats.NewDigests(digestCapacity)
 	if cfg.SQL.Listen != "" {
-		opts := sqlproxy.Options{
-			Config:  cfg,
-			Plans:   sqlproxy.NewPlanCache(planCapacity),
-			Digests: digests,
-			Metrics: metrics,
-			Logger:  s.log,
-			// One truth across doors: SQL writes drop the memcache door's cached rows.
-			Invalidate: s.engine.InvalidateTables,
+		opts, err := s.sqlOptions()
+		if err != nil {
+			return err
 		}
-		if s.engine.WritesBehind() {
-			// ... and SQL statements see, and act after, every memcache write
-			// acknowledged before them, even one still queued for the table.
-			opts.Settle = s.engine.SyncTables
-		}
+		opts.Plans, opts.Digests, opts.Metrics = sqlproxy.NewPlanCache(planCapacity), digests, metrics
 		proxy, err := sqlproxy.New(opts)
 		if err != nil {
 			return err
@@ -151,7 +197,6 @@ func (s *Server) startSQLAndAdmin() error {
 	if cfg.Admin.Listen != "" {
 		ln, err := net.Listen("tcp", cfg.Admin.Listen)
 		if err != nil {
-			s.stopSQL(context.Background())
 			return fmt.Errorf("admin.listen %q: %w (change [admin] listen or --admin-listen)", cfg.Admin.Listen, err)
 		}
 		s.admin = admin.New(admin.Options{Listen: cfg.Admin.Listen, Digests: digests, Metrics: metrics, Status: s.status, Logger: s.log})
@@ -173,33 +218,46 @@ const (
 	digestCapacity = 10000
 )
 
-func (s *Server) stopSQL(ctx context.Context) error {
-	if s.sql == nil {
-		return nil
-	}
-	return s.sql.Shutdown(ctx)
+// Status is what /status shows: a snapshot from each component.
+type Status struct {
+	Memcache   MemcacheStatus                `json:"memcache"`
+	Store      StoreStatus                   `json:"store"`
+	SQL        *SQLStatus                    `json:"sql,omitempty"`
+	Containers map[string]engine.TableStatus `json:"containers,omitempty"`
+}
+
+// MemcacheStatus is the memcache door's listener and its `stats`.
+type MemcacheStatus struct {
+	Listen string           `json:"listen"`
+	Stats  map[string]int64 `json:"stats"`
+}
+
+// StoreStatus is the local store's persistence.
+type StoreStatus struct {
+	DataDir    string `json:"data_dir"`
+	Durability string `json:"durability"`
+}
+
+// SQLStatus is the SQL door's listener and its backend pools.
+type SQLStatus struct {
+	Listen string              `json:"listen"`
+	Pools  []backend.PoolStats `json:"pools"`
 }
 
 // status is what /status shows.
 func (s *Server) status() any {
-	st := map[string]any{
-		"memcache": map[string]any{"listen": s.mcLn.Addr().String(), "stats": s.memcache.Stats()},
-		"store":    map[string]any{"data_dir": s.cfg.Store.DataDir, "durability": s.cfg.Store.Durability},
+	st := Status{
+		Memcache: MemcacheStatus{Listen: s.mcLn.Addr().String(), Stats: s.memcache.Stats()},
+		Store:    StoreStatus{DataDir: s.cfg.Store.DataDir, Durability: s.cfg.Store.Durability},
 	}
 	if s.sql != nil {
-		st["sql"] = map[string]any{"listen": s.sqlLn.Addr().String(), "pools": s.sql.PoolStats()}
+		st.SQL = &SQLStatus{Listen: s.sqlLn.Addr().String(), Pools: s.topo.Stats()}
 	}
-	if len(s.tables) > 0 {
-		containers := map[string]any{}
-		for _, t := range s.tables {
-			c := map[string]any{"table": t.Source, "get": t.Get, "set": t.Set, "delete": t.Delete, "flush": t.Flush,
-				"write": "sync", "group_commit": t.C.Stats()}
-			if t.Behind != nil {
-				c["write"], c["write_behind"] = "async", t.Behind.Stats()
-			}
-			containers[t.Name] = c
+	if len(s.tables.tables) > 0 {
+		st.Containers = make(map[string]engine.TableStatus, len(s.tables.tables))
+		for _, t := range s.tables.tables {
+			st.Containers[t.Name] = t.Status()
 		}
-		st["containers"] = containers
 	}
 	return st
 }
@@ -218,47 +276,46 @@ func (s *Server) MemcacheAddr() net.Addr { return s.mcLn.Addr() }
 // Err reports a listener that failed while serving.
 func (s *Server) Err() <-chan error { return s.errc }
 
-// Stop closes the door, waits for clients up to ctx, then closes the store,
+// Stop closes the doors, waits for clients up to ctx, then closes the containers, the backends and the store,
 // writing what is pending.
 func (s *Server) Stop(ctx context.Context) error {
-	err := s.memcache.Shutdown(ctx)
-	if serr := s.stopSQL(ctx); serr != nil {
-		err = errors.Join(err, serr)
+	var errs []error
+	if s.memcache != nil {
+		errs = append(errs, s.memcache.Shutdown(ctx))
+	}
+	if s.sql != nil {
+		errs = append(errs, s.sql.Shutdown(ctx))
 	}
 	if s.admin != nil {
-		if aerr := s.admin.Shutdown(ctx); aerr != nil {
-			err = errors.Join(err, aerr)
+		errs = append(errs, s.admin.Shutdown(ctx))
+	}
+	errs = append(errs, s.close())
+	return errors.Join(errs...)
+}
+
+// close closes what Start opened behind the doors, in order; it serves Stop and a failed Start.
+func (s *Server) close() error {
+	var errs []error
+	for _, ln := range []net.Listener{s.mcLn, s.sqlLn, s.adminLn} {
+		if ln != nil {
+			ln.Close() // already closed by a door's Shutdown after a successful Start
 		}
 	}
-	if cerr := closeTables(s.tables, s.tableDBs); cerr != nil {
-		err = errors.Join(err, cerr)
+	if s.tables != nil {
+		errs = append(errs, s.tables.close())
 	}
-	if cerr := s.store.Close(); cerr != nil {
-		err = errors.Join(err, cerr)
+	if s.topo != nil {
+		s.topo.Close()
 	}
-	return err
+	errs = append(errs, s.store.Close())
+	return errors.Join(errs...)
 }
 
-func durability(name string) (store.Durability, error) {
-	switch name {
-	case config.DurabilityNone, "":
-		return store.DurabilityNone, nil
-	case config.DurabilityAsync:
-		return store.DurabilityAsync, nil
-	case config.DurabilitySync:
-		return store.DurabilitySync, nil
-	}
-	return 0, fmt.Errorf("store.durability %q: want none, async or sync", name)
-}
-
-func durabilityName(d store.Durability) string {
-	switch d {
-	case store.DurabilityAsync:
-		return config.DurabilityAsync
-	case store.DurabilitySync:
-		return config.DurabilitySync
-	}
-	return config.DurabilityNone
+// durabilities maps the config's durability names to the store's.
+var durabilities = map[string]store.Durability{
+	config.DurabilityNone:  store.DurabilityNone,
+	config.DurabilityAsync: store.DurabilityAsync,
+	config.DurabilitySync:  store.DurabilitySync,
 }
 
 // setMemoryLimit tells the Go runtime to collect before the heap outgrows the

@@ -2,6 +2,7 @@ package sqlproxy
 
 import (
 	"context"
+	"crypto/tls"
 	"database/sql"
 	"fmt"
 	"log/slog"
@@ -12,7 +13,7 @@ import (
 	"time"
 
 	_ "github.com/go-sql-driver/mysql"
-	"github.com/keywaydb/keyway/internal/config"
+	"github.com/keywaydb/keyway/internal/backend"
 	"github.com/keywaydb/keyway/internal/testenv"
 )
 
@@ -21,26 +22,54 @@ func TestMain(m *testing.M) { os.Exit(testenv.RunWithSharedMariaDB(m)) }
 // mariadb is the package's shared MariaDB (each test uses its own tables).
 func mariadb(t testing.TB) *testenv.MariaDB { return testenv.SharedMariaDB(t) }
 
-// testConfig is a config with users app (mysql_native_password) and sha (caching_sha2_password, logging in to the
-// backend as app) on group main at backend.
-func testConfig(backend string) config.Config {
-	var c config.Config
-	c.SQL.Listen = "127.0.0.1:0"
-	c.SQL.Users = []config.SQLUser{
+// testSetup mirrors the config sections the SQL door is built from, so tests read like keyway.toml.
+type testSetup struct {
+	SQL struct {
+		TLSCert, TLSKey  string
+		AllowLocalInfile bool
+		Users            []User
+	}
+	Groups []backend.GroupOptions
+}
+
+// testConfig is a setup with users app (mysql_native_password) and sha (caching_sha2_password, logging in to the
+// backend as app) on group main at addr.
+func testConfig(addr string) testSetup {
+	var c testSetup
+	c.SQL.Users = []User{
 		{Name: "app", Password: "secret", AuthPlugin: "mysql_native_password"},
 		{Name: "sha", Password: "shapass", AuthPlugin: "caching_sha2_password", BackendUser: "app", BackendPassword: "secret"},
 	}
-	c.Groups = []config.Group{{
-		Name: "main", Primary: backend, User: "app", Password: "secret",
+	c.Groups = []backend.GroupOptions{{
+		Name: "main", Primary: backend.Member{Network: "tcp", Address: addr}, User: "app", Password: "secret",
 		HealthInterval: 100 * time.Millisecond, ConnectTimeout: 2 * time.Second, MaxOpen: 8,
 	}}
 	return c
 }
 
-// startProxy serves a Server built from cfg on a loopback port and returns it with its address.
-func startProxy(t testing.TB, cfg config.Config, tweak ...func(*Server)) (*Server, string) {
+// options builds the SQL door's Options from c, with a topology closed when the test ends.
+func (c testSetup) options(t testing.TB) Options {
 	t.Helper()
-	s, err := New(Options{Config: cfg, Logger: testLogger(t)})
+	topo, err := backend.NewTopology(c.Groups)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(topo.Close)
+	o := Options{Topology: topo, Users: c.SQL.Users, AllowLocalInfile: c.SQL.AllowLocalInfile, Logger: testLogger(t)}
+	if c.SQL.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(c.SQL.TLSCert, c.SQL.TLSKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	return o
+}
+
+// startProxy serves a Server built from cfg on a loopback port and returns it with its address.
+func startProxy(t testing.TB, cfg testSetup, tweak ...func(*Server)) (*Server, string) {
+	t.Helper()
+	s, err := New(cfg.options(t))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

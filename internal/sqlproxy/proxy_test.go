@@ -439,7 +439,7 @@ func waitFor(t testing.TB, ok func() bool) {
 
 func TestShutdownEndsSessions(t *testing.T) {
 	m := mariadb(t)
-	s, err := New(Options{Config: testConfig(m.Addr)})
+	s, err := New(testConfig(m.Addr).options(t))
 	if err != nil {
 		t.Fatal(err)
 	}

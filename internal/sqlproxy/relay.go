@@ -225,7 +225,7 @@ func (ss *session) relayPrepare() (uint32, error) {
 // ERR then follows on the backend. Refused, keyway ends the transfer itself (an empty packet: "no data"), drains
 // whatever the backend still sends for this command, and answers the client with an ERR instead.
 func (ss *session) localInfile() (refused bool, err error) {
-	if ss.s.opts.Config.SQL.AllowLocalInfile && ss.dst != nil {
+	if ss.s.opts.AllowLocalInfile && ss.dst != nil {
 		if _, _, err := ss.pkt(); err != nil {
 			return false, err
 		}

@@ -18,6 +18,7 @@
 package sqlproxy
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
@@ -32,18 +33,24 @@ import (
 	"time"
 
 	"github.com/keywaydb/keyway/internal/backend"
-	"github.com/keywaydb/keyway/internal/config"
 	"github.com/keywaydb/keyway/internal/mysqlwire"
 	"github.com/keywaydb/keyway/internal/stats"
 )
 
-// Options configure a Server.
+// Options configure a Server. The server fills them from the validated config; zero values take the defaults
+// noted.
 type Options struct {
-	Config  config.Config  // uses Config.SQL and Config.Groups
-	Plans   *PlanCache     // nil = a private cache of defaultPlanCapacity
-	Digests *stats.Digests // nil = no digest statistics
-	Metrics *stats.Metrics // nil = no metrics
-	Logger  *slog.Logger
+	// Topology is where sessions go: each user's group. It is the caller's: shared with the other components and
+	// closed by the caller after Shutdown.
+	Topology         *backend.Topology
+	Users            []User
+	TLS              *tls.Config    // offered to clients when set
+	MaxConnections   int            // concurrent client connections (0 = defaultMaxConnections)
+	AllowLocalInfile bool           // relay LOAD DATA LOCAL INFILE (false: refused)
+	Plans            *PlanCache     // nil = a private cache of defaultPlanCapacity
+	Digests          *stats.Digests // nil = no digest statistics
+	Metrics          *stats.Metrics // nil = no metrics
+	Logger           *slog.Logger
 	// Invalidate, when set, is told the tables a statement wrote (as the plan
 	// names them, with the session's default database for unqualified ones)
 	// after the backend acknowledged it and before the client sees the reply,
@@ -55,6 +62,15 @@ type Options struct {
 	// queues) are in them: the statement sees them and acts after them. An
 	// error is the client's reply; the statement is not sent.
 	Settle func(db string, tables []string) error
+}
+
+// User is an account clients log in to keyway with.
+type User struct {
+	Name, Password string
+	AuthPlugin     string // mysqlwire.NativePassword or mysqlwire.CachingSha2Password ("" = caching_sha2_password)
+	// BackendUser and BackendPassword are the account keyway uses on the backend ("" = Name, Password).
+	BackendUser, BackendPassword string
+	Group                        string // the backend group its sessions go to ("" = the topology's default)
 }
 
 const (
@@ -105,15 +121,14 @@ type Server struct {
 	wg sync.WaitGroup // sessions
 }
 
-// New builds the backend groups (starting their health monitors) and the user table. It fails only on a bad
-// config: unreadable TLS files, a user naming an unknown group, no groups.
+// New builds the user table. It fails only on Options that name what does not exist: no backend group, a user's
+// unknown group or auth plugin.
 func New(o Options) (*Server, error) {
 	log := o.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	cfg := o.Config.SQL
-	s := &Server{opts: o, log: log, plans: o.Plans, users: make(map[string]*user), maxConns: int64(cfg.MaxConnections)}
+	s := &Server{opts: o, log: log, plans: o.Plans, users: make(map[string]*user), maxConns: int64(o.MaxConnections), tls: o.TLS}
 	if s.plans == nil {
 		s.plans = NewPlanCache(defaultPlanCapacity)
 	}
@@ -122,57 +137,28 @@ func New(o Options) (*Server, error) {
 	}
 	s.mu.listeners = make(map[net.Listener]struct{})
 	s.mu.sessions = make(map[*session]struct{})
-
-	if len(o.Config.Groups) == 0 {
-		return nil, errors.New("sql: no [[groups]] configured: the SQL door needs a backend group (name, primary) to relay to")
+	if o.Topology == nil {
+		return nil, fmt.Errorf("sql: %w", backend.ErrNoGroups)
 	}
-	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
-		return nil, errors.New("sql.tls_cert and sql.tls_key: set both (PEM files) to offer TLS, or neither")
+	def, err := o.Topology.Default()
+	if err != nil {
+		return nil, fmt.Errorf("sql: the SQL door needs a backend group to relay to: %w", err)
 	}
-	if cfg.TLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
-		if err != nil {
-			return nil, fmt.Errorf("sql.tls_cert %q / sql.tls_key %q: %w: give a PEM certificate and its private key", cfg.TLSCert, cfg.TLSKey, err)
-		}
-		s.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	}
-	byName := make(map[string]*backend.Group)
-	for _, gc := range o.Config.Groups {
-		if gc.Name == "" || gc.Primary == "" {
-			s.closeGroups()
-			return nil, fmt.Errorf("groups: a [[groups]] entry needs name and primary (host:port or a unix socket path), got name %q primary %q", gc.Name, gc.Primary)
-		}
-		g := backend.NewGroup(gc, log)
-		s.groups = append(s.groups, g)
-		byName[gc.Name] = g
-	}
-	for _, u := range cfg.Users {
+	s.groups = o.Topology.Groups()
+	for _, u := range o.Users {
 		e := &user{
-			acct:            mysqlwire.Account{User: u.Name, Password: u.Password, Plugin: u.AuthPlugin},
-			backendUser:     u.BackendUser,
-			backendPassword: u.BackendPassword,
-			group:           s.groups[0],
-		}
-		if e.acct.Plugin == "" {
-			e.acct.Plugin = mysqlwire.CachingSha2Password
+			acct:            mysqlwire.Account{User: u.Name, Password: u.Password, Plugin: cmp.Or(u.AuthPlugin, mysqlwire.CachingSha2Password)},
+			backendUser:     cmp.Or(u.BackendUser, u.Name),
+			backendPassword: cmp.Or(u.BackendPassword, u.Password),
+			group:           def,
 		}
 		if e.acct.Plugin != mysqlwire.NativePassword && e.acct.Plugin != mysqlwire.CachingSha2Password {
-			s.closeGroups()
 			return nil, fmt.Errorf("sql.users %q: auth_plugin = %q: want \"mysql_native_password\" or \"caching_sha2_password\"", u.Name, u.AuthPlugin)
 		}
-		if e.backendUser == "" {
-			e.backendUser = u.Name
-		}
-		if e.backendPassword == "" {
-			e.backendPassword = u.Password
-		}
 		if u.Group != "" {
-			g, ok := byName[u.Group]
-			if !ok {
-				s.closeGroups()
+			if e.group = o.Topology.Group(u.Group); e.group == nil {
 				return nil, fmt.Errorf("sql.users %q: group = %q: no [[groups]] has that name", u.Name, u.Group)
 			}
-			e.group = g
 		}
 		s.users[u.Name] = e
 	}
@@ -182,19 +168,9 @@ func New(o Options) (*Server, error) {
 	return s, nil
 }
 
-func (s *Server) closeGroups() {
-	for _, g := range s.groups {
-		g.Close()
-	}
-}
-
 // PoolStats returns the state of every backend pool.
 func (s *Server) PoolStats() []backend.PoolStats {
-	var out []backend.PoolStats
-	for _, g := range s.groups {
-		out = append(out, g.Stats()...)
-	}
-	return out
+	return s.opts.Topology.Stats()
 }
 
 func (s *Server) poolStats() []stats.PoolStat {
@@ -260,8 +236,8 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 }
 
-// Shutdown stops accepting, lets every session finish the command it is running, then closes the sessions and the
-// backend groups. When ctx ends first, remaining sessions are cut off (their backend connections discarded).
+// Shutdown stops accepting, lets every session finish the command it is running, then closes the sessions (the
+// backend topology is the caller's to close). When ctx ends first, remaining sessions are cut off (their backend connections discarded).
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.mu.shutdown = true
@@ -290,7 +266,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.mu.Unlock()
 		<-done
 	}
-	s.closeGroups()
 	return err
 }
 
@@ -321,10 +296,15 @@ func (s *Server) rsa() (*rsa.PrivateKey, error) {
 func (s *Server) serverConfig(remote string) *mysqlwire.ServerConfig {
 	version := defaultVersion
 	caps := uint32(offeredCaps)
-	// Offer what the backend can also do, so the backend connection negotiates the same protocol.
-	if info := s.groups[0].ServerInfo(); info != nil {
-		version = info.Version
-		caps &= info.Capabilities | mysqlwire.ClientConnectAttrs
+	// Offer what every backend group can also do, so the backend connection negotiates the same protocol whichever
+	// group the user (not known yet) belongs to. The version shown is the default group's.
+	for i, g := range s.groups {
+		if info := g.ServerInfo(); info != nil {
+			if i == 0 {
+				version = info.Version
+			}
+			caps &= info.Capabilities | mysqlwire.ClientConnectAttrs
+		}
 	}
 	return &mysqlwire.ServerConfig{
 		Version:             version,

@@ -1,0 +1,76 @@
+package backend
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// Topology is every backend group keyway knows, built once by the server and shared by the SQL door, the
+// containers and (next) the binlog follower. It owns the groups: Close stops them all.
+type Topology struct {
+	groups []*Group
+	byName map[string]*Group
+}
+
+// NewTopology starts a Group for each of opts, in order; the first is the default group. Names must be unique
+// and non-empty (the config guarantees it; an error here is a programming mistake reported, not a panic).
+func NewTopology(opts []GroupOptions) (*Topology, error) {
+	t := &Topology{byName: make(map[string]*Group, len(opts))}
+	for _, o := range opts {
+		if o.Name == "" || o.Primary.Address == "" || t.byName[o.Name] != nil {
+			t.Close()
+			return nil, fmt.Errorf("backend: group %q: a group needs a unique name and a primary address", o.Name)
+		}
+		g := NewGroup(o)
+		t.groups = append(t.groups, g)
+		t.byName[o.Name] = g
+	}
+	return t, nil
+}
+
+// ErrNoGroups is returned by Default on a topology without groups.
+var ErrNoGroups = errors.New("no [[groups]] configured: add a backend group (name, primary)")
+
+// Group returns the group named name, or nil.
+func (t *Topology) Group(name string) *Group { return t.byName[name] }
+
+// Default returns the first group: the one users and containers without a group go to.
+func (t *Topology) Default() (*Group, error) {
+	if len(t.groups) == 0 {
+		return nil, ErrNoGroups
+	}
+	return t.groups[0], nil
+}
+
+// Groups returns the groups in configuration order. The slice is the topology's own: do not modify it.
+func (t *Topology) Groups() []*Group { return t.groups }
+
+// Stats returns the state of every pool of every group.
+func (t *Topology) Stats() []PoolStats {
+	var out []PoolStats
+	for _, g := range t.groups {
+		out = append(out, g.Stats()...)
+	}
+	return out
+}
+
+// Close stops every group.
+func (t *Topology) Close() {
+	for _, g := range t.groups {
+		g.Close()
+	}
+}
+
+// SQLConfig is a go-sql-driver configuration that logs in with keyway's own account on the group
+// (GroupOptions.User) and dials through DialWritable, so a database/sql pool built on it follows the group's
+// writable member and shares its health state. The caller adds its own parameters.
+func (g *Group) SQLConfig() *mysql.Config {
+	dc := mysql.NewConfig()
+	dc.User, dc.Passwd = g.cfg.User, g.cfg.Password
+	dc.Net, dc.Addr = g.cfg.Primary.Network, g.cfg.Primary.Address // for messages; DialFunc decides
+	dc.Timeout = g.cfg.ConnectTimeout
+	dc.DialFunc = g.DialWritable
+	return dc
+}
