@@ -21,6 +21,7 @@ import (
 
 	"github.com/keywaydb/keyway/internal/container"
 	"github.com/keywaydb/keyway/internal/store"
+	"github.com/keywaydb/keyway/internal/validity"
 )
 
 // Mode is the kind of storage command.
@@ -57,6 +58,9 @@ const maxRelativeExptime = 60 * 60 * 24 * 30
 // Options configure an Engine.
 type Options struct {
 	MaxItemSize int64 // largest value accepted, bytes
+	// Validity holds the generations of the tables containers map to, shared with the SQL door so its writes
+	// invalidate the containers' cached rows. nil = a registry of the engine's own.
+	Validity *validity.Registry
 }
 
 // Engine implements the memcached commands over a store.
@@ -68,6 +72,7 @@ type Engine struct {
 
 	flushTimer atomic.Pointer[time.Timer]
 	tables     map[string]*Table // containers by name; set before serving (see SetTables)
+	validity   *validity.Registry
 }
 
 // Counters are memcached's command statistics.
@@ -85,7 +90,10 @@ func New(st *store.Store, o Options) *Engine {
 	if o.MaxItemSize <= 0 {
 		o.MaxItemSize = 1 << 20
 	}
-	return &Engine{st: st, maxItemSize: o.MaxItemSize, started: time.Now()}
+	if o.Validity == nil {
+		o.Validity = validity.NewRegistry()
+	}
+	return &Engine{st: st, maxItemSize: o.MaxItemSize, started: time.Now(), validity: o.Validity}
 }
 
 // Store returns the engine's store (for stats and lifecycle).

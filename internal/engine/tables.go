@@ -29,15 +29,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/keywaydb/keyway/internal/container"
 	"github.com/keywaydb/keyway/internal/store"
+	"github.com/keywaydb/keyway/internal/validity"
 	"github.com/keywaydb/keyway/internal/writebehind"
 )
 
@@ -50,10 +49,11 @@ type Table struct {
 	Policies container.Policies
 	Behind   *writebehind.Queue // write = "async": the sets not yet in the table; nil for sync
 
-	gen atomic.Uint64 // bumped by every write; a fill from an older generation is not stored
-	// epoch invalidates every cached row of the container at once (a write
-	// whose keys are not known): a cached row is valid only with the current epoch.
-	epoch  atomic.Uint64
+	// v is the table's validity state, shared with the SQL door (see package validity): every write bumps its
+	// generation, and a fill from an older generation is not stored; its epoch invalidates every cached row of
+	// the container at once (a write whose keys are not known): a cached row is valid only with the current
+	// epoch, kept in the store item's Tag.
+	v      *validity.Table
 	fillMu sync.Mutex
 	fills  map[string]*fill
 }
@@ -76,11 +76,15 @@ type TableOptions struct {
 // tables to SetTables before serving.
 func (e *Engine) NewTable(o TableOptions) *Table {
 	def := o.Container.Def()
-	t := &Table{Name: def.Name, Source: strings.ToLower(def.Schema + "." + def.Table), C: o.Container, Policies: o.Policies}
+	id := validity.TableID{Schema: strings.ToLower(def.Schema), Name: strings.ToLower(def.Table)}
+	t := &Table{Name: def.Name, Source: id.String(), C: o.Container, Policies: o.Policies, v: e.validity.Table(id)}
 	if o.WriteBehind != nil {
 		wo := *o.WriteBehind
 		wo.OnDrop = func(row []byte) { e.DroppedWrite(t, row) }
 		t.Behind = writebehind.New(o.Container, e.st, JournalPrefix+t.Name+".", wo)
+		// Statements through the SQL door that name the table see, and act after, every set the queue
+		// acknowledged.
+		e.validity.OnSettle(id, t.Behind.Drain)
 	}
 	return t
 }
@@ -96,7 +100,6 @@ func (e *Engine) SetTables(tables []*Table) {
 	e.tables = make(map[string]*Table, len(tables))
 	for _, t := range tables {
 		t.fills = make(map[string]*fill)
-		t.epoch.Store(1) // rows loaded from disk (epoch 0) are never trusted
 		e.tables[t.Name] = t
 	}
 }
@@ -177,7 +180,7 @@ func (e *Engine) tableGet(t *Table, row []byte) (store.Item, bool, error) {
 		return fromRow(it), ok, err
 	}
 	sk := rowKey(t, row)
-	if it, ok := e.st.Get(sk); ok && it.Tag == t.epoch.Load() {
+	if it, ok := e.st.Get(sk); ok && it.Tag == t.v.Epoch() {
 		return it, true, nil
 	}
 	f := t.readOnce(row)
@@ -198,7 +201,7 @@ func (e *Engine) cacheRow(t *Table, sk []byte, item store.Item, gen, epoch uint6
 	item.Tag = epoch
 	item.Ephemeral = true // the table is the truth: a copy needs no disk
 	e.st.Update(sk, func(*store.Item) (store.Action, store.Item) {
-		if t.gen.Load() != gen {
+		if t.v.Gen() != gen {
 			return store.Keep, store.Item{}
 		}
 		return store.Replace, item
@@ -211,12 +214,12 @@ func (e *Engine) cacheRow(t *Table, sk []byte, item store.Item, gen, epoch uint6
 // otherwise the query may predate a write the caller must see, and it runs its own.
 func (t *Table) readOnce(row []byte) *fill {
 	t.fillMu.Lock()
-	if f := t.fills[string(row)]; f != nil && f.gen == t.gen.Load() {
+	if f := t.fills[string(row)]; f != nil && f.gen == t.v.Gen() {
 		t.fillMu.Unlock()
 		<-f.done
 		return f
 	}
-	f := &fill{gen: t.gen.Load(), epoch: t.epoch.Load(), done: make(chan struct{})}
+	f := &fill{gen: t.v.Gen(), epoch: t.v.Epoch(), done: make(chan struct{})}
 	t.fills[string(row)] = f
 	t.fillMu.Unlock()
 	// The queue is asked after the generation is taken: a write queued later
@@ -269,7 +272,7 @@ func (e *Engine) writeBehind(t *Table, row []byte, item container.Item) (Status,
 	}
 	item.CAS = t.C.AssignCAS(item)
 	var gen uint64
-	err := t.Behind.Put(row, item, func() { gen = t.gen.Add(1) })
+	err := t.Behind.Put(row, item, func() { gen = t.v.Wrote() })
 	if err != nil {
 		return Failed, 0, err
 	}
@@ -278,11 +281,11 @@ func (e *Engine) writeBehind(t *Table, row []byte, item container.Item) (Status,
 	// copy is never older than the queue.
 	sk := rowKey(t, row)
 	local := fromRow(item)
-	local.Tag = t.epoch.Load()
+	local.Tag = t.v.Epoch()
 	local.Ephemeral = true // the journal holds the write until the table does
 	cache := t.Policies.Get == container.Caching
 	_, err = e.st.Update(sk, func(*store.Item) (store.Action, store.Item) {
-		if cache && t.gen.Load() == gen {
+		if cache && t.v.Gen() == gen {
 			return store.Replace, local
 		}
 		return store.Remove, store.Item{}
@@ -297,35 +300,8 @@ func (e *Engine) writeBehind(t *Table, row []byte, item container.Item) (Status,
 // DroppedWrite is told by a write-behind queue that the table refused a
 // queued write of row: the cached copy goes, so the table stays the truth.
 func (e *Engine) DroppedWrite(t *Table, row []byte) {
-	t.gen.Add(1)
+	t.v.Wrote()
 	e.st.Update(rowKey(t, row), func(*store.Item) (store.Action, store.Item) { return store.Remove, store.Item{} })
-}
-
-// WritesBehind reports whether any container writes behind (write = "async").
-func (e *Engine) WritesBehind() bool {
-	for _, t := range e.tables {
-		if t.Behind != nil {
-			return true
-		}
-	}
-	return false
-}
-
-// SyncTables waits until the write-behind queues of the containers on the
-// named tables (named as for InvalidateTables) have written every set they
-// acknowledged. The SQL door calls it before a statement that names those
-// tables, so the statement sees, and acts after, every acknowledged memcache
-// write.
-func (e *Engine) SyncTables(db string, names []string) error {
-	var errs []error
-	for _, t := range e.tablesNamed(db, names) {
-		if t.Behind != nil {
-			if err := t.Behind.Drain(); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	return errors.Join(errs...)
 }
 
 func fromRow(it container.Item) store.Item {
@@ -350,7 +326,7 @@ func (e *Engine) tableWrite(t *Table, row []byte, policy container.Policy, op st
 	err := write(ctx)
 	if policy == container.Caching {
 		// Invalidate even after an error: the write may have committed.
-		t.gen.Add(1)
+		t.v.Wrote()
 		e.st.Update(rowKey(t, row), func(*store.Item) (store.Action, store.Item) { return store.Remove, store.Item{} })
 	}
 	return err
@@ -452,36 +428,6 @@ func (e *Engine) tableIncrDecr(t *Table, row []byte, a Arith) (uint64, uint64, S
 	return result, 0, status, nil
 }
 
-// InvalidateTables drops the cached rows of every container on the named
-// tables ("schema.table", or "table" in database db; with db unknown, a bare
-// name matches that table in any schema). The SQL door calls it for each write
-// before the client sees the reply.
-func (e *Engine) InvalidateTables(db string, names []string) {
-	for _, t := range e.tablesNamed(db, names) {
-		t.gen.Add(1)
-		t.epoch.Add(1)
-	}
-}
-
-// tablesNamed returns the containers on the named tables ("schema.table", or
-// "table" in database db; with db unknown, a bare name matches that table in
-// any schema).
-func (e *Engine) tablesNamed(db string, names []string) []*Table {
-	var out []*Table
-	for _, name := range names {
-		name = strings.ToLower(name)
-		if !strings.Contains(name, ".") && db != "" {
-			name = strings.ToLower(db) + "." + name
-		}
-		for _, t := range e.tables {
-			if (t.Source == name || (!strings.Contains(name, ".") && strings.HasSuffix(t.Source, "."+name))) && !slices.Contains(out, t) {
-				out = append(out, t)
-			}
-		}
-	}
-	return out
-}
-
 // GetMulti looks up keys in order, as a multi-key get: the local store
 // answers what it can, and the rows each container still needs are read with
 // one query per container (WHERE key IN (…)).
@@ -514,7 +460,7 @@ func (e *Engine) GetMulti(keys [][]byte) ([]store.Item, []bool, error) {
 			}
 			continue
 		case t.Policies.Get == container.Caching:
-			if it, ok := e.st.Get(rowKey(t, row)); ok && it.Tag == t.epoch.Load() {
+			if it, ok := e.st.Get(rowKey(t, row)); ok && it.Tag == t.v.Epoch() {
 				items[i], found[i] = it, true
 				continue
 			}
@@ -530,7 +476,7 @@ func (e *Engine) GetMulti(keys [][]byte) ([]store.Item, []bool, error) {
 		n.idx, n.row = append(n.idx, i), append(n.row, row)
 	}
 	for t, n := range needs {
-		gen, epoch := t.gen.Load(), t.epoch.Load()
+		gen, epoch := t.v.Gen(), t.v.Epoch()
 		// Queued writes answer for their rows (asked after the generation is
 		// taken; see readOnce); the table is asked for the rest.
 		ask, queued := n.row, map[string]container.Item(nil)

@@ -30,6 +30,7 @@ import (
 	"github.com/keywaydb/keyway/internal/sqlproxy"
 	"github.com/keywaydb/keyway/internal/stats"
 	"github.com/keywaydb/keyway/internal/store"
+	"github.com/keywaydb/keyway/internal/validity"
 )
 
 // Server is a running keyway.
@@ -39,6 +40,7 @@ type Server struct {
 	store    *store.Store
 	engine   *engine.Engine
 	topo     *backend.Topology // the backend groups; empty without [[groups]]
+	validity *validity.Registry
 	tables   *tableSet
 	memcache *memcache.Server
 	mcLn     net.Listener
@@ -79,7 +81,9 @@ func Start(cfg config.Config, log *slog.Logger) (*Server, error) {
 		s.close()
 		return nil, err
 	}
-	s.engine = engine.New(st, engine.Options{MaxItemSize: cfg.Memcache.MaxItemSize})
+	// One registry of table validity: container rows and the SQL door invalidate and settle through it.
+	s.validity = validity.NewRegistry()
+	s.engine = engine.New(st, engine.Options{MaxItemSize: cfg.Memcache.MaxItemSize, Validity: s.validity})
 	if s.topo, err = backend.NewTopology(groupOptions(cfg, log)); err != nil {
 		return fail(err)
 	}
@@ -147,13 +151,9 @@ func (s *Server) sqlOptions() (sqlproxy.Options, error) {
 		MaxConnections:   cfg.MaxConnections,
 		AllowLocalInfile: cfg.AllowLocalInfile,
 		Logger:           s.log,
-		// One truth across doors: SQL writes drop the memcache door's cached rows.
-		Invalidate: s.engine.InvalidateTables,
-	}
-	if s.engine.WritesBehind() {
-		// ... and SQL statements see, and act after, every memcache write
-		// acknowledged before them, even one still queued for the table.
-		o.Settle = s.engine.SyncTables
+		// One truth across doors: SQL writes drop the memcache door's cached rows, and SQL statements see, and
+		// act after, every memcache write acknowledged before them, even one still queued for the table.
+		Validity: s.validity,
 	}
 	for _, u := range cfg.Users {
 		o.Users = append(o.Users, sqlproxy.User{Name: u.Name, Password: u.Password, AuthPlugin: u.AuthPlugin,

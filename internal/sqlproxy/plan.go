@@ -30,6 +30,8 @@ import (
 	// The parser needs a driver for literal values; test_driver is the self-contained one the parser ships for
 	// users outside TiDB (go-mysql and others use it the same way).
 	_ "github.com/pingcap/tidb/pkg/parser/test_driver"
+
+	"github.com/keywaydb/keyway/internal/validity"
 )
 
 // Class is the coarse kind of a statement, the first thing routing and caching ask about it.
@@ -117,6 +119,25 @@ type Plan struct {
 
 	// literalDependent marks plans whose flags depend on a literal the digest replaced by "?" (SET autocommit=?).
 	literalDependent bool
+	// resolved is Tables resolved in the last default database asked for (see TableIDs).
+	resolved atomic.Pointer[resolvedTables]
+}
+
+type resolvedTables struct {
+	db  string
+	ids []validity.TableID
+}
+
+// TableIDs are the plan's tables as validity identifies them, unqualified names taken in default database db. The
+// result is kept on the plan for db, so the naming rule runs once per (digest, default database), not per
+// statement; the slice is shared: do not modify it.
+func (p *Plan) TableIDs(db string) []validity.TableID {
+	if r := p.resolved.Load(); r != nil && r.db == db {
+		return r.ids
+	}
+	r := &resolvedTables{db: db, ids: validity.Resolve(db, p.Tables)}
+	p.resolved.Store(r)
+	return r.ids
 }
 
 const planShards = 16

@@ -35,6 +35,7 @@ import (
 	"github.com/keywaydb/keyway/internal/backend"
 	"github.com/keywaydb/keyway/internal/mysqlwire"
 	"github.com/keywaydb/keyway/internal/stats"
+	"github.com/keywaydb/keyway/internal/validity"
 )
 
 // Options configure a Server. The server fills them from the validated config; zero values take the defaults
@@ -51,17 +52,12 @@ type Options struct {
 	Digests          *stats.Digests // nil = no digest statistics
 	Metrics          *stats.Metrics // nil = no metrics
 	Logger           *slog.Logger
-	// Invalidate, when set, is told the tables a statement wrote (as the plan
-	// names them, with the session's default database for unqualified ones)
-	// after the backend acknowledged it and before the client sees the reply,
-	// so caches of those tables never outlive a write made through the door.
-	Invalidate func(db string, tables []string)
-	// Settle, when set, is told the tables a statement names (reads and
-	// writes) before it is sent to the backend, and returns once the writes
-	// keyway acknowledged to those tables through other doors (write-behind
-	// queues) are in them: the statement sees them and acts after them. An
-	// error is the client's reply; the statement is not sent.
-	Settle func(db string, tables []string) error
+	// Validity, when set, is the registry of cached table data shared with the other doors: a statement first
+	// settles the tables it names (write-behind queues write what keyway acknowledged to them, so the statement
+	// sees and acts after those writes; an error is the client's reply and the statement is not sent), and the
+	// tables it writes are invalidated after the backend acknowledged it and before the client sees the reply,
+	// so no cache outlives a write made through the door.
+	Validity *validity.Registry
 }
 
 // User is an account clients log in to keyway with.

@@ -15,6 +15,7 @@ import (
 	"github.com/keywaydb/keyway/internal/backend"
 	"github.com/keywaydb/keyway/internal/mysqlwire"
 	"github.com/keywaydb/keyway/internal/stats"
+	"github.com/keywaydb/keyway/internal/validity"
 )
 
 // Commands (client → server), as numbered by the protocol.
@@ -62,13 +63,10 @@ type session struct {
 	// quit is set when the client ended the session cleanly (COM_QUIT).
 	quit bool
 
-	// written is the plan of the command in flight when it writes tables;
-	// exchange invalidates them before the reply is flushed to the client.
-	written *Plan
 	// txTables are the tables written in the open transaction: invalidated
 	// again when it ends, since a reader may have cached the old rows between
 	// the write and the COMMIT.
-	txTables []string
+	txTables []validity.TableID
 	inTx     bool
 }
 
@@ -315,13 +313,15 @@ func (ss *session) writeCommand(p []byte) error {
 // forward sends command p to the backend and streams the reply to the client with relay. It reports relay's
 // outcome; an error from either side ends the session (the client has been told when it can be).
 func (ss *session) forward(p []byte, relay func() (int64, bool, error)) error {
-	_, _, err := ss.exchange(p, relay)
+	_, _, err := ss.exchange(p, nil, relay)
 	return err
 }
 
-// exchange is forward returning the row count and whether the reply was an ERR.
-func (ss *session) exchange(p []byte, relay func() (int64, bool, error)) (int64, bool, error) {
-	if e := ss.settle(); e != nil {
+// exchange is forward for a statement with its plan (nil for commands that are not statements): the tables the
+// plan names are settled before it is sent, and those it writes are invalidated before the reply is flushed to
+// the client. It returns the row count and whether the reply was an ERR.
+func (ss *session) exchange(p []byte, plan *Plan, relay func() (int64, bool, error)) (int64, bool, error) {
+	if e := ss.settle(plan); e != nil {
 		if err := ss.c.WriteError(e); err != nil {
 			return 0, true, err
 		}
@@ -333,7 +333,7 @@ func (ss *session) exchange(p []byte, relay func() (int64, bool, error)) (int64,
 	be := ss.be
 	rows, failed, err := relay()
 	if err == nil {
-		ss.invalidateWritten(failed)
+		ss.invalidateWritten(plan, failed)
 		err = ss.c.Flush()
 		if err != nil {
 			be.MarkBroken() // the reply is complete on the backend side, but be safe: the client is gone
@@ -355,9 +355,7 @@ func (ss *session) query(p []byte) error {
 	start := time.Now()
 	sql := string(p[1:])
 	plan := ss.s.plans.Plan(sql)
-	ss.written = plan
-	rows, failed, err := ss.exchange(p, ss.relayQueryResults)
-	ss.written = nil
+	rows, failed, err := ss.exchange(p, plan, ss.relayQueryResults)
 	if err == nil && !failed {
 		ss.noteSessionChange(plan, sql)
 	}
@@ -411,7 +409,7 @@ func (ss *session) record(plan *Plan, rows int64, latency time.Duration, failed 
 func (ss *session) prepare(p []byte) error {
 	plan := ss.s.plans.Plan(string(p[1:]))
 	var id uint32
-	_, failed, err := ss.exchange(p, func() (int64, bool, error) {
+	_, failed, err := ss.exchange(p, nil, func() (int64, bool, error) {
 		var e error
 		id, e = ss.relayPrepare()
 		return 0, id == 0 && e == nil, e
@@ -432,9 +430,7 @@ func (ss *session) execute(p []byte) error {
 	if len(p) >= 5 {
 		plan = ss.stmts[binary.LittleEndian.Uint32(p[1:])]
 	}
-	ss.written = plan
-	rows, failed, err := ss.exchange(p, ss.relayExecuteResults)
-	ss.written = nil
+	rows, failed, err := ss.exchange(p, plan, ss.relayExecuteResults)
 	if plan != nil {
 		ss.record(plan, rows, time.Since(start), failed || err != nil)
 	}
@@ -522,49 +518,46 @@ func writesTables(plan *Plan) bool {
 	return (plan.Class == ClassWrite || plan.Class == ClassDDL || plan.Class == ClassOther) && len(plan.Tables) > 0
 }
 
-// settle runs the Settle hook for the command in flight when it names
-// tables; a failure becomes the client's error.
-func (ss *session) settle() *mysqlwire.Error {
-	plan, hook := ss.written, ss.s.opts.Settle
-	if plan == nil || hook == nil || len(plan.Tables) == 0 {
+// settle waits, before a statement that names tables is sent, for the writes keyway acknowledged to them
+// through other doors (see validity.Registry.Settle); a failure becomes the client's error.
+func (ss *session) settle(plan *Plan) *mysqlwire.Error {
+	reg := ss.s.opts.Validity
+	if plan == nil || reg == nil || len(plan.Tables) == 0 {
 		return nil
 	}
-	if err := hook(ss.db, plan.Tables); err != nil {
+	if err := reg.Settle(plan.TableIDs(ss.db)); err != nil {
 		return mysqlwire.NewError(mysqlwire.ERUnknownError, "HY000", "keyway: the statement was not sent: %v", err)
 	}
 	return nil
 }
 
-// invalidateWritten tells the cache about the tables the command in flight
-// wrote (even when it failed: part of a multi-statement may have applied),
-// and, when a transaction ends, about every table written inside it.
-func (ss *session) invalidateWritten(failed bool) {
-	plan := ss.written
-	inv := ss.s.opts.Invalidate
-	if plan == nil || inv == nil {
+// invalidateWritten tells the cache about the tables the statement wrote
+// (even when it failed: part of a multi-statement may have applied), and,
+// when a transaction ends, about every table written inside it.
+func (ss *session) invalidateWritten(plan *Plan, failed bool) {
+	reg := ss.s.opts.Validity
+	if plan == nil || reg == nil {
 		return
 	}
-	writes := writesTables(plan)
 	if plan.InTransaction && !failed {
 		// Stays set: after SET autocommit=0 every COMMIT starts the next
 		// transaction implicitly, so keyway cannot tell when one is open.
 		ss.inTx = true
 	}
-	if writes {
-		inv(ss.db, plan.Tables)
+	if writesTables(plan) {
+		ids := plan.TableIDs(ss.db)
+		reg.Invalidate(ids)
 		if ss.inTx {
-			for _, t := range plan.Tables {
-				if !strings.Contains(t, ".") && ss.db != "" {
-					t = ss.db + "." + t // the database may change before COMMIT
-				}
-				if !slices.Contains(ss.txTables, t) {
-					ss.txTables = append(ss.txTables, t)
+			// Qualified now: the database may change before COMMIT.
+			for _, id := range ids {
+				if !slices.Contains(ss.txTables, id) {
+					ss.txTables = append(ss.txTables, id)
 				}
 			}
 		}
 	}
 	if (plan.EndsTransaction || plan.Class == ClassDDL) && len(ss.txTables) > 0 {
-		inv(ss.db, ss.txTables)
+		reg.Invalidate(ss.txTables)
 		ss.txTables = ss.txTables[:0]
 	}
 }
