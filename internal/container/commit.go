@@ -13,7 +13,10 @@ import (
 // context ends earlier stops waiting (its write may still commit).
 const batchTimeout = 30 * time.Second
 
-// setReq is one queued Set.
+// setReq is one queued Set. Its key and it.Value are the request's own copy
+// (one allocation for both, made by Set): the caller's buffers are the
+// caller's again as soon as Set returns, while the committer may still write
+// or retry the row after that.
 type setReq struct {
 	ctx  context.Context
 	key  []byte
@@ -31,8 +34,16 @@ type setResp struct {
 // expired row is overwritten like any other. If ctx ends first, Set returns
 // ctx's error and the write may or may not be committed. A key or value that
 // does not fit the table fails only this Set (WriteRows checks each row).
+//
+// key and it.Value are only read during the call: Set copies them before it
+// queues the write, so the caller may reuse them (a connection's read buffer)
+// once Set returns, whatever it returned.
 func (c *Container) Set(ctx context.Context, key []byte, it Item) (uint64, error) {
-	r := &setReq{ctx: ctx, key: key, it: it, resp: make(chan setResp, 1)}
+	own := make([]byte, len(key)+len(it.Value))
+	n := copy(own, key)
+	copy(own[n:], it.Value)
+	it.Value = own[n:]
+	r := &setReq{ctx: ctx, key: own[:n:n], it: it, resp: make(chan setResp, 1)}
 	c.mu.RLock()
 	if c.closed {
 		c.mu.RUnlock()

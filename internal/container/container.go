@@ -17,6 +17,13 @@
 //     last Set of a key wins. If the batch fails with a server error, every
 //     Set is retried alone so each caller gets its own result (one bad value
 //     does not fail its neighbours); any other failure is every waiter's error.
+//   - Buffers: the key and Item.Value a caller passes are only read during
+//     the call and are the caller's again when it returns (a memcache
+//     connection passes slices of its read buffer and reads over them next).
+//     What outlives the call is copied once: Set copies key and value into one
+//     allocation owned by its queued request, since the committer may write
+//     or retry the row after Set gave up. Items returned to the caller are the
+//     caller's.
 //   - Add, Replace, Append, Prepend, CompareAndSwap, IncrDecr, Touch and Delete
 //     are each atomic in SQL: a single conditional statement where one
 //     suffices, otherwise a transaction with SELECT … FOR UPDATE.
