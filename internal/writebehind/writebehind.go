@@ -10,6 +10,10 @@
 //     returns, so it is as durable as a local set; its journal record is
 //     removed only after the table has it (or refused it). A new Queue picks
 //     up the records its container left in the journal and writes them first.
+//   - Buffers: Put copies the row and value it is given once, into the
+//     write's journal record, and the waiting entry slices that record; the
+//     caller may reuse its buffers when Put returns. Nothing changes a record
+//     once built, so the journal, the queue and readers of Get share it.
 //   - Until the table has a write, Get answers for the row: a reader never
 //     sees the table's older row in place of an acknowledged write.
 //   - Writes go out every Window, and sooner when MaxBatch rows wait, as
@@ -86,6 +90,10 @@ type Queue struct {
 	written, dropped, failedRounds atomic.Uint64
 }
 
+// entry is the write waiting for one row. row and item.Value are slices of
+// the write's journal record (see encode), which the queue builds from the
+// caller's bytes in Put and never changes afterwards: the store's journal,
+// the entry and the readers Get hands item to share it read-only.
 type entry struct {
 	row  []byte // the key as last written
 	item container.Item
@@ -162,9 +170,14 @@ func New(c *container.Container, j Journal, prefix string, o Options) *Queue {
 // queued, when not nil, runs under the queue's lock right after the write is
 // queued, so for concurrent Puts of a row it runs in queue order; it must not
 // block or call the queue.
+//
+// row and item.Value are only read during the call: Put copies them (once,
+// into the journal record) so the caller may reuse them when it returns.
 func (q *Queue) Put(row []byte, item container.Item, queued func()) error {
 	k := q.c.NormKey(string(row))
-	e := &entry{row: append([]byte(nil), row...), item: item}
+	rec := encode(row, item)
+	e := &entry{item: item}
+	e.row, e.item.Value = recordSlices(rec)
 	q.mu.Lock()
 	if q.fullLocked(k, e) {
 		q.nudge()
@@ -188,12 +201,11 @@ func (q *Queue) Put(row []byte, item container.Item, queued func()) error {
 	}
 	q.pending[k] = e
 	q.bytes += e.size()
-	row = e.row
 	if queued != nil {
 		queued()
 	}
 	// Appended under q.mu so journal records of a row keep the order of its Puts.
-	wait := q.j.JournalPut(q.journalKey(k), encode(row, item))
+	wait := q.j.JournalPut(q.journalKey(k), rec)
 	if len(q.pending) >= q.o.MaxBatch {
 		q.nudge()
 	}
@@ -457,6 +469,13 @@ func encode(row []byte, it container.Item) []byte {
 	binary.LittleEndian.PutUint64(b[n+12:], it.CAS)
 	copy(b[n+headerLen:], it.Value)
 	return b
+}
+
+// recordSlices returns the row and the value of a record encode built, as
+// slices of it whose capacity ends with them (an append copies).
+func recordSlices(b []byte) (row, value []byte) {
+	n := 2 + int(binary.LittleEndian.Uint16(b[0:2]))
+	return b[2:n:n], b[n+headerLen:]
 }
 
 func decode(b []byte) (row []byte, it container.Item, ok bool) {

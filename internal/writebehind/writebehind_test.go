@@ -285,3 +285,30 @@ func TestPendingBytesBound(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// TestPutCopiesCallerBuffers: the row and value a caller hands to Put are
+// the caller's again when Put returns (a connection reads its next request
+// over them); what waits, what Get answers and what reaches the table are
+// the bytes that were put.
+func TestPutCopiesCallerBuffers(t *testing.T) {
+	db := testenv.SharedDB(t)
+	c := table(t, db, "wb_owned", true)
+	s := openStore(t, "")
+	defer s.Close()
+	q := New(c, s, "@@wb_owned.", Options{Window: time.Hour})
+	defer q.Close()
+	buf := []byte("origvalue") // the connection's read buffer
+	if err := q.Put(buf[:4], container.Item{Value: buf[4:], CAS: 7}, nil); err != nil {
+		t.Fatal(err)
+	}
+	copy(buf, "XXXXgarbage")
+	if it, ok := q.Get([]byte("orig")); !ok || string(it.Value) != "value" {
+		t.Fatalf("get after the caller reused its buffer: %q %v", it.Value, ok)
+	}
+	if err := q.Drain(); err != nil {
+		t.Fatal(err)
+	}
+	if got := rows(t, db, "wb_owned"); len(got) != 1 || got["orig"] != "value/0/7" {
+		t.Fatalf("rows %v, want orig = value", got)
+	}
+}
