@@ -290,7 +290,9 @@ func (q *Queue) drainUntil(deadline time.Time) error {
 		if !older {
 			return nil
 		}
-		q.nudge()
+		if q.lastErr == nil {
+			q.nudge() // after a failure the loop retries every Window, not at each wake-up
+		}
 		if q.closed || !q.waitLocked(deadline) {
 			return q.behindLocked()
 		}
