@@ -3,17 +3,40 @@ package container
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 )
 
-// batchTimeout bounds one group-commit transaction; a waiter whose own
-// context ends earlier stops waiting (its write may still commit).
+// batchTimeout bounds one group-commit batch, retries included; the batch
+// also stops once every waiter's context has ended (see batchContext). A
+// waiter whose own context ends earlier stops waiting (its write may still
+// commit).
 const batchTimeout = 30 * time.Second
 
-// setReq is one queued Set.
+// Retry policy of WriteRows (see the package comment): a statement that lost
+// a deadlock (1213) or waited too long for a lock (1205) is run again, the
+// whole batch, at most lockRetries times, after a pause of lockBackoff,
+// doubled each time, plus up to as much again at random (so two writers that
+// deadlocked do not meet again in step), and never past ctx.
+const (
+	lockRetries = 4
+	lockBackoff = 10 * time.Millisecond
+)
+
+// Server errors after which the same statement may pass when run again.
+const (
+	erLockWaitTimeout = 1205
+	erLockDeadlock    = 1213
+)
+
+// setReq is one queued Set. Its key and it.Value are the request's own copy
+// (one allocation for both, made by Set): the caller's buffers are the
+// caller's again as soon as Set returns, while the committer may still write
+// or retry the row after that.
 type setReq struct {
 	ctx  context.Context
 	key  []byte
@@ -31,8 +54,16 @@ type setResp struct {
 // expired row is overwritten like any other. If ctx ends first, Set returns
 // ctx's error and the write may or may not be committed. A key or value that
 // does not fit the table fails only this Set (WriteRows checks each row).
+//
+// key and it.Value are only read during the call: Set copies them before it
+// queues the write, so the caller may reuse them (a connection's read buffer)
+// once Set returns, whatever it returned.
 func (c *Container) Set(ctx context.Context, key []byte, it Item) (uint64, error) {
-	r := &setReq{ctx: ctx, key: key, it: it, resp: make(chan setResp, 1)}
+	own := make([]byte, len(key)+len(it.Value))
+	n := copy(own, key)
+	copy(own[n:], it.Value)
+	it.Value = own[n:]
+	r := &setReq{ctx: ctx, key: own[:n:n], it: it, resp: make(chan setResp, 1)}
 	c.mu.RLock()
 	if c.closed {
 		c.mu.RUnlock()
@@ -122,7 +153,7 @@ func (c *Container) commitBatch(batch []*setReq) {
 	if len(live) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	ctx, cancel := batchContext(live)
 	defer cancel()
 	errs := c.WriteRows(ctx, rows)
 	for i, r := range live {
@@ -131,6 +162,30 @@ func (c *Container) commitBatch(batch []*setReq) {
 		} else {
 			r.resp <- setResp{cas: r.it.CAS}
 		}
+	}
+}
+
+// batchContext is the context of a batch for the waiters live: it ends after
+// batchTimeout, or once every waiter's context has ended, since then nobody
+// waits for the answer and the next batch should not wait behind this one.
+// Until then every row is written, also those of waiters that gave up.
+func batchContext(live []*setReq) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	var left atomic.Int64
+	left.Store(int64(len(live)))
+	stops := make([]func() bool, len(live))
+	for i, r := range live {
+		stops[i] = context.AfterFunc(r.ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
 	}
 }
 
@@ -144,10 +199,18 @@ type Row struct {
 // (under autocommit, one InnoDB transaction: all rows or none, durable when
 // it returns) and returns each row's error, nil for a row now in the table.
 // Each Item.CAS is written as it is: the caller assigns it. When two rows
-// have the same key (as the key column compares them) the later one wins. If
-// the statement fails with a server error (say one value too long), each row
-// is retried alone so one bad row does not fail its neighbours; any other
-// failure is every row's error.
+// have the same key (as the key column compares them) the later one wins.
+//
+// Failures, by kind (the retry policy):
+//   - a deadlock (1213) or lock wait timeout (1205) runs the whole batch again,
+//     up to lockRetries times with a short growing pause (see upsertRetry);
+//   - a server error about the data (one value too long, out of range…: what
+//     Refused reports) runs each row alone once, so the bad row fails alone
+//     and its neighbours are written;
+//   - anything else (connection lost, read-only server, ctx ended) is every
+//     row's error at once: running rows alone would only repeat it.
+//
+// Nothing runs after ctx ends.
 func (c *Container) WriteRows(ctx context.Context, rows []Row) []error {
 	errs := make([]error, len(rows))
 	args := make([][]any, len(rows))
@@ -174,16 +237,11 @@ func (c *Container) WriteRows(ctx context.Context, rows []Row) []error {
 	if len(write) == 0 {
 		return errs
 	}
-	err := c.upsert(ctx, write)
-	c.batches.Add(1)
-	c.batchedSets.Add(uint64(len(write)))
+	err := c.upsertRetry(ctx, write)
 	byKey := map[string]error{}
-	var me *mysql.MySQLError
-	if err != nil && errors.As(err, &me) && len(write) > 1 {
+	if err != nil && dataError(err) && len(write) > 1 {
 		for _, a := range write {
-			rctx, rcancel := context.WithTimeout(ctx, batchTimeout)
-			byKey[c.normKey(string(a[0].([]byte)))] = c.mapErr(c.upsert(rctx, [][]any{a}))
-			rcancel()
+			byKey[c.normKey(string(a[0].([]byte)))] = c.mapErr(c.upsertRetry(ctx, [][]any{a}))
 		}
 	}
 	for i, r := range rows {
@@ -197,6 +255,42 @@ func (c *Container) WriteRows(ctx context.Context, rows []Row) []error {
 		}
 	}
 	return errs
+}
+
+// dataError reports whether err is the server refusing a row's data.
+func dataError(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && dataErrors[me.Number]
+}
+
+// lockError reports whether err is a lost deadlock or a lock wait timeout:
+// the statement was rolled back and may pass when run again.
+func lockError(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == erLockDeadlock || me.Number == erLockWaitTimeout)
+}
+
+// upsertRetry runs upsert, and runs it again after a deadlock or lock wait
+// timeout, up to lockRetries times, pausing between attempts; it stops when
+// ctx ends and returns the last error. Every statement counts in Stats.
+func (c *Container) upsertRetry(ctx context.Context, rows [][]any) error {
+	pause := lockBackoff
+	for attempt := 0; ; attempt++ {
+		err := c.upsert(ctx, rows)
+		c.batches.Add(1)
+		c.batchedSets.Add(uint64(len(rows)))
+		if err == nil || !lockError(err) || attempt == lockRetries {
+			return err
+		}
+		t := time.NewTimer(pause + rand.N(pause))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		pause *= 2
+	}
 }
 
 // upsert writes rows (each the key, then writeArgs) with one INSERT … ON

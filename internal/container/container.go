@@ -14,9 +14,22 @@
 //     default it does not wait: Sets arriving during a commit form the next
 //     batch, so a lone writer pays no delay) and writes them as one multi-row
 //     INSERT … ON DUPLICATE KEY UPDATE in one transaction. Within a batch the
-//     last Set of a key wins. If the batch fails with a server error, every
-//     Set is retried alone so each caller gets its own result (one bad value
-//     does not fail its neighbours); any other failure is every waiter's error.
+//     last Set of a key wins. A batch stops once every waiter's context has
+//     ended (or after batchTimeout): the next batch never waits behind rows
+//     nobody waits for.
+//   - Retry policy (WriteRows, for group commit and write-behind alike): a
+//     deadlock (1213) or lock wait timeout (1205) reruns the whole batch, at
+//     most lockRetries times after short growing pauses, never past the
+//     context; a server error about one row's data (Refused) reruns each row
+//     alone once, so one bad value does not fail its neighbours; any other
+//     failure is every row's error at once.
+//   - Buffers: the key and Item.Value a caller passes are only read during
+//     the call and are the caller's again when it returns (a memcache
+//     connection passes slices of its read buffer and reads over them next).
+//     What outlives the call is copied once: Set copies key and value into one
+//     allocation owned by its queued request, since the committer may write
+//     or retry the row after Set gave up. Items returned to the caller are the
+//     caller's.
 //   - Add, Replace, Append, Prepend, CompareAndSwap, IncrDecr, Touch and Delete
 //     are each atomic in SQL: a single conditional statement where one
 //     suffices, otherwise a transaction with SELECT … FOR UPDATE.
@@ -128,8 +141,8 @@ var (
 
 // Stats count the container's multi-row writes (group commit and write-behind).
 type Stats struct {
-	Batches     uint64 `json:"batches"`      // statements WriteRows ran (including failed ones)
-	BatchedSets uint64 `json:"batched_rows"` // rows those statements carried
+	Batches     uint64 `json:"batches"`      // statements WriteRows ran (including failed ones and retries)
+	BatchedSets uint64 `json:"batched_rows"` // rows those statements carried (a retried row once per statement)
 }
 
 // casCounter is the process-wide CAS source for containers with a cas column.

@@ -10,6 +10,10 @@
 //     returns, so it is as durable as a local set; its journal record is
 //     removed only after the table has it (or refused it). A new Queue picks
 //     up the records its container left in the journal and writes them first.
+//   - Buffers: Put copies the row and value it is given once, into the
+//     write's journal record, and the waiting entry slices that record; the
+//     caller may reuse its buffers when Put returns. Nothing changes a record
+//     once built, so the journal, the queue and readers of Get share it.
 //   - Until the table has a write, Get answers for the row: a reader never
 //     sees the table's older row in place of an acknowledged write.
 //   - Writes go out every Window, and sooner when MaxBatch rows wait, as
@@ -23,6 +27,13 @@
 //   - Sync and Drain wait until writes made before them are in the table:
 //     commands whose answer depends on the row, and SQL statements on the
 //     table, call them first so they act after every acknowledged write.
+//   - Replay never goes back in time: a row counts as written (leaves the
+//     queue, lets Sync and Drain return) only once the removal of its journal
+//     record is as durable as the store's journal (see send), so no write
+//     ordered after Sync or Drain can be overwritten by a replay after a
+//     crash. With the store's async durability the journal itself is durable
+//     only within the store's FlushInterval, and so is that removal: a crash
+//     within it can replay a write over a newer row of that interval.
 package writebehind
 
 import (
@@ -86,6 +97,10 @@ type Queue struct {
 	written, dropped, failedRounds atomic.Uint64
 }
 
+// entry is the write waiting for one row. row and item.Value are slices of
+// the write's journal record (see encode), which the queue builds from the
+// caller's bytes in Put and never changes afterwards: the store's journal,
+// the entry and the readers Get hands item to share it read-only.
 type entry struct {
 	row  []byte // the key as last written
 	item container.Item
@@ -162,9 +177,14 @@ func New(c *container.Container, j Journal, prefix string, o Options) *Queue {
 // queued, when not nil, runs under the queue's lock right after the write is
 // queued, so for concurrent Puts of a row it runs in queue order; it must not
 // block or call the queue.
+//
+// row and item.Value are only read during the call: Put copies them (once,
+// into the journal record) so the caller may reuse them when it returns.
 func (q *Queue) Put(row []byte, item container.Item, queued func()) error {
 	k := q.c.NormKey(string(row))
-	e := &entry{row: append([]byte(nil), row...), item: item}
+	rec := encode(row, item)
+	e := &entry{item: item}
+	e.row, e.item.Value = recordSlices(rec)
 	q.mu.Lock()
 	if q.fullLocked(k, e) {
 		q.nudge()
@@ -188,12 +208,11 @@ func (q *Queue) Put(row []byte, item container.Item, queued func()) error {
 	}
 	q.pending[k] = e
 	q.bytes += e.size()
-	row = e.row
 	if queued != nil {
 		queued()
 	}
 	// Appended under q.mu so journal records of a row keep the order of its Puts.
-	wait := q.j.JournalPut(q.journalKey(k), encode(row, item))
+	wait := q.j.JournalPut(q.journalKey(k), rec)
 	if len(q.pending) >= q.o.MaxBatch {
 		q.nudge()
 	}
@@ -271,7 +290,9 @@ func (q *Queue) drainUntil(deadline time.Time) error {
 		if !older {
 			return nil
 		}
-		q.nudge()
+		if q.lastErr == nil {
+			q.nudge() // after a failure the loop retries every Window, not at each wake-up
+		}
 		if q.closed || !q.waitLocked(deadline) {
 			return q.behindLocked()
 		}
@@ -355,11 +376,28 @@ func (q *Queue) round() {
 }
 
 // send writes one batch and settles its rows; false when the table could not
-// be reached (every row stays).
+// be reached or the journal could not record that it was (the rows stay).
+//
+// A row the table took (or refused) counts as written, and leaves pending so
+// that Sync and Drain can return, only once the removal of its journal record
+// is as durable as the store makes anything: otherwise a statement ordered
+// after Drain could change the row, keyway die before the removal reached the
+// disk, and the next start replay the older queued write over the newer row.
+// Waiting is the only guard that works for every writer: the alternative,
+// replaying a record only where the row's cas column shows no newer write,
+// needs a cas column (it is optional) and writers that keep it (the SQL door
+// and other clients do not). The removals of one batch are appended together
+// and ride one group commit of the store, so a batch waits for one disk sync.
 func (q *Queue) send(rows []container.Row, seqs []uint64) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), q.o.WaitTimeout)
 	errs := q.c.WriteRows(ctx, rows)
 	cancel()
+	type settled struct {
+		i    int // in rows
+		k    string
+		wait func() error
+	}
+	var done []settled
 	var dropped [][]byte
 	ok := true
 	q.mu.Lock()
@@ -373,21 +411,38 @@ func (q *Queue) send(rows []container.Row, seqs []uint64) bool {
 			q.o.Logger.Error("write-behind: the table refused an acknowledged write; it is dropped", "container", q.name, "key", string(r.Key), "err", err)
 		default:
 			if ok {
-				if q.lastErr == nil {
-					q.o.Logger.Error("write-behind: cannot reach the table; writes wait and are retried", "container", q.name, "pending", len(q.pending), "err", err)
-				}
-				q.lastErr = err
-				q.failedRounds.Add(1)
+				q.failLocked("cannot reach the table", err)
 			}
 			ok = false
 			continue
 		}
-		// Settled: forget it unless a newer write of the row came meanwhile.
+		// Settled, unless a newer write of the row came meanwhile (its journal
+		// record then replaced this one; it stays). Appended under q.mu so the
+		// removal keeps its order with the row's Puts.
 		k := q.c.NormKey(string(r.Key))
 		if e := q.pending[k]; e != nil && e.seq == seqs[i] {
+			done = append(done, settled{i: i, k: k, wait: q.j.JournalDelete(q.journalKey(k))})
+		}
+	}
+	q.mu.Unlock()
+	jerrs := make([]error, len(done))
+	for n, d := range done {
+		jerrs[n] = d.wait()
+	}
+	q.mu.Lock()
+	for n, d := range done {
+		if jerrs[n] != nil {
+			// The record may survive a crash: keep the row waiting (it is
+			// written again next round, which Sync and Drain wait for).
+			if ok {
+				q.failLocked("cannot remove written rows from the journal", jerrs[n])
+			}
+			ok = false
+			continue
+		}
+		if e := q.pending[d.k]; e != nil && e.seq == seqs[d.i] {
 			q.bytes -= e.size()
-			delete(q.pending, k)
-			q.j.JournalDelete(q.journalKey(k)) // not waited for: a replayed write is only written again
+			delete(q.pending, d.k)
 		}
 	}
 	if ok && q.lastErr != nil {
@@ -402,6 +457,15 @@ func (q *Queue) send(rows []container.Row, seqs []uint64) bool {
 		}
 	}
 	return ok
+}
+
+// failLocked records a round that failed with err; the caller holds q.mu.
+func (q *Queue) failLocked(what string, err error) {
+	if q.lastErr == nil {
+		q.o.Logger.Error("write-behind: "+what+"; writes wait and are retried", "container", q.name, "pending", len(q.pending), "err", err)
+	}
+	q.lastErr = err
+	q.failedRounds.Add(1)
 }
 
 // nudge asks the loop for a round now; the caller holds q.mu.
@@ -457,6 +521,13 @@ func encode(row []byte, it container.Item) []byte {
 	binary.LittleEndian.PutUint64(b[n+12:], it.CAS)
 	copy(b[n+headerLen:], it.Value)
 	return b
+}
+
+// recordSlices returns the row and the value of a record encode built, as
+// slices of it whose capacity ends with them (an append copies).
+func recordSlices(b []byte) (row, value []byte) {
+	n := 2 + int(binary.LittleEndian.Uint16(b[0:2]))
+	return b[2:n:n], b[n+headerLen:]
 }
 
 func decode(b []byte) (row []byte, it container.Item, ok bool) {

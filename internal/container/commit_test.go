@@ -1,0 +1,299 @@
+package container
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/keywaydb/keyway/internal/testenv"
+)
+
+// lockWaitDB is a pool on the shared MariaDB whose sessions give up a lock
+// wait after one second (error 1205) instead of InnoDB's default 50.
+func lockWaitDB(t *testing.T) *sql.DB {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(testenv.SharedMariaDB(t).AppDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	cfg.Params["innodb_lock_wait_timeout"] = "1"
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// lockRow inserts key (if missing) and holds its row lock in a transaction
+// on db until the returned function rolls it back.
+func lockRow(t *testing.T, db *sql.DB, table, key string) (release func()) {
+	t.Helper()
+	exec(t, db, "INSERT IGNORE INTO test."+table+" (c1, c2) VALUES (?, 'locked')", key)
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k string
+	if err := tx.QueryRow("SELECT c1 FROM test."+table+" WHERE c1 = ? FOR UPDATE", key).Scan(&k); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release = func() { once.Do(func() { tx.Rollback() }) }
+	t.Cleanup(release)
+	return release
+}
+
+// TestSetCopiesCallerBuffers: a Set whose caller gave up (its context ended)
+// may still be written by the group committer, on a retry after its caller
+// reused the buffer the key and value came from (as a connection reuses its
+// read buffer). The row written must be the one the caller asked for, never
+// the bytes that later took the buffer's place.
+func TestSetCopiesCallerBuffers(t *testing.T) {
+	db := openDB(t)
+	exec(t, db, "DROP TABLE IF EXISTS test.demo_owned")
+	exec(t, db, "CREATE TABLE test.demo_owned (c1 VARCHAR(32) PRIMARY KEY, c2 VARCHAR(1024), c3 INT UNSIGNED, c4 BIGINT UNSIGNED, c5 INT UNSIGNED)")
+	// MaxWait lets the two Sets below join one batch.
+	c, err := Open(ctx, lockWaitDB(t), Def{Name: "owned", Schema: "test", Table: "demo_owned", KeyColumn: "c1",
+		ValueColumns: []string{"c2"}, CASColumn: "c4"}, Options{MaxWait: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	release := lockRow(t, db, "demo_owned", "orig")
+
+	// buf plays the connection's read buffer: key and value are slices of it.
+	buf := []byte("origvalue")
+	gaveUp := make(chan error, 1)
+	go func() {
+		sctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancel()
+		_, err := c.Set(sctx, buf[:4], Item{Value: buf[4:]})
+		gaveUp <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	other := make(chan error, 1)
+	go func() { // a patient writer in the same batch keeps it worth retrying
+		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		_, err := c.Set(sctx, []byte("other"), Item{Value: []byte("o")})
+		other <- err
+	}()
+	if err := <-gaveUp; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("set on a locked row with a short deadline: %v", err)
+	}
+	copy(buf, "XXXXgarbage") // the connection reads its next request over the buffer
+	// The batch's first statement waits for the lock until 1205 (after 1s);
+	// what the committer sends after that must still be "orig".
+	time.Sleep(1500 * time.Millisecond)
+	release()
+	if err := <-other; err != nil {
+		t.Fatalf("the patient writer: %v", err)
+	}
+	if r := readDemo(t, db, "demo_owned", "XXXX"); r.found {
+		t.Fatalf("a row under the overwritten key: %+v", r)
+	}
+	if r := readDemo(t, db, "demo_owned", "orig"); r.v != "value" {
+		t.Fatalf("orig = %+v, want the value the caller set", r)
+	}
+}
+
+// comInsert is the server's count of INSERT statements run (failed ones
+// included); the package's tests run one at a time on their own server.
+func comInsert(t *testing.T, db *sql.DB) int64 {
+	t.Helper()
+	var name string
+	var n int64
+	if err := db.QueryRow("SHOW GLOBAL STATUS LIKE 'Com_insert'").Scan(&name, &n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestLockWaitTimeoutRetriedAsBatch: a batch that runs into a lock wait
+// timeout (1205) is run again as one batch after a short pause, not row by
+// row, and a lone Set is retried too instead of failing at once.
+func TestLockWaitTimeoutRetriedAsBatch(t *testing.T) {
+	db := openDB(t)
+	c := demo(t, db, "demo_lockwait")
+	c.Close()
+	c, err := Open(ctx, lockWaitDB(t), c.Def(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	t.Run("set", func(t *testing.T) {
+		release := lockRow(t, db, "demo_lockwait", "a")
+		time.AfterFunc(1500*time.Millisecond, release) // after the first 1205
+		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		if _, err := c.Set(sctx, []byte("a"), Item{Value: []byte("set")}); err != nil {
+			t.Fatalf("set on a row locked for 1.5s, lock wait timeout 1s: %v", err)
+		}
+		if r := readDemo(t, db, "demo_lockwait", "a"); r.v != "set" {
+			t.Fatalf("a = %+v", r)
+		}
+	})
+	t.Run("batch", func(t *testing.T) {
+		release := lockRow(t, db, "demo_lockwait", "b")
+		time.AfterFunc(1500*time.Millisecond, release)
+		before := comInsert(t, db)
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		var rows []Row
+		for _, k := range []string{"b", "c", "d"} {
+			rows = append(rows, Row{Key: []byte(k), Item: Item{Value: []byte("batch"), CAS: 5}})
+		}
+		for i, err := range c.WriteRows(wctx, rows) {
+			if err != nil {
+				t.Errorf("row %s: %v", rows[i].Key, err)
+			}
+		}
+		for _, k := range []string{"b", "c", "d"} {
+			if r := readDemo(t, db, "demo_lockwait", k); r.v != "batch" {
+				t.Errorf("%s = %+v", k, r)
+			}
+		}
+		if n := comInsert(t, db) - before; n != 2 {
+			t.Fatalf("%d INSERT statements, want 2 (the batch, then the batch again)", n)
+		}
+	})
+	t.Run("deadline", func(t *testing.T) {
+		lockRow(t, db, "demo_lockwait", "e") // held to the end
+		before := comInsert(t, db)
+		sctx, cancel := context.WithTimeout(ctx, 2500*time.Millisecond)
+		defer cancel()
+		if _, err := c.Set(sctx, []byte("e"), Item{Value: []byte("never")}); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("set on a row locked for good: %v, want the deadline (retried until then)", err)
+		}
+		tries := comInsert(t, db) - before
+		if tries < 2 {
+			t.Fatalf("%d INSERT statements before the deadline, want retries", tries)
+		}
+		time.Sleep(1500 * time.Millisecond) // longer than a lock wait and the longest pause
+		if n := comInsert(t, db) - before; n != tries {
+			t.Fatalf("%d INSERT statements after the waiter's deadline", n-tries)
+		}
+	})
+}
+
+// TestLockedRowStopsAtWaitersDeadline: a batch stuck on a row lock is given
+// up when every waiter's context has ended, so the container's next Sets are
+// not held behind it (InnoDB would wait 50s for the lock).
+func TestLockedRowStopsAtWaitersDeadline(t *testing.T) {
+	db := openDB(t)
+	c := demo(t, db, "demo_stuck")
+	lockRow(t, db, "demo_stuck", "x") // held to the end of the test
+	sctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if _, err := c.Set(sctx, []byte("x"), Item{Value: []byte("stuck")}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("set on a locked row: %v", err)
+	}
+	sctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := c.Set(sctx, []byte("y"), Item{Value: []byte("free")}); err != nil {
+		t.Fatalf("set of another row after the stuck one gave up: %v", err)
+	}
+	if r := readDemo(t, db, "demo_stuck", "y"); r.v != "free" {
+		t.Fatalf("y = %+v", r)
+	}
+}
+
+// TestDataErrorRetriesRowsAlone: when the server refuses one row's data, the
+// batch's other rows are written by one more round of single-row statements
+// and only the bad row fails, with ErrValueTooLong.
+func TestDataErrorRetriesRowsAlone(t *testing.T) {
+	db := openDB(t)
+	c := demo(t, db, "demo_dataerr")
+	c.valCols[0].maxChars, c.valCols[0].maxOctets = 0, 0 // let the server judge the length
+	before := comInsert(t, db)
+	var rows []Row
+	for i := range 4 {
+		v := []byte("ok")
+		if i == 2 {
+			v = []byte(strings.Repeat("v", 1025))
+		}
+		rows = append(rows, Row{Key: fmt.Appendf(nil, "r%d", i), Item: Item{Value: v, CAS: 3}})
+	}
+	errs := c.WriteRows(ctx, rows)
+	for i, err := range errs {
+		if i == 2 {
+			if !errors.Is(err, ErrValueTooLong) || !Refused(err) {
+				t.Errorf("the long row: %v", err)
+			}
+		} else if err != nil || readDemo(t, db, "demo_dataerr", fmt.Sprint("r", i)).v != "ok" {
+			t.Errorf("row %d beside it: %v", i, err)
+		}
+	}
+	if n := comInsert(t, db) - before; n != 5 {
+		t.Fatalf("%d INSERT statements, want 5 (the batch, then each row alone)", n)
+	}
+}
+
+// TestDeadlockRetriedAsBatch: a batch chosen as a deadlock's victim (1213)
+// is run again as one batch once the other transaction is through.
+func TestDeadlockRetriedAsBatch(t *testing.T) {
+	db := openDB(t)
+	c := demo(t, db, "demo_deadlock")
+	exec(t, db, "INSERT INTO test.demo_deadlock (c1, c2) VALUES ('a', 'old'), ('b', 'old')")
+	other, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Rollback()
+	// Many rows make the other transaction the heavier one: InnoDB rolls back
+	// the lighter, the batch.
+	for i := range 50 {
+		if _, err := other.Exec("INSERT INTO test.demo_deadlock (c1, c2) VALUES (?, 'heavy')", fmt.Sprint("z", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := other.Exec("SELECT c1 FROM test.demo_deadlock WHERE c1 = 'b' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	before := comInsert(t, db)
+	done := make(chan []error, 1)
+	go func() { // locks a, then waits for b
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		done <- c.WriteRows(wctx, []Row{{Key: []byte("a"), Item: Item{Value: []byte("new")}}, {Key: []byte("b"), Item: Item{Value: []byte("new")}}})
+	}()
+	for waiting := 0; waiting == 0; {
+		time.Sleep(10 * time.Millisecond)
+		if err := db.QueryRow("SELECT COUNT(*) FROM information_schema.INNODB_LOCK_WAITS").Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The other transaction now wants a: a deadlock, and the batch loses it.
+	if _, err := other.Exec("SELECT c1 FROM test.demo_deadlock WHERE c1 = 'a' FOR UPDATE"); err != nil {
+		t.Fatalf("the heavier transaction: %v", err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := other.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range <-done {
+		if err != nil {
+			t.Errorf("row %d: %v", i, err)
+		}
+	}
+	for _, k := range []string{"a", "b"} {
+		if r := readDemo(t, db, "demo_deadlock", k); r.v != "new" {
+			t.Errorf("%s = %+v", k, r)
+		}
+	}
+	if n := comInsert(t, db) - before; n != 2 {
+		t.Fatalf("%d INSERT statements, want 2 (the batch, then the batch again)", n)
+	}
+}
