@@ -505,8 +505,15 @@ func (s *Store) Touch(key []byte, exptime int64) (Item, bool, error) {
 	return it, found, err
 }
 
-// FlushAll removes every item.
+// FlushAll removes every item. On a failed disk it is refused and changes
+// nothing, as a set or delete is: emptying memory alone would let the items
+// come back at the next start.
 func (s *Store) FlushAll() error {
+	if s.disk != nil {
+		if err := s.disk.failure(); err != nil {
+			return err
+		}
+	}
 	var seq uint64
 	for i := range s.shards {
 		sh := &s.shards[i]

@@ -579,3 +579,25 @@ func copyDir(t *testing.T, dir string) string {
 	}
 	return to
 }
+
+// TestFlushAllRefusedOnFailedDisk: flush_all on a failed disk is refused
+// without emptying memory (the items would come back at the next start).
+func TestFlushAllRefusedOnFailedDisk(t *testing.T) {
+	var full atomic.Bool
+	s, err := Open(Options{MemoryLimit: 8 << 20, DataDir: t.TempDir(), Durability: DurabilitySync, fs: fullDiskFS(&full)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	set(t, s, "kept", "v", 0)
+	full.Store(true)
+	if _, err := s.Update([]byte("x"), func(*Item) (Action, Item) { return Replace, Item{Value: []byte("v")} }); !errors.Is(err, ErrPersist) {
+		t.Fatalf("write on a full disk: %v, want ErrPersist", err)
+	}
+	if err := s.FlushAll(); !errors.Is(err, ErrPersist) {
+		t.Fatalf("flush_all on a failed disk: %v, want ErrPersist", err)
+	}
+	if it, ok := s.Get([]byte("kept")); !ok || string(it.Value) != "v" {
+		t.Fatalf("refused flush_all emptied memory: %q %v", it.Value, ok)
+	}
+}
