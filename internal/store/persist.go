@@ -12,6 +12,29 @@ package store
 //   - async: writers do not wait; the committer runs a round every
 //     FlushInterval (or sooner when a shard's log grows long).
 //
+// Invariants:
+//   - disk.visible is the sequence number up to which every change is
+//     committed (synced, with sync durability). Only the committer moves it,
+//     only forward, only after a successful commit.
+//   - A failure is sticky: the first commit error marks the disk failed, no
+//     later round commits anything, visible never moves again, and every
+//     change that touches the disk is refused from then on (set, delete,
+//     flush_all; changes of ephemeral items only go on). So a waiter's answer
+//     is exact however late it wakes: its change is durable iff visible >= its
+//     sequence number; otherwise, once the disk has failed, it failed.
+//   - Sync writes are published after their sync: memory takes the change at
+//     once under the shard lock (so the next change of the key is applied on
+//     top of it, in order), but until visible reaches it readers (Get, Peek)
+//     see the version from before the key's first unsynced change (the
+//     shard's unsynced entries), and an Update whose callback saw an unsynced
+//     change answers only after that change is durable. Readers therefore never
+//     see a value a crash could take back, and never go back to an older value
+//     after a newer one: the entry's prior is the version readers saw, and it
+//     is kept until the newest change is visible. When a wait fails, the key
+//     goes back to that prior (forget), which is what the disk holds.
+//   - Known gap: flush_all empties memory before its range deletes are
+//     synced, so readers may see the flush before it is durable.
+//
 // Disk layout: key = shard byte + item key; value = version byte, flags (4),
 // exptime (8), cas (8), then the item's value. Journal records (journal.go)
 // use the same value encoding under the prefix byte 0xfe. A flush of a shard is one range
@@ -64,12 +87,6 @@ const (
 	recordOverhead  = 64
 )
 
-// failure is a range of sequence numbers whose commit failed.
-type failure struct {
-	lo, hi uint64
-	err    error
-}
-
 type disk struct {
 	s          *Store
 	db         *pebble.DB
@@ -77,11 +94,17 @@ type disk struct {
 	durability Durability
 	interval   time.Duration
 
-	seq    atomic.Uint64
-	rounds atomic.Int64 // commit rounds that wrote something; shows group commit at work
+	seq atomic.Uint64
+	// visible is the sequence number up to which every change is committed
+	// (and, with sync durability, synced). It only grows, and only after a
+	// successful commit: once the disk has failed it never moves again, so a
+	// change above it is never reported durable nor shown to readers.
+	visible atomic.Uint64
+	rounds  atomic.Int64 // commit rounds that wrote something; shows group commit at work
 	// pendingBytes estimates the size of all shards' pending logs.
 	pendingBytes atomic.Int64
 	// failed holds the error that made the disk unusable (nil while healthy).
+	// It is sticky: a store whose disk failed stays failed until restarted.
 	failed atomic.Pointer[error]
 	kick   chan struct{}
 	quit   chan struct{}
@@ -89,10 +112,11 @@ type disk struct {
 
 	mu struct {
 		sync.Mutex
-		cond     sync.Cond
-		durable  uint64
-		failures []failure // the most recent failed rounds, bounded
-		closed   bool
+		// cond is broadcast after every round and at close; waiters check
+		// visible, failed and closed under mu, and the committer changes
+		// them before it takes mu to broadcast, so no wakeup is lost.
+		cond   sync.Cond
+		closed bool
 	}
 }
 
@@ -229,13 +253,16 @@ func (d *disk) appendLocked(sh *shard, rec record) uint64 {
 }
 
 // waitDurable blocks a sync writer until seq is committed and reports whether
-// it was. An async writer returns at once unless the disk has fallen so far
-// behind that pending changes exceed maxPendingBytes; then it waits for a round.
+// it was. The answer is exact for every waiter, however late it wakes: seq is
+// durable exactly when visible has reached it, and once the disk has failed
+// visible never moves again, so every change above it failed. An async writer
+// returns at once unless the disk has fallen so far behind that pending
+// changes exceed maxPendingBytes; then it waits for a round.
 func (d *disk) waitDurable(seq uint64) error {
-	if err := d.failure(); err != nil {
-		return err
-	}
 	if d.durability != DurabilitySync {
+		if err := d.failure(); err != nil {
+			return err
+		}
 		if d.pendingBytes.Load() < maxPendingBytes {
 			return nil
 		}
@@ -246,20 +273,21 @@ func (d *disk) waitDurable(seq uint64) error {
 		d.mu.Unlock()
 		return nil
 	}
+	if d.visible.Load() >= seq {
+		return nil
+	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	for d.mu.durable < seq && !d.mu.closed {
+	for d.visible.Load() < seq && d.failed.Load() == nil && !d.mu.closed {
 		d.mu.cond.Wait()
 	}
-	for _, f := range d.mu.failures {
-		if seq >= f.lo && seq <= f.hi {
-			return fmt.Errorf("%w: %v", ErrPersist, f.err)
-		}
+	d.mu.Unlock()
+	if d.visible.Load() >= seq {
+		return nil
 	}
-	if d.mu.durable < seq {
-		return ErrClosed
+	if err := d.failure(); err != nil {
+		return err
 	}
-	return nil
+	return ErrClosed
 }
 
 func (d *disk) commitLoop() {
@@ -281,16 +309,10 @@ func (d *disk) commitLoop() {
 		d.commitRound()
 		// A sync writer may have appended to a shard after this round drained it;
 		// keep going until nobody is behind.
-		for d.durability == DurabilitySync && d.seq.Load() > d.durableSeq() {
+		for d.durability == DurabilitySync && d.seq.Load() > d.visible.Load() && d.failed.Load() == nil {
 			d.commitRound()
 		}
 	}
-}
-
-func (d *disk) durableSeq() uint64 {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.mu.durable
 }
 
 // commitRound writes everything pending in one synced batch. Every sequence
@@ -302,10 +324,12 @@ func (d *disk) commitRound() {
 	var scratch []record
 	var err error
 	var committedEarly bool // a full batch went out unsynced; the round must end with a sync
+	visible := d.visible.Load()
 	for i := range d.s.shards {
 		sh := &d.s.shards[i]
 		sh.mu.Lock()
 		scratch, sh.mu.pending = sh.mu.pending, scratch[:0]
+		sh.pruneUnsyncedLocked(visible)
 		sh.mu.Unlock()
 		var drained int64
 		for j := range scratch {
@@ -326,10 +350,7 @@ func (d *disk) commitRound() {
 	}
 	failedBefore := d.failed.Load() != nil
 	switch {
-	case d.failed.Load() != nil:
-		if err == nil {
-			err = d.failure()
-		}
+	case failedBefore:
 	case b.Count() > 0:
 		if cerr := d.commitSafely(b, true); cerr != nil && err == nil {
 			err = cerr
@@ -337,25 +358,19 @@ func (d *disk) commitRound() {
 		d.rounds.Add(1)
 	case committedEarly:
 		// Nothing left for the last batch: sync the WAL on its own.
-		if cerr := d.db.LogData(nil, pebble.Sync); cerr != nil && err == nil {
+		if cerr := d.syncSafely(); cerr != nil && err == nil {
 			err = cerr
 		}
 		d.rounds.Add(1)
 	}
 	b.Close()
-	d.mu.Lock()
 	if err != nil {
-		d.mu.failures = append(d.mu.failures, failure{lo: d.mu.durable + 1, hi: upTo, err: err})
-		if len(d.mu.failures) > 64 {
-			d.mu.failures = d.mu.failures[1:]
-		}
-		if !failedBefore {
-			d.s.log.Error("store: commit to disk failed", "data_dir", d.dir, "err", err)
-		}
+		d.fail(err) // any commit error is sticky; see disk.failed
 	}
-	if upTo > d.mu.durable {
-		d.mu.durable = upTo
+	if d.failed.Load() == nil && upTo > d.visible.Load() {
+		d.visible.Store(upTo) // only the committer stores it
 	}
+	d.mu.Lock()
 	d.mu.cond.Broadcast()
 	d.mu.Unlock()
 }
@@ -439,6 +454,21 @@ func (d *disk) commitSafely(b *pebble.Batch, sync bool) (err error) {
 		opt = pebble.Sync
 	}
 	return b.Commit(opt)
+}
+
+// syncSafely syncs the WAL on its own, as commitSafely commits.
+func (d *disk) syncSafely() (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			f, ok := r.(pebbleFatal)
+			if !ok {
+				panic(r)
+			}
+			err = f.err
+			d.fail(err)
+		}
+	}()
+	return d.db.LogData(nil, pebble.Sync)
 }
 
 // fail marks the disk unusable: every later write is refused with the cause.

@@ -14,6 +14,8 @@
 //     flush) is appended to the shard's pending log under the same lock that
 //     made it, so the disk sees each key's changes in the order memory did.
 //     Ephemeral items are the exception: they never reach the disk.
+//   - With sync durability, readers see a change only once it is durable, and a
+//     disk failure is sticky; persist.go says how.
 package store
 
 import (
@@ -147,9 +149,33 @@ type shard struct {
 		crawl            *node // expiry crawler cursor
 		used             int64
 		pending          []record // changes not yet handed to the disk
+		// unsynced holds, with sync durability, what readers see of keys
+		// whose latest change is not yet durable (see unsynced).
+		unsynced map[string]*unsynced
 	}
 	limit int64
 	index byte // position in Store.shards; the on-disk key prefix
+}
+
+// unsynced is what readers see of a key while a sync-durability change of it
+// is not yet durable: the version that was visible before the first such
+// change (prior, or none when !priorOK). Later changes of the key before that
+// one is visible only raise seq, so readers go from prior straight to the
+// newest durable version, never back. An entry whose seq the disk has made
+// visible is stale and is dropped by whoever meets it.
+type unsynced struct {
+	seq     uint64 // the key's latest change not yet known durable
+	prior   Item
+	priorOK bool
+}
+
+// pruneUnsyncedLocked drops the entries that visible has overtaken.
+func (sh *shard) pruneUnsyncedLocked(visible uint64) {
+	for k, u := range sh.mu.unsynced {
+		if u.seq <= visible {
+			delete(sh.mu.unsynced, k)
+		}
+	}
 }
 
 type node struct {
@@ -233,6 +259,10 @@ func (s *Store) Get(key []byte) (Item, bool) {
 	now := s.now()
 	_, sh := s.shardFor(key)
 	sh.mu.Lock()
+	if u := s.unsyncedLocked(sh, key); u != nil {
+		sh.mu.Unlock()
+		return u.visible(now)
+	}
 	n := sh.mu.items[string(key)]
 	if n == nil {
 		sh.mu.Unlock()
@@ -258,11 +288,36 @@ func (s *Store) Peek(key []byte) (Item, bool) {
 	_, sh := s.shardFor(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if u := s.unsyncedLocked(sh, key); u != nil {
+		return u.visible(now)
+	}
 	n := sh.mu.items[string(key)]
 	if n == nil || n.item.Expired(now) {
 		return Item{}, false
 	}
 	return n.item, true
+}
+
+// unsyncedLocked returns key's entry while a change of it is not yet durable
+// (nil otherwise, dropping a stale entry).
+func (s *Store) unsyncedLocked(sh *shard, key []byte) *unsynced {
+	u := sh.mu.unsynced[string(key)]
+	if u == nil {
+		return nil
+	}
+	if u.seq <= s.disk.visible.Load() {
+		delete(sh.mu.unsynced, string(key))
+		return nil
+	}
+	return u
+}
+
+// visible is what a reader gets of the key: the version before its unsynced changes.
+func (u *unsynced) visible(now int64) (Item, bool) {
+	if !u.priorOK || u.prior.Expired(now) {
+		return Item{}, false
+	}
+	return u.prior, true
 }
 
 // Update runs fn under the key's shard lock with the live item (nil when the key
@@ -284,6 +339,18 @@ func (s *Store) Update(key []byte, fn func(cur *Item) (Action, Item)) (Item, err
 	if n != nil {
 		cur = &n.item
 	}
+	// With sync durability, readers must not see a change before it is
+	// durable: remember what they see now (the key's pending entry, or the
+	// live item) before fn may change the item in place.
+	var pending *unsynced
+	var prior Item
+	hidesChanges := s.disk != nil && s.disk.durability == DurabilitySync
+	if hidesChanges {
+		pending = s.unsyncedLocked(sh, key)
+		if pending == nil && n != nil {
+			prior = n.item
+		}
+	}
 	action, next := fn(cur)
 	if s.disk != nil && touchesDisk(action, n, &next) {
 		if err := s.disk.failure(); err != nil {
@@ -303,8 +370,6 @@ func (s *Store) Update(key []byte, fn func(cur *Item) (Action, Item)) (Item, err
 		if n != nil {
 			result = n.item
 		}
-		sh.mu.Unlock()
-		return result, nil
 	case Save:
 		if n == nil {
 			sh.mu.Unlock()
@@ -355,6 +420,26 @@ func (s *Store) Update(key []byte, fn func(cur *Item) (Action, Item)) (Item, err
 			seq = s.logLocked(sh, idx, opPut, nn.key, &nn.item)
 		}
 	}
+	if hidesChanges {
+		switch {
+		case seq != 0 && pending != nil:
+			pending.seq = seq
+		case seq != 0:
+			if sh.mu.unsynced == nil {
+				sh.mu.unsynced = make(map[string]*unsynced)
+			}
+			sh.mu.unsynced[string(key)] = &unsynced{seq: seq, prior: prior, priorOK: n != nil}
+		case pending != nil && action == Replace && next.Ephemeral:
+			// An ephemeral copy is shown at once, as always; it still answers
+			// only once the change it replaced is durable (below).
+			delete(sh.mu.unsynced, string(key))
+		}
+		if pending != nil {
+			// What fn saw, and so what the result depends on, is not yet
+			// durable: answer only once it is.
+			seq = max(seq, pending.seq)
+		}
+	}
 	sh.mu.Unlock()
 	if err := s.waitDurable(seq); err != nil {
 		s.forget(sh, key, result.CAS)
@@ -378,12 +463,30 @@ func touchesDisk(action Action, n *node, next *Item) bool {
 	return persisted
 }
 
-// forget drops a change that could not be made durable from memory, if it is
-// still the live version, so memory never shows what the client was told failed.
+// forget drops a change that could not be made durable from memory, so memory
+// never shows what the client was told failed. With sync durability the key
+// goes back to what readers saw before its unsynced changes (none of them can
+// become durable any more: a failure is sticky); otherwise the change is
+// dropped if it is still the live version.
 func (s *Store) forget(sh *shard, key []byte, cas uint64) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if n := sh.mu.items[string(key)]; n != nil && n.item.CAS == cas {
+	n := sh.mu.items[string(key)]
+	if u := s.unsyncedLocked(sh, key); u != nil {
+		if n != nil {
+			s.unlinkLocked(sh, n, false)
+		}
+		delete(sh.mu.unsynced, string(key))
+		if u.priorOK && Size(len(key), len(u.prior.Value)) <= sh.limit {
+			size := Size(len(key), len(u.prior.Value))
+			for sh.mu.used+size > sh.limit && sh.mu.tail != nil {
+				s.evictLocked(sh)
+			}
+			s.linkLocked(sh, &node{key: string(key), item: u.prior})
+		}
+		return
+	}
+	if n != nil && n.item.CAS == cas {
 		s.unlinkLocked(sh, n, false)
 	}
 }
@@ -402,12 +505,20 @@ func (s *Store) Touch(key []byte, exptime int64) (Item, bool, error) {
 	return it, found, err
 }
 
-// FlushAll removes every item.
+// FlushAll removes every item. On a failed disk it is refused and changes
+// nothing, as a set or delete is: emptying memory alone would let the items
+// come back at the next start.
 func (s *Store) FlushAll() error {
+	if s.disk != nil {
+		if err := s.disk.failure(); err != nil {
+			return err
+		}
+	}
 	var seq uint64
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
+		sh.mu.unsynced = nil
 		sh.mu.items = make(map[string]*node)
 		sh.mu.head, sh.mu.tail, sh.mu.hand, sh.mu.crawl = nil, nil, nil, nil
 		sh.mu.used = 0
