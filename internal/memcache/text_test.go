@@ -41,7 +41,11 @@ func (c *conn) feed(p []byte) {
 		if c.rpos == c.rend {
 			c.rpos, c.rend = 0, 0
 		}
-		c.makeRoom()
+		if !c.makeRoom() {
+			c.noRoom()
+			c.flush()
+			return
+		}
 		n := copy(c.rbuf[c.rend:], p)
 		c.rend += n
 		p = p[n:]
