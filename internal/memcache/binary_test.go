@@ -718,7 +718,7 @@ func FuzzBinary(f *testing.F) {
 		if len(in) == 0 {
 			return
 		}
-		in[0] = binaryRequestMagic // a binary conversation; later bytes may be anything
+		in[0] = binaryRequestMagic        // a binary conversation; later bytes may be anything
 		c := newConn(srv, &captureConn{}) // a large value is written out at once
 		feedConn(t, c, in, int(chunk)+1)
 		if bound := binaryHeaderLen + 255 + 0xffff + 1<<20; c.need > bound || len(c.rbuf) > 2*bound {

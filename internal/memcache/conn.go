@@ -61,7 +61,8 @@ type conn struct {
 	bufs net.Buffers
 
 	// charged is how many bytes of the server's in-flight budget this
-	// connection holds: always cap(rbuf) - initialReadBuffer, or 0.
+	// connection holds: at least cap(rbuf) - initialReadBuffer, and the size
+	// of a data block a handler reserved room for before it arrives.
 	charged int64
 	// head is the length of the text command line being answered, for a
 	// handler that must reserve room for the line and its data block.

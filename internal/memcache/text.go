@@ -18,26 +18,26 @@ import (
 const maxTokens = 24
 
 const (
-	replyError          = "ERROR\r\n"
-	replyStored         = "STORED\r\n"
-	replyNotStored      = "NOT_STORED\r\n"
-	replyExists         = "EXISTS\r\n"
-	replyNotFound       = "NOT_FOUND\r\n"
-	replyDeleted        = "DELETED\r\n"
-	replyTouched        = "TOUCHED\r\n"
-	replyEnd            = "END\r\n"
-	replyOK             = "OK\r\n"
-	replyBadFormat      = "CLIENT_ERROR bad command line format\r\n"
-	replyBadChunk       = "CLIENT_ERROR bad data chunk\r\n"
-	replyLineTooLong    = "CLIENT_ERROR line too long\r\n"
-	replyTooLarge       = "SERVER_ERROR object too large for cache\r\n"
-	replyNoMemory       = "SERVER_ERROR out of memory storing object\r\n"
+	replyError           = "ERROR\r\n"
+	replyStored          = "STORED\r\n"
+	replyNotStored       = "NOT_STORED\r\n"
+	replyExists          = "EXISTS\r\n"
+	replyNotFound        = "NOT_FOUND\r\n"
+	replyDeleted         = "DELETED\r\n"
+	replyTouched         = "TOUCHED\r\n"
+	replyEnd             = "END\r\n"
+	replyOK              = "OK\r\n"
+	replyBadFormat       = "CLIENT_ERROR bad command line format\r\n"
+	replyBadChunk        = "CLIENT_ERROR bad data chunk\r\n"
+	replyLineTooLong     = "CLIENT_ERROR line too long\r\n"
+	replyTooLarge        = "SERVER_ERROR object too large for cache\r\n"
+	replyNoMemory        = "SERVER_ERROR out of memory storing object\r\n"
 	replyNoMemoryReading = "SERVER_ERROR out of memory reading request\r\n"
-	replyNonNumeric     = "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"
-	replyBadDelta       = "CLIENT_ERROR invalid numeric delta argument\r\n"
-	replyBadExptime     = "CLIENT_ERROR invalid exptime argument\r\n"
-	replyDeleteUsage    = "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n"
-	replyUnknownCommand = replyError
+	replyNonNumeric      = "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"
+	replyBadDelta        = "CLIENT_ERROR invalid numeric delta argument\r\n"
+	replyBadExptime      = "CLIENT_ERROR invalid exptime argument\r\n"
+	replyDeleteUsage     = "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n"
+	replyUnknownCommand  = replyError
 )
 
 // textRequest answers one text request at the start of buf and returns the
