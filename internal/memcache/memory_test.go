@@ -41,7 +41,8 @@ func (w *watchedConn) Write(p []byte) (int, error) {
 	return w.out.Write(p)
 }
 
-// WriteTo-style vectored writes fall back to Write for a non-TCP conn.
+// A vectored write (net.Buffers) comes to a non-TCP conn as one Write per
+// buffer, so each is seen here.
 func (w *watchedConn) SetWriteDeadline(time.Time) error { return nil }
 func (w *watchedConn) Close() error                     { return nil }
 
