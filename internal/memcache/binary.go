@@ -145,9 +145,14 @@ func (c *conn) binaryRequest(buf []byte) (int, error) {
 		c.binProtocolError(h)
 		return binaryHeaderLen, nil
 	}
-	if vlen := h.bodylen - h.extlen - h.keylen; vlen > 0 && int64(vlen) > c.eng.MaxItemSize() {
+	total := binaryHeaderLen + h.bodylen
+	vlen := h.bodylen - h.extlen - h.keylen
+	tooLarge := vlen > 0 && int64(vlen) > c.eng.MaxItemSize()
+	if tooLarge || len(buf) < total && !c.reserve(total) {
 		// Only storage commands carry a value (the shape check refused the
-		// rest). Refuse it before it arrives, with the key in hand.
+		// rest), and only a value makes a request outgrow the free part of
+		// the read buffer. Refuse it before it arrives, with the key in
+		// hand: too large, or no room in the in-flight budget.
 		head := binaryHeaderLen + h.extlen + h.keylen
 		if len(buf) < head {
 			c.need = head
@@ -158,11 +163,14 @@ func (c *conn) binaryRequest(buf []byte) (int, error) {
 			mode = engine.Set // a refused set drops the old value, as memcached does
 		}
 		c.eng.RefuseTooLarge(mode, buf[binaryHeaderLen+h.extlen:head])
-		c.binError(h, statusTooLarge)
+		if tooLarge {
+			c.binError(h, statusTooLarge)
+		} else {
+			c.binError(h, statusNoMemory)
+		}
 		c.swallow = int64(vlen)
 		return head, nil
 	}
-	total := binaryHeaderLen + h.bodylen
 	if len(buf) < total {
 		c.need = total
 		return needMore, nil
@@ -314,7 +322,7 @@ func (c *conn) binGet(h binHeader, quiet bool, extras, key []byte) {
 	if withKey {
 		c.out = append(c.out, key...)
 	}
-	c.out = append(c.out, value...)
+	c.appendData(value)
 }
 
 // binStore answers set, add and replace. A non-zero cas makes any of them a

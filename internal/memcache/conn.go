@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"runtime/debug"
+	"time"
 
 	"github.com/keywaydb/keyway/internal/engine"
 )
@@ -16,9 +17,14 @@ const (
 	// lines up to maxGetLine.
 	maxLine    = 2048
 	maxGetLine = 1 << 20
-	// flushThreshold writes replies out mid-batch so a pipeline of large
-	// gets does not grow the reply buffer without bound.
-	flushThreshold = 256 << 10
+	// flushThreshold writes replies out mid-batch, and mid-request for a
+	// multi-key get, so the reply buffer stays near this size whatever the
+	// client asks for.
+	flushThreshold = 64 << 10
+	// largeValue is the size from which a value is not copied into the
+	// reply buffer but written from the item itself, after the replies
+	// before it, in one vectored write (items are immutable once stored).
+	largeValue = 16 << 10
 	// keepBuffer is the largest buffer kept between batches; larger ones were
 	// grown for one big value and are released.
 	keepBuffer = 64 << 10
@@ -47,6 +53,20 @@ type conn struct {
 	swallow int64
 
 	out []byte // replies not yet written
+	// werr is the first write error; once set nothing more is answered and
+	// the connection closes.
+	werr error
+	// vec and bufs are scratch for the vectored write of a large value.
+	vec  [2][]byte
+	bufs net.Buffers
+
+	// charged is how many bytes of the server's in-flight budget this
+	// connection holds: at least cap(rbuf) - initialReadBuffer, and the size
+	// of a data block a handler reserved room for before it arrives.
+	charged int64
+	// head is the length of the text command line being answered, for a
+	// handler that must reserve room for the line and its data block.
+	head int
 
 	closeAfterWrite bool
 	toks            [maxTokens][]byte
@@ -69,6 +89,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 
 func (c *conn) serve() {
 	defer c.nc.Close()
+	defer c.releaseBuffer()
 	defer func() {
 		// A bug met by one request costs its connection, not the server.
 		if r := recover(); r != nil {
@@ -78,11 +99,17 @@ func (c *conn) serve() {
 	for {
 		if c.rpos == c.rend {
 			c.rpos, c.rend = 0, 0
-			if cap(c.rbuf) > keepBuffer {
-				c.rbuf = make([]byte, initialReadBuffer)
+			// A buffer grown for one big request goes back; so does a
+			// smaller grown one when the server's budget runs short.
+			if cap(c.rbuf) > keepBuffer || c.charged > 0 && c.srv.budgetShort() {
+				c.releaseBuffer()
 			}
 		}
-		c.makeRoom()
+		if !c.makeRoom() {
+			c.noRoom()
+			c.flush()
+			return
+		}
 		n, err := c.nc.Read(c.rbuf[c.rend:])
 		c.rend += n
 		if n > 0 {
@@ -95,6 +122,9 @@ func (c *conn) serve() {
 			if werr := c.flush(); werr != nil {
 				return
 			}
+		}
+		if cap(c.out) > keepBuffer {
+			c.out = nil
 		}
 		if c.closeAfterWrite {
 			return
@@ -109,26 +139,74 @@ func (c *conn) serve() {
 }
 
 // makeRoom makes sure there is space to read into: it moves unanswered input
-// to the front and grows the buffer to the size a pending request needs.
-func (c *conn) makeRoom() {
+// to the front and grows the buffer to the size a pending request needs,
+// charging the growth to the server's in-flight budget. It reports false
+// when the budget cannot cover the growth.
+func (c *conn) makeRoom() bool {
 	want := max(c.need, c.rend-c.rpos+1)
-	if c.rpos > 0 && (c.rend == len(c.rbuf) || want > len(c.rbuf)-c.rpos) {
+	if c.rpos > 0 && want > len(c.rbuf)-c.rpos {
 		copy(c.rbuf, c.rbuf[c.rpos:c.rend])
 		c.rend -= c.rpos
 		c.rpos = 0
 	}
-	if want > len(c.rbuf) {
-		nb := make([]byte, max(want, 2*len(c.rbuf)))
-		copy(nb, c.rbuf[c.rpos:c.rend])
-		c.rend -= c.rpos
-		c.rpos = 0
-		c.rbuf = nb
+	if want <= len(c.rbuf) {
+		return true
 	}
-	if c.rend == len(c.rbuf) {
-		nb := make([]byte, 2*len(c.rbuf))
-		copy(nb, c.rbuf[:c.rend])
-		c.rbuf = nb
+	// Double for a line that keeps growing; take exactly what a request of
+	// known size needs when the budget is short.
+	size := max(want, 2*len(c.rbuf))
+	if !c.reserve(size) {
+		size = want
+		if !c.reserve(size) {
+			return false
+		}
 	}
+	nb := make([]byte, size)
+	copy(nb, c.rbuf[c.rpos:c.rend])
+	c.rend -= c.rpos
+	c.rpos = 0
+	c.rbuf = nb
+	return true
+}
+
+// reserve makes the connection's charge cover a read buffer of size bytes;
+// the first initialReadBuffer bytes of every connection are free. It
+// reports false, charging nothing, when the server's budget cannot cover it.
+// A handler waiting for a data block calls it before the block arrives, so
+// it can refuse the block rather than buffer it.
+func (c *conn) reserve(size int) bool {
+	want := int64(size) - initialReadBuffer
+	if want <= c.charged {
+		return true
+	}
+	if !c.srv.charge(want - c.charged) {
+		return false
+	}
+	c.charged = want
+	return true
+}
+
+// releaseBuffer gives back a grown read buffer and its charge. The buffer
+// must hold no unanswered input.
+func (c *conn) releaseBuffer() {
+	if cap(c.rbuf) > initialReadBuffer {
+		c.rbuf = make([]byte, initialReadBuffer)
+	}
+	if c.charged > 0 {
+		c.srv.charge(-c.charged)
+		c.charged = 0
+	}
+}
+
+// noRoom answers a request that cannot be read because the in-flight budget
+// is spent (a long get line; a data block is refused by its handler before
+// this), as memcached does when it cannot grow a read buffer: an error, then
+// the connection closes.
+func (c *conn) noRoom() {
+	if c.proto != protoBinary {
+		c.out = append(c.out, replyNoMemoryReading...)
+	}
+	c.closeAfterWrite = true
 }
 
 // process answers every complete request in the buffer.
@@ -157,6 +235,9 @@ func (c *conn) process() error {
 		if err != nil {
 			return err
 		}
+		if c.werr != nil {
+			return c.werr
+		}
 		if n == needMore {
 			return nil
 		}
@@ -165,26 +246,59 @@ func (c *conn) process() error {
 		if c.closeAfterWrite {
 			return nil
 		}
-		if len(c.out) >= flushThreshold {
-			if err := c.flush(); err != nil {
-				return err
-			}
+		if err := c.flushIfFull(); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
+// flush writes the replies out. A write that takes longer than the write
+// timeout fails and closes the connection: a client that does not read
+// holds up only itself, and only for that long.
 func (c *conn) flush() error {
-	if len(c.out) == 0 {
-		return nil
+	if len(c.out) == 0 || c.werr != nil {
+		return c.werr
 	}
-	// No write deadline: a client that stops reading blocks only its own
-	// goroutine, and Shutdown closes it when its grace period ends.
+	c.setWriteDeadline()
 	_, err := c.nc.Write(c.out)
-	if cap(c.out) > keepBuffer {
-		c.out = nil
-	} else {
-		c.out = c.out[:0]
-	}
+	c.out = c.out[:0]
+	c.werr = err
 	return err
+}
+
+// flushIfFull writes the replies out once they pass flushThreshold; request
+// handlers call it between the values of a multi-key reply.
+func (c *conn) flushIfFull() error {
+	if len(c.out) < flushThreshold {
+		return c.werr
+	}
+	return c.flush()
+}
+
+// appendData appends a value to the replies. A large value is written out
+// at once from v itself, after the replies before it, so a connection never
+// holds copies of large values however many a request names. v must not
+// change afterwards (stored items never do) and must not be in rbuf.
+func (c *conn) appendData(v []byte) {
+	if len(v) < largeValue {
+		c.out = append(c.out, v...)
+		return
+	}
+	if c.werr != nil {
+		return
+	}
+	c.setWriteDeadline()
+	c.vec[0], c.vec[1] = c.out, v
+	c.bufs = c.vec[:]
+	_, err := c.bufs.WriteTo(c.nc)
+	c.vec, c.bufs = [2][]byte{}, nil
+	c.out = c.out[:0]
+	c.werr = err
+}
+
+func (c *conn) setWriteDeadline() {
+	if d := c.srv.opts.WriteTimeout; d > 0 {
+		c.nc.SetWriteDeadline(time.Now().Add(d))
+	}
 }

@@ -313,7 +313,7 @@ func (c *conn) metaGet(toks [][]byte) {
 	}
 	c.out = append(c.out, "\r\n"...)
 	if f.value {
-		c.out = append(c.out, it.Value...)
+		c.appendData(it.Value)
 		c.out = append(c.out, "\r\n"...)
 	}
 }
@@ -361,6 +361,12 @@ func (c *conn) metaSet(toks [][]byte, rest []byte) int {
 	if e == "" && vlen > c.eng.MaxItemSize() {
 		e = replyTooLarge[:len(replyTooLarge)-2]
 		// As memcached's ms in every mode: no stale copy outlives a refused write.
+		c.eng.RefuseTooLarge(engine.Set, f.key)
+	}
+	if e == "" && len(rest) < total && !c.reserve(c.head+total) {
+		// The in-flight budget is spent: refused as memcached refuses a
+		// value it cannot allocate.
+		e = replyNoMemory[:len(replyNoMemory)-2]
 		c.eng.RefuseTooLarge(engine.Set, f.key)
 	}
 	if e != "" {

@@ -4,13 +4,31 @@
 // Each connection runs one goroutine with one read buffer and one reply
 // buffer. It answers every complete request in the read buffer, appending
 // replies, and writes them out once the buffered input is drained
-// (pipelining). A request is only parsed when it is complete: the parser
-// returns "need more" and the loop reads again, growing the buffer up to the
-// request's size, which is bounded by the line limit and the item size limit.
-// A value over the limit is discarded as it arrives (swallowed), never held.
+// (pipelining), or sooner: whenever the replies pass flushThreshold, between
+// requests and between the values of a multi-key get. A value of largeValue
+// bytes or more is never copied into the reply buffer; it is written from the
+// stored item (immutable) right after the replies before it. A request is
+// only parsed when it is complete: the parser returns "need more" and the loop
+// reads again, growing the buffer up to the request's size, which is bounded
+// by the line limit and the item size limit. A value over the limit is
+// discarded as it arrives (swallowed), never held.
 //
 // Invariants:
-//   - A connection's memory is bounded by maxLine + max item size + its reply buffer.
+//   - A connection's reply buffer holds at most flushThreshold plus one reply
+//     smaller than largeValue; whatever a request asks for, the rest waits in
+//     the client's socket, not in keyway.
+//   - Read buffers grown past their first initialReadBuffer bytes are charged
+//     to one server-wide budget (Options.MaxInflightBytes) before they are
+//     allocated, and the charge is returned when the buffer is released (after
+//     the request, or when the connection closes). A data block the budget
+//     cannot hold is refused before it arrives ("SERVER_ERROR out of memory
+//     storing object"; binary status 0x82) and swallowed, so the connection
+//     stays in step; a line the budget cannot hold closes the connection.
+//     So the door's memory is bounded by MaxConnections × (initialReadBuffer +
+//     reply buffer) + MaxInflightBytes, whatever the clients send.
+//   - Every write has a deadline (Options.WriteTimeout): a client that does not
+//     read blocks only its own goroutine, and only that long; then it is
+//     disconnected.
 //   - An error in one client's input is answered to that client only; the
 //     connection is closed only where memcached closes it.
 package memcache
@@ -36,6 +54,29 @@ type Options struct {
 	MaxConnections int
 	Logger         *slog.Logger
 	Threads        int // reported by stats; GOMAXPROCS by default
+
+	// WriteTimeout bounds each write to a client: a client that reads
+	// nothing for this long while keyway has replies for it is
+	// disconnected. 0 means DefaultWriteTimeout; negative means no limit.
+	WriteTimeout time.Duration
+	// MaxInflightBytes bounds the read buffers all connections together
+	// grow past their first 4 KiB to hold requests not yet complete (data
+	// blocks on their way in, long get lines). Past it a data block is
+	// refused with "SERVER_ERROR out of memory storing object" (binary:
+	// status 0x82) and discarded as it arrives. 0 means the default: an
+	// eighth of the store's memory limit, at least 4 MiB and at least one
+	// item of the maximum size.
+	MaxInflightBytes int64
+}
+
+// DefaultWriteTimeout is Options.WriteTimeout's default: long enough for
+// any client that is reading, however slowly, to take a 1 MiB value.
+const DefaultWriteTimeout = 30 * time.Second
+
+// defaultInflightBytes is Options.MaxInflightBytes's default for a store
+// limited to memLimit bytes and items of up to maxItem bytes.
+func defaultInflightBytes(memLimit, maxItem int64) int64 {
+	return max(memLimit/8, 4<<20, maxItem+2*maxLine)
 }
 
 // Server accepts memcached clients and serves them from the engine.
@@ -47,6 +88,10 @@ type Server struct {
 	currConns  atomic.Int64
 	totalConns atomic.Int64
 	rejected   atomic.Int64
+
+	// inflight is what connections hold of the opts.MaxInflightBytes
+	// budget (see conn.reserve).
+	inflight atomic.Int64
 
 	mu struct {
 		sync.Mutex
@@ -64,6 +109,12 @@ func NewServer(eng *engine.Engine, o Options) *Server {
 	}
 	if o.MaxConnections <= 0 {
 		o.MaxConnections = 1024
+	}
+	if o.WriteTimeout == 0 {
+		o.WriteTimeout = DefaultWriteTimeout
+	}
+	if o.MaxInflightBytes <= 0 {
+		o.MaxInflightBytes = defaultInflightBytes(eng.Store().Stats().Limit, eng.MaxItemSize())
 	}
 	s := &Server{eng: eng, opts: o, log: o.Logger}
 	s.mu.listeners = make(map[net.Listener]struct{})
@@ -174,6 +225,30 @@ func (s *Server) port() int {
 		}
 	}
 	return 0
+}
+
+// charge adds n bytes (negative: gives them back) to the in-flight total;
+// it refuses, changing nothing, an addition that would pass the budget.
+func (s *Server) charge(n int64) bool {
+	if n <= 0 {
+		s.inflight.Add(n)
+		return true
+	}
+	for {
+		cur := s.inflight.Load()
+		if cur+n > s.opts.MaxInflightBytes {
+			return false
+		}
+		if s.inflight.CompareAndSwap(cur, cur+n) {
+			return true
+		}
+	}
+}
+
+// budgetShort reports whether over half the in-flight budget is taken; idle
+// connections then give back the buffers they keep between requests.
+func (s *Server) budgetShort() bool {
+	return s.inflight.Load() > s.opts.MaxInflightBytes/2
 }
 
 func (s *Server) closing() bool {

@@ -18,25 +18,26 @@ import (
 const maxTokens = 24
 
 const (
-	replyError          = "ERROR\r\n"
-	replyStored         = "STORED\r\n"
-	replyNotStored      = "NOT_STORED\r\n"
-	replyExists         = "EXISTS\r\n"
-	replyNotFound       = "NOT_FOUND\r\n"
-	replyDeleted        = "DELETED\r\n"
-	replyTouched        = "TOUCHED\r\n"
-	replyEnd            = "END\r\n"
-	replyOK             = "OK\r\n"
-	replyBadFormat      = "CLIENT_ERROR bad command line format\r\n"
-	replyBadChunk       = "CLIENT_ERROR bad data chunk\r\n"
-	replyLineTooLong    = "CLIENT_ERROR line too long\r\n"
-	replyTooLarge       = "SERVER_ERROR object too large for cache\r\n"
-	replyNoMemory       = "SERVER_ERROR out of memory storing object\r\n"
-	replyNonNumeric     = "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"
-	replyBadDelta       = "CLIENT_ERROR invalid numeric delta argument\r\n"
-	replyBadExptime     = "CLIENT_ERROR invalid exptime argument\r\n"
-	replyDeleteUsage    = "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n"
-	replyUnknownCommand = replyError
+	replyError           = "ERROR\r\n"
+	replyStored          = "STORED\r\n"
+	replyNotStored       = "NOT_STORED\r\n"
+	replyExists          = "EXISTS\r\n"
+	replyNotFound        = "NOT_FOUND\r\n"
+	replyDeleted         = "DELETED\r\n"
+	replyTouched         = "TOUCHED\r\n"
+	replyEnd             = "END\r\n"
+	replyOK              = "OK\r\n"
+	replyBadFormat       = "CLIENT_ERROR bad command line format\r\n"
+	replyBadChunk        = "CLIENT_ERROR bad data chunk\r\n"
+	replyLineTooLong     = "CLIENT_ERROR line too long\r\n"
+	replyTooLarge        = "SERVER_ERROR object too large for cache\r\n"
+	replyNoMemory        = "SERVER_ERROR out of memory storing object\r\n"
+	replyNoMemoryReading = "SERVER_ERROR out of memory reading request\r\n"
+	replyNonNumeric      = "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"
+	replyBadDelta        = "CLIENT_ERROR invalid numeric delta argument\r\n"
+	replyBadExptime      = "CLIENT_ERROR invalid exptime argument\r\n"
+	replyDeleteUsage     = "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n"
+	replyUnknownCommand  = replyError
 )
 
 // textRequest answers one text request at the start of buf and returns the
@@ -70,6 +71,7 @@ func (c *conn) textRequest(buf []byte) (int, error) {
 		c.out = append(c.out, replyError...)
 		return eol + 1, nil
 	}
+	c.head = eol + 1
 	n := c.command(toks, rest)
 	if n == needMore {
 		c.need += eol + 1
@@ -230,6 +232,15 @@ func (c *conn) storage(mode engine.Mode, toks [][]byte, rest []byte) int {
 	}
 	total := int(vlen) + 2
 	if len(rest) < total {
+		if !c.reserve(c.head + total) {
+			// As memcached when it cannot allocate the item: refuse it
+			// before it arrives, drop the old value of a set, swallow the
+			// block.
+			c.reply(quiet, replyNoMemory)
+			c.swallow = int64(total)
+			c.eng.RefuseTooLarge(mode, key)
+			return 0
+		}
 		c.need = total
 		return needMore
 	}
@@ -319,7 +330,7 @@ func (c *conn) retrieval(line []byte) {
 		return
 	}
 	any := false
-	for {
+	for c.werr == nil {
 		key, after := nextToken(rest)
 		if key == nil {
 			break
@@ -345,6 +356,7 @@ func (c *conn) retrieval(line []byte) {
 		}
 		if found {
 			c.appendValue(key, itemView{item.Value, item.Flags, item.CAS}, withCAS)
+			c.flushIfFull()
 		}
 	}
 	if !any {
@@ -354,42 +366,65 @@ func (c *conn) retrieval(line []byte) {
 	c.out = append(c.out, replyEnd...)
 }
 
+// multiGetBatch is how many keys of a multi-key get are looked up together:
+// a container answers each batch with one query, and a line of many
+// thousand keys costs the engine no more than this many items at a time.
+const multiGetBatch = 1024
+
 // multiGet answers a get/gets whose keys may live in containers: the keys are
-// looked up together, so each container's rows are one query. As memcached,
-// an invalid key ends the reply with an error after the values before it.
+// looked up together, so each container's rows are one query per batch. As
+// memcached, an invalid key ends the reply with an error after the values
+// before it, and so does a failed lookup.
 func (c *conn) multiGet(rest []byte, withCAS bool) {
-	keys := c.keys[:0]
-	badKey := false
+	any := false
 	for {
-		key, after := nextToken(rest)
-		if key == nil {
-			break
+		keys := c.keys[:0]
+		badKey := false
+		for len(keys) < multiGetBatch {
+			key, after := nextToken(rest)
+			if key == nil {
+				break
+			}
+			rest = after
+			if !validKey(key) {
+				badKey = true
+				break
+			}
+			keys = append(keys, key)
 		}
-		rest = after
-		if !validKey(key) {
-			badKey = true
-			break
+		c.keys = keys[:0]
+		if len(keys) == 0 && !badKey {
+			if !any {
+				c.out = append(c.out, replyError...)
+			} else {
+				c.out = append(c.out, replyEnd...)
+			}
+			return
 		}
-		keys = append(keys, key)
-	}
-	c.keys = keys[:0]
-	if len(keys) == 0 && !badKey {
-		c.out = append(c.out, replyError...)
-		return
-	}
-	items, found, err := c.eng.GetMulti(keys)
-	for i, key := range keys {
-		if found[i] {
-			c.appendValue(key, itemView{items[i].Value, items[i].Flags, items[i].CAS}, withCAS)
+		any = true
+		var items []store.Item
+		var found []bool
+		var err error
+		if len(keys) > 0 {
+			items, found, err = c.eng.GetMulti(keys)
 		}
-	}
-	switch {
-	case badKey:
-		c.out = append(c.out, replyBadFormat...)
-	case err != nil:
-		c.serverError(err)
-	default:
-		c.out = append(c.out, replyEnd...)
+		for i, key := range keys {
+			if found[i] {
+				c.appendValue(key, itemView{items[i].Value, items[i].Flags, items[i].CAS}, withCAS)
+				if c.flushIfFull() != nil {
+					return
+				}
+			}
+		}
+		clear(keys) // they point into the read buffer, which may be released
+		switch {
+		case badKey:
+			c.out = append(c.out, replyBadFormat...)
+			return
+		case err != nil:
+			c.serverError(err)
+			return
+		}
 	}
 }
 
@@ -411,7 +446,7 @@ func (c *conn) appendValue(key []byte, it itemView, withCAS bool) {
 		c.out = strconv.AppendUint(c.out, it.cas, 10)
 	}
 	c.out = append(c.out, "\r\n"...)
-	c.out = append(c.out, it.value...)
+	c.appendData(it.value)
 	c.out = append(c.out, "\r\n"...)
 }
 

@@ -41,7 +41,11 @@ func (c *conn) feed(p []byte) {
 		if c.rpos == c.rend {
 			c.rpos, c.rend = 0, 0
 		}
-		c.makeRoom()
+		if !c.makeRoom() {
+			c.noRoom()
+			c.flush()
+			return
+		}
 		n := copy(c.rbuf[c.rend:], p)
 		c.rend += n
 		p = p[n:]
@@ -157,6 +161,7 @@ func FuzzText(f *testing.F) {
 	}
 	f.Add([]byte("set a 0 0 5\r\nab"), uint8(1))
 	f.Add([]byte("gat -1 a b c\r\ngats 0\r\n"), uint8(3))
+	f.Add(append(req(opNoop, "", "").bytes(), req(opGet, "a", "").bytes()...), uint8(2)) // a binary conversation
 	f.Fuzz(func(t *testing.T, in []byte, split uint8) {
 		c, cc := newFedConn(t)
 		step := int(split)%16 + 1
@@ -164,7 +169,17 @@ func FuzzText(f *testing.F) {
 			c.feed(in[i:min(i+step, len(in))])
 		}
 		out := cc.out.Bytes()
-		if len(out) > 0 && !bytes.HasSuffix(out, []byte("\r\n")) {
+		if len(in) > 0 && in[0] == binaryRequestMagic {
+			// The first byte made it a binary conversation, as in memcached:
+			// the replies are binary packets, each whole.
+			for len(out) > 0 {
+				r, n, ok := parseResp(out)
+				if !ok || r.magic != binaryResponseMagic {
+					t.Fatalf("malformed binary reply: % x", out)
+				}
+				out = out[n:]
+			}
+		} else if len(out) > 0 && !bytes.HasSuffix(out, []byte("\r\n")) {
 			t.Fatalf("reply does not end a line: %q", out)
 		}
 		if cap(c.rbuf) > 4<<20 {
