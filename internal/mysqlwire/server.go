@@ -59,6 +59,10 @@ var ErrAuth = errors.New("mysqlwire: access denied")
 // sends it (c.WriteOK) once it has what the session needs, or an ERR. On failure the client has been sent an ERR
 // where the protocol allows one.
 func ServerHandshake(c *Conn, cfg *ServerConfig) (*Handshake, error) {
+	// A stranger gets no more buffer than a handshake response needs (see MaxHandshakePacket).
+	saved := c.MaxPacket
+	c.MaxPacket = MaxHandshakePacket
+	defer func() { c.MaxPacket = saved }()
 	scramble, err := NewScramble()
 	if err != nil {
 		return nil, err
@@ -98,7 +102,7 @@ func ServerHandshake(c *Conn, cfg *ServerConfig) (*Handshake, error) {
 		return nil, err
 	}
 
-	p, err := c.ReadPacket()
+	p, err := c.readAuthPacket()
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +121,7 @@ func ServerHandshake(c *Conn, cfg *ServerConfig) (*Handshake, error) {
 			if err := c.upgradeTLS(cfg.TLS, true); err != nil {
 				return nil, err
 			}
-			if p, err = c.ReadPacket(); err != nil {
+			if p, err = c.readAuthPacket(); err != nil {
 				return nil, err
 			}
 			if len(p) < 4 {
@@ -223,7 +227,7 @@ func ServerAuth(c *Conn, cfg *ServerConfig, user string, scramble []byte, client
 		if err := c.Flush(); err != nil {
 			return Account{}, err
 		}
-		p, err := c.ReadPacket()
+		p, err := c.readAuthPacket()
 		if err != nil {
 			return Account{}, err
 		}
@@ -261,7 +265,7 @@ func ServerAuth(c *Conn, cfg *ServerConfig, user string, scramble []byte, client
 	if err := c.writeAuthMore([]byte{4}); err != nil { // perform_full_authentication
 		return Account{}, err
 	}
-	p, err := c.ReadPacket()
+	p, err := c.readAuthPacket()
 	if err != nil {
 		return Account{}, err
 	}
@@ -281,7 +285,7 @@ func ServerAuth(c *Conn, cfg *ServerConfig, user string, scramble []byte, client
 		if err := c.writeAuthMore(pemKey); err != nil {
 			return Account{}, err
 		}
-		if p, err = c.ReadPacket(); err != nil {
+		if p, err = c.readAuthPacket(); err != nil {
 			return Account{}, err
 		}
 		if password, err = DecryptPassword(p, scramble, key); err != nil {
@@ -322,6 +326,28 @@ func trimNul(p []byte) []byte {
 		}
 	}
 	return p
+}
+
+// readAuthPacket reads a client's packet during authentication (server side). A packet over c.MaxPacket or out of
+// order gets the ERR MariaDB sends for it, without its body being read; the caller then closes the connection.
+func (c *Conn) readAuthPacket() ([]byte, error) {
+	p, err := c.ReadPacket()
+	switch {
+	case err == nil:
+		return p, nil
+	case errors.Is(err, ErrPacketTooLarge):
+		c.Discard()
+		limit := c.MaxPacket
+		if limit <= 0 {
+			limit = DefaultMaxPacket
+		}
+		_ = c.WriteError(NewError(ERNetPacketTooLarge, "08S01",
+			"Got a packet bigger than 'max_allowed_packet' bytes (keyway accepts %d bytes here)", limit))
+	case errors.Is(err, ErrPacketsOutOfOrder):
+		c.Discard()
+		_ = c.WriteError(NewError(ERNetPacketsOutOfOrder, "08S01", "Got packets out of order"))
+	}
+	return nil, err
 }
 
 // writeAuthMore sends an AuthMoreData packet (0x01 + data) and flushes.

@@ -40,7 +40,16 @@ func testConfig(backend string) config.Config {
 // startProxy serves a Server built from cfg on a loopback port and returns it with its address.
 func startProxy(t testing.TB, cfg config.Config, tweak ...func(*Server)) (*Server, string) {
 	t.Helper()
-	s, err := New(Options{Config: cfg, Logger: testLogger(t)})
+	return startProxyOpts(t, Options{Config: cfg}, tweak...)
+}
+
+// startProxyOpts is startProxy with every Option (a nil Logger logs to the test).
+func startProxyOpts(t testing.TB, o Options, tweak ...func(*Server)) (*Server, string) {
+	t.Helper()
+	if o.Logger == nil {
+		o.Logger = testLogger(t)
+	}
+	s, err := New(o)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -15,6 +15,10 @@
 //     pooled.
 //   - Every failure a client can be told about reaches it as a protocol-correct ERR; bad input from one client ends
 //     only that client's session.
+//   - Strangers are bounded: at most Options.MaxHandshakes connections are in their handshake at once (past that,
+//     ER_CON_COUNT_ERROR and close), each for at most Options.HandshakeTimeout, and each may send only packets of
+//     mysqlwire.MaxHandshakePacket bytes until it has authenticated. Memory held for unauthenticated peers is
+//     therefore about MaxHandshakes × 100 KiB, whatever they send.
 package sqlproxy
 
 import (
@@ -55,13 +59,25 @@ type Options struct {
 	// queues) are in them: the statement sees them and acts after them. An
 	// error is the client's reply; the statement is not sent.
 	Settle func(db string, tables []string) error
+
+	// MaxHandshakes bounds the connections still logging in (handshake and authentication); past it a new
+	// connection gets ER_CON_COUNT_ERROR and is closed. 0 = defaultMaxHandshakes.
+	MaxHandshakes int
+	// HandshakeTimeout bounds a client's handshake and authentication, as MariaDB's connect_timeout does, so a
+	// silent client cannot hold a handshake slot. 0 = defaultHandshakeTimeout.
+	HandshakeTimeout time.Duration
 }
 
 const (
 	defaultPlanCapacity   = 10000
 	defaultMaxConnections = 1024
-	// handshakeTimeout bounds a client's handshake and authentication.
-	handshakeTimeout = 10 * time.Second
+	// defaultHandshakeTimeout bounds a client's handshake and authentication (MariaDB's connect_timeout default).
+	defaultHandshakeTimeout = 10 * time.Second
+	// defaultMaxHandshakes bounds the connections logging in at once: with mysqlwire.MaxHandshakePacket, strangers
+	// can make keyway hold at most about 256 × 100 KiB.
+	defaultMaxHandshakes = 256
+	// backendCheckoutTimeout bounds the wait for a backend connection when a client logs in.
+	backendCheckoutTimeout = 10 * time.Second
 	// defaultVersion is announced until the backend's own version is known.
 	defaultVersion = "8.0.36-keyway"
 	// offeredCaps is what keyway can relay; masked by what the backend offers.
@@ -87,7 +103,11 @@ type Server struct {
 
 	maxConns int64
 	conns    atomic.Int64
-	connID   atomic.Uint32
+	// maxHandshakes bounds handshakes, the connections not yet authenticated (session.run).
+	maxHandshakes    int64
+	handshakes       atomic.Int64
+	handshakeTimeout time.Duration
+	connID           atomic.Uint32
 
 	rsaOnce sync.Once
 	rsaKey  *rsa.PrivateKey
@@ -119,6 +139,14 @@ func New(o Options) (*Server, error) {
 	}
 	if s.maxConns <= 0 {
 		s.maxConns = defaultMaxConnections
+	}
+	s.maxHandshakes = int64(o.MaxHandshakes)
+	if s.maxHandshakes <= 0 {
+		s.maxHandshakes = defaultMaxHandshakes
+	}
+	s.handshakeTimeout = o.HandshakeTimeout
+	if s.handshakeTimeout <= 0 {
+		s.handshakeTimeout = defaultHandshakeTimeout
 	}
 	s.mu.listeners = make(map[net.Listener]struct{})
 	s.mu.sessions = make(map[*session]struct{})

@@ -105,11 +105,24 @@ func (ss *session) run() {
 		}
 	}()
 
-	_ = ss.nc.SetDeadline(time.Now().Add(handshakeTimeout))
+	if n := s.handshakes.Add(1); n > s.maxHandshakes {
+		s.handshakes.Add(-1)
+		_ = ss.c.WriteError(mysqlwire.NewError(mysqlwire.ERConCount, "08004",
+			"Too many connections (keyway: %d clients are already logging in)", s.maxHandshakes))
+		return
+	}
+	_ = ss.nc.SetDeadline(time.Now().Add(s.handshakeTimeout))
 	cfg := s.serverConfig(ss.remote)
 	cfg.ConnectionID = ss.id
 	hs, err := mysqlwire.ServerHandshake(ss.c, cfg)
+	s.handshakes.Add(-1) // authenticated or refused: no longer a stranger holding a slot
 	if err != nil {
+		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+			// MariaDB's connect_timeout: tell the client why before closing.
+			_ = ss.nc.SetDeadline(time.Now().Add(time.Second))
+			ss.sendErr(mysqlwire.NewError(mysqlwire.ERNetReadInterrupted, "08S01",
+				"Got timeout reading communication packets (keyway allows %v to log in)", s.handshakeTimeout))
+		}
 		s.log.Debug("sql: handshake failed", "remote", ss.nc.RemoteAddr().String(), "err", err)
 		return
 	}
@@ -142,7 +155,7 @@ func (ss *session) attach(db string) error {
 	u := ss.user
 	key := backend.PoolKey{User: u.backendUser, Caps: ss.hs.Capabilities, Collation: ss.hs.Collation}
 	pool := u.group.Pool(key, u.backendPassword)
-	ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), backendCheckoutTimeout)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
 		be, err := pool.Get(ctx)

@@ -1,0 +1,120 @@
+package sqlproxy
+
+import (
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/keywaydb/keyway/internal/mysqlwire"
+)
+
+// preAuthConn dials addr and reads keyway's greeting (or its ERR), as a client that has not logged in yet.
+func preAuthConn(t *testing.T, addr string) (*mysqlwire.Conn, []byte) {
+	t.Helper()
+	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mysqlwire.NewConn(nc)
+	t.Cleanup(func() { c.Close() })
+	_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
+	p, err := c.ReadPacket()
+	if err != nil {
+		t.Fatalf("greeting: %v", err)
+	}
+	return c, append([]byte(nil), p...)
+}
+
+// readAnySeq reads one physical packet from nc whatever its sequence id (a test that wrote raw bytes cannot keep a
+// Conn's counter right).
+func readAnySeq(nc net.Conn) ([]byte, error) {
+	var h [4]byte
+	if _, err := io.ReadFull(nc, h[:]); err != nil {
+		return nil, err
+	}
+	p := make([]byte, int(h[0])|int(h[1])<<8|int(h[2])<<16)
+	_, err := io.ReadFull(nc, p)
+	return p, err
+}
+
+// expectErrThenClose reads one packet, checks it is ERR code, and checks the server then closes the connection,
+// all within d.
+func expectErrThenClose(t *testing.T, c *mysqlwire.Conn, code uint16, d time.Duration) *mysqlwire.Error {
+	t.Helper()
+	_ = c.SetDeadline(time.Now().Add(d))
+	p, err := readAnySeq(c.NetConn())
+	if err != nil {
+		t.Fatalf("want ERR %d within %v, got %v", code, d, err)
+	}
+	e := parseErr(p)
+	if e == nil || e.Code != code {
+		t.Fatalf("want ERR %d, got %q", code, p)
+	}
+	var one [1]byte
+	if _, err := c.NetConn().Read(one[:]); !errors.Is(err, io.EOF) {
+		t.Fatalf("after ERR %d: want the connection closed, got %v", code, err)
+	}
+	return e
+}
+
+// TestPreAuthPacketBound: before login a client may send only a packet as large as a handshake response can be.
+// A header announcing a 16 MiB − 1 packet (continued: 60 MB in all) gets ER_NET_PACKET_TOO_LARGE and a close at
+// once, without keyway waiting for (and buffering) the body.
+func TestPreAuthPacketBound(t *testing.T) {
+	m := mariadb(t)
+	_, addr := startProxy(t, testConfig(m.Addr))
+	c, greeting := preAuthConn(t, addr)
+	if greeting[0] != 10 {
+		t.Fatalf("greeting %q", greeting)
+	}
+	// The handshake response carries sequence id 1; 0xffffff says "more follows".
+	if _, err := c.NetConn().Write([]byte{0xff, 0xff, 0xff, 1}); err != nil {
+		t.Fatal(err)
+	}
+	e := expectErrThenClose(t, c, mysqlwire.ERNetPacketTooLarge, 2*time.Second)
+	if e.State != "08S01" {
+		t.Fatalf("state %q", e.State)
+	}
+	// A real client with the largest connection attributes a driver sends still logs in.
+	db := open(t, "app", "secret", addr, "connectionAttributes=k1:"+string(make20k('a'))+",k2:"+string(make20k('b')))
+	if err := db.Ping(); err != nil {
+		t.Fatalf("login with 40 KB of connection attributes: %v", err)
+	}
+}
+
+func make20k(b byte) []byte {
+	p := make([]byte, 20000)
+	for i := range p {
+		p[i] = b
+	}
+	return p
+}
+
+// TestHandshakeSlots: connections still logging in are bounded (Options.MaxHandshakes); past the bound a new one
+// gets ER_CON_COUNT_ERROR and is closed; a silent client loses its slot at the handshake deadline
+// (Options.HandshakeTimeout), told so with ER_NET_READ_INTERRUPTED, and the next client logs in.
+func TestHandshakeSlots(t *testing.T) {
+	m := mariadb(t)
+	_, addr := startProxyOpts(t, Options{Config: testConfig(m.Addr), MaxHandshakes: 1, HandshakeTimeout: 700 * time.Millisecond})
+	silent, _ := preAuthConn(t, addr) // holds the one slot, says nothing
+
+	err := open(t, "app", "secret", addr, "").Ping()
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) || me.Number != mysqlwire.ERConCount {
+		t.Fatalf("second client while the slot is held: want 1040, got %v", err)
+	}
+	_, p := preAuthConn(t, addr)
+	if e := parseErr(p); e == nil || e.Code != mysqlwire.ERConCount {
+		t.Fatalf("raw client while the slot is held: want ERR 1040 instead of a greeting, got %q", p)
+	}
+
+	start := time.Now()
+	expectErrThenClose(t, silent, mysqlwire.ERNetReadInterrupted, 3*time.Second)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("silent client held its slot for %v", d)
+	}
+	waitFor(t, func() bool { return open(t, "app", "secret", addr, "").Ping() == nil })
+}
