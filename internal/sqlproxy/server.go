@@ -19,6 +19,9 @@
 //     ER_CON_COUNT_ERROR and close), each for at most Options.HandshakeTimeout, and each may send only packets of
 //     mysqlwire.MaxHandshakePacket bytes until it has authenticated. Memory held for unauthenticated peers is
 //     therefore about MaxHandshakes × 100 KiB, whatever they send.
+//   - Connection ids in KILL are keyway's session ids (the ones clients got in the handshake), never MariaDB thread
+//     ids: KILL [CONNECTION | QUERY] id reaches the backend thread of session id only when that session is logged
+//     in as the same keyway user, else ER_NO_SUCH_THREAD; forms that cannot be mapped are refused (kill.go).
 package sqlproxy
 
 import (
@@ -120,6 +123,7 @@ type Server struct {
 		sync.Mutex
 		listeners map[net.Listener]struct{}
 		sessions  map[*session]struct{}
+		byID      map[uint32]*session // the same sessions by keyway connection id, for KILL
 		shutdown  bool
 	}
 	wg sync.WaitGroup // sessions
@@ -150,6 +154,7 @@ func New(o Options) (*Server, error) {
 	}
 	s.mu.listeners = make(map[net.Listener]struct{})
 	s.mu.sessions = make(map[*session]struct{})
+	s.mu.byID = make(map[uint32]*session)
 
 	if len(o.Config.Groups) == 0 {
 		return nil, errors.New("sql: no [[groups]] configured: the SQL door needs a backend group (name, primary) to relay to")
@@ -276,6 +281,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			return nil
 		}
 		s.mu.sessions[sess] = struct{}{}
+		s.mu.byID[sess.id] = sess
 		s.wg.Add(1)
 		s.mu.Unlock()
 		go func() {
@@ -283,6 +289,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			sess.run()
 			s.mu.Lock()
 			delete(s.mu.sessions, sess)
+			delete(s.mu.byID, sess.id)
 			s.mu.Unlock()
 		}()
 	}
@@ -320,6 +327,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.closeGroups()
 	return err
+}
+
+// session returns the live session with keyway connection id id, or nil.
+func (s *Server) session(id uint64) *session {
+	if id > 1<<32-1 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mu.byID[uint32(id)]
 }
 
 func (s *Server) shuttingDown() bool {

@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/keywaydb/keyway/internal/backend"
@@ -70,6 +71,13 @@ type session struct {
 	// the write and the COMMIT.
 	txTables []string
 	inTx     bool
+
+	// What other sessions' KILL statements read (kill.go), written by this session's goroutine under killMu:
+	// killUser is the keyway user once authenticated, killBE the backend connection checked out (nil when none).
+	// A KILL aimed at this session holds killMu while it runs, so killBE cannot be released meanwhile.
+	killMu   sync.Mutex
+	killUser string
+	killBE   *backend.Conn
 }
 
 // errSessionEnd ends the command loop after the client has been told why (or has gone).
@@ -182,6 +190,9 @@ func (ss *session) attach(db string) error {
 			}
 		}
 		ss.be, ss.db = be, db
+		ss.killMu.Lock()
+		ss.killUser, ss.killBE = ss.hs.User, be
+		ss.killMu.Unlock()
 		return nil
 	}
 }
@@ -194,6 +205,9 @@ func (ss *session) releaseBackend() {
 		return
 	}
 	ss.be = nil
+	ss.killMu.Lock() // waits for a KILL aimed at be to finish: after Release be may serve another session
+	ss.killBE = nil
+	ss.killMu.Unlock()
 	if !ss.quit && be.Status&mysqlwire.StatusInTrans != 0 {
 		// The client vanished inside a transaction: do not trust a reset to clean up after it.
 		be.MarkBroken()
@@ -265,6 +279,10 @@ func (ss *session) command() error {
 	case comQuery:
 		return ss.query(p)
 	case comStmtPrepare:
+		if plan := ss.s.plans.Plan(string(p[1:])); plan.Kill != KillNone {
+			return ss.reply(mysqlwire.NewError(mysqlwire.ERUnsupportedPS, "HY000",
+				"keyway: KILL cannot be prepared: send it as a text query so keyway can map its connection id"))
+		}
 		return ss.prepare(p)
 	case comStmtExecute:
 		return ss.execute(p)
@@ -368,6 +386,9 @@ func (ss *session) query(p []byte) error {
 	start := time.Now()
 	sql := string(p[1:])
 	plan := ss.s.plans.Plan(sql)
+	if plan.Kill != KillNone {
+		return ss.kill(p, plan)
+	}
 	ss.written = plan
 	rows, failed, err := ss.exchange(p, ss.relayQueryResults)
 	ss.written = nil
