@@ -20,6 +20,8 @@
 //     MaxHandshakePacket is accepted; a longer header is refused with ER_NET_PACKET_TOO_LARGE before its body is
 //     read, so an unauthenticated peer can make keyway hold at most about MaxHandshakePacket plus the two 16 KiB
 //     I/O buffers.
+//   - Server-side authentication of a name without an account runs against a decoy account (ServerConfig.DecoyPlugins)
+//     and can never succeed; its packets and its ERR 1045 are those of an account with a wrong password.
 //
 // Constants and password scrambles come from github.com/go-mysql-org/go-mysql/mysql (the protocol's names and
 // well-tested hashes). Packet framing and the handshakes are keyway's own: go-mysql's packet.Conn allocates a

@@ -1,11 +1,14 @@
 package mysqlwire
 
 import (
+	"crypto/rand"
 	"crypto/rsa"
 	"crypto/tls"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/maphash"
 )
 
 // This file speaks for the server side: keyway answering an application's driver (client → keyway).
@@ -38,6 +41,13 @@ type ServerConfig struct {
 	CachingSha2FullAuth bool
 	// RemoteHost names the client in "Access denied for user 'x'@'host'".
 	RemoteHost string
+	// DecoyPlugins are the plugins a user name without an account appears to have. Such a login runs exactly as
+	// for an account of that plugin with a random password (auth switch, full authentication, then ERR 1045
+	// worded the same), so logins do not tell which names exist. Each unknown name gets one of DecoyPlugins,
+	// chosen by a hash of the name under a per-process random seed, so every attempt with a name looks the same
+	// (as MySQL's decoy accounts do). Give the plugins the real accounts use. Empty = the plugin of an account
+	// without one (DefaultPlugin).
+	DecoyPlugins []string
 }
 
 // Handshake is the outcome of a successful ServerHandshake.
@@ -201,6 +211,38 @@ func ServerAuth(c *Conn, cfg *ServerConfig, user string, scramble []byte, client
 	if cfg.Lookup != nil {
 		acct, found = cfg.Lookup(user)
 	}
+	if !found {
+		var err error
+		if acct, err = decoyAccount(cfg, user); err != nil {
+			return Account{}, err
+		}
+	}
+	acct, err := authenticate(c, cfg, acct, user, scramble, clientPlugin, reply)
+	if err == nil && !found { // a decoy's random password cannot match; never let one in regardless
+		return Account{}, c.deny(user, cfg.RemoteHost, true)
+	}
+	return acct, err
+}
+
+// decoySeed keys the choice of a decoy account's plugin, so it cannot be predicted from outside the process.
+var decoySeed = maphash.MakeSeed()
+
+// decoyAccount is the account an unknown user name is authenticated against: a plugin from cfg.DecoyPlugins chosen
+// by the name, and a random password nothing matches.
+func decoyAccount(cfg *ServerConfig, user string) (Account, error) {
+	var pw [32]byte
+	if _, err := rand.Read(pw[:]); err != nil {
+		return Account{}, fmt.Errorf("mysqlwire: random decoy password: %w", err)
+	}
+	a := Account{User: user, Password: hex.EncodeToString(pw[:])}
+	if n := len(cfg.DecoyPlugins); n > 0 {
+		a.Plugin = cfg.DecoyPlugins[maphash.String(decoySeed, user)%uint64(n)]
+	}
+	return a, nil
+}
+
+// authenticate is ServerAuth against acct, a real account or a decoy.
+func authenticate(c *Conn, cfg *ServerConfig, acct Account, user string, scramble []byte, clientPlugin string, reply []byte) (Account, error) {
 	want := acct.Plugin
 	if want == "" {
 		want = cfg.DefaultPlugin
@@ -232,9 +274,6 @@ func ServerAuth(c *Conn, cfg *ServerConfig, user string, scramble []byte, client
 			return Account{}, err
 		}
 		reply = append([]byte(nil), p...)
-	}
-	if !found {
-		return Account{}, c.deny(user, cfg.RemoteHost, len(reply) > 0)
 	}
 	switch want {
 	case NativePassword:

@@ -19,6 +19,9 @@
 //     ER_CON_COUNT_ERROR and close), each for at most Options.HandshakeTimeout, and each may send only packets of
 //     mysqlwire.MaxHandshakePacket bytes until it has authenticated. Memory held for unauthenticated peers is
 //     therefore about MaxHandshakes × 100 KiB, whatever they send.
+//   - Logins do not reveal user names: an unknown name is authenticated against a decoy account (a plugin the
+//     real accounts use, a random password), so it sees the same packets and the same ERR 1045 as a known name
+//     with a wrong password.
 //   - Connection ids in KILL are keyway's session ids (the ones clients got in the handshake), never MariaDB thread
 //     ids: KILL [CONNECTION | QUERY] id reaches the backend thread of session id only when that session is logged
 //     in as the same keyway user, else ER_NO_SUCH_THREAD; forms that cannot be mapped are refused (kill.go).
@@ -33,6 +36,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -111,6 +115,9 @@ type Server struct {
 	handshakes       atomic.Int64
 	handshakeTimeout time.Duration
 	connID           atomic.Uint32
+
+	// decoyPlugins are the plugins the users have: an unknown user name looks like an account of one of them.
+	decoyPlugins []string
 
 	rsaOnce sync.Once
 	rsaKey  *rsa.PrivateKey
@@ -208,7 +215,11 @@ func New(o Options) (*Server, error) {
 			e.group = g
 		}
 		s.users[u.Name] = e
+		if !slices.Contains(s.decoyPlugins, e.acct.Plugin) {
+			s.decoyPlugins = append(s.decoyPlugins, e.acct.Plugin)
+		}
 	}
+	slices.Sort(s.decoyPlugins)
 	if o.Metrics != nil {
 		o.Metrics.SetPoolStatsFunc(s.poolStats)
 	}
@@ -381,5 +392,6 @@ func (s *Server) serverConfig(remote string) *mysqlwire.ServerConfig {
 		RSAKey:              s.rsa,
 		CachingSha2FullAuth: s.cachingSha2FullAuth,
 		RemoteHost:          remote,
+		DecoyPlugins:        s.decoyPlugins,
 	}
 }
