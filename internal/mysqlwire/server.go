@@ -48,6 +48,9 @@ type ServerConfig struct {
 	// (as MySQL's decoy accounts do). Give the plugins the real accounts use. Empty = the plugin of an account
 	// without one (DefaultPlugin).
 	DecoyPlugins []string
+	// RequireTLS refuses a client that did not switch to TLS with ERR 1045, before any password exchange (so the
+	// refusal says nothing about the name or the password).
+	RequireTLS bool
 }
 
 // Handshake is the outcome of a successful ServerHandshake.
@@ -149,6 +152,14 @@ func ServerHandshake(c *Conn, cfg *ServerConfig) (*Handshake, error) {
 	c.Capabilities = hs.Capabilities
 	if clientPlugin == "" && caps&ClientPluginAuth == 0 {
 		clientPlugin = NativePassword
+	}
+	if cfg.RequireTLS && !c.TLS {
+		yes := "NO"
+		if len(reply) > 0 {
+			yes = "YES"
+		}
+		return nil, c.fail(ERAccessDenied, "28000", "Access denied for user '%s'@'%s' (using password: %s): this server requires TLS; connect with TLS (ssl)",
+			hs.User, cfg.RemoteHost, yes)
 	}
 	acct, err := ServerAuth(c, cfg, hs.User, scramble, clientPlugin, reply)
 	if err != nil {

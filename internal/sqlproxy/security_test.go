@@ -4,11 +4,13 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/keywaydb/keyway/internal/mysqlwire"
+	"github.com/keywaydb/keyway/internal/testenv"
 )
 
 // preAuthConn dials addr and reads keyway's greeting (or its ERR), as a client that has not logged in yet.
@@ -117,4 +119,38 @@ func TestHandshakeSlots(t *testing.T) {
 		t.Fatalf("silent client held its slot for %v", d)
 	}
 	waitFor(t, func() bool { return open(t, "app", "secret", addr, "").Ping() == nil })
+}
+
+// TestRequireTLS: with Options.RequireTLS a client that does not switch to TLS is refused with ERR 1045 (as
+// MariaDB refuses a REQUIRE SSL account) before any password exchange, whatever the name; over TLS it logs in.
+func TestRequireTLS(t *testing.T) {
+	m := mariadb(t)
+	cfg := testConfig(m.Addr)
+	if _, err := New(Options{Config: cfg, RequireTLS: true}); err == nil || !strings.Contains(err.Error(), "tls_cert") {
+		t.Fatalf("RequireTLS without a certificate: want an error naming tls_cert, got %v", err)
+	}
+	cfg.SQL.TLSCert, cfg.SQL.TLSKey = testenv.SelfSignedCert(t, t.TempDir())
+	_, addr := startProxyOpts(t, Options{Config: cfg, RequireTLS: true})
+	for _, u := range []struct{ user, pass string }{{"app", "secret"}, {"sha", "shapass"}, {"app", "wrong"}, {"nobody", "x"}} {
+		err := open(t, u.user, u.pass, addr, "tls=false").Ping()
+		var me *mysql.MySQLError
+		if !errors.As(err, &me) || me.Number != mysqlwire.ERAccessDenied || string(me.SQLState[:]) != "28000" ||
+			!strings.HasPrefix(me.Message, "Access denied for user '"+u.user+"'@'127.0.0.1' (using password: YES)") ||
+			!strings.Contains(me.Message, "TLS") {
+			t.Fatalf("%s without TLS: want 1045 saying TLS is required, got %v", u.user, err)
+		}
+		got, _ := loginTranscript(t, addr, u.user, u.pass)
+		if got != "greeting err:1045" {
+			t.Fatalf("%s without TLS: keyway ran authentication before refusing: %s", u.user, got)
+		}
+	}
+	for _, u := range []struct{ user, pass string }{{"app", "secret"}, {"sha", "shapass"}} {
+		var n int
+		if err := open(t, u.user, u.pass, addr, "tls=skip-verify").QueryRow("SELECT 6 * 7").Scan(&n); err != nil || n != 42 {
+			t.Fatalf("%s over TLS: %d %v", u.user, n, err)
+		}
+	}
+	if err := open(t, "app", "wrong", addr, "tls=skip-verify").Ping(); err == nil {
+		t.Fatal("wrong password over TLS logged in")
+	}
 }

@@ -22,6 +22,8 @@
 //   - Logins do not reveal user names: an unknown name is authenticated against a decoy account (a plugin the
 //     real accounts use, a random password), so it sees the same packets and the same ERR 1045 as a known name
 //     with a wrong password.
+//   - With Options.RequireTLS no client gets past the handshake without TLS (ERR 1045 before any password
+//     exchange).
 //   - Connection ids in KILL are keyway's session ids (the ones clients got in the handshake), never MariaDB thread
 //     ids: KILL [CONNECTION | QUERY] id reaches the backend thread of session id only when that session is logged
 //     in as the same keyway user, else ER_NO_SUCH_THREAD; forms that cannot be mapped are refused (kill.go).
@@ -73,6 +75,9 @@ type Options struct {
 	// HandshakeTimeout bounds a client's handshake and authentication, as MariaDB's connect_timeout does, so a
 	// silent client cannot hold a handshake slot. 0 = defaultHandshakeTimeout.
 	HandshakeTimeout time.Duration
+	// RequireTLS refuses clients that do not switch to TLS in the handshake (ERR 1045). It needs Config.SQL.TLSCert
+	// and TLSKey.
+	RequireTLS bool
 }
 
 const (
@@ -175,6 +180,9 @@ func New(o Options) (*Server, error) {
 			return nil, fmt.Errorf("sql.tls_cert %q / sql.tls_key %q: %w: give a PEM certificate and its private key", cfg.TLSCert, cfg.TLSKey, err)
 		}
 		s.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	if o.RequireTLS && s.tls == nil {
+		return nil, errors.New("sql.require_tls = true needs sql.tls_cert and sql.tls_key (PEM files): keyway cannot require TLS it does not offer")
 	}
 	byName := make(map[string]*backend.Group)
 	for _, gc := range o.Config.Groups {
@@ -393,5 +401,6 @@ func (s *Server) serverConfig(remote string) *mysqlwire.ServerConfig {
 		CachingSha2FullAuth: s.cachingSha2FullAuth,
 		RemoteHost:          remote,
 		DecoyPlugins:        s.decoyPlugins,
+		RequireTLS:          s.opts.RequireTLS,
 	}
 }
