@@ -154,3 +154,59 @@ func TestRequireTLS(t *testing.T) {
 		t.Fatal("wrong password over TLS logged in")
 	}
 }
+
+// loginFrom logs in as user from the loopback address local and returns the handshake error.
+func loginFrom(t *testing.T, local, addr, user, password string) error {
+	t.Helper()
+	d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}
+	nc, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+	_, err = mysqlwire.ClientHandshake(mysqlwire.NewConn(nc), &mysqlwire.ClientConfig{User: user, Password: password, DB: "test"})
+	return err
+}
+
+// TestAuthFailureThrottle: with Options.MaxAuthFailures, a client address that failed that many logins within
+// the window gets ER_HOST_IS_BLOCKED instead of a greeting (even with the right password), other addresses are
+// unaffected, and the address may try again once the window has let failures drain.
+func TestAuthFailureThrottle(t *testing.T) {
+	m := mariadb(t)
+	_, addr := startProxyOpts(t, Options{Config: testConfig(m.Addr), MaxAuthFailures: 3},
+		func(s *Server) { s.throttle.window = 6 * time.Second })
+	for i := range 3 {
+		err := loginFrom(t, "127.0.0.1", addr, "app", "wrong")
+		var me *mysqlwire.Error
+		if !errors.As(err, &me) || me.Code != mysqlwire.ERAccessDenied {
+			t.Fatalf("failure %d: want 1045, got %v", i+1, err)
+		}
+	}
+	err := loginFrom(t, "127.0.0.1", addr, "app", "secret")
+	var me *mysqlwire.Error
+	if !errors.As(err, &me) || me.Code != mysqlwire.ERHostIsBlocked || !strings.Contains(me.Message, "Host '127.0.0.1' is blocked") {
+		t.Fatalf("after 3 failures: want 1129 naming the host, got %v", err)
+	}
+	// go-sql-driver shows the same error.
+	if err := open(t, "app", "secret", addr, "").Ping(); !errors.As(err, new(*mysql.MySQLError)) ||
+		!strings.Contains(err.Error(), "1129") {
+		t.Fatalf("go-sql-driver after 3 failures: want 1129, got %v", err)
+	}
+	if err := loginFrom(t, "127.0.0.2", addr, "app", "secret"); err != nil {
+		t.Fatalf("another address is not blocked: %v", err)
+	}
+	waitFor(t, func() bool { return loginFrom(t, "127.0.0.1", addr, "app", "secret") == nil })
+}
+
+// TestAuthFailuresUnlimitedByDefault: without MaxAuthFailures, failures never block.
+func TestAuthFailuresUnlimitedByDefault(t *testing.T) {
+	m := mariadb(t)
+	_, addr := startProxy(t, testConfig(m.Addr))
+	for range 20 {
+		_ = loginFrom(t, "127.0.0.1", addr, "app", "wrong")
+	}
+	if err := loginFrom(t, "127.0.0.1", addr, "app", "secret"); err != nil {
+		t.Fatalf("after 20 failures without a limit: %v", err)
+	}
+}

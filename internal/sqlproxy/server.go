@@ -24,6 +24,8 @@
 //     with a wrong password.
 //   - With Options.RequireTLS no client gets past the handshake without TLS (ERR 1045 before any password
 //     exchange).
+//   - With Options.MaxAuthFailures, an address past that many failed logins per minute is refused before the
+//     handshake (ER_HOST_IS_BLOCKED) until its failures age (throttle.go).
 //   - Connection ids in KILL are keyway's session ids (the ones clients got in the handshake), never MariaDB thread
 //     ids: KILL [CONNECTION | QUERY] id reaches the backend thread of session id only when that session is logged
 //     in as the same keyway user, else ER_NO_SUCH_THREAD; forms that cannot be mapped are refused (kill.go).
@@ -78,6 +80,9 @@ type Options struct {
 	// RequireTLS refuses clients that do not switch to TLS in the handshake (ERR 1045). It needs Config.SQL.TLSCert
 	// and TLSKey.
 	RequireTLS bool
+	// MaxAuthFailures blocks a client address that failed this many logins within a minute: its new connections
+	// get ER_HOST_IS_BLOCKED until the failures age (throttle.go). 0 = unlimited.
+	MaxAuthFailures int
 }
 
 const (
@@ -121,6 +126,8 @@ type Server struct {
 	handshakeTimeout time.Duration
 	connID           atomic.Uint32
 
+	throttle *authThrottle
+
 	// decoyPlugins are the plugins the users have: an unknown user name looks like an account of one of them.
 	decoyPlugins []string
 
@@ -160,6 +167,7 @@ func New(o Options) (*Server, error) {
 	if s.maxHandshakes <= 0 {
 		s.maxHandshakes = defaultMaxHandshakes
 	}
+	s.throttle = newAuthThrottle(o.MaxAuthFailures)
 	s.handshakeTimeout = o.HandshakeTimeout
 	if s.handshakeTimeout <= 0 {
 		s.handshakeTimeout = defaultHandshakeTimeout

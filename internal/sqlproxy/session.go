@@ -113,6 +113,11 @@ func (ss *session) run() {
 		}
 	}()
 
+	if s.throttle.blocked(ss.remote) {
+		// Before the handshake, as MariaDB refuses a blocked host: no slot, no authentication.
+		_ = ss.c.WriteError(s.throttle.errHostBlocked(ss.remote))
+		return
+	}
 	if n := s.handshakes.Add(1); n > s.maxHandshakes {
 		s.handshakes.Add(-1)
 		_ = ss.c.WriteError(mysqlwire.NewError(mysqlwire.ERConCount, "08004",
@@ -124,6 +129,9 @@ func (ss *session) run() {
 	cfg.ConnectionID = ss.id
 	hs, err := mysqlwire.ServerHandshake(ss.c, cfg)
 	s.handshakes.Add(-1) // authenticated or refused: no longer a stranger holding a slot
+	if errors.Is(err, mysqlwire.ErrAuth) {
+		s.throttle.failed(ss.remote)
+	}
 	if err != nil {
 		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
 			// MariaDB's connect_timeout: tell the client why before closing.
@@ -516,9 +524,16 @@ func (ss *session) changeUser(p []byte) error {
 	if pluginName == "" {
 		pluginName = mysqlwire.NativePassword
 	}
+	if ss.s.throttle.blocked(ss.remote) {
+		ss.sendErr(ss.s.throttle.errHostBlocked(ss.remote))
+		return errSessionEnd
+	}
 	cfg := ss.s.serverConfig(ss.remote)
 	acct, err := mysqlwire.ServerAuth(ss.c, cfg, userName, ss.hs.Scramble, pluginName, reply)
 	if err != nil {
+		if errors.Is(err, mysqlwire.ErrAuth) {
+			ss.s.throttle.failed(ss.remote)
+		}
 		return errSessionEnd // refused: ERR sent; MySQL also closes the connection
 	}
 	ss.quit = true // a clean hand-over: the old connection is reset and pooled
