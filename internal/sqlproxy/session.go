@@ -113,32 +113,8 @@ func (ss *session) run() {
 		}
 	}()
 
-	if s.throttle.blocked(ss.remote) {
-		// Before the handshake, as MariaDB refuses a blocked host: no slot, no authentication.
-		_ = ss.c.WriteError(s.throttle.errHostBlocked(ss.remote))
-		return
-	}
-	if n := s.handshakes.Add(1); n > s.maxHandshakes {
-		s.handshakes.Add(-1)
-		_ = ss.c.WriteError(mysqlwire.NewError(mysqlwire.ERConCount, "08004",
-			"Too many connections (keyway: %d clients are already logging in)", s.maxHandshakes))
-		return
-	}
-	_ = ss.nc.SetDeadline(time.Now().Add(s.handshakeTimeout))
-	cfg := s.serverConfig(ss.remote)
-	cfg.ConnectionID = ss.id
-	hs, err := mysqlwire.ServerHandshake(ss.c, cfg)
-	s.handshakes.Add(-1) // authenticated or refused: no longer a stranger holding a slot
-	if errors.Is(err, mysqlwire.ErrAuth) {
-		s.throttle.failed(ss.remote)
-	}
+	hs, err := ss.login()
 	if err != nil {
-		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
-			// MariaDB's connect_timeout: tell the client why before closing.
-			_ = ss.nc.SetDeadline(time.Now().Add(time.Second))
-			ss.sendErr(mysqlwire.NewError(mysqlwire.ERNetReadInterrupted, "08S01",
-				"Got timeout reading communication packets (keyway allows %v to log in)", s.handshakeTimeout))
-		}
 		s.log.Debug("sql: handshake failed", "remote", ss.nc.RemoteAddr().String(), "err", err)
 		return
 	}
@@ -155,6 +131,7 @@ func (ss *session) run() {
 	if s.shuttingDown() { // Shutdown's read deadline may have been cleared just above
 		return
 	}
+	ss.setKillUser() // only now: a KILL CONNECTION's read deadline must not be cleared just above
 	for {
 		if err := ss.command(); err != nil {
 			if !errors.Is(err, errSessionEnd) && !isClosed(err) {
@@ -163,6 +140,46 @@ func (ss *session) run() {
 			return
 		}
 	}
+}
+
+// login runs the handshake and authentication within the pre-auth bounds (see the package invariants): a blocked
+// address or a full set of handshake slots is refused before the greeting, and the handshake has a deadline. On
+// failure the client has been told why where the protocol allows.
+func (ss *session) login() (*mysqlwire.Handshake, error) {
+	s := ss.s
+	if s.throttle.blocked(ss.remote) {
+		// Before the handshake, as MariaDB refuses a blocked host: no slot, no authentication.
+		_ = ss.c.WriteError(s.throttle.errHostBlocked(ss.remote))
+		return nil, errSessionEnd
+	}
+	n := s.handshakes.Add(1)
+	defer s.handshakes.Add(-1) // authenticated or refused: no longer a stranger holding a slot
+	if n > s.maxHandshakes {
+		_ = ss.c.WriteError(mysqlwire.NewError(mysqlwire.ERConCount, "08004",
+			"Too many connections (keyway: %d clients are already logging in)", s.maxHandshakes))
+		return nil, errSessionEnd
+	}
+	_ = ss.nc.SetDeadline(time.Now().Add(s.handshakeTimeout))
+	cfg := s.serverConfig(ss.remote)
+	cfg.ConnectionID = ss.id
+	hs, err := mysqlwire.ServerHandshake(ss.c, cfg)
+	if errors.Is(err, mysqlwire.ErrAuth) {
+		s.throttle.failed(ss.remote)
+	}
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		// MariaDB's connect_timeout: tell the client why before closing.
+		_ = ss.nc.SetDeadline(time.Now().Add(time.Second))
+		ss.sendErr(mysqlwire.NewError(mysqlwire.ERNetReadInterrupted, "08S01",
+			"Got timeout reading communication packets (keyway allows %v to log in)", s.handshakeTimeout))
+	}
+	return hs, err
+}
+
+// setKillUser publishes the session's keyway user to other sessions' KILL (kill.go).
+func (ss *session) setKillUser() {
+	ss.killMu.Lock()
+	ss.killUser = ss.hs.User
+	ss.killMu.Unlock()
 }
 
 // attach checks out a backend connection for the session's user and selects db on it. On failure the client has
@@ -199,7 +216,7 @@ func (ss *session) attach(db string) error {
 		}
 		ss.be, ss.db = be, db
 		ss.killMu.Lock()
-		ss.killUser, ss.killBE = ss.hs.User, be
+		ss.killBE = be
 		ss.killMu.Unlock()
 		return nil
 	}
@@ -545,6 +562,7 @@ func (ss *session) changeUser(p []byte) error {
 	if err := ss.attach(dbName); err != nil {
 		return err
 	}
+	ss.setKillUser()
 	return ss.c.WriteOK(ss.be.Status)
 }
 
