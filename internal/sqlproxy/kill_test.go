@@ -119,6 +119,14 @@ func TestKillMapsSessionIDs(t *testing.T) {
 		wantErrCode(t, q, err, mysqlwire.ERNotSupportedYet, "")
 	}
 
+	// KILL cannot be prepared: an execute would carry the id as a parameter keyway does not map.
+	if err := b.c.WriteCommand(0x16 /* COM_STMT_PREPARE */, []byte("KILL QUERY ?")); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := b.c.ReadPacket(); err != nil || parseErr(p) == nil || parseErr(p).Code != mysqlwire.ERUnsupportedPS {
+		t.Fatalf("COM_STMT_PREPARE of KILL: want ERR 1295, got %q %v", p, err)
+	}
+
 	// KILL CONNECTION ends the session.
 	if _, err := b.query(fmt.Sprintf("KILL CONNECTION %d", aID)); err != nil {
 		t.Fatalf("KILL CONNECTION: %v", err)
