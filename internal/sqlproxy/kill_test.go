@@ -180,3 +180,17 @@ func TestMariaDBCLICtrlC(t *testing.T) {
 		t.Fatalf("after Ctrl-C the client printed %q", s)
 	}
 }
+
+// TestSessionIDsUnique: when the 32-bit connection id wraps, keyway skips 0 and ids still in use, so a KILL can
+// never name two sessions.
+func TestSessionIDsUnique(t *testing.T) {
+	m := mariadb(t)
+	s, addr := startProxy(t, testConfig(m.Addr), func(s *Server) { s.connID.Store(1<<32 - 2) })
+	a := newRawClient(t, addr, "app", "secret", 0)
+	b := newRawClient(t, addr, "app", "secret", 0)
+	s.connID.Store(0)
+	c := newRawClient(t, addr, "app", "secret", 0)
+	if ids := []uint32{a.info.ConnectionID, b.info.ConnectionID, c.info.ConnectionID}; ids[0] != 1<<32-1 || ids[1] != 1 || ids[2] != 2 {
+		t.Fatalf("ids %v, want [4294967295 1 2]", ids)
+	}
+}

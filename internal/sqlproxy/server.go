@@ -300,12 +300,17 @@ func (s *Server) Serve(ln net.Listener) error {
 			return fmt.Errorf("sql: accept on %s: %w", ln.Addr(), err)
 		}
 		delay = 0
-		sess := &session{s: s, nc: nc, id: s.connID.Add(1)}
+		sess := &session{s: s, nc: nc}
 		s.mu.Lock()
 		if s.mu.shutdown {
 			s.mu.Unlock()
 			nc.Close()
 			return nil
+		}
+		for sess.id == 0 { // unique among live sessions even when the 32-bit counter wraps: KILL names one session
+			if id := s.connID.Add(1); s.mu.byID[id] == nil {
+				sess.id = id
+			}
 		}
 		s.mu.sessions[sess] = struct{}{}
 		s.mu.byID[sess.id] = sess
