@@ -92,12 +92,20 @@ const DefaultContainer = "default"
 
 // SQL configures the SQL door (a MySQL-protocol proxy).
 type SQL struct {
-	Listen           string    // "listen": host:port; "" = the SQL door is off
-	MaxConnections   int       // "max_connections": concurrent client connections (default 1024)
-	TLSCert          string    // "tls_cert": PEM file; with tls_key, TLS is offered to clients
-	TLSKey           string    // "tls_key": PEM file
-	AllowLocalInfile bool      // "allow_local_infile": relay LOAD DATA LOCAL INFILE (default false: refused)
-	Users            []SQLUser // [[sql.users]]
+	Listen           string // "listen": host:port; "" = the SQL door is off
+	MaxConnections   int    // "max_connections": concurrent client connections (default 1024)
+	TLSCert          string // "tls_cert": PEM file; with tls_key, TLS is offered to clients
+	TLSKey           string // "tls_key": PEM file
+	AllowLocalInfile bool   // "allow_local_infile": relay LOAD DATA LOCAL INFILE (default false: refused)
+	RequireTLS       bool   // "require_tls": refuse clients that do not switch to TLS (needs tls_cert and tls_key)
+	// Before login: "max_handshakes" connections may be logging in at once (default 256), each for at most
+	// "handshake_timeout" (default 10s).
+	MaxHandshakes    int
+	HandshakeTimeout time.Duration
+	// "max_auth_failures": failed logins per minute from one address before it is refused with
+	// ER_HOST_IS_BLOCKED (default 0: unlimited).
+	MaxAuthFailures int
+	Users           []SQLUser // [[sql.users]]
 }
 
 // The values of SQLUser.AuthPlugin.
@@ -140,6 +148,12 @@ type Memcache struct {
 	MemoryLimit    int64  // "memory_limit" in bytes: memory for items in the local store
 	MaxConnections int    // "max_connections": concurrent client connections
 	MaxItemSize    int64  // "max_item_size" in bytes: the largest value a client may store
+	// "write_timeout": a client that does not read its replies for this long is disconnected (default 30s).
+	WriteTimeout time.Duration
+	// "max_inflight_bytes": all connections' partly received requests together (default 0: automatic, the
+	// largest of memory_limit/8, 4 MiB and max_item_size + 4 KiB); a large value past it is refused with
+	// SERVER_ERROR out of memory storing object.
+	MaxInflightBytes int64
 }
 
 // Store configures the local store's persistence.
@@ -172,6 +186,9 @@ const (
 	defaultFlushInterval  = time.Second
 
 	defaultSQLMaxConnections = 1024
+	defaultMaxHandshakes     = 256
+	defaultHandshakeTimeout  = 10 * time.Second
+	defaultWriteTimeout      = 30 * time.Second
 	defaultAuthPlugin        = AuthCachingSHA2
 	defaultMaxOpen           = 256
 	defaultIdleTimeout       = 60 * time.Second
@@ -213,6 +230,9 @@ const (
 	wantTLSFile      = `want the path of a PEM file`
 	wantTLSPair      = `want both sql.tls_cert and sql.tls_key (a PEM certificate chain and its PEM private key) to offer TLS, or neither`
 	wantBool         = `want true or false`
+	wantAuthFailures = `want a whole number: failed logins per minute from one address before it is blocked, 0 for unlimited`
+	wantRequireTLS   = `want false, or set sql.tls_cert and sql.tls_key too: keyway cannot require TLS it does not offer`
+	wantInflight     = `want bytes as an integer or a size with unit ("16m"), or 0 for automatic`
 	wantSQLUsers     = `the SQL door (sql.listen) needs at least one [[sql.users]] entry with the name and password clients log in with`
 	wantGroups       = `the SQL door (sql.listen) needs at least one [[groups]] entry with the primary its sessions go to`
 	wantUserName     = `want the account name clients log in with, unique among [[sql.users]]`
@@ -313,6 +333,12 @@ func (s *SQL) ensureDefaults() {
 	if s.MaxConnections == 0 {
 		s.MaxConnections = defaultSQLMaxConnections
 	}
+	if s.MaxHandshakes == 0 {
+		s.MaxHandshakes = defaultMaxHandshakes
+	}
+	if s.HandshakeTimeout == 0 {
+		s.HandshakeTimeout = defaultHandshakeTimeout
+	}
 }
 
 func (u *SQLUser) ensureDefaults() {
@@ -354,6 +380,9 @@ func (m *Memcache) ensureDefaults() {
 	}
 	if m.MaxItemSize == 0 {
 		m.MaxItemSize = defaultMaxItemSize
+	}
+	if m.WriteTimeout == 0 {
+		m.WriteTimeout = defaultWriteTimeout
 	}
 }
 
@@ -519,6 +548,18 @@ func (c *Config) validateSQL(p *problems) {
 	if s.MaxConnections < 1 || s.MaxConnections > maxMaxConnections {
 		p.add("sql.max_connections", strconv.Itoa(s.MaxConnections), wantMaxConnections)
 	}
+	if s.MaxHandshakes < 1 || s.MaxHandshakes > maxMaxConnections {
+		p.add("sql.max_handshakes", strconv.Itoa(s.MaxHandshakes), wantMaxConnections)
+	}
+	if s.HandshakeTimeout <= 0 {
+		p.add("sql.handshake_timeout", strconv.Quote(s.HandshakeTimeout.String()), wantPoolDuration)
+	}
+	if s.MaxAuthFailures < 0 {
+		p.add("sql.max_auth_failures", strconv.Itoa(s.MaxAuthFailures), wantAuthFailures)
+	}
+	if s.RequireTLS && s.TLSCert == "" {
+		p.add("sql.require_tls", "true", wantRequireTLS)
+	}
 	switch {
 	case s.TLSCert == "" && s.TLSKey == "":
 	case s.TLSCert == "" || s.TLSKey == "":
@@ -632,6 +673,12 @@ func (m *Memcache) validate(p *problems) {
 	}
 	if m.MaxConnections < 1 || m.MaxConnections > maxMaxConnections {
 		p.add("memcache.max_connections (-c)", strconv.Itoa(m.MaxConnections), wantMaxConnections)
+	}
+	if m.WriteTimeout <= 0 {
+		p.add("memcache.write_timeout", strconv.Quote(m.WriteTimeout.String()), wantPoolDuration)
+	}
+	if m.MaxInflightBytes < 0 {
+		p.add("memcache.max_inflight_bytes", formatBytes(m.MaxInflightBytes), wantInflight)
 	}
 	if m.MaxItemSize < minMaxItemSize || m.MaxItemSize > maxMaxItemSize {
 		p.add("memcache.max_item_size (-I)", formatBytes(m.MaxItemSize), wantMaxItemSize)

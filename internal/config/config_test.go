@@ -21,13 +21,14 @@ func TestDefault(t *testing.T) {
 			MemoryLimit:    64 << 20,
 			MaxConnections: 1024,
 			MaxItemSize:    1 << 20,
+			WriteTimeout:   30 * time.Second,
 		},
 		Store: Store{
 			DataDir:       "",
 			Durability:    "none",
 			FlushInterval: time.Second,
 		},
-		SQL: SQL{MaxConnections: 1024},
+		SQL: SQL{MaxConnections: 1024, MaxHandshakes: 256, HandshakeTimeout: 10 * time.Second},
 	}
 	c := Default()
 	if !reflect.DeepEqual(c, want) {
@@ -77,9 +78,9 @@ flush_interval = "250ms"
 		t.Fatal(err)
 	}
 	want := Config{
-		Memcache: Memcache{Listen: "0.0.0.0:22122", MemoryLimit: 512 << 20, MaxConnections: 4096, MaxItemSize: 2 << 20},
+		Memcache: Memcache{Listen: "0.0.0.0:22122", MemoryLimit: 512 << 20, MaxConnections: 4096, MaxItemSize: 2 << 20, WriteTimeout: 30 * time.Second},
 		Store:    Store{DataDir: "/var/lib/keyway", Durability: "sync", FlushInterval: 250 * time.Millisecond},
-		SQL:      SQL{MaxConnections: 1024},
+		SQL:      SQL{MaxConnections: 1024, MaxHandshakes: 256, HandshakeTimeout: 10 * time.Second},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("got  %+v\nwant %+v", c, want)
@@ -287,7 +288,7 @@ durability = "sync"
 	}{
 		{"none", nil, func(c *Config) {}},
 		{"memcached flags", []string{"-p", "11311", "-m", "256", "-c", "50", "-I", "2m"}, func(c *Config) {
-			c.Memcache = Memcache{Listen: "127.0.0.1:11311", MemoryLimit: 256 << 20, MaxConnections: 50, MaxItemSize: 2 << 20}
+			c.Memcache = Memcache{Listen: "127.0.0.1:11311", MemoryLimit: 256 << 20, MaxConnections: 50, MaxItemSize: 2 << 20, WriteTimeout: 30 * time.Second}
 		}},
 		{"-I in bytes", []string{"-I", "4096"}, func(c *Config) { c.Memcache.MaxItemSize = 4096 }},
 		{"-I 1024m", []string{"-I", "1024m"}, func(c *Config) { c.Memcache.MaxItemSize = 1 << 30 }},
@@ -300,19 +301,19 @@ durability = "sync"
 			c.Store.DataDir, c.Store.Durability = "/d", "async"
 		}},
 		{"file only", []string{"--config", file}, func(c *Config) {
-			c.Memcache = Memcache{Listen: "10.0.0.1:5000", MemoryLimit: 128 << 20, MaxConnections: 100, MaxItemSize: 512 << 10}
+			c.Memcache = Memcache{Listen: "10.0.0.1:5000", MemoryLimit: 128 << 20, MaxConnections: 100, MaxItemSize: 512 << 10, WriteTimeout: 30 * time.Second}
 			c.Store.DataDir, c.Store.Durability = "/from/file", "sync"
 		}},
 		{"flags override file", []string{"-p", "6000", "-c", "7", "-config", file, "--durability", "async", "--data-dir", "/from/flag"}, func(c *Config) {
-			c.Memcache = Memcache{Listen: "10.0.0.1:6000", MemoryLimit: 128 << 20, MaxConnections: 7, MaxItemSize: 512 << 10}
+			c.Memcache = Memcache{Listen: "10.0.0.1:6000", MemoryLimit: 128 << 20, MaxConnections: 7, MaxItemSize: 512 << 10, WriteTimeout: 30 * time.Second}
 			c.Store.DataDir, c.Store.Durability = "/from/flag", "async"
 		}},
 		{"-l keeps file port", []string{"--config", file, "-l", "127.0.0.1"}, func(c *Config) {
-			c.Memcache = Memcache{Listen: "127.0.0.1:5000", MemoryLimit: 128 << 20, MaxConnections: 100, MaxItemSize: 512 << 10}
+			c.Memcache = Memcache{Listen: "127.0.0.1:5000", MemoryLimit: 128 << 20, MaxConnections: 100, MaxItemSize: 512 << 10, WriteTimeout: 30 * time.Second}
 			c.Store.DataDir, c.Store.Durability = "/from/file", "sync"
 		}},
 		{"empty data dir flag turns persistence off", []string{"--config", file, "--data-dir", "", "--durability", "none"}, func(c *Config) {
-			c.Memcache = Memcache{Listen: "10.0.0.1:5000", MemoryLimit: 128 << 20, MaxConnections: 100, MaxItemSize: 512 << 10}
+			c.Memcache = Memcache{Listen: "10.0.0.1:5000", MemoryLimit: 128 << 20, MaxConnections: 100, MaxItemSize: 512 << 10, WriteTimeout: 30 * time.Second}
 		}},
 	}
 	for _, tt := range tests {
@@ -449,6 +450,7 @@ listen = "127.0.0.1:9104"
 	want := Default()
 	want.SQL = SQL{
 		Listen: "127.0.0.1:3307", MaxConnections: 500, TLSCert: cert, TLSKey: key, AllowLocalInfile: true,
+		MaxHandshakes: 256, HandshakeTimeout: 10 * time.Second,
 		Users: []SQLUser{
 			{Name: "app", Password: "secret", AuthPlugin: "caching_sha2_password", BackendUser: "app", BackendPassword: "secret", Group: "main"},
 			{Name: "report", Password: "r3", AuthPlugin: "mysql_native_password", BackendUser: "reader", BackendPassword: "rpw", Group: "replica"},
@@ -704,7 +706,7 @@ replicas = ["h:2"]
 port = 1
 `))
 	wantErrors(t, err,
-		[]string{"unknown key sql.port:", "[sql] allows listen, max_connections, tls_cert, tls_key, allow_local_infile, [[users]]"},
+		[]string{"unknown key sql.port:", "[sql] allows listen, max_connections, tls_cert, tls_key, allow_local_infile, require_tls, max_handshakes, handshake_timeout, max_auth_failures, [[users]]"},
 		[]string{"unknown key sql.users[1].nmae:", "[[sql.users]] allows name, password, auth_plugin, backend_user, backend_password, group"},
 		[]string{"unknown key sql.users[2].nmae:"},
 		[]string{"unknown key groups[0].replicas:", "[[groups]] allows name, primary, user, password, min_idle, max_open, idle_timeout, health_interval, connect_timeout"},
@@ -1125,6 +1127,40 @@ func TestValidIdentifier(t *testing.T) {
 	} {
 		if got := validContainerName(s); got != want {
 			t.Errorf("validContainerName(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
+
+// TestSafetyKeys: the keys that bound abusive clients parse, take their defaults, and refuse what cannot work.
+func TestSafetyKeys(t *testing.T) {
+	c, err := Parse([]byte(`
+[memcache]
+write_timeout = "5s"
+max_inflight_bytes = "16m"
+[sql]
+max_handshakes = 8
+handshake_timeout = "3s"
+max_auth_failures = 20
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Memcache.WriteTimeout != 5*time.Second || c.Memcache.MaxInflightBytes != 16<<20 || c.SQL.MaxHandshakes != 8 ||
+		c.SQL.HandshakeTimeout != 3*time.Second || c.SQL.MaxAuthFailures != 20 || c.SQL.RequireTLS {
+		t.Fatalf("parsed %+v %+v", c.Memcache, c.SQL)
+	}
+	_, err = Parse([]byte(`
+[memcache]
+write_timeout = "0s"
+max_inflight_bytes = -1
+[sql]
+require_tls = true
+max_handshakes = 0
+max_auth_failures = -1
+`))
+	for _, key := range []string{"memcache.write_timeout", "memcache.max_inflight_bytes", "sql.require_tls", "sql.max_handshakes", "sql.max_auth_failures"} {
+		if err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("want a problem naming %s, got %v", key, err)
 		}
 	}
 }

@@ -34,6 +34,8 @@ type memcacheFile struct {
 	MemoryLimit    any `toml:"memory_limit"`
 	MaxConnections any `toml:"max_connections"`
 	MaxItemSize    any `toml:"max_item_size"`
+	WriteTimeout   any `toml:"write_timeout"`
+	MaxInflight    any `toml:"max_inflight_bytes"`
 }
 
 type storeFile struct {
@@ -48,6 +50,10 @@ type sqlFile struct {
 	TLSCert          any           `toml:"tls_cert"`
 	TLSKey           any           `toml:"tls_key"`
 	AllowLocalInfile any           `toml:"allow_local_infile"`
+	RequireTLS       any           `toml:"require_tls"`
+	MaxHandshakes    any           `toml:"max_handshakes"`
+	HandshakeTimeout any           `toml:"handshake_timeout"`
+	MaxAuthFailures  any           `toml:"max_auth_failures"`
 	Users            []sqlUserFile `toml:"users"`
 }
 
@@ -153,6 +159,10 @@ func (f *sqlFile) applyTo(c *Config, d *decoder) {
 	d.str("sql.tls_cert", f.TLSCert, wantTLSFile, &s.TLSCert)
 	d.str("sql.tls_key", f.TLSKey, wantTLSFile, &s.TLSKey)
 	d.boolean("sql.allow_local_infile", f.AllowLocalInfile, wantBool, &s.AllowLocalInfile)
+	d.boolean("sql.require_tls", f.RequireTLS, wantBool, &s.RequireTLS)
+	d.integer("sql.max_handshakes", f.MaxHandshakes, wantMaxConnections, &s.MaxHandshakes)
+	d.duration("sql.handshake_timeout", f.HandshakeTimeout, wantPoolDuration, &s.HandshakeTimeout)
+	d.integer("sql.max_auth_failures", f.MaxAuthFailures, wantAuthFailures, &s.MaxAuthFailures)
 	if f.Users == nil {
 		return
 	}
@@ -203,6 +213,8 @@ func (f *memcacheFile) applyTo(m *Memcache, d *decoder) {
 	d.size("memcache.memory_limit", f.MemoryLimit, mib, wantMemoryLimit, &m.MemoryLimit) // an integer is megabytes, like memcached -m
 	d.integer("memcache.max_connections", f.MaxConnections, wantMaxConnections, &m.MaxConnections)
 	d.size("memcache.max_item_size", f.MaxItemSize, 1, wantMaxItemSize, &m.MaxItemSize)
+	d.duration("memcache.write_timeout", f.WriteTimeout, wantPoolDuration, &m.WriteTimeout)
+	d.size("memcache.max_inflight_bytes", f.MaxInflight, 1, wantInflight, &m.MaxInflightBytes)
 }
 
 func (f *storeFile) applyTo(s *Store, d *decoder) {

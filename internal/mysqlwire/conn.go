@@ -16,6 +16,12 @@
 //   - Logical packets of MaxPayload (16 MiB − 1) bytes or more travel split into MaxPayload-sized physical packets
 //     and a final shorter one (possibly empty); ReadPacket joins them, Finish splits them, RelayPacket streams them.
 //   - Nothing here panics on input: lengths are checked before slicing and malformed input is an error.
+//   - Pre-auth memory bound: until ServerHandshake has authenticated a client, no packet longer than
+//     MaxHandshakePacket is accepted; a longer header is refused with ER_NET_PACKET_TOO_LARGE before its body is
+//     read, so an unauthenticated peer can make keyway hold at most about MaxHandshakePacket plus the two 16 KiB
+//     I/O buffers.
+//   - Server-side authentication of a name without an account runs against a decoy account (ServerConfig.DecoyPlugins)
+//     and can never succeed; its packets and its ERR 1045 are those of an account with a wrong password.
 //
 // Constants and password scrambles come from github.com/go-mysql-org/go-mysql/mysql (the protocol's names and
 // well-tested hashes). Packet framing and the handshakes are keyway's own: go-mysql's packet.Conn allocates a
@@ -40,6 +46,14 @@ const (
 	// DefaultMaxPacket bounds the logical packets ReadPacket accepts when Conn.MaxPacket is 0: MariaDB's and
 	// MySQL 8's default max_allowed_packet is 16–64 MiB.
 	DefaultMaxPacket = 64 << 20
+	// MaxHandshakePacket bounds every packet a client sends before it is authenticated (ServerHandshake sets
+	// Conn.MaxPacket to it for its duration). A HandshakeResponse41 is fixed fields (32 bytes), a user name (MariaDB:
+	// at most 80 characters, 320 bytes in utf8mb4), auth data (a length-encoded string: 20–32 bytes for the plugins
+	// keyway speaks, 512 for an RSA-encrypted password in its own packet), a database name (64 characters, 256
+	// bytes), a plugin name (64) and connection attributes, which libmysqlclient caps at 64 KiB in all
+	// (MAX_CONNECTION_ATTR_STORAGE_LENGTH). 64 KiB + 4 KiB therefore fits every legitimate response and is all a
+	// stranger can make keyway buffer (instead of DefaultMaxPacket).
+	MaxHandshakePacket = 64<<10 + 4<<10
 
 	headerSize = 4
 	// bufSize is the read buffer and the usual write buffer size.

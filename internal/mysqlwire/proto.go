@@ -73,11 +73,16 @@ const (
 	ERConCount             = mysql.ER_CON_COUNT_ERROR          // 1040
 	ERHandshake            = mysql.ER_HANDSHAKE_ERROR          // 1043
 	ERAccessDenied         = mysql.ER_ACCESS_DENIED_ERROR      // 1045
+	ERNoSuchThread         = mysql.ER_NO_SUCH_THREAD           // 1094
 	ERUnknownCom           = mysql.ER_UNKNOWN_COM_ERROR        // 1047
 	ERUnknownError         = mysql.ER_UNKNOWN_ERROR            // 1105
 	ERNotAllowedCommand    = mysql.ER_NOT_ALLOWED_COMMAND      // 1148
 	ERNetPacketTooLarge    = mysql.ER_NET_PACKET_TOO_LARGE     // 1153
 	ERNetPacketsOutOfOrder = mysql.ER_NET_PACKETS_OUT_OF_ORDER // 1156
+	ERNetReadInterrupted   = mysql.ER_NET_READ_INTERRUPTED     // 1159
+	ERHostIsBlocked        = mysql.ER_HOST_IS_BLOCKED          // 1129
+	ERNotSupportedYet      = mysql.ER_NOT_SUPPORTED_YET        // 1235
+	ERUnsupportedPS        = mysql.ER_UNSUPPORTED_PS           // 1295
 	ERMalformedPacket      = mysql.ER_MALFORMED_PACKET         // 1835
 	// CRConnHostError is the client library's "Can't connect to MySQL server" (2003), the code drivers show when a
 	// server is down; keyway sends it when a backend is unreachable.

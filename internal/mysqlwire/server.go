@@ -1,11 +1,14 @@
 package mysqlwire
 
 import (
+	"crypto/rand"
 	"crypto/rsa"
 	"crypto/tls"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/maphash"
 )
 
 // This file speaks for the server side: keyway answering an application's driver (client → keyway).
@@ -38,6 +41,16 @@ type ServerConfig struct {
 	CachingSha2FullAuth bool
 	// RemoteHost names the client in "Access denied for user 'x'@'host'".
 	RemoteHost string
+	// DecoyPlugins are the plugins a user name without an account appears to have. Such a login runs exactly as
+	// for an account of that plugin with a random password (auth switch, full authentication, then ERR 1045
+	// worded the same), so logins do not tell which names exist. Each unknown name gets one of DecoyPlugins,
+	// chosen by a hash of the name under a per-process random seed, so every attempt with a name looks the same
+	// (as MySQL's decoy accounts do). Give the plugins the real accounts use. Empty = the plugin of an account
+	// without one (DefaultPlugin).
+	DecoyPlugins []string
+	// RequireTLS refuses a client that did not switch to TLS with ERR 1045, before any password exchange (so the
+	// refusal says nothing about the name or the password).
+	RequireTLS bool
 }
 
 // Handshake is the outcome of a successful ServerHandshake.
@@ -59,6 +72,10 @@ var ErrAuth = errors.New("mysqlwire: access denied")
 // sends it (c.WriteOK) once it has what the session needs, or an ERR. On failure the client has been sent an ERR
 // where the protocol allows one.
 func ServerHandshake(c *Conn, cfg *ServerConfig) (*Handshake, error) {
+	// A stranger gets no more buffer than a handshake response needs (see MaxHandshakePacket).
+	saved := c.MaxPacket
+	c.MaxPacket = MaxHandshakePacket
+	defer func() { c.MaxPacket = saved }()
 	scramble, err := NewScramble()
 	if err != nil {
 		return nil, err
@@ -98,7 +115,7 @@ func ServerHandshake(c *Conn, cfg *ServerConfig) (*Handshake, error) {
 		return nil, err
 	}
 
-	p, err := c.ReadPacket()
+	p, err := c.readAuthPacket()
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +134,7 @@ func ServerHandshake(c *Conn, cfg *ServerConfig) (*Handshake, error) {
 			if err := c.upgradeTLS(cfg.TLS, true); err != nil {
 				return nil, err
 			}
-			if p, err = c.ReadPacket(); err != nil {
+			if p, err = c.readAuthPacket(); err != nil {
 				return nil, err
 			}
 			if len(p) < 4 {
@@ -135,6 +152,14 @@ func ServerHandshake(c *Conn, cfg *ServerConfig) (*Handshake, error) {
 	c.Capabilities = hs.Capabilities
 	if clientPlugin == "" && caps&ClientPluginAuth == 0 {
 		clientPlugin = NativePassword
+	}
+	if cfg.RequireTLS && !c.TLS {
+		yes := "NO"
+		if len(reply) > 0 {
+			yes = "YES"
+		}
+		return nil, c.fail(ERAccessDenied, "28000", "Access denied for user '%s'@'%s' (using password: %s): this server requires TLS; connect with TLS (ssl)",
+			hs.User, cfg.RemoteHost, yes)
 	}
 	acct, err := ServerAuth(c, cfg, hs.User, scramble, clientPlugin, reply)
 	if err != nil {
@@ -197,6 +222,38 @@ func ServerAuth(c *Conn, cfg *ServerConfig, user string, scramble []byte, client
 	if cfg.Lookup != nil {
 		acct, found = cfg.Lookup(user)
 	}
+	if !found {
+		var err error
+		if acct, err = decoyAccount(cfg, user); err != nil {
+			return Account{}, err
+		}
+	}
+	acct, err := authenticate(c, cfg, acct, user, scramble, clientPlugin, reply)
+	if err == nil && !found { // a decoy's random password cannot match; never let one in regardless
+		return Account{}, c.deny(user, cfg.RemoteHost, true)
+	}
+	return acct, err
+}
+
+// decoySeed keys the choice of a decoy account's plugin, so it cannot be predicted from outside the process.
+var decoySeed = maphash.MakeSeed()
+
+// decoyAccount is the account an unknown user name is authenticated against: a plugin from cfg.DecoyPlugins chosen
+// by the name, and a random password nothing matches.
+func decoyAccount(cfg *ServerConfig, user string) (Account, error) {
+	var pw [32]byte
+	if _, err := rand.Read(pw[:]); err != nil {
+		return Account{}, fmt.Errorf("mysqlwire: random decoy password: %w", err)
+	}
+	a := Account{User: user, Password: hex.EncodeToString(pw[:])}
+	if n := len(cfg.DecoyPlugins); n > 0 {
+		a.Plugin = cfg.DecoyPlugins[maphash.String(decoySeed, user)%uint64(n)]
+	}
+	return a, nil
+}
+
+// authenticate is ServerAuth against acct, a real account or a decoy.
+func authenticate(c *Conn, cfg *ServerConfig, acct Account, user string, scramble []byte, clientPlugin string, reply []byte) (Account, error) {
 	want := acct.Plugin
 	if want == "" {
 		want = cfg.DefaultPlugin
@@ -223,14 +280,11 @@ func ServerAuth(c *Conn, cfg *ServerConfig, user string, scramble []byte, client
 		if err := c.Flush(); err != nil {
 			return Account{}, err
 		}
-		p, err := c.ReadPacket()
+		p, err := c.readAuthPacket()
 		if err != nil {
 			return Account{}, err
 		}
 		reply = append([]byte(nil), p...)
-	}
-	if !found {
-		return Account{}, c.deny(user, cfg.RemoteHost, len(reply) > 0)
 	}
 	switch want {
 	case NativePassword:
@@ -261,7 +315,7 @@ func ServerAuth(c *Conn, cfg *ServerConfig, user string, scramble []byte, client
 	if err := c.writeAuthMore([]byte{4}); err != nil { // perform_full_authentication
 		return Account{}, err
 	}
-	p, err := c.ReadPacket()
+	p, err := c.readAuthPacket()
 	if err != nil {
 		return Account{}, err
 	}
@@ -281,7 +335,7 @@ func ServerAuth(c *Conn, cfg *ServerConfig, user string, scramble []byte, client
 		if err := c.writeAuthMore(pemKey); err != nil {
 			return Account{}, err
 		}
-		if p, err = c.ReadPacket(); err != nil {
+		if p, err = c.readAuthPacket(); err != nil {
 			return Account{}, err
 		}
 		if password, err = DecryptPassword(p, scramble, key); err != nil {
@@ -322,6 +376,28 @@ func trimNul(p []byte) []byte {
 		}
 	}
 	return p
+}
+
+// readAuthPacket reads a client's packet during authentication (server side). A packet over c.MaxPacket or out of
+// order gets the ERR MariaDB sends for it, without its body being read; the caller then closes the connection.
+func (c *Conn) readAuthPacket() ([]byte, error) {
+	p, err := c.ReadPacket()
+	switch {
+	case err == nil:
+		return p, nil
+	case errors.Is(err, ErrPacketTooLarge):
+		c.Discard()
+		limit := c.MaxPacket
+		if limit <= 0 {
+			limit = DefaultMaxPacket
+		}
+		_ = c.WriteError(NewError(ERNetPacketTooLarge, "08S01",
+			"Got a packet bigger than 'max_allowed_packet' bytes (keyway accepts %d bytes here)", limit))
+	case errors.Is(err, ErrPacketsOutOfOrder):
+		c.Discard()
+		_ = c.WriteError(NewError(ERNetPacketsOutOfOrder, "08S01", "Got packets out of order"))
+	}
+	return nil, err
 }
 
 // writeAuthMore sends an AuthMoreData packet (0x01 + data) and flushes.

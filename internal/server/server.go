@@ -101,7 +101,12 @@ func Start(cfg config.Config, log *slog.Logger) (*Server, error) {
 	if s.mcLn, err = net.Listen("tcp", cfg.Memcache.Listen); err != nil {
 		return fail(fmt.Errorf("memcache.listen %q: %w (is another memcached or keyway on that port? change -p or [memcache] listen)", cfg.Memcache.Listen, err))
 	}
-	s.memcache = memcache.NewServer(s.engine, memcache.Options{MaxConnections: cfg.Memcache.MaxConnections, Logger: log})
+	s.memcache = memcache.NewServer(s.engine, memcache.Options{
+		MaxConnections:   cfg.Memcache.MaxConnections,
+		WriteTimeout:     cfg.Memcache.WriteTimeout,
+		MaxInflightBytes: cfg.Memcache.MaxInflightBytes,
+		Logger:           log,
+	})
 	if err := s.startSQLAndAdmin(); err != nil {
 		return fail(err)
 	}
@@ -150,6 +155,10 @@ func (s *Server) sqlOptions() (sqlproxy.Options, error) {
 		Topology:         s.topo,
 		MaxConnections:   cfg.MaxConnections,
 		AllowLocalInfile: cfg.AllowLocalInfile,
+		RequireTLS:       cfg.RequireTLS,
+		MaxHandshakes:    cfg.MaxHandshakes,
+		HandshakeTimeout: cfg.HandshakeTimeout,
+		MaxAuthFailures:  cfg.MaxAuthFailures,
 		Logger:           s.log,
 		// One truth across doors: SQL writes drop the memcache door's cached rows, and SQL statements see, and
 		// act after, every memcache write acknowledged before them, even one still queued for the table.

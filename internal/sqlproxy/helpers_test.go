@@ -66,10 +66,26 @@ func (c testSetup) options(t testing.TB) Options {
 	return o
 }
 
+// with is c's Options changed by set.
+func (c testSetup) with(t testing.TB, set func(*Options)) Options {
+	o := c.options(t)
+	set(&o)
+	return o
+}
+
 // startProxy serves a Server built from cfg on a loopback port and returns it with its address.
 func startProxy(t testing.TB, cfg testSetup, tweak ...func(*Server)) (*Server, string) {
 	t.Helper()
-	s, err := New(cfg.options(t))
+	return startProxyOpts(t, cfg.options(t), tweak...)
+}
+
+// startProxyOpts is startProxy with every Option (a nil Logger logs to the test).
+func startProxyOpts(t testing.TB, o Options, tweak ...func(*Server)) (*Server, string) {
+	t.Helper()
+	if o.Logger == nil {
+		o.Logger = testLogger(t)
+	}
+	s, err := New(o)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

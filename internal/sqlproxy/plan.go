@@ -112,6 +112,9 @@ type Plan struct {
 	// temporary tables…). It differs from Class == ClassSession for multi-statements such as "USE db; INSERT …",
 	// whose Class is the stronger write.
 	SessionChange bool
+	// Kill is set for a KILL statement: the id it names is one of keyway's session ids, which the session maps to
+	// that session's backend thread (kill.go) instead of relaying it.
+	Kill KillKind
 	// ParseError is non-empty when the parser could not parse the statement (MariaDB-only syntax, for example).
 	// Class is then guessed from the first keyword where that is unambiguous (INSERT… is a write, SELECT… a
 	// read, and so on) and is ClassOther otherwise; Tables is then empty.
@@ -139,6 +142,18 @@ func (p *Plan) TableIDs(db string) []validity.TableID {
 	p.resolved.Store(r)
 	return r.ids
 }
+
+// KillKind tells what a KILL statement asks for.
+type KillKind uint8
+
+const (
+	KillNone       KillKind = iota // not a KILL statement
+	KillQuery                      // KILL QUERY id: interrupt the session's statement
+	KillConnection                 // KILL [CONNECTION] id: end the session
+	// KillRefused is a KILL keyway cannot map to one session of its own: KILL USER, KILL HARD/SOFT, KILL QUERY ID,
+	// a computed id, KILL inside a multi-statement. Relayed, it would name backend threads by MariaDB's ids.
+	KillRefused
+)
 
 const planShards = 16
 
@@ -256,6 +271,9 @@ func (pc *PlanCache) build(sql, normalized, digest string) (p *Plan) {
 		}
 		tc.collect(st)
 	}
+	if p.Kill != KillNone && len(stmts) > 1 {
+		p.Kill = KillRefused
+	}
 	p.Tables = tc.tables
 	// Only now: the parser recycles its AST nodes on the next Parse, so the walk above must finish first.
 	pc.parsers.Put(ps)
@@ -362,8 +380,37 @@ func classify(st ast.StmtNode, p *Plan) Class {
 		return ClassDDL
 	case ast.DDLNode: // every other CREATE/ALTER/DROP/TRUNCATE/RENAME the grammar knows
 		return ClassDDL
+	case *ast.KillStmt:
+		switch {
+		case s.Expr != nil || s.TiDBExtension:
+			p.Kill = KillRefused
+		case s.Query:
+			p.Kill = KillQuery
+		default:
+			p.Kill = KillConnection
+		}
 	}
 	return ClassOther
+}
+
+// KillID returns the session id a KILL statement names (a plan with Kill set to KillQuery or KillConnection): the
+// id is a literal the digest erased, so it is read from this statement's own text. KILL is rare (a client's
+// Ctrl-C), so a parse per KILL is cheap.
+func (pc *PlanCache) KillID(sql string) (id uint64, ok bool) {
+	ps := pc.parsers.Get().(*parser.Parser)
+	defer func() {
+		if r := recover(); r != nil {
+			id, ok = 0, false // drop ps: its state is unknown after a panic
+		}
+	}()
+	stmts, _, err := ps.Parse(sql, "", "")
+	if err == nil && len(stmts) == 1 {
+		if k, isKill := stmts[0].(*ast.KillStmt); isKill && k.Expr == nil && !k.TiDBExtension {
+			id, ok = k.ConnectionID, true
+		}
+	}
+	pc.parsers.Put(ps)
+	return id, ok
 }
 
 // autocommitValue returns 0 or 1 for a literal autocommit value (0, 1, ON, OFF, TRUE, FALSE, 'on'…), -1 otherwise.
@@ -585,6 +632,8 @@ func guessOne(p *Plan, words []string) Class {
 	case "set", "use", "lock", "unlock", "prepare", "execute", "deallocate":
 		p.SessionChange = true
 		return ClassSession
+	case "kill": // a form the grammar lacks (KILL USER, KILL HARD…): never relay it
+		p.Kill = KillRefused
 	}
 	return ClassOther
 }

@@ -294,3 +294,43 @@ func FuzzPlan(f *testing.F) {
 		}
 	})
 }
+
+// TestPlanKill: KILL statements are recognised once per digest; the id comes from each statement's own text; forms
+// keyway cannot map to one of its sessions are marked refused.
+func TestPlanKill(t *testing.T) {
+	pc := NewPlanCache(100)
+	cases := []struct {
+		sql  string
+		kind KillKind
+		id   uint64
+	}{
+		{"KILL QUERY 7", KillQuery, 7},
+		{"kill query 8", KillQuery, 8},
+		{"/* c */ KILL /* 99 */ QUERY 9 -- 5", KillQuery, 9},
+		{"KILL 10", KillConnection, 10},
+		{"KILL CONNECTION 4294967296", KillConnection, 1 << 32},
+		{"KILL USER app", KillRefused, 0},
+		{"KILL HARD QUERY 5", KillRefused, 0},
+		{"KILL QUERY ID 5", KillRefused, 0},
+		{"KILL CONNECTION_ID()", KillRefused, 0},
+		{"KILL TIDB 5", KillRefused, 0},
+		{"SELECT 1; KILL 5", KillRefused, 0},
+		{"SELECT 'KILL 5'", KillNone, 0},
+	}
+	for _, c := range cases {
+		p := pc.Plan(c.sql)
+		if p.Kill != c.kind {
+			t.Errorf("%q: Kill %d, want %d", c.sql, p.Kill, c.kind)
+			continue
+		}
+		if c.kind == KillQuery || c.kind == KillConnection {
+			if id, ok := pc.KillID(c.sql); !ok || id != c.id {
+				t.Errorf("%q: KillID %d %v, want %d", c.sql, id, ok, c.id)
+			}
+		}
+	}
+	before := pc.parses.Load()
+	if p := pc.Plan("KILL QUERY 12345"); p.Kill != KillQuery || pc.parses.Load() != before {
+		t.Fatalf("a known KILL digest was classified again (kind %d)", p.Kill)
+	}
+}

@@ -14,8 +14,9 @@ import (
 
 // rawClient is a protocol-level client (keyway's own client side) for what go-sql-driver cannot do.
 type rawClient struct {
-	t *testing.T
-	c *mysqlwire.Conn
+	t    *testing.T
+	c    *mysqlwire.Conn
+	info *mysqlwire.ServerInfo // keyway's handshake: ConnectionID is the session's keyway id
 }
 
 func newRawClient(t *testing.T, addr, user, password string, caps uint32) *rawClient {
@@ -27,10 +28,11 @@ func newRawClient(t *testing.T, addr, user, password string, caps uint32) *rawCl
 	_ = nc.SetDeadline(time.Now().Add(30 * time.Second))
 	c := mysqlwire.NewConn(nc)
 	t.Cleanup(func() { c.Close() })
-	if _, err := mysqlwire.ClientHandshake(c, &mysqlwire.ClientConfig{User: user, Password: password, DB: "test", Capabilities: caps}); err != nil {
+	info, err := mysqlwire.ClientHandshake(c, &mysqlwire.ClientConfig{User: user, Password: password, DB: "test", Capabilities: caps})
+	if err != nil {
 		t.Fatalf("handshake: %v", err)
 	}
-	return &rawClient{t: t, c: c}
+	return &rawClient{t: t, c: c, info: info}
 }
 
 func parseErr(p []byte) *mysqlwire.Error {

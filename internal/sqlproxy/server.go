@@ -15,6 +15,20 @@
 //     pooled.
 //   - Every failure a client can be told about reaches it as a protocol-correct ERR; bad input from one client ends
 //     only that client's session.
+//   - Strangers are bounded: at most Options.MaxHandshakes connections are in their handshake at once (past that,
+//     ER_CON_COUNT_ERROR and close), each for at most Options.HandshakeTimeout, and each may send only packets of
+//     mysqlwire.MaxHandshakePacket bytes until it has authenticated. Memory held for unauthenticated peers is
+//     therefore about MaxHandshakes × 100 KiB, whatever they send.
+//   - Logins do not reveal user names: an unknown name is authenticated against a decoy account (a plugin the
+//     real accounts use, a random password), so it sees the same packets and the same ERR 1045 as a known name
+//     with a wrong password.
+//   - With Options.RequireTLS no client gets past the handshake without TLS (ERR 1045 before any password
+//     exchange).
+//   - With Options.MaxAuthFailures, an address past that many failed logins per minute is refused before the
+//     handshake (ER_HOST_IS_BLOCKED) until its failures age (throttle.go).
+//   - Connection ids in KILL are keyway's session ids (the ones clients got in the handshake), never MariaDB thread
+//     ids: KILL [CONNECTION | QUERY] id reaches the backend thread of session id only when that session is logged
+//     in as the same keyway user, else ER_NO_SUCH_THREAD; forms that cannot be mapped are refused (kill.go).
 package sqlproxy
 
 import (
@@ -27,6 +41,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -58,6 +73,18 @@ type Options struct {
 	// tables it writes are invalidated after the backend acknowledged it and before the client sees the reply,
 	// so no cache outlives a write made through the door.
 	Validity *validity.Registry
+
+	// MaxHandshakes bounds the connections still logging in (handshake and authentication); past it a new
+	// connection gets ER_CON_COUNT_ERROR and is closed. 0 = defaultMaxHandshakes.
+	MaxHandshakes int
+	// HandshakeTimeout bounds a client's handshake and authentication, as MariaDB's connect_timeout does, so a
+	// silent client cannot hold a handshake slot. 0 = defaultHandshakeTimeout.
+	HandshakeTimeout time.Duration
+	// RequireTLS refuses clients that do not switch to TLS in the handshake (ERR 1045). It needs TLS.
+	RequireTLS bool
+	// MaxAuthFailures blocks a client address that failed this many logins within a minute: its new connections
+	// get ER_HOST_IS_BLOCKED until the failures age (throttle.go). 0 = unlimited.
+	MaxAuthFailures int
 }
 
 // User is an account clients log in to keyway with.
@@ -72,8 +99,13 @@ type User struct {
 const (
 	defaultPlanCapacity   = 10000
 	defaultMaxConnections = 1024
-	// handshakeTimeout bounds a client's handshake and authentication.
-	handshakeTimeout = 10 * time.Second
+	// defaultHandshakeTimeout bounds a client's handshake and authentication (MariaDB's connect_timeout default).
+	defaultHandshakeTimeout = 10 * time.Second
+	// defaultMaxHandshakes bounds the connections logging in at once: with mysqlwire.MaxHandshakePacket, strangers
+	// can make keyway hold at most about 256 × 100 KiB.
+	defaultMaxHandshakes = 256
+	// backendCheckoutTimeout bounds the wait for a backend connection when a client logs in.
+	backendCheckoutTimeout = 10 * time.Second
 	// defaultVersion is announced until the backend's own version is known.
 	defaultVersion = "8.0.36-keyway"
 	// offeredCaps is what keyway can relay; masked by what the backend offers.
@@ -99,7 +131,16 @@ type Server struct {
 
 	maxConns int64
 	conns    atomic.Int64
-	connID   atomic.Uint32
+	// maxHandshakes bounds handshakes, the connections not yet authenticated (session.run).
+	maxHandshakes    int64
+	handshakes       atomic.Int64
+	handshakeTimeout time.Duration
+	connID           atomic.Uint32
+
+	throttle *authThrottle
+
+	// decoyPlugins are the plugins the users have: an unknown user name looks like an account of one of them.
+	decoyPlugins []string
 
 	rsaOnce sync.Once
 	rsaKey  *rsa.PrivateKey
@@ -112,6 +153,7 @@ type Server struct {
 		sync.Mutex
 		listeners map[net.Listener]struct{}
 		sessions  map[*session]struct{}
+		byID      map[uint32]*session // the same sessions by keyway connection id, for KILL
 		shutdown  bool
 	}
 	wg sync.WaitGroup // sessions
@@ -131,14 +173,27 @@ func New(o Options) (*Server, error) {
 	if s.maxConns <= 0 {
 		s.maxConns = defaultMaxConnections
 	}
+	s.maxHandshakes = int64(o.MaxHandshakes)
+	if s.maxHandshakes <= 0 {
+		s.maxHandshakes = defaultMaxHandshakes
+	}
+	s.throttle = newAuthThrottle(o.MaxAuthFailures)
+	s.handshakeTimeout = o.HandshakeTimeout
+	if s.handshakeTimeout <= 0 {
+		s.handshakeTimeout = defaultHandshakeTimeout
+	}
 	s.mu.listeners = make(map[net.Listener]struct{})
 	s.mu.sessions = make(map[*session]struct{})
+	s.mu.byID = make(map[uint32]*session)
 	if o.Topology == nil {
 		return nil, fmt.Errorf("sql: %w", backend.ErrNoGroups)
 	}
 	def, err := o.Topology.Default()
 	if err != nil {
 		return nil, fmt.Errorf("sql: the SQL door needs a backend group to relay to: %w", err)
+	}
+	if o.RequireTLS && s.tls == nil {
+		return nil, errors.New("sql.require_tls = true needs sql.tls_cert and sql.tls_key (PEM files): keyway cannot require TLS it does not offer")
 	}
 	s.groups = o.Topology.Groups()
 	for _, u := range o.Users {
@@ -157,7 +212,11 @@ func New(o Options) (*Server, error) {
 			}
 		}
 		s.users[u.Name] = e
+		if !slices.Contains(s.decoyPlugins, e.acct.Plugin) {
+			s.decoyPlugins = append(s.decoyPlugins, e.acct.Plugin)
+		}
 	}
+	slices.Sort(s.decoyPlugins)
 	if o.Metrics != nil {
 		o.Metrics.SetPoolStatsFunc(s.poolStats)
 	}
@@ -212,14 +271,20 @@ func (s *Server) Serve(ln net.Listener) error {
 			return fmt.Errorf("sql: accept on %s: %w", ln.Addr(), err)
 		}
 		delay = 0
-		sess := &session{s: s, nc: nc, id: s.connID.Add(1)}
+		sess := &session{s: s, nc: nc}
 		s.mu.Lock()
 		if s.mu.shutdown {
 			s.mu.Unlock()
 			nc.Close()
 			return nil
 		}
+		for sess.id == 0 { // unique among live sessions even when the 32-bit counter wraps: KILL names one session
+			if id := s.connID.Add(1); s.mu.byID[id] == nil {
+				sess.id = id
+			}
+		}
 		s.mu.sessions[sess] = struct{}{}
+		s.mu.byID[sess.id] = sess
 		s.wg.Add(1)
 		s.mu.Unlock()
 		go func() {
@@ -227,6 +292,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			sess.run()
 			s.mu.Lock()
 			delete(s.mu.sessions, sess)
+			delete(s.mu.byID, sess.id)
 			s.mu.Unlock()
 		}()
 	}
@@ -263,6 +329,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		<-done
 	}
 	return err
+}
+
+// session returns the live session with keyway connection id id, or nil.
+func (s *Server) session(id uint64) *session {
+	if id > 1<<32-1 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mu.byID[uint32(id)]
 }
 
 func (s *Server) shuttingDown() bool {
@@ -312,5 +388,7 @@ func (s *Server) serverConfig(remote string) *mysqlwire.ServerConfig {
 		RSAKey:              s.rsa,
 		CachingSha2FullAuth: s.cachingSha2FullAuth,
 		RemoteHost:          remote,
+		DecoyPlugins:        s.decoyPlugins,
+		RequireTLS:          s.opts.RequireTLS,
 	}
 }

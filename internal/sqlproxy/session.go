@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/keywaydb/keyway/internal/backend"
@@ -68,6 +69,13 @@ type session struct {
 	// the write and the COMMIT.
 	txTables []validity.TableID
 	inTx     bool
+
+	// What other sessions' KILL statements read (kill.go), written by this session's goroutine under killMu:
+	// killUser is the keyway user once authenticated, killBE the backend connection checked out (nil when none).
+	// A KILL aimed at this session holds killMu while it runs, so killBE cannot be released meanwhile.
+	killMu   sync.Mutex
+	killUser string
+	killBE   *backend.Conn
 }
 
 // errSessionEnd ends the command loop after the client has been told why (or has gone).
@@ -103,10 +111,7 @@ func (ss *session) run() {
 		}
 	}()
 
-	_ = ss.nc.SetDeadline(time.Now().Add(handshakeTimeout))
-	cfg := s.serverConfig(ss.remote)
-	cfg.ConnectionID = ss.id
-	hs, err := mysqlwire.ServerHandshake(ss.c, cfg)
+	hs, err := ss.login()
 	if err != nil {
 		s.log.Debug("sql: handshake failed", "remote", ss.nc.RemoteAddr().String(), "err", err)
 		return
@@ -124,6 +129,7 @@ func (ss *session) run() {
 	if s.shuttingDown() { // Shutdown's read deadline may have been cleared just above
 		return
 	}
+	ss.setKillUser() // only now: a KILL CONNECTION's read deadline must not be cleared just above
 	for {
 		if err := ss.command(); err != nil {
 			if !errors.Is(err, errSessionEnd) && !isClosed(err) {
@@ -134,13 +140,53 @@ func (ss *session) run() {
 	}
 }
 
+// login runs the handshake and authentication within the pre-auth bounds (see the package invariants): a blocked
+// address or a full set of handshake slots is refused before the greeting, and the handshake has a deadline. On
+// failure the client has been told why where the protocol allows.
+func (ss *session) login() (*mysqlwire.Handshake, error) {
+	s := ss.s
+	if s.throttle.blocked(ss.remote) {
+		// Before the handshake, as MariaDB refuses a blocked host: no slot, no authentication.
+		_ = ss.c.WriteError(s.throttle.errHostBlocked(ss.remote))
+		return nil, errSessionEnd
+	}
+	n := s.handshakes.Add(1)
+	defer s.handshakes.Add(-1) // authenticated or refused: no longer a stranger holding a slot
+	if n > s.maxHandshakes {
+		_ = ss.c.WriteError(mysqlwire.NewError(mysqlwire.ERConCount, "08004",
+			"Too many connections (keyway: %d clients are already logging in)", s.maxHandshakes))
+		return nil, errSessionEnd
+	}
+	_ = ss.nc.SetDeadline(time.Now().Add(s.handshakeTimeout))
+	cfg := s.serverConfig(ss.remote)
+	cfg.ConnectionID = ss.id
+	hs, err := mysqlwire.ServerHandshake(ss.c, cfg)
+	if errors.Is(err, mysqlwire.ErrAuth) {
+		s.throttle.failed(ss.remote)
+	}
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		// MariaDB's connect_timeout: tell the client why before closing.
+		_ = ss.nc.SetDeadline(time.Now().Add(time.Second))
+		ss.sendErr(mysqlwire.NewError(mysqlwire.ERNetReadInterrupted, "08S01",
+			"Got timeout reading communication packets (keyway allows %v to log in)", s.handshakeTimeout))
+	}
+	return hs, err
+}
+
+// setKillUser publishes the session's keyway user to other sessions' KILL (kill.go).
+func (ss *session) setKillUser() {
+	ss.killMu.Lock()
+	ss.killUser = ss.hs.User
+	ss.killMu.Unlock()
+}
+
 // attach checks out a backend connection for the session's user and selects db on it. On failure the client has
 // been sent an ERR and the returned error ends the session.
 func (ss *session) attach(db string) error {
 	u := ss.user
 	key := backend.PoolKey{User: u.backendUser, Caps: ss.hs.Capabilities, Collation: ss.hs.Collation}
 	pool := u.group.Pool(key, u.backendPassword)
-	ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), backendCheckoutTimeout)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
 		be, err := pool.Get(ctx)
@@ -167,6 +213,9 @@ func (ss *session) attach(db string) error {
 			}
 		}
 		ss.be, ss.db = be, db
+		ss.killMu.Lock()
+		ss.killBE = be
+		ss.killMu.Unlock()
 		return nil
 	}
 }
@@ -179,6 +228,9 @@ func (ss *session) releaseBackend() {
 		return
 	}
 	ss.be = nil
+	ss.killMu.Lock() // waits for a KILL aimed at be to finish: after Release be may serve another session
+	ss.killBE = nil
+	ss.killMu.Unlock()
 	if !ss.quit && be.Status&mysqlwire.StatusInTrans != 0 {
 		// The client vanished inside a transaction: do not trust a reset to clean up after it.
 		be.MarkBroken()
@@ -250,6 +302,10 @@ func (ss *session) command() error {
 	case comQuery:
 		return ss.query(p)
 	case comStmtPrepare:
+		if plan := ss.s.plans.Plan(string(p[1:])); plan.Kill != KillNone {
+			return ss.reply(mysqlwire.NewError(mysqlwire.ERUnsupportedPS, "HY000",
+				"keyway: KILL cannot be prepared: send it as a text query so keyway can map its connection id"))
+		}
 		return ss.prepare(p)
 	case comStmtExecute:
 		return ss.execute(p)
@@ -355,6 +411,9 @@ func (ss *session) query(p []byte) error {
 	start := time.Now()
 	sql := string(p[1:])
 	plan := ss.s.plans.Plan(sql)
+	if plan.Kill != KillNone {
+		return ss.kill(p, plan)
+	}
 	rows, failed, err := ss.exchange(p, plan, ss.relayQueryResults)
 	if err == nil && !failed {
 		ss.noteSessionChange(plan, sql)
@@ -478,9 +537,16 @@ func (ss *session) changeUser(p []byte) error {
 	if pluginName == "" {
 		pluginName = mysqlwire.NativePassword
 	}
+	if ss.s.throttle.blocked(ss.remote) {
+		ss.sendErr(ss.s.throttle.errHostBlocked(ss.remote))
+		return errSessionEnd
+	}
 	cfg := ss.s.serverConfig(ss.remote)
 	acct, err := mysqlwire.ServerAuth(ss.c, cfg, userName, ss.hs.Scramble, pluginName, reply)
 	if err != nil {
+		if errors.Is(err, mysqlwire.ErrAuth) {
+			ss.s.throttle.failed(ss.remote)
+		}
 		return errSessionEnd // refused: ERR sent; MySQL also closes the connection
 	}
 	ss.quit = true // a clean hand-over: the old connection is reset and pooled
@@ -492,6 +558,7 @@ func (ss *session) changeUser(p []byte) error {
 	if err := ss.attach(dbName); err != nil {
 		return err
 	}
+	ss.setKillUser()
 	return ss.c.WriteOK(ss.be.Status)
 }
 
