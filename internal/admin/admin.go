@@ -2,7 +2,8 @@
 // server's /status, and a small index page linking them.
 //
 // Invariants:
-//   - Read-only except for resetting digest statistics (DELETE /digests, or GET /digests?reset=1).
+//   - GET never changes state. Only POST /digests/reset (the table, then emptied in one step) and DELETE /digests
+//     change anything: digest statistics.
 //   - Nothing is logged per request at the default level (Info); HTTP server errors go to the logger at Debug.
 //   - Every connection is bounded by read, write and idle timeouts, so a stuck scraper cannot pin resources.
 //   - Missing parts are tolerated: with no Digests, Metrics or Status in Options the matching path answers 404.
@@ -114,6 +115,7 @@ func (s *Server) routes() http.Handler {
 	if s.o.Digests != nil {
 		mux.HandleFunc("GET /digests", s.digests)
 		mux.HandleFunc("DELETE /digests", s.resetDigests)
+		mux.HandleFunc("POST /digests/reset", s.digests)
 	}
 	if s.o.Status != nil {
 		mux.HandleFunc("GET /status", s.status)
@@ -143,12 +145,18 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write([]byte(b.String()))
 }
 
-// digests serves the digest table: JSON by default, a ProxySQL-like text table with ?format=text. ?reset=1
-// returns the table and empties it in one step; ?limit=N returns only the N rows with the most total time.
+// digests serves the digest table: JSON by default, a ProxySQL-like text table with ?format=text; ?limit=N returns
+// only the N rows with the most total time. As POST /digests/reset it returns the table and empties it in one
+// step. A GET never resets: ?reset=1 (which once did) is refused, so a crawler or prefetch cannot wipe statistics.
 func (s *Server) digests(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	var rows []stats.DigestStats
-	if reset, _ := strconv.ParseBool(q.Get("reset")); reset {
+	if r.Method == http.MethodGet && q.Has("reset") {
+		w.Header().Set("Allow", "POST")
+		http.Error(w, "reset digests with POST /digests/reset (or DELETE /digests); a GET changes nothing", http.StatusMethodNotAllowed)
+		return
+	}
+	if r.Method == http.MethodPost {
 		rows = s.o.Digests.SnapshotAndReset()
 	} else {
 		rows = s.o.Digests.Snapshot()

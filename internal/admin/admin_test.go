@@ -145,19 +145,30 @@ func TestDigestsReset(t *testing.T) {
 	k := stats.DigestKey{Digest: "d1", Normalized: "select ?"}
 	d.Record(k, 0, time.Millisecond, false)
 
-	// GET ?reset=1 returns the table and empties it.
-	_, body, _ := get(t, ts.URL+"/digests?reset=1")
-	var rows []stats.DigestStats
-	if err := json.Unmarshal([]byte(body), &rows); err != nil || len(rows) != 1 {
-		t.Fatalf("reset=1 returned %s (%v)", body, err)
+	// A GET changes nothing, even with ?reset=1.
+	if code, _, _ := get(t, ts.URL+"/digests?reset=1"); code != http.StatusMethodNotAllowed {
+		t.Fatalf("GET ?reset=1: %d, want 405", code)
 	}
+	if n := len(d.Snapshot()); n != 1 {
+		t.Fatalf("%d rows after GET ?reset=1, want 1", n)
+	}
+	// POST /digests/reset returns the table and empties it.
+	resp, err := http.Post(ts.URL+"/digests/reset", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []stats.DigestStats
+	if err := json.NewDecoder(resp.Body).Decode(&rows); err != nil || len(rows) != 1 {
+		t.Fatalf("POST reset returned %v (%v)", rows, err)
+	}
+	resp.Body.Close()
 	if n := len(d.Snapshot()); n != 0 {
-		t.Fatalf("%d rows after ?reset=1", n)
+		t.Fatalf("%d rows after POST /digests/reset", n)
 	}
 
 	d.Record(k, 0, time.Millisecond, false)
 	req, _ := http.NewRequest(http.MethodDelete, ts.URL+"/digests", nil)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
