@@ -76,7 +76,7 @@ func (ss *session) kill(p []byte, plan *Plan) error {
 		q = "KILL QUERY "
 	}
 	cmd := strconv.AppendUint(append([]byte{comQuery}, q...), uint64(tbe.Info.ConnectionID), 10)
-	_, _, err := ss.exchange(cmd, nil, ss.relayQueryResults)
+	_, _, err := ss.exchange(cmd, nil, ss.relayQueryResults, toClient)
 	return err
 }
 

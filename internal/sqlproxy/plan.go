@@ -120,6 +120,13 @@ type Plan struct {
 	// read, and so on) and is ClassOther otherwise; Tables is then empty.
 	ParseError string
 
+	// Cacheable: the statement's answer depends only on table contents keyway can invalidate (planshape.go);
+	// NotCacheable says why not.
+	Cacheable    bool
+	NotCacheable string
+	// Key is where the key of a single-table point SELECT, UPDATE or DELETE comes from; nil for others.
+	Key *KeyRef
+
 	// literalDependent marks plans whose flags depend on a literal the digest replaced by "?" (SET autocommit=?).
 	literalDependent bool
 	// resolved is Tables resolved in the last default database asked for (see TableIDs).
@@ -275,6 +282,7 @@ func (pc *PlanCache) build(sql, normalized, digest string) (p *Plan) {
 		p.Kill = KillRefused
 	}
 	p.Tables = tc.tables
+	shape(stmts, p)
 	// Only now: the parser recycles its AST nodes on the next Parse, so the walk above must finish first.
 	pc.parsers.Put(ps)
 	return p
@@ -557,6 +565,7 @@ func (f *cteFinder) Leave(n ast.Node) (ast.Node, bool) { return n, true }
 // part of the normalized text (comments and hints are already gone there), combined as for parsed
 // multi-statements. It only decides where the first keyword leaves no doubt.
 func guessFromKeywords(p *Plan) {
+	p.NotCacheable = "not parsed"
 	// The normalizer back-quotes words it does not know as keywords (xa becomes `xa`).
 	words := strings.Fields(strings.NewReplacer("(", " ", ")", " ", ";", " ; ", "`", "").Replace(p.Normalized))
 	for len(words) > 0 {

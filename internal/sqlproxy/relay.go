@@ -252,7 +252,7 @@ func (ss *session) localInfile() (refused bool, err error) {
 		return false, nil
 	}
 	saved := ss.dst
-	ss.dst = nil
+	ss.dst = discard.conn(ss) // the client must not see what the backend sends for the refused transfer
 	defer func() { ss.dst = saved }()
 	if _, _, err := ss.pkt(); err != nil { // consume the request
 		return true, err

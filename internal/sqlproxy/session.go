@@ -52,9 +52,9 @@ type session struct {
 	hs     *mysqlwire.Handshake
 	user   *user
 	remote string
-	be     *backend.Conn // owned for the session's life; nil while switching
-	db     string        // current default database as far as keyway knows
-	stmts  map[uint32]*Plan
+	be     *backend.Conn        // owned for the session's life; nil while switching
+	db     string               // current default database as far as keyway knows
+	stmts  map[uint32]*prepared // client statement id → where it was prepared (pipeline.go)
 
 	deprecateEOF bool
 	// dst is where relayed replies go: the client, or nil while draining a reply the client must not see.
@@ -68,7 +68,10 @@ type session struct {
 	// again when it ends, since a reader may have cached the old rows between
 	// the write and the COMMIT.
 	txTables []validity.TableID
-	inTx     bool
+	// txSeen: a statement opened a transaction on this session once. It stays set: after SET autocommit=0
+	// every COMMIT starts the next transaction implicitly, so the tables written are remembered from then on.
+	txSeen bool
+	pin    pinState // see pipeline.go
 
 	// What other sessions' KILL statements read (kill.go), written by this session's goroutine under killMu:
 	// killUser is the keyway user once authenticated, killBE the backend connection checked out (nil when none).
@@ -310,13 +313,20 @@ func (ss *session) command() error {
 	case comStmtExecute:
 		return ss.execute(p)
 	case comStmtFetch:
+		if _, ok, err := ss.stmt(p, "mysqld_stmt_fetch"); !ok {
+			return err
+		}
 		return ss.forward(p, ss.relayRows)
 	case comStmtSendLongData:
+		if _, ok, _ := ss.stmt(p, ""); !ok {
+			return nil // no reply: the execute that follows is refused
+		}
 		return ss.send(p)
 	case comStmtClose:
-		if len(p) >= 5 {
-			delete(ss.stmts, binary.LittleEndian.Uint32(p[1:]))
+		if _, ok, _ := ss.stmt(p, ""); !ok {
+			return nil
 		}
+		delete(ss.stmts, binary.LittleEndian.Uint32(p[1:])) // p carries the backend id, which is the client's
 		return ss.send(p)
 	case comFieldList:
 		return ss.forward(p, ss.relayFieldList)
@@ -329,10 +339,15 @@ func (ss *session) command() error {
 			}
 			return 0, failed, err
 		})
-	case comPing, comSetOption, comStmtReset, comStatistics:
+	case comStmtReset:
+		if _, ok, err := ss.stmt(p, "mysqld_stmt_reset"); !ok {
+			return err
+		}
+		return ss.forward(p, ss.relayOne)
+	case comPing, comSetOption, comStatistics:
 		return ss.forward(p, ss.relayOne)
 	case comResetConnection:
-		ss.stmts = nil
+		ss.stmts, ss.pin = nil, pinState{}
 		return ss.forward(p, ss.relayOne)
 	case comChangeUser:
 		return ss.changeUser(p)
@@ -369,14 +384,18 @@ func (ss *session) writeCommand(p []byte) error {
 // forward sends command p to the backend and streams the reply to the client with relay. It reports relay's
 // outcome; an error from either side ends the session (the client has been told when it can be).
 func (ss *session) forward(p []byte, relay func() (int64, bool, error)) error {
-	_, _, err := ss.exchange(p, nil, relay)
+	_, _, err := ss.exchange(p, nil, relay, toClient)
 	return err
 }
 
-// exchange is forward for a statement with its plan (nil for commands that are not statements): the tables the
+// exchange is the pipeline's third step (pipeline.go): command p, with its plan (nil for commands that are not
+// statements), goes to the session's backend connection, and relay streams the reply to sink. The tables the
 // plan names are settled before it is sent, and those it writes are invalidated before the reply is flushed to
 // the client. It returns the row count and whether the reply was an ERR.
-func (ss *session) exchange(p []byte, plan *Plan, relay func() (int64, bool, error)) (int64, bool, error) {
+func (ss *session) exchange(p []byte, plan *Plan, relay func() (int64, bool, error), to sink) (int64, bool, error) {
+	saved := ss.dst
+	ss.dst = to.conn(ss)
+	defer func() { ss.dst = saved }()
 	if e := ss.settle(plan); e != nil {
 		if err := ss.c.WriteError(e); err != nil {
 			return 0, true, err
@@ -390,6 +409,7 @@ func (ss *session) exchange(p []byte, plan *Plan, relay func() (int64, bool, err
 	rows, failed, err := relay()
 	if err == nil {
 		ss.invalidateWritten(plan, failed)
+		ss.pin.note(plan, failed)
 		err = ss.c.Flush()
 		if err != nil {
 			be.MarkBroken() // the reply is complete on the backend side, but be safe: the client is gone
@@ -414,7 +434,10 @@ func (ss *session) query(p []byte) error {
 	if plan.Kill != KillNone {
 		return ss.kill(p, plan)
 	}
-	rows, failed, err := ss.exchange(p, plan, ss.relayQueryResults)
+	switch ss.route(plan) {
+	case toSession: // the only target today; a cache hit, a replica or a shard add theirs here
+	}
+	rows, failed, err := ss.exchange(p, plan, ss.relayQueryResults, toClient)
 	if err == nil && !failed {
 		ss.noteSessionChange(plan, sql)
 	}
@@ -472,12 +495,12 @@ func (ss *session) prepare(p []byte) error {
 		var e error
 		id, e = ss.relayPrepare()
 		return 0, id == 0 && e == nil, e
-	})
+	}, toClient)
 	if err == nil && !failed {
 		if ss.stmts == nil {
-			ss.stmts = make(map[uint32]*Plan)
+			ss.stmts = make(map[uint32]*prepared)
 		}
-		ss.stmts[id] = plan
+		ss.stmts[id] = &prepared{be: ss.be, backendID: id, plan: plan}
 	}
 	return err
 }
@@ -485,11 +508,15 @@ func (ss *session) prepare(p []byte) error {
 // execute runs COM_STMT_EXECUTE, counted under the prepared statement's digest.
 func (ss *session) execute(p []byte) error {
 	start := time.Now()
-	var plan *Plan
-	if len(p) >= 5 {
-		plan = ss.stmts[binary.LittleEndian.Uint32(p[1:])]
+	st, ok, err := ss.stmt(p, "mysqld_stmt_execute")
+	if !ok {
+		return err
 	}
-	rows, failed, err := ss.exchange(p, plan, ss.relayExecuteResults)
+	var plan *Plan
+	if st != nil {
+		plan = st.plan
+	}
+	rows, failed, err := ss.exchange(p, plan, ss.relayExecuteResults, toClient)
 	if plan != nil {
 		ss.record(plan, rows, time.Since(start), failed || err != nil)
 	}
@@ -554,7 +581,7 @@ func (ss *session) changeUser(p []byte) error {
 	ss.quit = false
 	ss.hs.User, ss.hs.Account, ss.hs.Collation = acct.User, acct, collation
 	ss.user = ss.s.users[acct.User]
-	ss.stmts = nil
+	ss.stmts, ss.pin = nil, pinState{}
 	if err := ss.attach(dbName); err != nil {
 		return err
 	}
@@ -607,14 +634,12 @@ func (ss *session) invalidateWritten(plan *Plan, failed bool) {
 		return
 	}
 	if plan.InTransaction && !failed {
-		// Stays set: after SET autocommit=0 every COMMIT starts the next
-		// transaction implicitly, so keyway cannot tell when one is open.
-		ss.inTx = true
+		ss.txSeen = true
 	}
 	if writesTables(plan) {
 		ids := plan.TableIDs(ss.db)
 		reg.Invalidate(ids)
-		if ss.inTx {
+		if ss.txSeen {
 			// Qualified now: the database may change before COMMIT.
 			for _, id := range ids {
 				if !slices.Contains(ss.txTables, id) {

@@ -1,0 +1,121 @@
+package sqlproxy
+
+// This file holds the steps a statement goes through in a session, made explicit so the cache, replicas and
+// shards each have one place to land:
+//
+//  1. plan     — PlanCache.Plan: class, tables, cacheability and the key a point statement names, once per digest.
+//  2. route    — session.route: where the statement goes, from the plan and the session's pin state. Today that is
+//                always the session's own backend connection; next a cache hit, a replica or a shard.
+//  3. exchange — session.exchange(command, plan, relay, sink): settle the tables the plan names, send, relay the
+//                reply, invalidate what the plan wrote before the client sees the reply.
+//  4. sink     — where the reply goes: the client, or nowhere (a reply the client must not see); next a bounded
+//                tee into the cache.
+//
+// Pin state: a session whose backend connection holds state the statement may depend on (an open transaction;
+// session variables, a default database changed inside a multi-statement, temporary tables, table locks, user
+// variables, server-side PREPAREd statements) is pinned to that connection, and nothing it runs is answered
+// from elsewhere. The plan's flags say which statements pin; the pin state lives on the session.
+
+import (
+	"encoding/binary"
+
+	"github.com/keywaydb/keyway/internal/backend"
+	"github.com/keywaydb/keyway/internal/mysqlwire"
+)
+
+// pinState is the session state, beyond the backend's own status flags, that ties a session to its backend
+// connection.
+type pinState struct {
+	// session: the connection carries session state (SET, USE inside a multi-statement, temporary tables, locks,
+	// user variables, PREPARE); kept until the connection is reset (COM_RESET_CONNECTION, COM_CHANGE_USER).
+	session bool
+}
+
+// note updates the pin state after plan ran (failed: the server refused it).
+func (p *pinState) note(plan *Plan, failed bool) {
+	if plan != nil && !failed && plan.SessionChange {
+		p.session = true
+	}
+}
+
+// pinned reports whether the session's statements must stay on its backend connection, and why. A transaction is
+// read from the backend's own status flags after the last reply (in a transaction, or autocommit off so the next
+// statement opens one), which no statement text can hide.
+func (ss *session) pinned() (bool, string) {
+	switch st := ss.be.Status; {
+	case st&mysqlwire.StatusInTrans != 0:
+		return true, "inside a transaction"
+	case st&mysqlwire.StatusAutocommit == 0:
+		return true, "autocommit is off"
+	case ss.pin.session:
+		return true, "the session changed its state (SET, temporary tables, locks, user variables)"
+	}
+	return false, ""
+}
+
+// target is where route sends a statement.
+type target uint8
+
+const (
+	// toSession: the session's own backend connection (today, every statement).
+	toSession target = iota
+)
+
+// route picks the statement's target. Every statement goes to the session's backend connection for now; the
+// cache and replicas will take unpinned, cacheable reads (see Plan.Cacheable and pinState).
+func (ss *session) route(plan *Plan) target {
+	return toSession
+}
+
+// sink is where a relayed reply goes.
+type sink uint8
+
+const (
+	toClient sink = iota // the client
+	discard              // nowhere: the client must not see it (a refused LOCAL INFILE's leftovers)
+)
+
+// conn is the client connection a sink writes to, nil for discard.
+func (s sink) conn(ss *session) *mysqlwire.Conn {
+	if s == toClient {
+		return ss.c
+	}
+	return nil
+}
+
+// prepared is a client's prepared statement: the backend connection it was prepared on and its id there. Client
+// ids are the backend ids of the statement's connection (so replies pass unchanged); every use goes through this
+// map, so a statement whose connection is no longer the session's (a reconnect, later another member) is refused
+// with ER_UNKNOWN_STMT_HANDLER instead of naming whatever that id means on the new connection.
+type prepared struct {
+	be        *backend.Conn
+	backendID uint32
+	plan      *Plan
+}
+
+// stmt finds the prepared statement a COM_STMT_* packet names and rewrites p to carry its backend id. ok is false
+// when the id is known but its connection is gone (the client has been answered for commands with a reply); an
+// unknown id is passed through unchanged for the server to refuse as it would.
+func (ss *session) stmt(p []byte, answer string) (st *prepared, ok bool, err error) {
+	if len(p) < 5 {
+		return nil, true, nil
+	}
+	id := binary.LittleEndian.Uint32(p[1:])
+	st = ss.stmts[id]
+	if st == nil {
+		return nil, true, nil
+	}
+	if st.be != ss.be {
+		delete(ss.stmts, id)
+		if answer == "" {
+			return nil, false, nil
+		}
+		return nil, false, ss.reply(mysqlwire.NewError(erUnknownStmtHandler, "HY000",
+			"Unknown prepared statement handler (%d) given to %s: keyway's backend connection changed since it was prepared; prepare it again", id, answer))
+	}
+	binary.LittleEndian.PutUint32(p[1:], st.backendID)
+	return st, true, nil
+}
+
+// erUnknownStmtHandler is ER_UNKNOWN_STMT_HANDLER.
+const erUnknownStmtHandler = 1243

@@ -1,0 +1,212 @@
+package sqlproxy
+
+// What routing and caching need from a statement's shape, derived once per digest in PlanCache.build:
+//
+//   - Cacheable: a single SELECT whose answer depends only on table contents keyway can invalidate: no locking
+//     read, no SQL_NO_CACHE, no variables, no function whose answer changes without a write (NOW(), RAND(),
+//     CONNECTION_ID()…), no system schema (information_schema, performance_schema, mysql, sys), at least one
+//     table. NotCacheable says why not. Whether a session may use the cache at a given moment (transactions,
+//     session state) is the route step's question, not the plan's (pipeline.go).
+//   - Key: for a single-table SELECT, UPDATE or DELETE whose WHERE is one equality on one column, the table, the
+//     column, and where the value comes from. The digest erased the literal, so the plan keeps its position: the
+//     Nth literal of the statement text (0-based, in text order, counting every literal the lexer sees), or the
+//     Nth parameter marker of a prepared statement. Whether the column is the table's key is for whoever
+//     serves the statement to check against the schema.
+
+import (
+	"strings"
+
+	"github.com/pingcap/tidb/pkg/parser/ast"
+	"github.com/pingcap/tidb/pkg/parser/opcode"
+	"github.com/pingcap/tidb/pkg/parser/test_driver"
+)
+
+// KeyRef is where a point statement's key comes from (see Plan.Key).
+type KeyRef struct {
+	Table  string // as the statement names it, lower-case ("schema.table" or "table")
+	Column string // lower-case
+	// Exactly one of Literal and Param is ≥ 0: the value is the Literal-th literal of the statement text, or the
+	// Param-th parameter of COM_STMT_EXECUTE.
+	Literal, Param int
+}
+
+// volatileFuncs answer differently without any table changing, so a statement calling one is never cached.
+var volatileFuncs = map[string]bool{
+	"now": true, "current_timestamp": true, "localtime": true, "localtimestamp": true, "sysdate": true,
+	"curdate": true, "current_date": true, "curtime": true, "current_time": true, "utc_date": true,
+	"utc_time": true, "utc_timestamp": true, "unix_timestamp": true, "rand": true, "uuid": true,
+	"uuid_short": true, "sys_guid": true, "connection_id": true, "last_insert_id": true, "found_rows": true,
+	"row_count": true, "current_user": true, "user": true, "session_user": true, "system_user": true,
+	"database": true, "schema": true, "sleep": true, "benchmark": true, "get_lock": true, "release_lock": true,
+	"release_all_locks": true, "is_free_lock": true, "is_used_lock": true, "master_pos_wait": true,
+	"nextval": true, "lastval": true, "setval": true, "load_file": true, "version": true,
+}
+
+// systemSchemas are not written through statements keyway sees nor logged in the binlog: never cached.
+var systemSchemas = map[string]bool{"information_schema": true, "performance_schema": true, "mysql": true, "sys": true}
+
+// shape fills p.Cacheable, p.NotCacheable and p.Key from the parsed statements (p.Class and p.Tables are set).
+func shape(stmts []ast.StmtNode, p *Plan) {
+	p.Key = pointKey(stmts)
+	p.NotCacheable = notCacheable(stmts, p)
+	p.Cacheable = p.NotCacheable == ""
+}
+
+func notCacheable(stmts []ast.StmtNode, p *Plan) string {
+	if len(stmts) != 1 {
+		return "several statements"
+	}
+	sel, ok := stmts[0].(*ast.SelectStmt)
+	if !ok || p.Class != ClassRead {
+		return "not a SELECT"
+	}
+	if sel.LockInfo != nil && sel.LockInfo.LockType != ast.SelectLockNone {
+		return "a locking read (FOR UPDATE / LOCK IN SHARE MODE)"
+	}
+	if sel.SelectStmtOpts != nil && !sel.SelectStmtOpts.SQLCache {
+		return "SQL_NO_CACHE"
+	}
+	if len(p.Tables) == 0 {
+		return "reads no table"
+	}
+	for _, t := range p.Tables {
+		if schema, _, ok := strings.Cut(t, "."); ok && systemSchemas[schema] {
+			return "reads a system schema (" + schema + ")"
+		}
+	}
+	v := &volatileFinder{}
+	stmts[0].Accept(v)
+	return v.why
+}
+
+// volatileFinder finds what makes a statement's answer change without a table write.
+type volatileFinder struct{ why string }
+
+func (v *volatileFinder) Enter(n ast.Node) (ast.Node, bool) {
+	switch x := n.(type) {
+	case *ast.VariableExpr:
+		v.why = "reads a variable"
+	case *ast.FuncCallExpr:
+		if volatileFuncs[x.FnName.L] {
+			v.why = "calls " + strings.ToUpper(x.FnName.L) + "()"
+		}
+	}
+	return n, v.why != ""
+}
+
+func (v *volatileFinder) Leave(n ast.Node) (ast.Node, bool) { return n, v.why == "" }
+
+// pointKey returns the key of a single-table SELECT, UPDATE or DELETE whose WHERE is one equality, or nil.
+func pointKey(stmts []ast.StmtNode) *KeyRef {
+	if len(stmts) != 1 {
+		return nil
+	}
+	var refs *ast.TableRefsClause
+	var where ast.ExprNode
+	switch s := stmts[0].(type) {
+	case *ast.SelectStmt:
+		if s.With != nil || s.GroupBy != nil || s.Having != nil || s.SelectIntoOpt != nil {
+			return nil
+		}
+		refs, where = s.From, s.Where
+	case *ast.UpdateStmt:
+		if s.MultipleTable {
+			return nil
+		}
+		refs, where = s.TableRefs, s.Where
+	case *ast.DeleteStmt:
+		if s.IsMultiTable {
+			return nil
+		}
+		refs, where = s.TableRefs, s.Where
+	default:
+		return nil
+	}
+	table := singleTable(refs)
+	eq, ok := where.(*ast.BinaryOperationExpr)
+	if table == "" || !ok || eq.Op != opcode.EQ {
+		return nil
+	}
+	col, val := eq.L, eq.R
+	if _, isCol := col.(*ast.ColumnNameExpr); !isCol {
+		col, val = val, col
+	}
+	c, ok := col.(*ast.ColumnNameExpr)
+	if !ok {
+		return nil
+	}
+	k := &KeyRef{Table: table, Column: c.Name.Name.L, Literal: -1, Param: -1}
+	switch v := val.(type) {
+	case *test_driver.ParamMarkerExpr:
+		k.Param = v.Order
+	case *test_driver.ValueExpr:
+		lits := &literalCollector{}
+		stmts[0].Accept(lits)
+		k.Literal = lits.index(v)
+		if k.Literal < 0 {
+			return nil
+		}
+	default:
+		return nil
+	}
+	return k
+}
+
+// singleTable is the lower-case name of the one table refs reads ("schema.table" or "table"), or "".
+func singleTable(refs *ast.TableRefsClause) string {
+	if refs == nil || refs.TableRefs == nil || refs.TableRefs.Right != nil {
+		return ""
+	}
+	ts, ok := refs.TableRefs.Left.(*ast.TableSource)
+	if !ok {
+		return ""
+	}
+	tn, ok := ts.Source.(*ast.TableName)
+	if !ok {
+		return ""
+	}
+	if tn.Schema.L != "" {
+		return tn.Schema.L + "." + tn.Name.L
+	}
+	return tn.Name.L
+}
+
+// literalCollector lists a statement's literals in visiting order, and checks that order is text order where
+// the parser recorded positions (it does for most literals), so an index means the Nth literal of the text.
+type literalCollector struct {
+	lits    []*test_driver.ValueExpr
+	lastPos int
+	ordered bool
+	started bool
+}
+
+func (l *literalCollector) Enter(n ast.Node) (ast.Node, bool) {
+	if v, ok := n.(*test_driver.ValueExpr); ok {
+		if !l.started {
+			l.started, l.ordered = true, true
+		}
+		if pos := v.OriginTextPosition(); pos != 0 {
+			if pos < l.lastPos {
+				l.ordered = false
+			}
+			l.lastPos = pos
+		}
+		l.lits = append(l.lits, v)
+	}
+	return n, false
+}
+
+func (l *literalCollector) Leave(n ast.Node) (ast.Node, bool) { return n, true }
+
+// index is v's position among the literals, or -1 when it is not there or the order cannot be vouched for.
+func (l *literalCollector) index(v *test_driver.ValueExpr) int {
+	if !l.ordered {
+		return -1
+	}
+	for i, x := range l.lits {
+		if x == v {
+			return i
+		}
+	}
+	return -1
+}
