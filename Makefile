@@ -26,8 +26,21 @@ deps:
 vet:
 	$(GO) vet ./...
 
+# Packages with shared state run again under the race detector.
+RACE_PKGS := ./internal/store/ ./internal/memcache/ ./internal/engine/ ./internal/container/ \
+             ./internal/writebehind/ ./internal/sqlproxy/ ./internal/validity/ ./internal/backend/
+# Every fuzzer, package:name, run for FUZZTIME each so a crash found once cannot come back unnoticed.
+FUZZERS  := internal/memcache:FuzzText internal/memcache:FuzzBinary internal/memcache:FuzzMeta \
+            internal/sqlproxy:FuzzPlan internal/mysqlwire:FuzzPacketReader
+FUZZTIME ?= 20s
+
 test: deps build vet
 	$(GO) test -count=1 -timeout 15m ./...
+	$(GO) test -race -count=1 -timeout 15m $(RACE_PKGS)
+	@for f in $(FUZZERS); do \
+		pkg=$${f%%:*}; name=$${f##*:}; echo "fuzz $$pkg $$name $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) ./$$pkg || exit 1; \
+	done
 
 bench: deps build
 	./$(BIN) bench memcache
