@@ -311,3 +311,67 @@ func TestAbusePartialValuesMemory(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestAbuseSQLPreAuthMemory: 300 strangers on the SQL door each announce a
+// 16 MiB packet before logging in and start sending it. keyway must not
+// buffer what a client sends before it has authenticated beyond what a
+// handshake can need: each gets ER_NET_PACKET_TOO_LARGE and is closed (the
+// unfixed server allocated each announced packet, 300 × 16 MiB).
+func TestAbuseSQLPreAuthMemory(t *testing.T) {
+	d := startSQLDoor(t)
+	w := watchRSS(t, d.kw)
+	const conns = 300
+	chunk := bytes.Repeat([]byte("x"), 64<<10)
+	var wg sync.WaitGroup
+	var refused atomic.Int64
+	sem := make(chan struct{}, 32)
+	for range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			nc, err := net.DialTimeout("tcp", d.addr, 5*time.Second)
+			if err != nil {
+				return
+			}
+			defer nc.Close()
+			nc.SetDeadline(time.Now().Add(20 * time.Second))
+			r := bufio.NewReader(nc)
+			var hdr [4]byte
+			if _, err := io.ReadFull(r, hdr[:]); err != nil { // the greeting
+				return
+			}
+			greeting := int(hdr[0]) | int(hdr[1])<<8 | int(hdr[2])<<16
+			if _, err := r.Discard(greeting); err != nil {
+				return
+			}
+			// A handshake response announced at 16 MiB - 1 bytes, sequence 1, then its body as fast as keyway takes it.
+			nc.Write([]byte{0xff, 0xff, 0xff, 1})
+			go func() {
+				for i := 0; i < 64; i++ { // 4 MiB, unless keyway closes first
+					if _, err := nc.Write(chunk); err != nil {
+						return
+					}
+				}
+			}()
+			if _, err := io.ReadFull(r, hdr[:]); err != nil {
+				return
+			}
+			body := make([]byte, int(hdr[0])|int(hdr[1])<<8|int(hdr[2])<<16)
+			if _, err := io.ReadFull(r, body); err == nil && len(body) >= 3 && body[0] == 0xff &&
+				binary.LittleEndian.Uint16(body[1:]) == 1153 {
+				refused.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	w.check(t, "300 clients announcing 16 MiB before login")
+	if n := refused.Load(); n != conns {
+		t.Fatalf("%d of %d clients got ER_NET_PACKET_TOO_LARGE (1153)", n, conns)
+	}
+	// The door still serves.
+	if out, err := mariadbCLI(t, "-h", "127.0.0.1", "-P", strconv.Itoa(d.port), "-u", "app", "-psecret", "--skip-ssl", "-N", "-e", "SELECT 41+1"); err != nil || strings.TrimSpace(out) != "42" {
+		t.Fatalf("after the abuse: %q %v", out, err)
+	}
+}
