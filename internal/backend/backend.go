@@ -28,9 +28,9 @@ package backend
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
-	"crypto/tls"
 	"log/slog"
 	"net"
 	"sync"

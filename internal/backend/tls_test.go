@@ -89,7 +89,7 @@ func TestTLSEncryptsEveryRoad(t *testing.T) {
 		{TLSOff, "", m.Addr, "tcp", false},
 		{TLSPreferred, "", m.Addr, "tcp", true},
 		{TLSRequired, "", m.Addr, "tcp", true},
-		{TLSVerify, ca, m.Addr, "tcp", true},     // VERIFY_IDENTITY: 127.0.0.1 is in the certificate
+		{TLSVerify, ca, m.Addr, "tcp", true},    // VERIFY_IDENTITY: 127.0.0.1 is in the certificate
 		{TLSVerify, ca, m.Socket, "unix", true}, // VERIFY_CA: a socket has no host
 	} {
 		t.Run(tc.mode+"/"+tc.network, func(t *testing.T) {
