@@ -15,11 +15,20 @@
 //   - An unreachable backend is an *UnavailableError naming the group and address. After a failed dial, dials fail
 //     fast for a short, growing backoff (50ms … 1s) so a dead backend costs clients no connect timeouts; a
 //     successful dial or health check ends the backoff.
+//   - TLS to a backend is keyway's own concern, set per group (GroupOptions.TLS, after MySQL's ssl-mode) and applied
+//     on every road to the group: the pools' connections, the health monitor (with or without credentials) and the
+//     database/sql pools of SQLConfig. "required" and "verify" never log in in plaintext: a server without TLS, or
+//     whose certificate does not verify, is a *TLSError naming the group and the key, inside an *UnavailableError
+//     where a dial failed. CLIENT_SSL is not one of mysqlwire.ProtocolCaps, so TLS never changes a PoolKey and a
+//     TLS backend connection serves clients with or without TLS alike.
+//   - Over TLS, caching_sha2_password full authentication sends the password inside the TLS channel and fetches no
+//     RSA key; without TLS ("off", or "preferred" against a server without TLS) it uses RSA, never plaintext.
 //   - Nothing here panics; every goroutine stops on Group.Close.
 package backend
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -100,7 +109,11 @@ type GroupOptions struct {
 	IdleTimeout    time.Duration // idle connections above MinIdle close after this
 	HealthInterval time.Duration // how often the monitor checks the primary
 	ConnectTimeout time.Duration // dialing and handshake
-	Logger         *slog.Logger
+	// TLS is how every connection keyway opens to the group uses TLS: TLSOff, TLSPreferred (the default),
+	// TLSRequired or TLSVerify. TLSCA is a PEM file of CAs for TLSVerify ("" = the system roots) and TLSServerName
+	// the name the certificate must carry ("" = the primary's host).
+	TLS, TLSCA, TLSServerName string
+	Logger                    *slog.Logger
 }
 
 func (o *GroupOptions) ensureDefaults() {
@@ -120,6 +133,9 @@ func (o *GroupOptions) ensureDefaults() {
 	if o.Primary.Network == "" {
 		o.Primary.Network = "tcp"
 	}
+	if o.TLS == "" {
+		o.TLS = DefaultTLS
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -129,6 +145,10 @@ func (o *GroupOptions) ensureDefaults() {
 type Group struct {
 	cfg GroupOptions
 	log *slog.Logger
+	// tls is the client TLS configuration of every dial (nil for TLSOff); tlsErr, when set, is why it could not be
+	// built, and every dial fails with it.
+	tls    *tls.Config
+	tlsErr error
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -149,6 +169,7 @@ type Group struct {
 func NewGroup(o GroupOptions) *Group {
 	o.ensureDefaults()
 	g := &Group{cfg: o, log: o.Logger.With("group", o.Name, "addr", o.Primary.Address), stop: make(chan struct{})}
+	g.tls, g.tlsErr = o.tlsConfig()
 	g.mu.pools = make(map[PoolKey]*Pool)
 	g.wg.Add(2)
 	go g.monitor()
@@ -273,8 +294,15 @@ func (g *Group) DialWritable(ctx context.Context, _, _ string) (net.Conn, error)
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.ConnectTimeout)
 	defer cancel()
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, g.cfg.Primary.Network, g.cfg.Primary.Address)
+	nc, err := g.dialNet(ctx)
+	if err == nil && (g.cfg.TLS == TLSRequired || g.cfg.TLS == TLSVerify) {
+		dl, _ := ctx.Deadline()
+		var rc net.Conn
+		if rc, err = g.requireTLSOffer(nc, dl); err != nil {
+			nc.Close()
+		}
+		nc = rc
+	}
 	if err != nil {
 		g.failed(err)
 		return nil, &UnavailableError{Group: g.cfg.Name, Addr: g.cfg.Primary.Address, Err: err}
@@ -282,12 +310,20 @@ func (g *Group) DialWritable(ctx context.Context, _, _ string) (net.Conn, error)
 	return nc, nil
 }
 
+// dialNet opens a network connection to the primary, or fails with the group's TLS configuration error.
+func (g *Group) dialNet(ctx context.Context) (net.Conn, error) {
+	if g.tlsErr != nil {
+		return nil, g.tlsErr
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, g.cfg.Primary.Network, g.cfg.Primary.Address)
+}
+
 // connect dials and runs the client handshake, bounded by ConnectTimeout.
 func (g *Group) connect(ctx context.Context, user, password string, caps uint32, collation uint8) (*Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.ConnectTimeout)
 	defer cancel()
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, g.cfg.Primary.Network, g.cfg.Primary.Address)
+	nc, err := g.dialNet(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -297,10 +333,11 @@ func (g *Group) connect(ctx context.Context, user, password string, caps uint32,
 	mc := mysqlwire.NewConn(nc)
 	info, err := mysqlwire.ClientHandshake(mc, &mysqlwire.ClientConfig{
 		User: user, Password: password, Capabilities: caps, Collation: collation,
+		TLS: g.tls, TLSOptional: g.cfg.TLS == TLSPreferred,
 	})
 	if err != nil {
-		nc.Close()
-		return nil, err
+		mc.Close()
+		return nil, g.tlsFailure(err)
 	}
 	_ = nc.SetDeadline(time.Time{})
 	return &Conn{Conn: mc, Info: info, DBKnown: true, Status: info.Status}, nil
@@ -399,17 +436,21 @@ func (g *Group) monitor() {
 
 // handshakeOnly dials and reads the handshake, for a monitor without credentials. The returned Conn is open.
 func (g *Group) handshakeOnly() (*Conn, error) {
-	var d net.Dialer
-	d.Timeout = g.cfg.ConnectTimeout
-	nc, err := d.Dial(g.cfg.Primary.Network, g.cfg.Primary.Address)
+	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.ConnectTimeout)
+	defer cancel()
+	nc, err := g.dialNet(ctx)
 	if err != nil {
 		return nil, err
 	}
 	_ = nc.SetDeadline(time.Now().Add(g.cfg.ConnectTimeout))
 	mc := mysqlwire.NewConn(nc)
 	info, _, _, err := mysqlwire.ReadServerHandshake(mc)
+	if err == nil && g.tls != nil && (g.cfg.TLS != TLSPreferred || info.Capabilities&mysqlwire.ClientSSL != 0) {
+		// Check what a login would: the server offers TLS if required, and its certificate verifies.
+		err = g.tlsFailure(mysqlwire.ClientStartTLS(mc, info, g.tls))
+	}
 	if err != nil {
-		nc.Close()
+		mc.Close()
 		return nil, err
 	}
 	g.mu.Lock()

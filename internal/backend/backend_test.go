@@ -13,7 +13,11 @@ import (
 	"github.com/keywaydb/keyway/internal/testenv"
 )
 
-func TestMain(m *testing.M) { os.Exit(testenv.RunWithSharedMariaDB(m)) }
+func TestMain(m *testing.M) {
+	code := testenv.RunWithSharedMariaDB(m)
+	stopTLSMariaDB()
+	os.Exit(code)
+}
 
 // mariadb is the package's shared MariaDB (each test uses its own tables).
 func mariadb(t testing.TB) *testenv.MariaDB { return testenv.SharedMariaDB(t) }

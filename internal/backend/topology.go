@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -24,6 +25,11 @@ func NewTopology(opts []GroupOptions) (*Topology, error) {
 			return nil, fmt.Errorf("backend: group %q: a group needs a unique name and a primary address", o.Name)
 		}
 		g := NewGroup(o)
+		if g.tlsErr != nil {
+			g.Close()
+			t.Close()
+			return nil, fmt.Errorf("backend: group %q: %w", o.Name, g.tlsErr)
+		}
 		t.groups = append(t.groups, g)
 		t.byName[o.Name] = g
 	}
@@ -66,11 +72,25 @@ func (t *Topology) Close() {
 // SQLConfig is a go-sql-driver configuration that logs in with keyway's own account on the group
 // (GroupOptions.User) and dials through DialWritable, so a database/sql pool built on it follows the group's
 // writable member and shares its health state. The caller adds its own parameters.
+//
+// TLS follows the group's mode as for the SQL door's connections: Config.TLS is the group's own configuration
+// (verification in its VerifyConnection), with AllowFallbackToPlaintext for "preferred"; for "required" and
+// "verify" DialWritable refuses a server that does not offer TLS with a *TLSError.
 func (g *Group) SQLConfig() *mysql.Config {
 	dc := mysql.NewConfig()
 	dc.User, dc.Passwd = g.cfg.User, g.cfg.Password
 	dc.Net, dc.Addr = g.cfg.Primary.Network, g.cfg.Primary.Address // for messages; DialFunc decides
 	dc.Timeout = g.cfg.ConnectTimeout
 	dc.DialFunc = g.DialWritable
+	if g.tls != nil {
+		dc.TLS = g.tls.Clone()
+		if g.cfg.TLS == TLSPreferred {
+			dc.AllowFallbackToPlaintext = true
+			// go-sql-driver v1.9.3 falls back by setting TLS = nil on the connector's own Config, shared by every
+			// connection (a data race, and every later connection would stay plaintext). With a BeforeConnect hook
+			// each connection works on a clone.
+			_ = dc.Apply(mysql.BeforeConnect(func(context.Context, *mysql.Config) error { return nil }))
+		}
+	}
 	return dc
 }

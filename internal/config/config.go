@@ -22,6 +22,7 @@ package config
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -135,7 +136,27 @@ type Group struct {
 	IdleTimeout    time.Duration // "idle_timeout": idle connections above min_idle close after this (default 60s)
 	HealthInterval time.Duration // "health_interval": how often the monitor pings the primary (default 2s)
 	ConnectTimeout time.Duration // "connect_timeout": dialing and handshake (default 5s)
+	// "tls": how keyway's own connections to the group (the SQL door's pools, the health check, the containers'
+	// pools) use TLS, after MySQL's ssl-mode: TLSOff, TLSPreferred (the default), TLSRequired or TLSVerify.
+	TLS string
+	// "tls_ca": PEM file of the CAs that sign the servers' certificates, for tls = "verify" ("" = the system
+	// roots). "tls_server_name": the name the certificate must carry (default: the host of primary; with a unix
+	// socket primary and no tls_server_name only the chain is verified, ssl-mode VERIFY_CA).
+	TLSCA, TLSServerName string
 }
+
+// The values of Group.TLS. The default is "preferred", as for the mysql and mariadb clients: TLS whenever the
+// server offers it, plaintext as before when it does not, so a deployment whose servers have no TLS sees no
+// change, and one whose servers do is no longer readable on the wire. The backend link's TLS is keyway's own
+// concern: CLIENT_SSL is not among the capability flags that key the backend pools (mysqlwire.ProtocolCaps), so
+// it changes nothing a client of the SQL door negotiates. "preferred" and "required" do not verify the
+// certificate (they stop passive eavesdropping, not an active man in the middle); "verify" does.
+const (
+	TLSOff       = "off"       // never TLS (ssl-mode DISABLED)
+	TLSPreferred = "preferred" // TLS when offered, unverified; else plaintext (PREFERRED)
+	TLSRequired  = "required"  // TLS or fail, unverified (REQUIRED)
+	TLSVerify    = "verify"    // TLS or fail; chain against tls_ca and name (VERIFY_IDENTITY; VERIFY_CA on a socket)
+)
 
 // Admin configures the admin HTTP listener (/metrics, /digests, /status).
 type Admin struct {
@@ -194,6 +215,7 @@ const (
 	defaultIdleTimeout       = 60 * time.Second
 	defaultHealthInterval    = 2 * time.Second
 	defaultConnectTimeout    = 5 * time.Second
+	defaultGroupTLS          = TLSPreferred
 
 	minMemoryLimit    = 1 * mib
 	maxMaxConnections = 1 << 20
@@ -246,6 +268,9 @@ const (
 	wantMinIdle      = `want an integer from 0 to max_open`
 	wantMaxOpen      = `want an integer from 1 to 1048576`
 	wantPoolDuration = `want a duration like "60s" or "500ms", more than 0`
+	wantGroupTLS     = `want "off", "preferred" (TLS when the server offers it), "required" (TLS, certificate not verified) or "verify" (TLS, certificate verified against tls_ca)`
+	wantTLSCA        = `want the path of a PEM file with the CA certificates that sign the server's certificate (only with tls = "verify")`
+	wantServerName   = `want the host name the server's certificate carries (only with tls = "verify"; default: the host of primary)`
 
 	wantContainerName   = `want a name of letters, digits and _ (keys address the container as "@@name.key"), unique among [[containers]]`
 	wantContainerGroups = `[[containers]] need at least one [[groups]] entry with the primary holding their tables`
@@ -365,6 +390,9 @@ func (g *Group) ensureDefaults() {
 	}
 	if g.ConnectTimeout == 0 {
 		g.ConnectTimeout = defaultConnectTimeout
+	}
+	if g.TLS == "" {
+		g.TLS = defaultGroupTLS
 	}
 }
 
@@ -637,6 +665,34 @@ func (g *Group) validate(key string, p *problems) {
 			p.add(key+d.name, strconv.Quote(d.v.String()), wantPoolDuration)
 		}
 	}
+	switch g.TLS {
+	case TLSOff, TLSPreferred, TLSRequired, TLSVerify:
+	default:
+		p.add(key+"tls", strconv.Quote(g.TLS), wantGroupTLS)
+	}
+	// tls_ca and tls_server_name with a mode that does not verify would suggest a check that never happens.
+	if g.TLSCA != "" {
+		if g.TLS != TLSVerify {
+			p.add(key+"tls_ca", strconv.Quote(g.TLSCA), wantTLSCA+`; tls is "`+g.TLS+`"`)
+		} else if err := checkCAFile(g.TLSCA); err != nil {
+			p.add(key+"tls_ca", strconv.Quote(g.TLSCA), "cannot use it ("+err.Error()+"): "+wantTLSCA)
+		}
+	}
+	if g.TLSServerName != "" && g.TLS != TLSVerify {
+		p.add(key+"tls_server_name", strconv.Quote(g.TLSServerName), wantServerName+`; tls is "`+g.TLS+`"`)
+	}
+}
+
+// checkCAFile reads a PEM file of CA certificates as the backend will.
+func checkCAFile(name string) error {
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return err
+	}
+	if !x509.NewCertPool().AppendCertsFromPEM(b) {
+		return errors.New("no PEM certificate in it")
+	}
+	return nil
 }
 
 // PrimaryNetwork is how the primary is dialed: "unix" for a socket path (it starts with "/"), else "tcp". This is

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -440,6 +441,9 @@ max_open = 32
 idle_timeout = "5m"
 health_interval = "500ms"
 connect_timeout = "1s"
+tls = "verify"
+tls_ca = "` + cert + `"
+tls_server_name = "db.internal"
 
 [admin]
 listen = "127.0.0.1:9104"
@@ -459,9 +463,11 @@ listen = "127.0.0.1:9104"
 	}
 	want.Groups = []Group{
 		{Name: "main", Primary: "10.0.0.5:3306", User: "monitor", Password: "mon",
-			MinIdle: 0, MaxOpen: 256, IdleTimeout: time.Minute, HealthInterval: 2 * time.Second, ConnectTimeout: 5 * time.Second},
+			MinIdle: 0, MaxOpen: 256, IdleTimeout: time.Minute, HealthInterval: 2 * time.Second, ConnectTimeout: 5 * time.Second,
+			TLS: "preferred"},
 		{Name: "replica", Primary: "/run/mysqld/mysqld.sock", User: "monitor",
-			MinIdle: 4, MaxOpen: 32, IdleTimeout: 5 * time.Minute, HealthInterval: 500 * time.Millisecond, ConnectTimeout: time.Second},
+			MinIdle: 4, MaxOpen: 32, IdleTimeout: 5 * time.Minute, HealthInterval: 500 * time.Millisecond, ConnectTimeout: time.Second,
+			TLS: "verify", TLSCA: cert, TLSServerName: "db.internal"},
 	}
 	want.Admin.Listen = "127.0.0.1:9104"
 	if !reflect.DeepEqual(c, want) {
@@ -493,7 +499,8 @@ func TestParseSQLMinimal(t *testing.T) {
 		t.Errorf("users = %+v, want [%+v]", c.SQL.Users, u)
 	}
 	g := Group{Name: "g", Primary: "127.0.0.1:3306", User: "app", Password: "secret",
-		MaxOpen: 256, IdleTimeout: 60 * time.Second, HealthInterval: 2 * time.Second, ConnectTimeout: 5 * time.Second}
+		MaxOpen: 256, IdleTimeout: 60 * time.Second, HealthInterval: 2 * time.Second, ConnectTimeout: 5 * time.Second,
+		TLS: TLSPreferred} // the default: TLS when the backend offers it
 	if len(c.Groups) != 1 || c.Groups[0] != g {
 		t.Errorf("groups = %+v, want [%+v]", c.Groups, g)
 	}
@@ -534,6 +541,44 @@ func TestEnsureDefaultsSQL(t *testing.T) {
 	}
 	if c.SQL.MaxConnections != 1024 {
 		t.Errorf("max_connections = %d", c.SQL.MaxConnections)
+	}
+}
+
+// TestGroupTLSProblems: [[groups]] tls takes the four ssl-mode-like values; tls_ca must be a readable PEM file and,
+// like tls_server_name, belongs to tls = "verify" only. Every problem names its key.
+func TestGroupTLSProblems(t *testing.T) {
+	dir := t.TempDir()
+	cert, _ := testenv.SelfSignedCert(t, dir)
+	notPEM := filepath.Join(dir, "x.pem")
+	if err := os.WriteFile(notPEM, []byte("hello"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	group := func(i int, extra string) string {
+		return "[[groups]]\nname = \"g" + strconv.Itoa(i) + "\"\nprimary = \"db:3306\"\nuser = \"u\"\n" + extra + "\n"
+	}
+	_, err := Parse([]byte(group(0, `tls = "on"`) +
+		group(1, `tls = "required"`+"\n"+`tls_ca = "`+cert+`"`) +
+		group(2, `tls_server_name = "db"`) +
+		group(3, `tls = "verify"`+"\n"+`tls_ca = "/nonexistent/ca.pem"`) +
+		group(4, `tls = "verify"`+"\n"+`tls_ca = "`+notPEM+`"`) +
+		group(5, `tls = 1`)))
+	wantErrors(t, err,
+		[]string{`groups[5].tls = 1`, `want "off", "preferred"`}, // the decoder's problems come first
+		[]string{`groups[0].tls = "on"`, `want "off", "preferred"`},
+		[]string{`groups[1].tls_ca = "` + cert + `"`, `only with tls = "verify"`, `tls is "required"`},
+		[]string{`groups[2].tls_server_name = "db"`, `only with tls = "verify"`, `tls is "preferred"`},
+		[]string{`groups[3].tls_ca = "/nonexistent/ca.pem"`, "cannot use it", "no such file"},
+		[]string{`groups[4].tls_ca = "` + notPEM + `"`, "no PEM certificate"},
+	)
+	for _, extra := range []string{`tls = "off"`, `tls = "preferred"`, `tls = "required"`, `tls = "verify"`,
+		`tls = "verify"` + "\n" + `tls_ca = "` + cert + `"` + "\n" + `tls_server_name = "db"`} {
+		c, err := Parse([]byte(group(0, extra)))
+		if err != nil {
+			t.Fatalf("%s: %v", extra, err)
+		}
+		if !strings.Contains(extra, `"`+c.Groups[0].TLS+`"`) {
+			t.Fatalf("%s: tls = %q", extra, c.Groups[0].TLS)
+		}
 	}
 }
 

@@ -18,11 +18,21 @@ type ClientConfig struct {
 	// Capabilities are requested beyond BaseCaps (typically a client's ProtocolCaps); the server's offer masks them.
 	Capabilities uint32
 	Collation    uint8 // 0 = utf8mb4_general_ci (45)
-	TLS          *tls.Config
+	// TLS, when set, switches the connection to TLS (SSLRequest, then tls.Client) before the handshake response.
+	// A server that does not offer TLS is then an error wrapping ErrNoTLS, unless TLSOptional is set: then the login
+	// continues in plaintext (MySQL's ssl-mode PREFERRED). Whether the server's certificate is verified is decided
+	// by TLS itself (RootCAs, ServerName, InsecureSkipVerify, VerifyConnection).
+	TLS         *tls.Config
+	TLSOptional bool
 	// ServerPubKey encrypts the password in caching_sha2_password full authentication without TLS; when nil keyway
-	// asks the server for its key (trusting the network path to the backend, as get_server_public_key=1 does).
+	// asks the server for its key (trusting the network path to the backend, as get_server_public_key=1 does). Over
+	// TLS the password goes in clear inside the TLS channel and no key is fetched. Without TLS the password never
+	// travels in clear: RSA or nothing.
 	ServerPubKey *rsa.PublicKey
 }
+
+// ErrNoTLS says TLS was required but the server does not offer it (its handshake lacks CLIENT_SSL).
+var ErrNoTLS = errors.New("mysqlwire: the server does not offer TLS")
 
 // ServerInfo is what a backend announced in its handshake.
 type ServerInfo struct {
@@ -104,23 +114,14 @@ func ClientHandshake(c *Conn, cfg *ClientConfig) (*ServerInfo, error) {
 		collation = 45
 	}
 	if cfg.TLS != nil {
-		if info.Capabilities&ClientSSL == 0 {
-			return nil, fmt.Errorf("mysqlwire: TLS is configured but server %q does not offer it", info.Version)
-		}
-		caps |= ClientSSL
-		b := c.Begin()
-		b = binary.LittleEndian.AppendUint32(b, caps)
-		b = binary.LittleEndian.AppendUint32(b, MaxPayload)
-		b = append(b, collation)
-		b = append(b, make([]byte, 23)...)
-		if err := c.Finish(b); err != nil {
-			return nil, err
-		}
-		if err := c.Flush(); err != nil {
-			return nil, err
-		}
-		if err := c.upgradeTLS(cfg.TLS, false); err != nil {
-			return nil, err
+		switch {
+		case info.Capabilities&ClientSSL != 0:
+			caps |= ClientSSL
+			if err := sslRequest(c, caps, collation, cfg.TLS); err != nil {
+				return nil, err
+			}
+		case !cfg.TLSOptional:
+			return nil, fmt.Errorf("%w (server %q)", ErrNoTLS, info.Version)
 		}
 	}
 	c.Capabilities = caps
@@ -160,6 +161,33 @@ func ClientHandshake(c *Conn, cfg *ClientConfig) (*ServerInfo, error) {
 		return nil, err
 	}
 	return info, nil
+}
+
+// ClientStartTLS switches a fresh connection whose handshake info was just read (ReadServerHandshake) to TLS:
+// it sends an SSLRequest and runs the TLS handshake with cfg, and nothing more (no login). keyway's health check
+// uses it to verify a backend's certificate without credentials. A server that does not offer TLS is ErrNoTLS.
+func ClientStartTLS(c *Conn, info *ServerInfo, cfg *tls.Config) error {
+	if info.Capabilities&ClientSSL == 0 {
+		return fmt.Errorf("%w (server %q)", ErrNoTLS, info.Version)
+	}
+	return sslRequest(c, (BaseCaps&info.Capabilities)|ClientSSL, 45, cfg)
+}
+
+// sslRequest sends the SSLRequest packet (the first 32 bytes of a handshake response, CLIENT_SSL set in caps) and
+// runs the TLS handshake over the connection.
+func sslRequest(c *Conn, caps uint32, collation uint8, cfg *tls.Config) error {
+	b := c.Begin()
+	b = binary.LittleEndian.AppendUint32(b, caps)
+	b = binary.LittleEndian.AppendUint32(b, MaxPayload)
+	b = append(b, collation)
+	b = append(b, make([]byte, 23)...)
+	if err := c.Finish(b); err != nil {
+		return err
+	}
+	if err := c.Flush(); err != nil {
+		return err
+	}
+	return c.upgradeTLS(cfg, false)
 }
 
 // clientAuthLoop reads the server's answers until OK or ERR, answering switches and caching_sha2 requests.

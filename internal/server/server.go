@@ -142,6 +142,9 @@ func groupOptions(cfg config.Config, log *slog.Logger) []backend.GroupOptions {
 			IdleTimeout:    g.IdleTimeout,
 			HealthInterval: g.HealthInterval,
 			ConnectTimeout: g.ConnectTimeout,
+			TLS:            g.TLS, // config.TLS* and backend.TLS* share their values
+			TLSCA:          g.TLSCA,
+			TLSServerName:  g.TLSServerName,
 			Logger:         log,
 		})
 	}

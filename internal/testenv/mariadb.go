@@ -41,6 +41,15 @@ type MariaDB struct {
 
 	dir  string // temp dir holding DataDir, Socket and ErrorLog; removed by Stop
 	proc *Process
+	opts MariaDBOptions
+}
+
+// MariaDBOptions change how StartMariaDBWith starts mariadbd. The zero value is StartMariaDB's server.
+type MariaDBOptions struct {
+	// SSLCert and SSLKey (PEM files, e.g. from SelfSignedCert or CertAuthority) make the server offer TLS
+	// (--ssl-cert, --ssl-key); SSLCA (--ssl-ca) is the CA it trusts for client certificates. Without them the
+	// server offers no TLS (MariaDB 10.x generates no certificate of its own).
+	SSLCert, SSLKey, SSLCA string
 }
 
 const (
@@ -58,7 +67,15 @@ const (
 // mariadbd on a free loopback port, waits until it accepts connections and
 // sets up the accounts described on MariaDB. ctx bounds the start only; the
 // server runs until Stop, which also removes its directory.
-func StartMariaDB(ctx context.Context) (_ *MariaDB, err error) {
+func StartMariaDB(ctx context.Context) (*MariaDB, error) {
+	return StartMariaDBWith(ctx, MariaDBOptions{})
+}
+
+// StartMariaDBWith is StartMariaDB with options (a server that offers TLS).
+func StartMariaDBWith(ctx context.Context, o MariaDBOptions) (_ *MariaDB, err error) {
+	if (o.SSLCert == "") != (o.SSLKey == "") {
+		return nil, errors.New("testenv: MariaDBOptions needs both SSLCert and SSLKey, or neither")
+	}
 	installDB, err := LookPath("mariadb-install-db")
 	if err != nil {
 		return nil, err
@@ -76,6 +93,7 @@ func StartMariaDB(ctx context.Context) (_ *MariaDB, err error) {
 		Socket:   filepath.Join(dir, "sock"),
 		ErrorLog: filepath.Join(dir, "error.log"),
 		dir:      dir,
+		opts:     o,
 	}
 	defer func() {
 		if err != nil {
@@ -173,6 +191,12 @@ func (m *MariaDB) start(ctx context.Context, mariadbd, runUser string) error {
 			"--log-error=" + m.ErrorLog,
 			"--pid-file=" + filepath.Join(m.dir, "mariadbd.pid"),
 			"--tmpdir=" + filepath.Join(m.dir, "tmp"),
+		}
+		if m.opts.SSLCert != "" {
+			args = append(args, "--ssl-cert="+m.opts.SSLCert, "--ssl-key="+m.opts.SSLKey)
+			if m.opts.SSLCA != "" {
+				args = append(args, "--ssl-ca="+m.opts.SSLCA)
+			}
 		}
 		p, err := startProcess("mariadbd", mariadbd, args...)
 		if err != nil {
@@ -309,6 +333,23 @@ func NewMariaDB(t testing.TB) *MariaDB {
 	Need(t, "mariadb-install-db")
 	Need(t, "mariadbd")
 	m, err := StartMariaDB(context.Background())
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(func() {
+		if err := m.Stop(); err != nil {
+			t.Errorf("%v", err)
+		}
+	})
+	return m
+}
+
+// NewMariaDBWith is NewMariaDB with options: a private server for the test, stopped at cleanup.
+func NewMariaDBWith(t testing.TB, o MariaDBOptions) *MariaDB {
+	t.Helper()
+	Need(t, "mariadb-install-db")
+	Need(t, "mariadbd")
+	m, err := StartMariaDBWith(context.Background(), o)
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
