@@ -98,22 +98,28 @@ func Start(cfg config.Config, log *slog.Logger) (*Server, error) {
 		// Kept on disk: configuring the container again writes them.
 		log.Warn("the store's journal holds acknowledged writes for containers that are not configured (or not async) now; they stay until such a container is configured", "rows", len(left))
 	}
-	if s.mcLn, err = net.Listen("tcp", cfg.Memcache.Listen); err != nil {
-		return fail(fmt.Errorf("memcache.listen %q: %w (is another memcached or keyway on that port? change -p or [memcache] listen)", cfg.Memcache.Listen, err))
+	if cfg.Memcache.Listen != "" { // listen = "" in the file: the memcache door is off
+		if s.mcLn, err = net.Listen("tcp", cfg.Memcache.Listen); err != nil {
+			return fail(fmt.Errorf("memcache.listen %q: %w (is another memcached or keyway on that port? change -p or [memcache] listen)", cfg.Memcache.Listen, err))
+		}
+		s.memcache = memcache.NewServer(s.engine, memcache.Options{
+			MaxConnections:   cfg.Memcache.MaxConnections,
+			WriteTimeout:     cfg.Memcache.WriteTimeout,
+			MaxInflightBytes: cfg.Memcache.MaxInflightBytes,
+			Logger:           log,
+		})
 	}
-	s.memcache = memcache.NewServer(s.engine, memcache.Options{
-		MaxConnections:   cfg.Memcache.MaxConnections,
-		WriteTimeout:     cfg.Memcache.WriteTimeout,
-		MaxInflightBytes: cfg.Memcache.MaxInflightBytes,
-		Logger:           log,
-	})
 	if err := s.startSQLAndAdmin(); err != nil {
 		return fail(err)
 	}
-	go func() { s.errc <- s.memcache.Serve(s.mcLn) }()
+	mcAddr := "off"
+	if s.memcache != nil {
+		go func() { s.errc <- s.memcache.Serve(s.mcLn) }()
+		mcAddr = s.mcLn.Addr().String()
+	}
 	stats := st.Stats()
 	log.Info("keyway serving",
-		"memcache", s.mcLn.Addr().String(),
+		"memcache", mcAddr,
 		"memory_limit", cfg.Memcache.MemoryLimit,
 		"data_dir", cfg.Store.DataDir,
 		"durability", durName,
@@ -183,7 +189,9 @@ func (s *Server) sqlOptions() (sqlproxy.Options, error) {
 func (s *Server) startSQLAndAdmin() error {
 	cfg := s.cfg
 	metrics := stats.NewMetrics()
-	metrics.SetMemcacheStatsFunc(s.memcache.Stats)
+	if s.memcache != nil {
+		metrics.SetMemcacheStatsFunc(s.memcache.Stats)
+	}
 	digests := stats.NewDigests(digestCapacity)
 	if cfg.SQL.Listen != "" {
 		opts, err := s.sqlOptions()
@@ -256,8 +264,10 @@ type SQLStatus struct {
 // status is what /status shows.
 func (s *Server) status() any {
 	st := Status{
-		Memcache: MemcacheStatus{Listen: s.mcLn.Addr().String(), Stats: s.memcache.Stats()},
-		Store:    StoreStatus{DataDir: s.cfg.Store.DataDir, Durability: s.cfg.Store.Durability},
+		Store: StoreStatus{DataDir: s.cfg.Store.DataDir, Durability: s.cfg.Store.Durability},
+	}
+	if s.memcache != nil { // else the door is off: listen "" and no stats
+		st.Memcache = MemcacheStatus{Listen: s.mcLn.Addr().String(), Stats: s.memcache.Stats()}
 	}
 	if s.sql != nil {
 		st.SQL = &SQLStatus{Listen: s.sqlLn.Addr().String(), Pools: s.topo.Stats()}
@@ -279,8 +289,13 @@ func (s *Server) SQLAddr() net.Addr {
 	return s.sqlLn.Addr()
 }
 
-// MemcacheAddr is where the memcache door listens.
-func (s *Server) MemcacheAddr() net.Addr { return s.mcLn.Addr() }
+// MemcacheAddr is where the memcache door listens, or nil when it is off.
+func (s *Server) MemcacheAddr() net.Addr {
+	if s.mcLn == nil {
+		return nil
+	}
+	return s.mcLn.Addr()
+}
 
 // Err reports a listener that failed while serving.
 func (s *Server) Err() <-chan error { return s.errc }
