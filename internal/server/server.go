@@ -99,6 +99,10 @@ func Start(cfg config.Config, log *slog.Logger) (*Server, error) {
 		log.Warn("the store's journal holds acknowledged writes for containers that are not configured (or not async) now; they stay until such a container is configured", "rows", len(left))
 	}
 	if cfg.Memcache.Listen != "" { // listen = "" in the file: the memcache door is off
+		mcUsers, mcTLS, err := memcacheSecurity(cfg.Memcache)
+		if err != nil {
+			return fail(err)
+		}
 		if s.mcLn, err = net.Listen("tcp", cfg.Memcache.Listen); err != nil {
 			return fail(fmt.Errorf("memcache.listen %q: %w (is another memcached or keyway on that port? change -p or [memcache] listen)", cfg.Memcache.Listen, err))
 		}
@@ -107,6 +111,8 @@ func Start(cfg config.Config, log *slog.Logger) (*Server, error) {
 			WriteTimeout:     cfg.Memcache.WriteTimeout,
 			MaxInflightBytes: cfg.Memcache.MaxInflightBytes,
 			Logger:           log,
+			Users:            mcUsers,
+			TLS:              mcTLS,
 		})
 	}
 	if err := s.startSQLAndAdmin(); err != nil {
@@ -132,6 +138,31 @@ func Start(cfg config.Config, log *slog.Logger) (*Server, error) {
 		log.Info("SQL door off: no [sql] listen in the config")
 	}
 	return s, nil
+}
+
+// memcacheSecurity loads the memcache door's users (memcache.auth_file) and TLS pair (memcache.tls_cert and
+// tls_key). The config checked that they load; they are loaded again here, where they are used. Errors name the
+// file, never its contents.
+func memcacheSecurity(cfg config.Memcache) ([]memcache.User, *tls.Config, error) {
+	var users []memcache.User
+	if cfg.AuthFile != "" {
+		list, err := config.ReadAuthFile(cfg.AuthFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("memcache.auth_file %q: %w", cfg.AuthFile, err)
+		}
+		for _, u := range list {
+			users = append(users, memcache.User{Name: u.Name, Password: u.Password})
+		}
+	}
+	var tc *tls.Config
+	if cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return nil, nil, fmt.Errorf("memcache.tls_cert %q / memcache.tls_key %q: %w", cfg.TLSCert, cfg.TLSKey, err)
+		}
+		tc = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	return users, tc, nil
 }
 
 // groupOptions are the backend groups of cfg, in order (the first is the default group).
