@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -21,6 +22,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
 
 	"github.com/keywaydb/keyway/internal/testenv"
 )
@@ -157,4 +160,113 @@ listen = "`+admin+`"
 	}
 }
 
-var _ = bufio.NewReader
+// freeAddr is a free loopback host:port.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+}
+
+// memcache.tls_cert and tls_key serve the door over TLS: gomemcache with a
+// tls.Dialer sets and gets; plain gomemcache to the same port fails. Before,
+// the keys were unknown and keyway did not start.
+func TestMemcacheTLSConfig(t *testing.T) {
+	cert, key := testenv.SelfSignedCert(t, t.TempDir())
+	addr := freeAddr(t)
+	startKeywayConfig(t, `
+[memcache]
+listen = "`+addr+`"
+tls_cert = "`+cert+`"
+tls_key = "`+key+`"
+`, addr)
+	mc := memcache.New(addr)
+	dialer := &tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true}}
+	mc.DialContext = dialer.DialContext
+	mc.Timeout = 5 * time.Second
+	if err := mc.Set(&memcache.Item{Key: "k", Value: []byte("over tls"), Flags: 7}); err != nil {
+		t.Fatalf("set over TLS: %v", err)
+	}
+	it, err := mc.Get("k")
+	if err != nil || string(it.Value) != "over tls" || it.Flags != 7 {
+		t.Fatalf("get over TLS: %+v, %v", it, err)
+	}
+	plain := memcache.New(addr)
+	plain.Timeout = 2 * time.Second
+	if it, err := plain.Get("k"); err == nil {
+		t.Fatalf("plain TCP to the TLS port got %q; want an error", it.Value)
+	}
+}
+
+// memcache.auth_file (memcached's -Y format) turns authentication on: a text
+// client must send the auth "set" first, and php-memcached authenticates
+// with SASL (binary protocol) through setSaslAuthData. Before, the key was
+// unknown and keyway did not start.
+func TestMemcacheAuthConfig(t *testing.T) {
+	dir := t.TempDir()
+	authFile := filepath.Join(dir, "auth")
+	if err := os.WriteFile(authFile, []byte("app:pa55word\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	startKeywayConfig(t, `
+[memcache]
+listen = "`+addr+`"
+auth_file = "`+authFile+`"
+`, addr)
+
+	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(nc)
+	for _, step := range []struct{ send, want string }{
+		{"get k\r\n", "CLIENT_ERROR unauthenticated\r\n"},
+		{"set k 0 0 9\r\napp wrong\r\n", "CLIENT_ERROR authentication failure\r\n"},
+		{"set k 0 0 12\r\napp pa55word\r\n", "STORED\r\n"},
+		{"set k 0 0 4\r\ntext\r\n", "STORED\r\n"},
+	} {
+		if _, err := io.WriteString(nc, step.send); err != nil {
+			t.Fatal(err)
+		}
+		got, err := br.ReadString('\n')
+		if err != nil || got != step.want {
+			t.Fatalf("sent %q: got %q, %v; want %q", step.send, got, err, step.want)
+		}
+	}
+
+	testenv.Need(t, "php")
+	if out, err := exec.Command("php", "-r", `exit(class_exists("Memcached") ? 0 : 1);`).CombinedOutput(); err != nil {
+		t.Skipf("php-memcached is not installed: %v %s", err, out)
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	script := `
+$m = new Memcached();
+$m->setOption(Memcached::OPT_BINARY_PROTOCOL, true);
+$m->addServer($argv[1], (int)$argv[2]);
+$m->setSaslAuthData($argv[3], $argv[4]);
+$v = $m->get("k");
+if ($v === false) { echo "get failed: ", $m->getResultCode(), " ", $m->getResultMessage(), "\n"; exit(1); }
+if (!$m->set("php", "from php")) { echo "set failed: ", $m->getResultMessage(), "\n"; exit(1); }
+echo $v, "|", $m->get("php"), "\n";
+`
+	run := func(password string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, "php", "-r", script, "--", host, port, "app", password).CombinedOutput()
+		return strings.TrimSpace(string(out)), err
+	}
+	out, err := run("pa55word")
+	if err != nil || out != "text|from php" {
+		t.Fatalf("php-memcached with SASL: %q, %v; want %q", out, err, "text|from php")
+	}
+	out, err = run("wrong")
+	if err == nil || !strings.Contains(out, "get failed") {
+		t.Fatalf("php-memcached with a wrong password: %q, %v; want the get to fail", out, err)
+	}
+	t.Logf("php-memcached with a wrong password: %s", out)
+}
