@@ -5,7 +5,8 @@
 //     Validate; the rest of keyway never re-checks it.
 //   - A zero field means "use the default" (EnsureDefaults fills it). A value the user wrote is never replaced by
 //     a default: Parse and ParseServeArgs start from the defaults and apply the file and flags on top, so an
-//     explicit 0 in the file or on the command line reaches Validate and is rejected there.
+//     explicit 0 in the file or on the command line reaches Validate and is rejected there. One explicit zero is
+//     allowed: memcache.listen = "" turns the memcache door off (as sql.listen = "" leaves the SQL door off).
 //   - Unknown keys are errors, never ignored: a misspelt key would otherwise silently leave a default in force.
 //   - Every error names the key (and the serve flag that sets it, if any) and says what is allowed. Validate and
 //     the file decoder report every problem at once, joined with errors.Join, one problem per line.
@@ -165,16 +166,58 @@ type Admin struct {
 
 // Memcache configures the memcache door.
 type Memcache struct {
-	Listen         string // "listen": host:port; empty host = all interfaces, port 0 = any free port
-	MemoryLimit    int64  // "memory_limit" in bytes: memory for items in the local store
-	MaxConnections int    // "max_connections": concurrent client connections
-	MaxItemSize    int64  // "max_item_size" in bytes: the largest value a client may store
+	// "listen": host:port; empty host = all interfaces, port 0 = any free port. listen = "" in the file turns the
+	// memcache door off; without the key the door listens on 127.0.0.1:11211.
+	Listen         string
+	MemoryLimit    int64 // "memory_limit" in bytes: memory for items in the local store
+	MaxConnections int   // "max_connections": concurrent client connections
+	MaxItemSize    int64 // "max_item_size" in bytes: the largest value a client may store
 	// "write_timeout": a client that does not read its replies for this long is disconnected (default 30s).
 	WriteTimeout time.Duration
 	// "max_inflight_bytes": all connections' partly received requests together (default 0: automatic, the
 	// largest of memory_limit/8, 4 MiB and max_item_size + 4 KiB); a large value past it is refused with
 	// SERVER_ERROR out of memory storing object.
 	MaxInflightBytes int64
+	// "tls_cert" and "tls_key": PEM files; with both, the door speaks TLS only (memcached -Z with ssl_chain_cert
+	// and ssl_key).
+	TLSCert string
+	TLSKey  string
+	// "auth_file": a file in memcached's -Y format, one "user:password" a line; when set, every client must
+	// authenticate before any command (text protocol: memcached 1.6's "set <any> 0 0 <n>" with "user password" as
+	// the data; binary protocol: SASL PLAIN, as memcached -S).
+	AuthFile string
+}
+
+// AuthUser is one line of a memcache.auth_file.
+type AuthUser struct {
+	Name     string
+	Password string
+}
+
+// ReadAuthFile reads a memcache.auth_file: memcached's -Y format, one "user:password" a line (the password is the
+// rest of the line after the first ':', without its line ending). Blank lines are skipped; a line without ':' or
+// with an empty user is an error that names the line but not its content (it may hold a password).
+func ReadAuthFile(path string) ([]AuthUser, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var users []AuthUser
+	for i, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSuffix(line, "\r")
+		if line == "" {
+			continue
+		}
+		name, password, ok := strings.Cut(line, ":")
+		if !ok || name == "" {
+			return nil, fmt.Errorf("line %d is not \"user:password\"", i+1)
+		}
+		users = append(users, AuthUser{Name: name, Password: password})
+	}
+	if len(users) == 0 {
+		return nil, errors.New("it has no \"user:password\" line")
+	}
+	return users, nil
 }
 
 // Store configures the local store's persistence.
@@ -239,7 +282,9 @@ const (
 
 // What each key allows, as said in errors.
 const (
-	wantListen         = `want "host:port", e.g. "127.0.0.1:11211" (empty host = all interfaces, port 0 = any free port)`
+	wantListen         = `want "host:port", e.g. "127.0.0.1:11211" (empty host = all interfaces, port 0 = any free port), or "" for no memcache door`
+	wantMCTLSPair      = `want both memcache.tls_cert and memcache.tls_key (a PEM certificate chain and its PEM private key) to serve the memcache door over TLS, or neither`
+	wantAuthFile       = `want the path of a readable file of "user:password" lines (memcached's -Y format), or "" for no authentication`
 	wantMemoryLimit    = `want megabytes as an integer (64) or a size with unit ("64MB", "1GiB", "512k"), at least 1 MiB`
 	wantMaxConnections = `want an integer from 1 to 1048576`
 	wantMaxItemSize    = `want bytes as an integer (1048576) or a size with unit ("1m", "2MB"), from 1 KiB to 1 GiB`
@@ -721,7 +766,7 @@ func validPrimary(s string) bool {
 }
 
 func (m *Memcache) validate(p *problems) {
-	if !validListen(m.Listen) {
+	if m.Listen != "" && !validListen(m.Listen) {
 		p.add("memcache.listen (-l, -p)", strconv.Quote(m.Listen), wantListen)
 	}
 	if m.MemoryLimit < minMemoryLimit {
@@ -738,6 +783,21 @@ func (m *Memcache) validate(p *problems) {
 	}
 	if m.MaxItemSize < minMaxItemSize || m.MaxItemSize > maxMaxItemSize {
 		p.add("memcache.max_item_size (-I)", formatBytes(m.MaxItemSize), wantMaxItemSize)
+	}
+	switch {
+	case m.TLSCert == "" && m.TLSKey == "":
+	case m.TLSCert == "" || m.TLSKey == "":
+		p.add("memcache.tls_cert, memcache.tls_key", strconv.Quote(m.TLSCert)+", "+strconv.Quote(m.TLSKey), wantMCTLSPair)
+	default:
+		if _, err := tls.LoadX509KeyPair(m.TLSCert, m.TLSKey); err != nil {
+			p.add("memcache.tls_cert, memcache.tls_key", strconv.Quote(m.TLSCert)+", "+strconv.Quote(m.TLSKey),
+				"cannot load them ("+err.Error()+"): "+wantMCTLSPair)
+		}
+	}
+	if m.AuthFile != "" {
+		if _, err := ReadAuthFile(m.AuthFile); err != nil {
+			p.add("memcache.auth_file", strconv.Quote(m.AuthFile), "cannot use it ("+err.Error()+"): "+wantAuthFile)
+		}
 	}
 }
 

@@ -187,7 +187,6 @@ flush_interval = 5          # not a duration string
 func TestExplicitZero(t *testing.T) {
 	_, err := Parse([]byte(`
 [memcache]
-listen = ""
 memory_limit = 0
 max_connections = 0
 max_item_size = "0k"
@@ -195,7 +194,6 @@ max_item_size = "0k"
 flush_interval = "0s"
 `))
 	wantErrors(t, err,
-		[]string{"memcache.listen (-l, -p) = \"\""},
 		[]string{"memcache.memory_limit (-m) = 0 bytes"},
 		[]string{"memcache.max_connections (-c) = 0"},
 		[]string{"memcache.max_item_size (-I) = 0 bytes"},
@@ -1208,4 +1206,89 @@ max_auth_failures = -1
 			t.Errorf("want a problem naming %s, got %v", key, err)
 		}
 	}
+}
+
+// listen = "" in the file turns the memcache door off; without the key the default stays; -l and -p turn a door
+// the file turned off on again.
+func TestMemcacheListenOff(t *testing.T) {
+	c, err := Parse([]byte("[memcache]\nlisten = \"\"\n"))
+	if err != nil || c.Memcache.Listen != "" {
+		t.Fatalf(`listen = "": listen %q, %v; want "" (door off)`, c.Memcache.Listen, err)
+	}
+	c, err = Parse([]byte("[memcache]\nmax_connections = 10\n"))
+	if err != nil || c.Memcache.Listen != defaultListen {
+		t.Fatalf("no listen key: listen %q, %v; want %q", c.Memcache.Listen, err, defaultListen)
+	}
+	off := writeFile(t, "[memcache]\nlisten = \"\"\n")
+	c, err = ParseServeArgs([]string{"--config", off}, &bytes.Buffer{})
+	if err != nil || c.Memcache.Listen != "" {
+		t.Fatalf("serve --config (listen off): listen %q, %v", c.Memcache.Listen, err)
+	}
+	c, err = ParseServeArgs([]string{"--config", off, "-p", "11311"}, &bytes.Buffer{})
+	if err != nil || c.Memcache.Listen != "127.0.0.1:11311" {
+		t.Fatalf("serve --config (listen off) -p 11311: listen %q, %v", c.Memcache.Listen, err)
+	}
+}
+
+func TestMemcacheTLS(t *testing.T) {
+	dir := t.TempDir()
+	cert, key := testenv.SelfSignedCert(t, dir)
+	file := func(cert, key string) string {
+		s := "[memcache]\n"
+		if cert != "" {
+			s += "tls_cert = \"" + cert + "\"\n"
+		}
+		if key != "" {
+			s += "tls_key = \"" + key + "\"\n"
+		}
+		return s
+	}
+	c, err := Parse([]byte(file(cert, key)))
+	if err != nil || c.Memcache.TLSCert != cert || c.Memcache.TLSKey != key {
+		t.Fatalf("valid pair: %+v, %v", c.Memcache, err)
+	}
+	_, err = Parse([]byte(file(cert, "")))
+	wantErrors(t, err, []string{"memcache.tls_cert, memcache.tls_key = \"" + cert + "\", \"\"", "want both", "or neither"})
+	_, err = Parse([]byte(file("", key)))
+	wantErrors(t, err, []string{"memcache.tls_cert, memcache.tls_key = \"\", \"" + key + "\"", "want both"})
+	_, err = Parse([]byte(file(key, cert)))
+	wantErrors(t, err, []string{"memcache.tls_cert, memcache.tls_key", "cannot load them"})
+	_, err = Parse([]byte("[memcache]\ntls_cert = 1\ntls_key = \"" + key + "\"\n"))
+	wantErrors(t, err, []string{"memcache.tls_cert = 1", "PEM file"}, []string{"memcache.tls_cert, memcache.tls_key", "want both"})
+}
+
+func TestMemcacheAuthFile(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "auth")
+	if err := os.WriteFile(good, []byte("alice:s3cret:with colon\r\n\nbob:\ncarol:pw"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Parse([]byte("[memcache]\nauth_file = \"" + good + "\"\n"))
+	if err != nil || c.Memcache.AuthFile != good {
+		t.Fatalf("valid auth_file: %+v, %v", c.Memcache, err)
+	}
+	users, err := ReadAuthFile(good)
+	want := []AuthUser{{"alice", "s3cret:with colon"}, {"bob", ""}, {"carol", "pw"}}
+	if err != nil || !reflect.DeepEqual(users, want) {
+		t.Fatalf("ReadAuthFile = %+v, %v; want %+v", users, err, want)
+	}
+	bad := filepath.Join(dir, "bad")
+	if err := os.WriteFile(bad, []byte("alice:x\nhunter2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Parse([]byte("[memcache]\nauth_file = \"" + bad + "\"\n"))
+	wantErrors(t, err, []string{"memcache.auth_file", "line 2 is not", "user:password"})
+	if strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("the error shows the line's content (a password, maybe): %v", err)
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Parse([]byte("[memcache]\nauth_file = \"" + empty + "\"\n"))
+	wantErrors(t, err, []string{"memcache.auth_file", "no \"user:password\" line"})
+	_, err = Parse([]byte("[memcache]\nauth_file = \"" + filepath.Join(dir, "missing") + "\"\n"))
+	wantErrors(t, err, []string{"memcache.auth_file", "no such file"})
+	_, err = Parse([]byte("[memcache]\nauth_file = [\"x\"]\n"))
+	wantErrors(t, err, []string{"memcache.auth_file = an array", "user:password"})
 }

@@ -36,6 +36,9 @@ type memcacheFile struct {
 	MaxItemSize    any `toml:"max_item_size"`
 	WriteTimeout   any `toml:"write_timeout"`
 	MaxInflight    any `toml:"max_inflight_bytes"`
+	TLSCert        any `toml:"tls_cert"`
+	TLSKey         any `toml:"tls_key"`
+	AuthFile       any `toml:"auth_file"`
 }
 
 type storeFile struct {
@@ -221,6 +224,9 @@ func (f *memcacheFile) applyTo(m *Memcache, d *decoder) {
 	d.size("memcache.max_item_size", f.MaxItemSize, 1, wantMaxItemSize, &m.MaxItemSize)
 	d.duration("memcache.write_timeout", f.WriteTimeout, wantPoolDuration, &m.WriteTimeout)
 	d.size("memcache.max_inflight_bytes", f.MaxInflight, 1, wantInflight, &m.MaxInflightBytes)
+	d.str("memcache.tls_cert", f.TLSCert, wantTLSFile, &m.TLSCert)
+	d.str("memcache.tls_key", f.TLSKey, wantTLSFile, &m.TLSKey)
+	d.str("memcache.auth_file", f.AuthFile, wantAuthFile, &m.AuthFile)
 }
 
 func (f *storeFile) applyTo(s *Store, d *decoder) {

@@ -175,6 +175,9 @@ func (f *serveFlags) applyTo(c *Config, name string) string {
 // the port too if it has one; -p replaces the port. If the old address is not host:port it is returned as it is,
 // for Validate to report.
 func (f *serveFlags) listen(old string) string {
+	if old == "" {
+		old = defaultListen // the file turned the door off; -l or -p turn it on again
+	}
 	host, port, err := net.SplitHostPort(old)
 	if err != nil {
 		return old

@@ -68,8 +68,8 @@ const (
 	opGATQ       = 0x1e
 	opGATK       = 0x23
 	opGATKQ      = 0x24
-	// SASL (0x20 list mechs, 0x21 auth, 0x22 step) is answered as an unknown
-	// command until authentication is configurable, as memcached does without -S.
+	// SASL (0x20 list mechs, 0x21 auth, 0x22 step) is in auth.go; without
+	// users configured it is an unknown command, as memcached without -S.
 )
 
 // Response statuses (protocol_binary_response_status).
@@ -130,6 +130,11 @@ func (c *conn) binaryRequest(buf []byte) (int, error) {
 		c.binError(h, statusUnknownCommand)
 		c.closeAfterWrite = true
 		return binaryHeaderLen, nil
+	}
+	if c.srv.auth != nil {
+		if n, done := c.binaryAuthGate(buf, h); done {
+			return n, nil
+		}
 	}
 	if h.keylen > maxKeyLen {
 		c.binProtocolError(h)
@@ -520,6 +525,8 @@ func binStatusText(status uint16) string {
 		return "Unknown command"
 	case statusNoMemory:
 		return "Out of memory"
+	case statusAuthError:
+		return "Auth failure."
 	}
 	return "Internal error"
 }

@@ -75,6 +75,9 @@ type conn struct {
 	// proto is fixed by the first byte a client sends, as memcached decides
 	// it: after that, input in the other protocol is an error, not a switch.
 	proto uint8
+	// authed is true once the client has authenticated, and from the start
+	// when no users are configured. Until then only authentication runs.
+	authed bool
 }
 
 const (
@@ -84,7 +87,7 @@ const (
 )
 
 func newConn(s *Server, nc net.Conn) *conn {
-	return &conn{srv: s, eng: s.eng, nc: nc, rbuf: make([]byte, initialReadBuffer)}
+	return &conn{srv: s, eng: s.eng, nc: nc, rbuf: make([]byte, initialReadBuffer), authed: s.auth == nil}
 }
 
 func (c *conn) serve() {

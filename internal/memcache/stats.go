@@ -92,6 +92,8 @@ func (s *Server) generalStats(w statWriter) {
 	w.int("cas_badval", k.CasBadval.Load())
 	w.int("touch_hits", k.TouchHits.Load())
 	w.int("touch_misses", k.TouchMisses.Load())
+	w.int("auth_cmds", s.authCmds.Load())
+	w.int("auth_errors", s.authErrors.Load())
 	w.int("threads", int64(s.threads()))
 	w.int("limit_maxbytes", st.Limit)
 	w.int("bytes", st.Bytes)

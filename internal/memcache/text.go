@@ -43,6 +43,9 @@ const (
 // textRequest answers one text request at the start of buf and returns the
 // bytes it used, or needMore.
 func (c *conn) textRequest(buf []byte) (int, error) {
+	if !c.authed {
+		return c.textAuth(buf)
+	}
 	eol := bytes.IndexByte(buf, '\n')
 	if eol < 0 {
 		limit := maxLine

@@ -98,22 +98,34 @@ func Start(cfg config.Config, log *slog.Logger) (*Server, error) {
 		// Kept on disk: configuring the container again writes them.
 		log.Warn("the store's journal holds acknowledged writes for containers that are not configured (or not async) now; they stay until such a container is configured", "rows", len(left))
 	}
-	if s.mcLn, err = net.Listen("tcp", cfg.Memcache.Listen); err != nil {
-		return fail(fmt.Errorf("memcache.listen %q: %w (is another memcached or keyway on that port? change -p or [memcache] listen)", cfg.Memcache.Listen, err))
+	if cfg.Memcache.Listen != "" { // listen = "" in the file: the memcache door is off
+		mcUsers, mcTLS, err := memcacheSecurity(cfg.Memcache)
+		if err != nil {
+			return fail(err)
+		}
+		if s.mcLn, err = net.Listen("tcp", cfg.Memcache.Listen); err != nil {
+			return fail(fmt.Errorf("memcache.listen %q: %w (is another memcached or keyway on that port? change -p or [memcache] listen)", cfg.Memcache.Listen, err))
+		}
+		s.memcache = memcache.NewServer(s.engine, memcache.Options{
+			MaxConnections:   cfg.Memcache.MaxConnections,
+			WriteTimeout:     cfg.Memcache.WriteTimeout,
+			MaxInflightBytes: cfg.Memcache.MaxInflightBytes,
+			Logger:           log,
+			Users:            mcUsers,
+			TLS:              mcTLS,
+		})
 	}
-	s.memcache = memcache.NewServer(s.engine, memcache.Options{
-		MaxConnections:   cfg.Memcache.MaxConnections,
-		WriteTimeout:     cfg.Memcache.WriteTimeout,
-		MaxInflightBytes: cfg.Memcache.MaxInflightBytes,
-		Logger:           log,
-	})
 	if err := s.startSQLAndAdmin(); err != nil {
 		return fail(err)
 	}
-	go func() { s.errc <- s.memcache.Serve(s.mcLn) }()
+	mcAddr := "off"
+	if s.memcache != nil {
+		go func() { s.errc <- s.memcache.Serve(s.mcLn) }()
+		mcAddr = s.mcLn.Addr().String()
+	}
 	stats := st.Stats()
 	log.Info("keyway serving",
-		"memcache", s.mcLn.Addr().String(),
+		"memcache", mcAddr,
 		"memory_limit", cfg.Memcache.MemoryLimit,
 		"data_dir", cfg.Store.DataDir,
 		"durability", durName,
@@ -126,6 +138,31 @@ func Start(cfg config.Config, log *slog.Logger) (*Server, error) {
 		log.Info("SQL door off: no [sql] listen in the config")
 	}
 	return s, nil
+}
+
+// memcacheSecurity loads the memcache door's users (memcache.auth_file) and TLS pair (memcache.tls_cert and
+// tls_key). The config checked that they load; they are loaded again here, where they are used. Errors name the
+// file, never its contents.
+func memcacheSecurity(cfg config.Memcache) ([]memcache.User, *tls.Config, error) {
+	var users []memcache.User
+	if cfg.AuthFile != "" {
+		list, err := config.ReadAuthFile(cfg.AuthFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("memcache.auth_file %q: %w", cfg.AuthFile, err)
+		}
+		for _, u := range list {
+			users = append(users, memcache.User{Name: u.Name, Password: u.Password})
+		}
+	}
+	var tc *tls.Config
+	if cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return nil, nil, fmt.Errorf("memcache.tls_cert %q / memcache.tls_key %q: %w", cfg.TLSCert, cfg.TLSKey, err)
+		}
+		tc = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	return users, tc, nil
 }
 
 // groupOptions are the backend groups of cfg, in order (the first is the default group).
@@ -186,7 +223,9 @@ func (s *Server) sqlOptions() (sqlproxy.Options, error) {
 func (s *Server) startSQLAndAdmin() error {
 	cfg := s.cfg
 	metrics := stats.NewMetrics()
-	metrics.SetMemcacheStatsFunc(s.memcache.Stats)
+	if s.memcache != nil {
+		metrics.SetMemcacheStatsFunc(s.memcache.Stats)
+	}
 	digests := stats.NewDigests(digestCapacity)
 	if cfg.SQL.Listen != "" {
 		opts, err := s.sqlOptions()
@@ -259,8 +298,10 @@ type SQLStatus struct {
 // status is what /status shows.
 func (s *Server) status() any {
 	st := Status{
-		Memcache: MemcacheStatus{Listen: s.mcLn.Addr().String(), Stats: s.memcache.Stats()},
-		Store:    StoreStatus{DataDir: s.cfg.Store.DataDir, Durability: s.cfg.Store.Durability},
+		Store: StoreStatus{DataDir: s.cfg.Store.DataDir, Durability: s.cfg.Store.Durability},
+	}
+	if s.memcache != nil { // else the door is off: listen "" and no stats
+		st.Memcache = MemcacheStatus{Listen: s.mcLn.Addr().String(), Stats: s.memcache.Stats()}
 	}
 	if s.sql != nil {
 		st.SQL = &SQLStatus{Listen: s.sqlLn.Addr().String(), Pools: s.topo.Stats()}
@@ -282,8 +323,13 @@ func (s *Server) SQLAddr() net.Addr {
 	return s.sqlLn.Addr()
 }
 
-// MemcacheAddr is where the memcache door listens.
-func (s *Server) MemcacheAddr() net.Addr { return s.mcLn.Addr() }
+// MemcacheAddr is where the memcache door listens, or nil when it is off.
+func (s *Server) MemcacheAddr() net.Addr {
+	if s.mcLn == nil {
+		return nil
+	}
+	return s.mcLn.Addr()
+}
 
 // Err reports a listener that failed while serving.
 func (s *Server) Err() <-chan error { return s.errc }
