@@ -88,14 +88,25 @@ func serve(args []string, stderr io.Writer) int {
 		return 1
 	}
 	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	// SIGHUP is caught too: its default action would end keyway without a word. Until reload exists it is
+	// logged and ignored.
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	code := 0
-	select {
-	case s := <-sig:
-		log.Info("stopping", "signal", s.String())
-	case err := <-srv.Err():
-		log.Error("memcache listener failed", "err", err)
-		code = 1
+wait:
+	for {
+		select {
+		case s := <-sig:
+			if s == syscall.SIGHUP {
+				log.Warn("SIGHUP ignored: keyway does not reload its configuration yet; restart it to apply changes")
+				continue
+			}
+			log.Info("stopping", "signal", s.String())
+			break wait
+		case err := <-srv.Err():
+			log.Error("memcache listener failed", "err", err)
+			code = 1
+			break wait
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -59,6 +59,9 @@ type setResp struct {
 // queues the write, so the caller may reuse them (a connection's read buffer)
 // once Set returns, whatever it returned.
 func (c *Container) Set(ctx context.Context, key []byte, it Item) (uint64, error) {
+	if err := c.notLive(); err != nil {
+		return 0, err
+	}
 	own := make([]byte, len(key)+len(it.Value))
 	n := copy(own, key)
 	copy(own[n:], it.Value)

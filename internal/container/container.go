@@ -35,9 +35,19 @@
 //     suffices, otherwise a transaction with SELECT … FOR UPDATE.
 //   - Expired rows (expiry column ≠ 0 and ≤ now, in this process's clock) are
 //     misses for every operation; Add and Set overwrite them.
+//   - A container serves only once its table was checked (columns, key index,
+//     max(cas)). Open fails on a table that does not fit its Def, but not on
+//     a backend it cannot reach: that container opens not checked, every
+//     operation fails with a *NotCheckedError (the cause and the backend
+//     named; not Refused, so a write-behind queue keeps its rows), and a
+//     goroutine checks again with a growing pause until it passes or Close.
+//     The check sets the column facts, then flips an atomic flag; nothing
+//     reads those facts before it saw the flag. Until then NormKey is the key
+//     itself. "Waiting for its backend" and "checked, serving" are logged
+//     once each.
 //   - CAS values: with a cas column keyway assigns them from one process-wide
-//     monotonic counter, raised at every Open to at least max(cas) of the
-//     table, so a CAS never repeats while rows are written only through
+//     monotonic counter, raised when the table is checked (before it serves)
+//     to at least max(cas) of the table, so a CAS never repeats while rows are written only through
 //     keyway. Without a cas column the CAS is a 64-bit FNV-1a hash of the value
 //     and flags (never 0): writing the same value and flags again yields the
 //     same CAS, so a CompareAndSwap against a stale CAS succeeds when the
@@ -58,11 +68,16 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/keywaydb/keyway/internal/backend"
 )
 
 // Def describes one container (the InnoDB memcached plugin's `containers` row).
@@ -77,10 +92,13 @@ type Def struct {
 	ExpiryColumn  string   // optional
 }
 
-// Options tunes the group committer.
+// Options tunes the group committer and says where the table lives.
 type Options struct {
 	MaxBatch int           // Sets per transaction at most; 128 when ≤ 0
 	MaxWait  time.Duration // wait this long for more Sets after the first; 0 (default) = take only what is queued
+	// Backend names where the table lives in errors and logs, such as "group main (127.0.0.1:3306)".
+	Backend string
+	Logger  *slog.Logger // slog.Default() when nil
 }
 
 // Item is one memcache item.
@@ -166,13 +184,15 @@ type Container struct {
 	def Def
 	opt Options
 
-	sep      string
-	table    string // `schema`.`table`
-	qKey     string
-	qVals    []string
-	qFlags   string // "" when none
-	qCAS     string
-	qExp     string
+	sep    string
+	table  string // `schema`.`table`
+	qKey   string
+	qVals  []string
+	qFlags string // "" when none
+	qCAS   string
+	qExp   string
+	// The checked fields: set once by check, before checked turns true, and
+	// read only after notLive returned nil (see Open).
 	keyChars int64 // CHARACTER_MAXIMUM_LENGTH of the key column
 	keyText  bool  // CHAR/VARCHAR (length in characters), not BINARY/VARBINARY (bytes)
 	keyFold  bool  // key collation case-insensitive (for GetMulti matching)
@@ -180,6 +200,11 @@ type Container struct {
 	valCols  []fit // what each value column accepts, in ValueColumns order
 	flagsFit fit   // the flags column's range (when there is one)
 	expFit   fit   // the expiry column's range
+
+	checked   atomic.Bool           // the table was checked: the checked fields are set
+	why       atomic.Pointer[error] // while not live: why the last check failed
+	stopCheck chan struct{}         // closed by Close: checkLoop stops
+	checkDone chan struct{}         // closed when no check runs any more
 
 	mu     sync.RWMutex // guards closed against sends on queue
 	closed bool
@@ -204,25 +229,119 @@ func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``")
 // Open checks def against the table's real columns and key index and starts
 // the container's group committer. The error names the container and the
 // offending column on a mismatch.
+//
+// When the backend cannot be reached (see unreachable), Open does not fail:
+// it returns the container not checked yet. Every operation then fails with
+// a *NotCheckedError naming the container, the backend and the cause, and a
+// goroutine checks the table again with a growing pause (checkRetryMin …
+// checkRetryMax) until it succeeds or Close; then the container serves. A
+// table that turns out not to fit at such a late check keeps the container
+// not checked (and is logged): it is retried like an unreachable backend,
+// since there is no startup left to fail.
 func Open(ctx context.Context, db *sql.DB, def Def, o Options) (*Container, error) {
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = 128
 	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
 	if def.Separator == "" {
 		def.Separator = "|"
 	}
-	fail := func(format string, args ...any) error {
-		return fmt.Errorf("container %q (%s.%s): %s", def.Name, def.Schema, def.Table, fmt.Sprintf(format, args...))
-	}
 	if def.Schema == "" || def.Table == "" || def.KeyColumn == "" || len(def.ValueColumns) == 0 {
-		return nil, fail("schema, table, key column and at least one value column are required")
+		return nil, failf(def, "schema, table, key column and at least one value column are required")
 	}
+	c := &Container{
+		db: db, def: def, opt: o, sep: def.Separator,
+		table: quoteIdent(def.Schema) + "." + quoteIdent(def.Table),
+		qKey:  quoteIdent(def.KeyColumn),
+	}
+	for _, v := range def.ValueColumns {
+		c.qVals = append(c.qVals, quoteIdent(v))
+	}
+	if def.FlagsColumn != "" {
+		c.qFlags = quoteIdent(def.FlagsColumn)
+	}
+	if def.CASColumn != "" {
+		c.qCAS = quoteIdent(def.CASColumn)
+	}
+	if def.ExpiryColumn != "" {
+		c.qExp = quoteIdent(def.ExpiryColumn)
+	}
+	c.checkDone = make(chan struct{})
+	c.stopCheck = make(chan struct{})
+	switch err := c.check(ctx); {
+	case err == nil:
+		close(c.checkDone)
+	case unreachable(err):
+		c.setWhy(err)
+		o.Logger.Warn("container waiting for its backend: its keys answer SERVER_ERROR until the table is checked",
+			"container", def.Name, "backend", o.Backend, "err", err)
+		go c.checkLoop()
+	default:
+		return nil, err
+	}
+	c.queue = make(chan *setReq, o.MaxBatch)
+	c.done = make(chan struct{})
+	go c.commitLoop()
+	return c, nil
+}
+
+// failf is an error about def's table.
+func failf(def Def, format string, args ...any) error {
+	return fmt.Errorf("container %q (%s.%s): %s", def.Name, def.Schema, def.Table, fmt.Sprintf(format, args...))
+}
+
+// unreachableError is a query of the check that failed for want of a
+// backend, not because of the table.
+type unreachableError struct {
+	what string
+	err  error
+}
+
+func (e *unreachableError) Error() string { return e.what + ": " + e.err.Error() }
+func (e *unreachableError) Unwrap() error { return e.err }
+
+// Server errors that say the server is there but cannot serve yet (it is
+// starting, stopping or full): a later check may pass.
+var transientErrors = map[uint16]bool{
+	1040: true, // too many connections
+	1053: true, // server shutdown in progress
+}
+
+// readFail wraps the error of a query the check ran: an *unreachableError
+// when the backend could not be reached (the group's *backend.UnavailableError,
+// a lost connection, anything that is not a server's answer, or one of
+// transientErrors), else an error naming the container and what failed (a
+// server's refusal, such as access denied, is configuration to fix).
+func readFail(def Def, what string, err error) error {
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) || transientErrors[me.Number] {
+		return &unreachableError{what: what, err: err}
+	}
+	return failf(def, "%s: %v", what, err)
+}
+
+// unreachable reports whether err (from check) means the backend could not
+// be reached, so the check is worth trying again later.
+func unreachable(err error) bool {
+	var ue *unreachableError
+	return errors.As(err, &ue)
+}
+
+// check reads the table's columns and key index, checks them against the
+// definition and, when they fit, sets the checked fields, raises the CAS
+// counter to the table's max(cas) and marks the container live, in that
+// order: a reader that sees it live sees the fields.
+func (c *Container) check(ctx context.Context) error {
+	def, db := c.def, c.db
+	fail := func(format string, args ...any) error { return failf(def, format, args...) }
 
 	rows, err := db.QueryContext(ctx, `SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_MAXIMUM_LENGTH,
 		CHARACTER_OCTET_LENGTH, COLLATION_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?`,
 		def.Schema, def.Table)
 	if err != nil {
-		return nil, fail("read columns: %v", err)
+		return readFail(def, "read columns", err)
 	}
 	cols := map[string]column{}
 	for rows.Next() {
@@ -230,20 +349,20 @@ func Open(ctx context.Context, db *sql.DB, def Def, o Options) (*Container, erro
 		var c column
 		if err := rows.Scan(&name, &c.dataType, &c.colType, &c.maxChars, &c.maxOctets, &c.collation); err != nil {
 			rows.Close()
-			return nil, fail("read columns: %v", err)
+			return readFail(def, "read columns", err)
 		}
 		c.dataType = strings.ToLower(c.dataType)
 		c.colType = strings.ToLower(c.colType)
 		cols[strings.ToLower(name)] = c
 	}
 	if err := rows.Close(); err != nil {
-		return nil, fail("read columns: %v", err)
+		return readFail(def, "read columns", err)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fail("read columns: %v", err)
+		return readFail(def, "read columns", err)
 	}
 	if len(cols) == 0 {
-		return nil, fail("table does not exist")
+		return fail("table does not exist")
 	}
 
 	check := func(role, name string, ok func(column) bool, want string) (column, error) {
@@ -289,46 +408,47 @@ func Open(ctx context.Context, db *sql.DB, def Def, o Options) (*Container, erro
 
 	keyCol, err := check("key", def.KeyColumn, isKeyType, "CHAR, VARCHAR, BINARY or VARBINARY")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, v := range def.ValueColumns {
 		if _, err := check("value", v, isValue, "a string, blob or integer type"); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if def.FlagsColumn != "" {
 		if _, err := check("flags", def.FlagsColumn, isFlags, "INT or BIGINT"); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if def.CASColumn != "" {
 		if _, err := check("cas", def.CASColumn, isCAS, "BIGINT UNSIGNED"); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if def.ExpiryColumn != "" {
 		if _, err := check("expiry", def.ExpiryColumn, isExp, "INT or BIGINT"); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if err := checkKeyIndex(ctx, db, def); err != nil {
-		return nil, fail("%v", err)
+		return err
+	}
+	var maxCAS sql.Null[uint64]
+	if def.CASColumn != "" {
+		if err := db.QueryRowContext(ctx, "SELECT MAX("+c.qCAS+") FROM "+c.table).Scan(&maxCAS); err != nil {
+			return readFail(def, fmt.Sprintf("read max(%s)", def.CASColumn), err)
+		}
 	}
 
-	c := &Container{
-		db: db, def: def, opt: o, sep: def.Separator,
-		table:    quoteIdent(def.Schema) + "." + quoteIdent(def.Table),
-		qKey:     quoteIdent(def.KeyColumn),
-		keyChars: keyCol.maxChars.Int64,
-		keyText:  keyCol.dataType == "char" || keyCol.dataType == "varchar",
-	}
+	// Checked: set the fields, then go live (see notLive).
+	c.keyChars = keyCol.maxChars.Int64
+	c.keyText = keyCol.dataType == "char" || keyCol.dataType == "varchar"
 	if keyCol.collation.Valid {
 		coll := strings.ToLower(keyCol.collation.String)
 		c.keyFold = strings.HasSuffix(coll, "_ci") || strings.Contains(coll, "_ci_")
 		c.keyPad = !strings.Contains(coll, "nopad")
 	}
 	for _, v := range def.ValueColumns {
-		c.qVals = append(c.qVals, quoteIdent(v))
 		c.valCols = append(c.valCols, fitOf(v, cols[strings.ToLower(v)]))
 	}
 	if def.FlagsColumn != "" {
@@ -337,27 +457,108 @@ func Open(ctx context.Context, db *sql.DB, def Def, o Options) (*Container, erro
 	if def.ExpiryColumn != "" {
 		c.expFit = fitOf(def.ExpiryColumn, cols[strings.ToLower(def.ExpiryColumn)])
 	}
-	if def.FlagsColumn != "" {
-		c.qFlags = quoteIdent(def.FlagsColumn)
+	if maxCAS.Valid {
+		// Before going live: no operation can assign a CAS until then.
+		raiseCAS(maxCAS.V)
 	}
-	if def.CASColumn != "" {
-		c.qCAS = quoteIdent(def.CASColumn)
-		var maxCAS sql.Null[uint64]
-		if err := db.QueryRowContext(ctx, "SELECT MAX("+c.qCAS+") FROM "+c.table).Scan(&maxCAS); err != nil {
-			return nil, fail("read max(%s): %v", def.CASColumn, err)
-		}
-		if maxCAS.Valid {
-			raiseCAS(maxCAS.V)
-		}
-	}
-	if def.ExpiryColumn != "" {
-		c.qExp = quoteIdent(def.ExpiryColumn)
-	}
-	c.queue = make(chan *setReq, o.MaxBatch)
-	c.done = make(chan struct{})
-	go c.commitLoop()
-	return c, nil
+	c.checked.Store(true)
+	return nil
 }
+
+// Pauses between checks of a container whose backend was unreachable.
+const (
+	checkRetryMin = 100 * time.Millisecond
+	checkRetryMax = 2 * time.Second
+	checkTimeout  = 10 * time.Second // one check's queries at most
+)
+
+// checkLoop checks the table again, with a growing pause, until the check
+// passes (the container goes live) or Close. It logs the container serving
+// once, and a table that does not fit the definition once per distinct
+// reason.
+func (c *Container) checkLoop() {
+	defer close(c.checkDone)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-c.stopCheck:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	pause, logged := checkRetryMin, ""
+	for {
+		select {
+		case <-c.stopCheck:
+			return
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, checkRetryMax)
+		cctx, ccancel := context.WithTimeout(ctx, checkTimeout)
+		err := c.check(cctx)
+		ccancel()
+		if err == nil {
+			c.opt.Logger.Info("container checked, serving", "container", c.def.Name, "backend", c.opt.Backend)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		c.setWhy(err)
+		if !unreachable(err) && err.Error() != logged {
+			logged = err.Error()
+			c.opt.Logger.Error("container check failed: its table does not fit the definition; checking again until it does",
+				"container", c.def.Name, "backend", c.opt.Backend, "err", err)
+		}
+	}
+}
+
+func (c *Container) setWhy(err error) { c.why.Store(&err) }
+
+// NotCheckedError is the error of every operation on a container whose
+// table has not been checked yet (its backend was unreachable when it
+// opened; see Open).
+type NotCheckedError struct {
+	Container string
+	Backend   string // Options.Backend
+	Err       error  // why the last check failed
+}
+
+func (e *NotCheckedError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "container %q not checked against its table yet", e.Container)
+	cause := e.Err
+	var ue *backend.UnavailableError
+	switch {
+	case errors.As(cause, &ue):
+		// Name the group once: the group's error repeats it.
+		fmt.Fprintf(&b, ": backend group %s (%s) unavailable: %v", ue.Group, ue.Addr, ue.Err)
+		return b.String()
+	case unreachable(cause) && e.Backend != "":
+		fmt.Fprintf(&b, ": backend %s unavailable", e.Backend)
+	case e.Backend != "":
+		fmt.Fprintf(&b, " (backend %s)", e.Backend)
+	}
+	fmt.Fprintf(&b, ": %v", cause)
+	return b.String()
+}
+
+func (e *NotCheckedError) Unwrap() error { return e.Err }
+
+// notLive is nil once the container is checked (live), else its
+// *NotCheckedError. Every operation asks it first: the checked fields
+// (keyChars … expFit) may be read only after it returned nil.
+func (c *Container) notLive() error {
+	if c.checked.Load() {
+		return nil
+	}
+	return &NotCheckedError{Container: c.def.Name, Backend: c.opt.Backend, Err: *c.why.Load()}
+}
+
+// Checked reports whether the container's table has been checked, so it
+// serves.
+func (c *Container) Checked() bool { return c.checked.Load() }
 
 // checkKeyIndex requires the primary key or a unique index on exactly the key
 // column (no prefix).
@@ -365,7 +566,7 @@ func checkKeyIndex(ctx context.Context, db *sql.DB, def Def) error {
 	rows, err := db.QueryContext(ctx, `SELECT INDEX_NAME, COLUMN_NAME, SUB_PART FROM information_schema.STATISTICS
 		WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND NON_UNIQUE = 0`, def.Schema, def.Table)
 	if err != nil {
-		return fmt.Errorf("read indexes: %v", err)
+		return readFail(def, "read indexes", err)
 	}
 	defer rows.Close()
 	type idx struct {
@@ -377,7 +578,7 @@ func checkKeyIndex(ctx context.Context, db *sql.DB, def Def) error {
 		var name, col string
 		var sub sql.NullInt64
 		if err := rows.Scan(&name, &col, &sub); err != nil {
-			return fmt.Errorf("read indexes: %v", err)
+			return readFail(def, "read indexes", err)
 		}
 		x := idxs[name]
 		if x == nil {
@@ -388,14 +589,14 @@ func checkKeyIndex(ctx context.Context, db *sql.DB, def Def) error {
 		x.prefix = x.prefix || sub.Valid
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read indexes: %v", err)
+		return readFail(def, "read indexes", err)
 	}
 	for _, x := range idxs {
 		if len(x.cols) == 1 && strings.EqualFold(x.cols[0], def.KeyColumn) && !x.prefix {
 			return nil
 		}
 	}
-	return fmt.Errorf("key column %q is neither the primary key nor a unique index on exactly that column", def.KeyColumn)
+	return failf(def, "key column %q is neither the primary key nor a unique index on exactly that column", def.KeyColumn)
 }
 
 // Def returns the container's definition (Separator defaulted).
@@ -406,15 +607,18 @@ func (c *Container) Stats() Stats {
 	return Stats{Batches: c.batches.Load(), BatchedSets: c.batchedSets.Load()}
 }
 
-// Close stops the group committer after it answered every queued Set. Sets
-// after Close return ErrClosed.
+// Close stops checking the table (when it was not checked yet) and the group
+// committer after it answered every queued Set. Sets after Close return
+// ErrClosed.
 func (c *Container) Close() error {
 	c.mu.Lock()
 	if !c.closed {
 		c.closed = true
 		close(c.queue)
+		close(c.stopCheck)
 	}
 	c.mu.Unlock()
+	<-c.checkDone
 	<-c.done
 	return nil
 }
@@ -423,8 +627,12 @@ func (c *Container) errorf(format string, args ...any) error {
 	return fmt.Errorf("container %q: "+format, append([]any{c.def.Name}, args...)...)
 }
 
-// checkKey rejects keys that cannot fit the key column.
+// checkKey rejects keys that cannot fit the key column, and every key while
+// the table is not checked (see notLive).
 func (c *Container) checkKey(key []byte) error {
+	if err := c.notLive(); err != nil {
+		return err
+	}
 	if len(key) == 0 {
 		return c.errorf("%w: empty key", ErrKeyTooLong)
 	}

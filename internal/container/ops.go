@@ -127,7 +127,14 @@ func (c *Container) Get(ctx context.Context, key []byte) (Item, bool, error) {
 // the same NormKey address the same row.
 func (c *Container) NormKey(k string) string { return c.normKey(k) }
 
+// Until the table is checked the collation is not known and keys are taken
+// as they are: nothing keyed by NormKey is stored then (every operation
+// fails), except write-behind records replayed from the journal, which were
+// keyed when the container was checked in an earlier run.
 func (c *Container) normKey(k string) string {
+	if !c.checked.Load() {
+		return k
+	}
 	if c.keyPad {
 		k = strings.TrimRight(k, " ")
 	}
@@ -140,6 +147,9 @@ func (c *Container) normKey(k string) string {
 // AppendNormKey appends NormKey(key) to dst without converting key to a
 // string (the engine builds a cache key with it on every cached read).
 func (c *Container) AppendNormKey(dst, key []byte) []byte {
+	if !c.checked.Load() {
+		return append(dst, key...)
+	}
 	if c.keyPad {
 		key = bytes.TrimRight(key, " ")
 	}
@@ -617,6 +627,9 @@ func (c *Container) Delete(ctx context.Context, key []byte) (Status, error) {
 // Truncate empties the table (TRUNCATE TABLE). Queued Sets are not affected:
 // they may land after it.
 func (c *Container) Truncate(ctx context.Context) error {
+	if err := c.notLive(); err != nil {
+		return err
+	}
 	_, err := c.db.ExecContext(ctx, "TRUNCATE TABLE "+c.table)
 	return c.mapErr(err)
 }

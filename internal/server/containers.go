@@ -23,7 +23,10 @@ type tableSet struct {
 
 // openTables opens every configured container (and, with [migrate] innodb_memcache, every container of that
 // group's plugin schema) through its backend group, checking each against the real table, and binds them to the
-// engine with their policies. On an error nothing stays open.
+// engine with their policies. A container whose group cannot be reached does not fail the start: it answers its
+// keys with an error naming the group until its table is checked (see container.Open), while plain keys and other
+// containers serve, and its write-behind journal waits. A table that does not fit its definition fails the start.
+// On an error nothing stays open.
 func openTables(ctx context.Context, cfg config.Config, eng *engine.Engine, topo *backend.Topology, log *slog.Logger) (_ *tableSet, err error) {
 	ts := &tableSet{}
 	defer func() {
@@ -81,7 +84,9 @@ func openTables(ctx context.Context, cfg config.Config, eng *engine.Engine, topo
 		seen[p.def.Name] = true
 	}
 	for _, p := range plan {
-		ct, err := container.Open(ctx, dbFor(p.group), p.def, container.Options{})
+		// An unreachable group does not stop the start: the container serves once its table is checked.
+		ct, err := container.Open(ctx, dbFor(p.group), p.def, container.Options{
+			Backend: fmt.Sprintf("group %s (%s)", p.group.Name(), p.group.Addr()), Logger: log})
 		if err != nil {
 			return nil, fmt.Errorf("container %q on group %s (%s): %w", p.def.Name, p.group.Name(), p.group.Addr(), err)
 		}

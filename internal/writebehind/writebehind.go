@@ -154,7 +154,9 @@ func New(c *container.Container, j Journal, prefix string, o Options) *Queue {
 	q.cond.L = &q.mu
 	for k, v := range j.TakeJournal(prefix) {
 		row, it, ok := decode(v)
-		if !ok || k[len(prefix):] != c.NormKey(string(row)) {
+		// A container not checked yet (its backend is down) does not know how its key column compares keys:
+		// the record's key, made when it was checked, stands.
+		if !ok || (c.Checked() && k[len(prefix):] != c.NormKey(string(row))) {
 			o.Logger.Error("write-behind: unreadable journal record dropped", "container", q.name, "key", k)
 			j.JournalDelete([]byte(k))
 			continue
