@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
@@ -28,7 +29,7 @@ var keywayBuild struct {
 
 // KeywayBinary builds cmd/keyway once per process and returns the binary's
 // path. The module root is found by walking up from the working directory to
-// go.mod. The binary goes to one fixed per-user directory under os.TempDir()
+// go.mod. The binary goes to one fixed directory per user and checkout under os.TempDir()
 // (replaced atomically), so repeated test runs leave one file behind, not one
 // per run. $KEYWAY_BINARY, when set, is returned instead.
 func KeywayBinary() (string, error) {
@@ -55,7 +56,9 @@ func buildKeyway() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	dir := filepath.Join(os.TempDir(), "keyway-testenv-"+strconv.Itoa(os.Getuid()))
+	// One directory per checkout: test runs of two checkouts at once (worktrees, CI beside a session) must not
+	// start each other's binary.
+	dir := filepath.Join(os.TempDir(), "keyway-testenv-"+strconv.Itoa(os.Getuid()), fmt.Sprintf("%x", sha256.Sum256([]byte(root)))[:16])
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("testenv: make build dir: %w", err)
 	}
