@@ -1,6 +1,7 @@
-// Command keyway is fast, consistent access to MySQL data: a memcached-
-// compatible server on a persistent local store (and, as keyway grows, on
-// MySQL tables). Subcommands: serve, bench, version.
+// Command keyway is fast, consistent access to MySQL data: a memcache door
+// (memcached's protocols, on a persistent local store and on MySQL tables
+// through containers) and a SQL door (a MySQL-protocol proxy). Subcommands:
+// serve, bench, version.
 package main
 
 import (
@@ -50,7 +51,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "bench":
 		return runBench(args[1:], stdout, stderr)
 	case "version", "-v", "--version":
-		fmt.Fprintf(stdout, "keyway %s (memcached protocol %s)\n", version, memcache.Version)
+		fmt.Fprintf(stdout, "keyway %s (memcached protocol %s)\n", version, memcache.ProtocolVersion)
 		return 0
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
@@ -81,8 +82,7 @@ func serve(args []string, stderr io.Writer) int {
 		pprof.StartCPUProfile(f)
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
-	memcache.Version = "1.6.21-keyway-" + version
-	srv, err := server.Start(cfg, log)
+	srv, err := server.Start(cfg, server.Options{Logger: log, Version: version})
 	if err != nil {
 		fmt.Fprintf(stderr, "keyway serve: %v\n", err)
 		return 1

@@ -128,7 +128,7 @@ func TestBinarySASL(t *testing.T) {
 	c.expectClosed()
 
 	c = dialBinary(t, addr)
-	expect(t, c.do(req(opVersion, "", "")), opVersion, statusOK, Version)
+	expect(t, c.do(req(opVersion, "", "")), opVersion, statusOK, ProtocolVersion+"-keyway")
 	expect(t, c.do(req(opSASLListMechs, "", "")), opSASLListMechs, statusOK, "PLAIN")
 	expect(t, c.do(req(opSASLAuth, "PLAIN", "\x00alice\x00wrong")), opSASLAuth, statusAuthError, "Auth failure.")
 	expect(t, c.do(req(opSASLAuth, "CRAM-MD5", "alice")), opSASLAuth, statusAuthError, "Auth failure.")

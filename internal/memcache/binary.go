@@ -209,8 +209,8 @@ func (c *conn) binaryRequest(buf []byte) (int, error) {
 	case opNoop:
 		c.binSuccess(h, false, 0)
 	case opVersion:
-		c.binHeader(h, statusOK, 0, 0, len(Version), 0)
-		c.out = append(c.out, Version...)
+		c.binHeader(h, statusOK, 0, 0, len(c.srv.opts.Version), 0)
+		c.out = append(c.out, c.srv.opts.Version...)
 	case opQuit, opQuitQ:
 		c.binSuccess(h, quiet, 0)
 		c.closeAfterWrite = true

@@ -212,7 +212,7 @@ func TestBinaryBasics(t *testing.T) {
 
 	expect(t, c.do(req(opNoop, "", "")), opNoop, statusOK, "")
 	r := c.do(req(opVersion, "", ""))
-	expect(t, r, opVersion, statusOK, Version)
+	expect(t, r, opVersion, statusOK, ProtocolVersion+"-keyway")
 
 	expect(t, c.do(req(opGet, "k", "")), opGet, statusKeyNotFound, "Not found")
 	r = c.do(req(opGetK, "k", ""))
@@ -461,7 +461,7 @@ func TestBinaryStat(t *testing.T) {
 	}
 	expect(t, c.do(req(opSet, "k", "v", setExtras(0, 0)...)), opSet, statusOK, "")
 	m := readStats("")
-	if m["pid"] != strconv.Itoa(os.Getpid()) || m["version"] != Version || m["curr_items"] != "1" || m["cmd_set"] != "1" {
+	if m["pid"] != strconv.Itoa(os.Getpid()) || m["version"] != ProtocolVersion+"-keyway" || m["curr_items"] != "1" || m["cmd_set"] != "1" {
 		t.Fatalf("stats: %v", m)
 	}
 	m = readStats("settings")

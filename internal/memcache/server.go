@@ -53,15 +53,16 @@ import (
 	"github.com/keywaydb/keyway/internal/engine"
 )
 
-// Version is what `version` reports: the memcached protocol level keyway
-// speaks, then keyway's own version.
-var Version = "1.6.21-keyway"
+// ProtocolVersion is the memcached protocol level keyway speaks: what
+// `version` reports before Options.Version adds keyway's own.
+const ProtocolVersion = "1.6.21"
 
 // Options configure the door.
 type Options struct {
 	MaxConnections int
 	Logger         *slog.Logger
-	Threads        int // reported by stats; GOMAXPROCS by default
+	Threads        int    // reported by stats; GOMAXPROCS by default
+	Version        string // what `version` and stats report ("" = ProtocolVersion + "-keyway")
 
 	// WriteTimeout bounds each write to a client: a client that reads
 	// nothing for this long while keyway has replies for it is
@@ -126,6 +127,9 @@ func NewServer(eng *engine.Engine, o Options) *Server {
 	}
 	if o.MaxConnections <= 0 {
 		o.MaxConnections = 1024
+	}
+	if o.Version == "" {
+		o.Version = ProtocolVersion + "-keyway"
 	}
 	if o.WriteTimeout == 0 {
 		o.WriteTimeout = DefaultWriteTimeout

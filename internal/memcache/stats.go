@@ -65,7 +65,7 @@ func (s *Server) generalStats(w statWriter) {
 	w.int("pid", int64(os.Getpid()))
 	w.int("uptime", int64(now.Sub(e.Started())/time.Second))
 	w.int("time", now.Unix())
-	w.str("version", Version)
+	w.str("version", s.opts.Version)
 	w.str("libevent", "none")
 	w.int("pointer_size", 64)
 	w.str("rusage_user", ru.user)

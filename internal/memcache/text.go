@@ -171,7 +171,7 @@ func (c *conn) command(toks [][]byte, rest []byte) int {
 		c.flushAll(toks)
 	case "version":
 		c.out = append(c.out, "VERSION "...)
-		c.out = append(c.out, Version...)
+		c.out = append(c.out, c.srv.opts.Version...)
 		c.out = append(c.out, "\r\n"...)
 	case "verbosity":
 		if len(toks) < 2 || len(toks) > 3 {

@@ -51,8 +51,15 @@ type Server struct {
 	errc     chan error
 }
 
+// Options are what Start needs beside the config.
+type Options struct {
+	Logger  *slog.Logger // nil = slog.Default()
+	Version string       // keyway's own version, shown by the memcache door's `version` and stats
+}
+
 // Start opens the store, the backends and containers, then the listeners, and serves in the background.
-func Start(cfg config.Config, log *slog.Logger) (*Server, error) {
+func Start(cfg config.Config, o Options) (*Server, error) {
+	log := o.Logger
 	if log == nil {
 		log = slog.Default()
 	}
@@ -108,6 +115,7 @@ func Start(cfg config.Config, log *slog.Logger) (*Server, error) {
 		}
 		s.memcache = memcache.NewServer(s.engine, memcache.Options{
 			MaxConnections:   cfg.Memcache.MaxConnections,
+		Version:          memcache.ProtocolVersion + "-keyway-" + o.Version,
 			WriteTimeout:     cfg.Memcache.WriteTimeout,
 			MaxInflightBytes: cfg.Memcache.MaxInflightBytes,
 			Logger:           log,
