@@ -15,7 +15,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -61,6 +63,7 @@ type Options struct {
 	// Validity holds the generations of the tables containers map to, shared with the SQL door so its writes
 	// invalidate the containers' cached rows. nil = a registry of the engine's own.
 	Validity *validity.Registry
+	Logger   *slog.Logger // nil = slog.Default()
 }
 
 // Engine implements the memcached commands over a store.
@@ -70,9 +73,21 @@ type Engine struct {
 	started     time.Time
 	counters    Counters
 
-	flushTimer atomic.Pointer[time.Timer]
-	tables     map[string]*Table // containers by name; set before serving (see SetTables)
-	validity   *validity.Registry
+	tables   map[string]*Table // containers by name; set before serving (see SetTables)
+	validity *validity.Registry
+	log      *slog.Logger
+
+	// flush is the pending delayed truncation of db_only-flush tables. The
+	// local store keeps its own deadline (store.FlushAt); tables need a timer.
+	// A timer acts only while its gen is current, so a replaced one that
+	// fires anyway does nothing; a failed truncation is logged and returned
+	// by the next FlushAll.
+	flush struct {
+		sync.Mutex
+		gen   uint64
+		timer *time.Timer
+		err   error
+	}
 }
 
 // Counters are memcached's command statistics.
@@ -93,7 +108,10 @@ func New(st *store.Store, o Options) *Engine {
 	if o.Validity == nil {
 		o.Validity = validity.NewRegistry()
 	}
-	return &Engine{st: st, maxItemSize: o.MaxItemSize, started: time.Now(), validity: o.Validity}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &Engine{st: st, maxItemSize: o.MaxItemSize, started: time.Now(), validity: o.Validity, log: o.Logger}
 }
 
 // Store returns the engine's store (for stats and lifecycle).
@@ -484,29 +502,80 @@ func ParseCounter(v []byte) (uint64, bool) {
 	return n, err == nil
 }
 
-// FlushAll removes every item now, or after delay seconds (memcached's
-// flush_all with a delay; a later flush_all replaces the pending one).
+// FlushAll is memcached's flush_all: with delay <= 0 it removes every item
+// now; otherwise every item stored (or fetched) before the deadline is gone
+// once it comes, including items set in between, and a later flush_all
+// replaces the pending one (memcached's single oldest_live). A delay over 30
+// days is an absolute Unix time, like an exptime.
+//
+// Containers whose flush policy is db_only have their tables truncated, now or
+// at the deadline (only those). A truncation that fails at the deadline is
+// logged and its error returned by the next FlushAll. On a failed disk the
+// flush is refused and changes nothing.
 func (e *Engine) FlushAll(delay int64) error {
 	e.counters.CmdFlush.Add(1)
-	if old := e.flushTimer.Swap(nil); old != nil {
-		old.Stop()
+	e.flush.Lock()
+	defer e.flush.Unlock()
+	at := e.st.Now()
+	if delay > 0 {
+		at = e.Deadline(delay)
 	}
-	if delay <= 0 {
-		return e.flushNow()
+	if at <= e.st.Now() {
+		e.stopFlushTimerLocked()
+		err := errors.Join(e.flush.err, e.truncateTables(), e.st.FlushAll())
+		e.flush.err = nil
+		return err
 	}
-	// Like an exptime, a delay over 30 days is an absolute Unix time.
-	delay = e.Deadline(delay) - e.st.Now()
-	if delay <= 0 {
-		return e.flushNow()
+	if err := e.st.FlushAt(at); err != nil {
+		return err
 	}
-	t := time.AfterFunc(time.Duration(delay)*time.Second, func() { e.flushNow() })
-	e.flushTimer.Store(t)
-	return nil
+	e.stopFlushTimerLocked()
+	err := e.flush.err
+	e.flush.err = nil
+	if e.hasFlushTables() {
+		gen := e.flush.gen
+		e.flush.timer = time.AfterFunc(time.Duration(at-e.st.Now())*time.Second, func() { e.flushTablesAt(gen) })
+	}
+	return err
 }
 
-// flushNow clears the local store and truncates the tables of containers
-// whose flush policy is db_only (and only those).
-func (e *Engine) flushNow() error {
+// stopFlushTimerLocked cancels the pending table truncation; a timer that has
+// fired already finds its generation stale and does nothing.
+func (e *Engine) stopFlushTimerLocked() {
+	e.flush.gen++
+	if e.flush.timer != nil {
+		e.flush.timer.Stop()
+		e.flush.timer = nil
+	}
+}
+
+// flushTablesAt truncates the db_only-flush tables for the delayed flush of
+// generation gen, unless a later flush_all has replaced it.
+func (e *Engine) flushTablesAt(gen uint64) {
+	e.flush.Lock()
+	defer e.flush.Unlock()
+	if gen != e.flush.gen {
+		return
+	}
+	e.flush.timer = nil
+	if err := e.truncateTables(); err != nil {
+		e.log.Error("engine: delayed flush_all could not truncate tables; the next flush_all reports it", "err", err)
+		e.flush.err = errors.Join(e.flush.err, err)
+	}
+}
+
+func (e *Engine) hasFlushTables() bool {
+	for _, t := range e.tables {
+		if t.Policies.Flush == container.DBOnly {
+			return true
+		}
+	}
+	return false
+}
+
+// truncateTables truncates the tables of containers whose flush policy is
+// db_only (and only those).
+func (e *Engine) truncateTables() error {
 	var errs []error
 	for _, t := range e.tables {
 		if t.Policies.Flush != container.DBOnly {
@@ -524,9 +593,6 @@ func (e *Engine) flushNow() error {
 			errs = append(errs, fmt.Errorf("container %q: truncate: %w", t.Name, err))
 		}
 		cancel()
-	}
-	if err := e.st.FlushAll(); err != nil {
-		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
