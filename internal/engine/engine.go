@@ -4,7 +4,13 @@
 // call the engine and never touch the store directly, so every door sees one truth.
 //
 // Invariants:
-//   - Each command is one store.Update, so it is atomic per key.
+//   - Each command resolves its key once to a key space (the local store or a
+//     container's table; see keyspace.go) and runs there; nothing else
+//     branches on where a key lives.
+//   - Each command on the local store is one store.Update, so it is atomic per key.
+//   - The item size limit is checked in one place (refuseTooLarge). The doors
+//     still check it too, before reading a value off the wire (text, binary,
+//     meta); they call RefuseTooLarge so the refusal's effects stay here.
 //   - Exptimes reaching the engine are memcached's wire values; the engine turns
 //     them into absolute deadlines (see Deadline) before they reach the store.
 //   - A value passed to the engine becomes owned by the store; callers must not
@@ -15,7 +21,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -61,6 +69,7 @@ type Options struct {
 	// Validity holds the generations of the tables containers map to, shared with the SQL door so its writes
 	// invalidate the containers' cached rows. nil = a registry of the engine's own.
 	Validity *validity.Registry
+	Logger   *slog.Logger // nil = slog.Default()
 }
 
 // Engine implements the memcached commands over a store.
@@ -70,9 +79,21 @@ type Engine struct {
 	started     time.Time
 	counters    Counters
 
-	flushTimer atomic.Pointer[time.Timer]
-	tables     map[string]*Table // containers by name; set before serving (see SetTables)
-	validity   *validity.Registry
+	tables   map[string]*Table // containers by name; set before serving (see SetTables)
+	validity *validity.Registry
+	log      *slog.Logger
+
+	// flush is the pending delayed truncation of db_only-flush tables. The
+	// local store keeps its own deadline (store.FlushAt); tables need a timer.
+	// A timer acts only while its gen is current, so a replaced one that
+	// fires anyway does nothing; a failed truncation is logged and returned
+	// by the next FlushAll.
+	flush struct {
+		sync.Mutex
+		gen   uint64
+		timer *time.Timer
+		err   error
+	}
 }
 
 // Counters are memcached's command statistics.
@@ -93,7 +114,10 @@ func New(st *store.Store, o Options) *Engine {
 	if o.Validity == nil {
 		o.Validity = validity.NewRegistry()
 	}
-	return &Engine{st: st, maxItemSize: o.MaxItemSize, started: time.Now(), validity: o.Validity}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &Engine{st: st, maxItemSize: o.MaxItemSize, started: time.Now(), validity: o.Validity, log: o.Logger}
 }
 
 // Store returns the engine's store (for stats and lifecycle).
@@ -130,249 +154,111 @@ func (e *Engine) Deadline(exptime int64) int64 {
 
 // Get returns the live item for key.
 func (e *Engine) Get(key []byte) (store.Item, bool, error) {
-	e.counters.CmdGet.Add(1)
-	var it store.Item
-	var ok bool
-	t, row, err := e.route(key)
-	switch {
-	case err != nil:
-	case t != nil && t.Policies.Get != container.CacheOnly:
-		it, ok, err = e.tableGet(t, row)
-	case t != nil:
-		it, ok = e.st.Get(storeKey(t, row))
-	default:
-		it, ok = e.st.Get(key)
-	}
-	if ok {
-		e.counters.GetHits.Add(1)
-	} else {
+	sp, k, err := e.space(key, classGet)
+	if err != nil {
+		e.counters.CmdGet.Add(1)
 		e.counters.GetMisses.Add(1)
+		return store.Item{}, false, err
 	}
+	return e.getIn(sp, k)
+}
+
+// getIn is Get in a resolved key space.
+func (e *Engine) getIn(sp keySpace, k []byte) (store.Item, bool, error) {
+	e.counters.CmdGet.Add(1)
+	it, ok, err := sp.get(e, k)
+	count(ok, &e.counters.GetHits, &e.counters.GetMisses)
 	return it, ok, err
 }
 
-// localKey is the local store's key for key when its container (if any)
-// keeps the operation class under policy in the local store alone; ok is false
-// when the table must be used.
-func (e *Engine) localKey(key []byte, policy func(*Table) container.Policy) (t *Table, row, local []byte, err error) {
-	t, row, err = e.route(key)
-	switch {
-	case err != nil:
-		return nil, nil, nil, err
-	case t == nil:
-		return nil, key, key, nil
-	case policy(t) == container.CacheOnly:
-		return t, row, storeKey(t, row), nil
-	}
-	return t, row, nil, nil
-}
-
-func setPolicy(t *Table) container.Policy    { return t.Policies.Set }
-func deletePolicy(t *Table) container.Policy { return t.Policies.Delete }
-
 // GetAndTouch returns the live item for key after setting its expiry (gat/gats).
 func (e *Engine) GetAndTouch(key []byte, exptime int64) (store.Item, bool, error) {
-	t, row, local, err := e.localKey(key, setPolicy)
+	sp, k, err := e.space(key, classSet)
 	if err != nil {
 		return store.Item{}, false, err
 	}
-	if local == nil {
-		if _, status, err := e.Touch(key, exptime); err != nil || status != Touched {
-			return store.Item{}, false, err
-		}
-		return e.tableGet(t, row)
-	}
-	key = local
-	e.counters.CmdGet.Add(1)
-	e.counters.CmdTouch.Add(1)
-	deadline := e.Deadline(exptime)
-	found := false
-	it, err := e.st.Update(key, func(cur *store.Item) (store.Action, store.Item) {
-		if cur == nil {
-			return store.Keep, store.Item{}
-		}
-		found = true
-		cur.Exptime = deadline
-		cur.Fetched = true
-		cur.LastAccess = e.st.Now()
-		return store.Save, store.Item{}
-	})
-	if found {
-		e.counters.GetHits.Add(1)
-		e.counters.TouchHits.Add(1)
-	} else {
-		e.counters.GetMisses.Add(1)
-		e.counters.TouchMisses.Add(1)
-	}
-	return it, found, err
+	return sp.getAndTouch(e, k, exptime)
 }
 
 // StoreValue runs a storage command. cas is compared for the CAS mode (and
 // for any mode when non-zero, as the binary protocol does). It returns the
 // new item's CAS id on success.
 func (e *Engine) StoreValue(mode Mode, key, value []byte, flags uint32, exptime int64, cas uint64) (Status, uint64, error) {
-	if int64(len(value)) > e.maxItemSize {
-		e.RefuseTooLarge(mode, key)
+	sp, k, err := e.space(key, classSet)
+	if err != nil {
+		if e.refuseTooLarge(nil, nil, mode, int64(len(value))) {
+			return TooLarge, 0, nil
+		}
+		e.counters.CmdSet.Add(1)
+		return Failed, 0, err
+	}
+	return e.storeIn(sp, k, mode, value, flags, exptime, cas)
+}
+
+// storeIn is StoreValue in a resolved key space.
+func (e *Engine) storeIn(sp keySpace, k []byte, mode Mode, value []byte, flags uint32, exptime int64, cas uint64) (Status, uint64, error) {
+	if e.refuseTooLarge(sp, k, mode, int64(len(value))) {
 		return TooLarge, 0, nil
 	}
 	e.counters.CmdSet.Add(1)
-	deadline := e.Deadline(exptime)
-	t, row, local, err := e.localKey(key, setPolicy)
-	if err != nil {
-		return Failed, 0, err
-	}
-	if local == nil {
-		status, newCAS, err := e.tableStore(t, mode, row, value, flags, deadline, cas)
-		if mode == CAS {
-			e.countCAS(status)
-		}
-		return status, newCAS, err
-	}
-	key = local
-	status := Stored
-	it, err := e.st.Update(key, func(cur *store.Item) (store.Action, store.Item) {
-		if mode == CAS || cas != 0 {
-			switch {
-			case cur == nil:
-				status = NotFound
-				return store.Keep, store.Item{}
-			case cur.CAS != cas:
-				status = Exists
-				return store.Keep, store.Item{}
-			}
-		}
-		switch mode {
-		case Add:
-			if cur != nil {
-				status = NotStored
-				return store.Keep, store.Item{}
-			}
-		case Replace:
-			if cur == nil {
-				status = NotStored
-				return store.Keep, store.Item{}
-			}
-		case Append, Prepend:
-			if cur == nil {
-				status = NotStored
-				return store.Keep, store.Item{}
-			}
-			if int64(len(cur.Value)+len(value)) > e.maxItemSize {
-				status = TooLarge
-				return store.Keep, store.Item{}
-			}
-			// append and prepend keep the item's flags and expiry.
-			return store.Replace, store.Item{Value: joinValues(mode, cur.Value, value), Flags: cur.Flags, Exptime: cur.Exptime}
-		}
-		return store.Replace, store.Item{Value: value, Flags: flags, Exptime: deadline}
-	})
+	status, newCAS, err := sp.store(e, mode, k, value, flags, e.Deadline(exptime), cas)
 	if mode == CAS {
 		e.countCAS(status)
 	}
-	if err != nil {
-		return storeErrorStatus(err), 0, err
-	}
-	return status, it.CAS, nil
+	return status, newCAS, err
 }
 
 // RefuseTooLarge records a storage command whose value is over the item size
-// limit. As memcached does, a refused set drops the key's old value so no
+// limit (a door that refuses it before reading the value). As memcached does,
+// a refused set drops the key's old value (a table row's cached copy) so no
 // stale copy outlives a write the client attempted.
 func (e *Engine) RefuseTooLarge(mode Mode, key []byte) {
-	e.counters.CmdSet.Add(1)
-	if mode == Set {
-		e.st.Update(key, func(*store.Item) (store.Action, store.Item) { return store.Remove, store.Item{} })
-	}
+	sp, k, _ := e.space(key, classSet)
+	e.refuseTooLarge(sp, k, mode, e.maxItemSize+1)
 }
 
 // Delete removes key; a non-zero cas must match the live item's.
 func (e *Engine) Delete(key []byte, cas uint64) (Status, error) {
-	status := Deleted
-	t, row, local, err := e.localKey(key, deletePolicy)
+	sp, k, err := e.space(key, classDelete)
 	if err != nil {
 		return Failed, err
 	}
-	if local == nil {
-		if cas != 0 {
-			return Failed, clientErrorf("container %q: delete with a cas is not supported on a table", t.Name)
-		}
-		err := e.tableWrite(t, row, t.Policies.Delete, "delete", func(ctx context.Context) error {
-			s, err := t.C.Delete(ctx, row)
-			status = statusOf(s)
-			return err
-		})
-		e.countDelete(status)
-		if err != nil {
-			return Failed, err
-		}
-		return status, nil
-	}
-	key = local
-	_, err = e.st.Update(key, func(cur *store.Item) (store.Action, store.Item) {
-		switch {
-		case cur == nil:
-			status = NotFound
-			return store.Keep, store.Item{}
-		case cas != 0 && cur.CAS != cas:
-			status = Exists
-			return store.Keep, store.Item{}
-		}
-		return store.Remove, store.Item{}
-	})
-	e.countDelete(status)
-	if err != nil {
-		return Failed, err
-	}
-	return status, nil
+	return sp.delete(e, k, cas)
 }
 
 func (e *Engine) countDelete(status Status) {
-	if status == Deleted {
-		e.counters.DeleteHits.Add(1)
-	} else {
-		e.counters.DeleteMisses.Add(1)
+	count(status == Deleted, &e.counters.DeleteHits, &e.counters.DeleteMisses)
+}
+
+// countArith counts an incr or decr (decr) that found its number (hit) or not.
+func (e *Engine) countArith(decr, hit bool) {
+	switch {
+	case decr && hit:
+		e.counters.DecrHits.Add(1)
+	case decr:
+		e.counters.DecrMisses.Add(1)
+	case hit:
+		e.counters.IncrHits.Add(1)
+	default:
+		e.counters.IncrMisses.Add(1)
 	}
 }
 
 // Touch sets key's expiry.
 // It returns the touched item (the binary protocol's reply carries its flags and cas).
 func (e *Engine) Touch(key []byte, exptime int64) (store.Item, Status, error) {
-	e.counters.CmdTouch.Add(1)
-	t, row, local, err := e.localKey(key, setPolicy)
+	sp, k, err := e.space(key, classSet)
 	if err != nil {
+		e.counters.CmdTouch.Add(1)
 		return store.Item{}, Failed, err
 	}
-	if local == nil {
-		status := Failed
-		err := e.tableWrite(t, row, t.Policies.Set, "touch", func(ctx context.Context) error {
-			s, err := t.C.Touch(ctx, row, e.Deadline(exptime))
-			status = statusOf(s)
-			return err
-		})
-		if status == Touched {
-			e.counters.TouchHits.Add(1)
-		} else {
-			e.counters.TouchMisses.Add(1)
-		}
-		if err != nil {
-			return store.Item{}, Failed, err
-		}
-		return store.Item{}, status, nil
-	}
-	key = local
-	it, found, err := e.st.Touch(key, e.Deadline(exptime))
-	if found {
-		e.counters.TouchHits.Add(1)
-	} else {
-		e.counters.TouchMisses.Add(1)
-	}
-	switch {
-	case err != nil:
-		return it, Failed, err
-	case !found:
-		return it, NotFound, nil
-	}
-	return it, Touched, nil
+	return e.touchIn(sp, k, exptime)
+}
+
+// touchIn is Touch in a resolved key space.
+func (e *Engine) touchIn(sp keySpace, k []byte, exptime int64) (store.Item, Status, error) {
+	e.counters.CmdTouch.Add(1)
+	return sp.touch(e, k, exptime)
 }
 
 // Arith describes an incr or decr.
@@ -389,52 +275,11 @@ type Arith struct {
 // value that wraps on incr and stops at 0 on decr. When the new number is
 // shorter than the old value it is padded with spaces, as memcached does in place.
 func (e *Engine) IncrDecr(key []byte, a Arith) (uint64, uint64, Status, error) {
-	t, row, local, err := e.localKey(key, setPolicy)
+	sp, k, err := e.space(key, classSet)
 	if err != nil {
 		return 0, 0, Failed, err
 	}
-	if local == nil {
-		return e.tableIncrDecr(t, row, a)
-	}
-	key = local
-	var result uint64
-	status := Stored
-	it, err := e.st.Update(key, func(cur *store.Item) (store.Action, store.Item) {
-		if cur == nil {
-			if !a.Create {
-				status = NotFound
-				return store.Keep, store.Item{}
-			}
-			result = a.Initial
-			return store.Replace, store.Item{Value: strconv.AppendUint(nil, a.Initial, 10), Exptime: e.Deadline(a.Exptime)}
-		}
-		if a.CAS != 0 && cur.CAS != a.CAS {
-			status = Exists
-			return store.Keep, store.Item{}
-		}
-		v, n, ok := addDelta(cur.Value, a.Delta, a.Decr)
-		if !ok {
-			status = NonNumeric
-			return store.Keep, store.Item{}
-		}
-		result = n
-		return store.Replace, store.Item{Value: v, Flags: cur.Flags, Exptime: cur.Exptime}
-	})
-	hit := status == Stored
-	switch {
-	case a.Decr && hit:
-		e.counters.DecrHits.Add(1)
-	case a.Decr:
-		e.counters.DecrMisses.Add(1)
-	case hit:
-		e.counters.IncrHits.Add(1)
-	default:
-		e.counters.IncrMisses.Add(1)
-	}
-	if err != nil {
-		return 0, 0, storeErrorStatus(err), err
-	}
-	return result, it.CAS, status, nil
+	return sp.incrDecr(e, k, a)
 }
 
 // joinValues is the value of an append (mode Append) or prepend of add to old.
@@ -484,29 +329,80 @@ func ParseCounter(v []byte) (uint64, bool) {
 	return n, err == nil
 }
 
-// FlushAll removes every item now, or after delay seconds (memcached's
-// flush_all with a delay; a later flush_all replaces the pending one).
+// FlushAll is memcached's flush_all: with delay <= 0 it removes every item
+// now; otherwise every item stored (or fetched) before the deadline is gone
+// once it comes, including items set in between, and a later flush_all
+// replaces the pending one (memcached's single oldest_live). A delay over 30
+// days is an absolute Unix time, like an exptime.
+//
+// Containers whose flush policy is db_only have their tables truncated, now or
+// at the deadline (only those). A truncation that fails at the deadline is
+// logged and its error returned by the next FlushAll. On a failed disk the
+// flush is refused and changes nothing.
 func (e *Engine) FlushAll(delay int64) error {
 	e.counters.CmdFlush.Add(1)
-	if old := e.flushTimer.Swap(nil); old != nil {
-		old.Stop()
+	e.flush.Lock()
+	defer e.flush.Unlock()
+	at := e.st.Now()
+	if delay > 0 {
+		at = e.Deadline(delay)
 	}
-	if delay <= 0 {
-		return e.flushNow()
+	if at <= e.st.Now() {
+		e.stopFlushTimerLocked()
+		err := errors.Join(e.flush.err, e.truncateTables(), e.st.FlushAll())
+		e.flush.err = nil
+		return err
 	}
-	// Like an exptime, a delay over 30 days is an absolute Unix time.
-	delay = e.Deadline(delay) - e.st.Now()
-	if delay <= 0 {
-		return e.flushNow()
+	if err := e.st.FlushAt(at); err != nil {
+		return err
 	}
-	t := time.AfterFunc(time.Duration(delay)*time.Second, func() { e.flushNow() })
-	e.flushTimer.Store(t)
-	return nil
+	e.stopFlushTimerLocked()
+	err := e.flush.err
+	e.flush.err = nil
+	if e.hasFlushTables() {
+		gen := e.flush.gen
+		e.flush.timer = time.AfterFunc(time.Duration(at-e.st.Now())*time.Second, func() { e.flushTablesAt(gen) })
+	}
+	return err
 }
 
-// flushNow clears the local store and truncates the tables of containers
-// whose flush policy is db_only (and only those).
-func (e *Engine) flushNow() error {
+// stopFlushTimerLocked cancels the pending table truncation; a timer that has
+// fired already finds its generation stale and does nothing.
+func (e *Engine) stopFlushTimerLocked() {
+	e.flush.gen++
+	if e.flush.timer != nil {
+		e.flush.timer.Stop()
+		e.flush.timer = nil
+	}
+}
+
+// flushTablesAt truncates the db_only-flush tables for the delayed flush of
+// generation gen, unless a later flush_all has replaced it.
+func (e *Engine) flushTablesAt(gen uint64) {
+	e.flush.Lock()
+	defer e.flush.Unlock()
+	if gen != e.flush.gen {
+		return
+	}
+	e.flush.timer = nil
+	if err := e.truncateTables(); err != nil {
+		e.log.Error("engine: delayed flush_all could not truncate tables; the next flush_all reports it", "err", err)
+		e.flush.err = errors.Join(e.flush.err, err)
+	}
+}
+
+func (e *Engine) hasFlushTables() bool {
+	for _, t := range e.tables {
+		if t.Policies.Flush == container.DBOnly {
+			return true
+		}
+	}
+	return false
+}
+
+// truncateTables truncates the tables of containers whose flush policy is
+// db_only (and only those).
+func (e *Engine) truncateTables() error {
 	var errs []error
 	for _, t := range e.tables {
 		if t.Policies.Flush != container.DBOnly {
@@ -524,9 +420,6 @@ func (e *Engine) flushNow() error {
 			errs = append(errs, fmt.Errorf("container %q: truncate: %w", t.Name, err))
 		}
 		cancel()
-	}
-	if err := e.st.FlushAll(); err != nil {
-		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -58,14 +58,14 @@ type MetaGetResult struct {
 // reader under R.
 func (e *Engine) MetaGet(key []byte, r MetaGetRequest) (MetaGetResult, error) {
 	res := MetaGetResult{Now: e.st.Now()}
-	t, _, local, err := e.metaRoute(key)
+	sp, k, err := e.space(key, classMeta)
 	if err != nil {
 		return res, err
 	}
-	if local == nil {
-		return e.tableMetaGet(t, key, r, res)
-	}
-	key = local
+	return sp.metaGet(e, k, r, res)
+}
+
+func (localSpace) metaGet(e *Engine, key []byte, r MetaGetRequest, res MetaGetResult) (MetaGetResult, error) {
 	ttl, vivify, recache := e.Deadline(r.TTL), e.Deadline(r.VivifyTTL), e.Deadline(r.RecacheTTL)
 	it, err := e.st.Update(key, func(cur *store.Item) (store.Action, store.Item) {
 		if cur == nil {
@@ -132,16 +132,16 @@ type MetaSetRequest struct {
 // NotFound, and on Stored the new item. As memcached does, a C with Add, or
 // with Append and Prepend on a miss, compares nothing, and C0 never matches.
 func (e *Engine) MetaSet(key, value []byte, r MetaSetRequest) (Status, store.Item, error) {
-	t, _, local, err := e.metaRoute(key)
+	sp, k, err := e.space(key, classMeta)
 	if err != nil {
 		return Failed, store.Item{}, err
 	}
-	if local == nil {
-		return e.tableMetaSet(t, key, value, r)
-	}
-	key = local
-	if int64(len(value)) > e.maxItemSize {
-		e.RefuseTooLarge(Set, key)
+	return sp.metaSet(e, k, value, r)
+}
+
+func (sp localSpace) metaSet(e *Engine, key, value []byte, r MetaSetRequest) (Status, store.Item, error) {
+	// As memcached's ms does, a value too large drops the old one whatever the mode.
+	if e.refuseTooLarge(sp, key, Set, int64(len(value))) {
 		return TooLarge, store.Item{}, nil
 	}
 	e.counters.CmdSet.Add(1)
@@ -220,17 +220,17 @@ type MetaDeleteRequest struct {
 // MetaDelete removes or invalidates key for md. It returns Deleted (for
 // either), NotFound or Exists.
 func (e *Engine) MetaDelete(key []byte, r MetaDeleteRequest) (Status, error) {
-	t, _, local, err := e.metaRoute(key)
+	sp, k, err := e.space(key, classMeta)
 	if err != nil {
 		return Failed, err
 	}
-	if local == nil {
-		return e.tableMetaDelete(t, key, r)
-	}
-	key = local
+	return sp.metaDelete(e, k, r)
+}
+
+func (localSpace) metaDelete(e *Engine, key []byte, r MetaDeleteRequest) (Status, error) {
 	ttl := e.Deadline(r.TTL)
 	status := Deleted
-	_, err = e.st.Update(key, func(cur *store.Item) (store.Action, store.Item) {
+	_, err := e.st.Update(key, func(cur *store.Item) (store.Action, store.Item) {
 		switch {
 		case cur == nil:
 			status = NotFound
@@ -288,15 +288,15 @@ type MetaArithResult struct {
 // set the TTL.
 func (e *Engine) MetaArith(key []byte, r MetaArithRequest) (MetaArithResult, error) {
 	res := MetaArithResult{Status: Stored, Now: e.st.Now()}
-	t, _, local, err := e.metaRoute(key)
+	sp, k, err := e.space(key, classMeta)
 	if err != nil {
 		res.Status = Failed
 		return res, err
 	}
-	if local == nil {
-		return e.tableMetaArith(t, key, r, res)
-	}
-	key = local
+	return sp.metaArith(e, k, r, res)
+}
+
+func (localSpace) metaArith(e *Engine, key []byte, r MetaArithRequest, res MetaArithResult) (MetaArithResult, error) {
 	ttl := e.Deadline(r.TTL)
 	it, err := e.st.Update(key, func(cur *store.Item) (store.Action, store.Item) {
 		if cur == nil {
@@ -347,14 +347,11 @@ func (e *Engine) MetaArith(key []byte, r MetaArithRequest) (MetaArithResult, err
 // is charged against the memory limit, and the engine's clock.
 func (e *Engine) MetaDebug(key []byte) (it store.Item, size, now int64, ok bool) {
 	now = e.st.Now()
-	t, row, local, err := e.metaRoute(key)
-	switch {
-	case err != nil:
+	sp, k, err := e.space(key, classMeta)
+	if err != nil {
 		return it, 0, now, false
-	case local == nil:
-		local = rowKey(t, row) // a table row: show its local copy, if any
 	}
-	key = local
+	key = sp.localKey(k) // a table row: its local copy, if any
 	it, ok = e.st.Peek(key)
 	return it, store.Size(len(key), len(it.Value)), now, ok
 }

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"github.com/keywaydb/keyway/internal/container"
 	"github.com/keywaydb/keyway/internal/store"
 )
 
@@ -13,36 +12,21 @@ import (
 // on mg, I, E, and CAS compares where the table cannot make them atomically)
 // are refused with a CLIENT_ERROR naming them, never silently ignored.
 
-// metaRoute resolves key for a meta command: local is the local store's key
-// when no table is involved (no container, or a container whose policies are
-// all cache_only); otherwise t and row name the table's row.
-func (e *Engine) metaRoute(key []byte) (t *Table, row, local []byte, err error) {
-	return e.localKey(key, allPolicies)
-}
-
-// allPolicies is cache_only when every policy of t is, so a meta command,
-// which may read and write, stays local only then.
-func allPolicies(t *Table) container.Policy {
-	if t.Policies.Get == container.CacheOnly && t.Policies.Set == container.CacheOnly && t.Policies.Delete == container.CacheOnly {
-		return container.CacheOnly
-	}
-	return container.Caching // anything but cache_only
-}
-
 func metaUnsupported(t *Table, cmd, flags string) error {
 	return clientErrorf("container %q: %s flags %s are not supported on a table (they act on the local cache); use them on keys without a table", t.Name, cmd, flags)
 }
 
 // tableMetaGet is mg on a table row: a get, or with T a gat.
-func (e *Engine) tableMetaGet(t *Table, key []byte, r MetaGetRequest, res MetaGetResult) (MetaGetResult, error) {
+func (e *Engine) tableMetaGet(t *Table, row []byte, r MetaGetRequest, res MetaGetResult) (MetaGetResult, error) {
 	if r.Vivify || r.Recache || r.NewCAS != 0 {
 		return res, metaUnsupported(t, "mg", "N, R and E")
 	}
 	var err error
 	if r.SetTTL {
-		res.Item, res.Found, err = e.GetAndTouch(key, r.TTL)
+		sp, k := t.spaceFor(classSet, row)
+		res.Item, res.Found, err = sp.getAndTouch(e, k, r.TTL)
 	} else {
-		res.Item, res.Found, err = e.Get(key)
+		res.Item, res.Found, err = e.getIn(t.spaceFor(classGet, row))
 	}
 	// The exptime before a touch is not read back from the table, so an mg
 	// with t before T reports the new TTL, as after it.
@@ -51,7 +35,7 @@ func (e *Engine) tableMetaGet(t *Table, key []byte, r MetaGetRequest, res MetaGe
 }
 
 // tableMetaSet is ms on a table row.
-func (e *Engine) tableMetaSet(t *Table, key, value []byte, r MetaSetRequest) (Status, store.Item, error) {
+func (e *Engine) tableMetaSet(t *Table, row, value []byte, r MetaSetRequest) (Status, store.Item, error) {
 	if r.Invalidate || r.NewCAS != 0 || r.Vivify {
 		return Failed, store.Item{}, metaUnsupported(t, "ms", "I, E and N")
 	}
@@ -65,7 +49,8 @@ func (e *Engine) tableMetaSet(t *Table, key, value []byte, r MetaSetRequest) (St
 		}
 		// As memcached does, add with C compares nothing.
 	}
-	status, newCAS, err := e.StoreValue(mode, key, value, r.Flags, r.TTL, cas)
+	sp, k := t.spaceFor(classSet, row)
+	status, newCAS, err := e.storeIn(sp, k, mode, value, r.Flags, r.TTL, cas)
 	if status != Stored {
 		return status, store.Item{}, err
 	}
@@ -73,20 +58,22 @@ func (e *Engine) tableMetaSet(t *Table, key, value []byte, r MetaSetRequest) (St
 }
 
 // tableMetaDelete is md on a table row.
-func (e *Engine) tableMetaDelete(t *Table, key []byte, r MetaDeleteRequest) (Status, error) {
+func (e *Engine) tableMetaDelete(t *Table, row []byte, r MetaDeleteRequest) (Status, error) {
 	if r.CompareCAS || r.Invalidate {
 		return Failed, metaUnsupported(t, "md", "C and I")
 	}
-	return e.Delete(key, 0)
+	sp, k := t.spaceFor(classDelete, row)
+	return sp.delete(e, k, 0)
 }
 
 // tableMetaArith is ma on a table row: incr or decr, creating the row with N.
-func (e *Engine) tableMetaArith(t *Table, key []byte, r MetaArithRequest, res MetaArithResult) (MetaArithResult, error) {
+func (e *Engine) tableMetaArith(t *Table, row []byte, r MetaArithRequest, res MetaArithResult) (MetaArithResult, error) {
 	if r.CAS != 0 || r.NewCAS != 0 || r.SetTTL {
 		res.Status = Failed
 		return res, metaUnsupported(t, "ma", "C, E and T")
 	}
-	v, _, status, err := e.IncrDecr(key, Arith{Delta: r.Delta, Decr: r.Decr, Create: r.Vivify, Initial: r.Initial, Exptime: r.VivifyTTL})
+	sp, k := t.spaceFor(classSet, row)
+	v, _, status, err := sp.incrDecr(e, k, Arith{Delta: r.Delta, Decr: r.Decr, Create: r.Vivify, Initial: r.Initial, Exptime: r.VivifyTTL})
 	res.Status, res.Value = status, v
 	return res, err
 }

@@ -56,6 +56,7 @@ type Table struct {
 	v      *validity.Table
 	fillMu sync.Mutex
 	fills  map[string]*fill
+	space  tableSpace // the table as a key space (keyspace.go)
 }
 
 // JournalPrefix starts every local-store key that belongs to a container ("@@name."): cached rows, cache_only
@@ -78,6 +79,7 @@ func (e *Engine) NewTable(o TableOptions) *Table {
 	def := o.Container.Def()
 	id := validity.TableID{Schema: strings.ToLower(def.Schema), Name: strings.ToLower(def.Table)}
 	t := &Table{Name: def.Name, Source: id.String(), C: o.Container, Policies: o.Policies, v: e.validity.Table(id)}
+	t.space = tableSpace{t}
 	if o.WriteBehind != nil {
 		wo := *o.WriteBehind
 		wo.OnDrop = func(row []byte) { e.DroppedWrite(t, row) }
@@ -100,6 +102,7 @@ func (e *Engine) SetTables(tables []*Table) {
 	e.tables = make(map[string]*Table, len(tables))
 	for _, t := range tables {
 		t.fills = make(map[string]*fill)
+		t.space = tableSpace{t}
 		e.tables[t.Name] = t
 	}
 }
@@ -310,7 +313,7 @@ func fromRow(it container.Item) store.Item {
 
 // tableWrite runs a write under policy (the container's set or delete
 // policy): on the table, then, for caching, invalidating the local copy.
-// Callers use the local store instead for cache_only (see localKey).
+// Keys whose policy is cache_only never get here (see Table.spaceFor).
 func (e *Engine) tableWrite(t *Table, row []byte, policy container.Policy, op string, write func(ctx context.Context) error) error {
 	if policy == container.Disabled {
 		return disabled(t, op)
@@ -411,115 +414,88 @@ func (e *Engine) tableIncrDecr(t *Table, row []byte, a Arith) (uint64, uint64, S
 		}
 		return nil
 	})
-	if status == Stored {
-		if a.Decr {
-			e.counters.DecrHits.Add(1)
-		} else {
-			e.counters.IncrHits.Add(1)
-		}
-	} else if a.Decr {
-		e.counters.DecrMisses.Add(1)
-	} else {
-		e.counters.IncrMisses.Add(1)
-	}
+	e.countArith(a.Decr, status == Stored)
 	if err != nil {
 		return 0, 0, Failed, err
 	}
 	return result, 0, status, nil
 }
 
-// GetMulti looks up keys in order, as a multi-key get: the local store
-// answers what it can, and the rows each container still needs are read with
-// one query per container (WHERE key IN (…)).
+// tableDelete deletes a row under the container's delete policy.
+func (e *Engine) tableDelete(t *Table, row []byte, cas uint64) (Status, error) {
+	if cas != 0 {
+		return Failed, clientErrorf("container %q: delete with a cas is not supported on a table", t.Name)
+	}
+	status := Deleted
+	err := e.tableWrite(t, row, t.Policies.Delete, "delete", func(ctx context.Context) error {
+		s, err := t.C.Delete(ctx, row)
+		status = statusOf(s)
+		return err
+	})
+	e.countDelete(status)
+	if err != nil {
+		return Failed, err
+	}
+	return status, nil
+}
+
+// tableTouch sets a row's expiry under the container's set policy. The
+// returned item is empty: the row is not read back.
+func (e *Engine) tableTouch(t *Table, row []byte, exptime int64) (store.Item, Status, error) {
+	status := Failed
+	err := e.tableWrite(t, row, t.Policies.Set, "touch", func(ctx context.Context) error {
+		s, err := t.C.Touch(ctx, row, e.Deadline(exptime))
+		status = statusOf(s)
+		return err
+	})
+	count(status == Touched, &e.counters.TouchHits, &e.counters.TouchMisses)
+	if err != nil {
+		return store.Item{}, Failed, err
+	}
+	return store.Item{}, status, nil
+}
+
+// GetMulti looks up keys in order, as a multi-key get: each key space
+// answers its share at once, so the local store answers what it can and the
+// rows each container still needs are read with one query per container
+// (WHERE key IN (…)). The error is the first a key or a space met; the other
+// keys are answered regardless.
 func (e *Engine) GetMulti(keys [][]byte) ([]store.Item, []bool, error) {
 	items := make([]store.Item, len(keys))
 	found := make([]bool, len(keys))
-	type need struct {
-		idx []int
-		row [][]byte
-	}
-	var needs map[*Table]*need
 	var firstErr error
-	for i, key := range keys {
-		t, row, err := e.route(key)
-		switch {
-		case err != nil:
-			if firstErr == nil {
-				firstErr = err
-			}
-			continue
-		case t == nil:
+	if !e.HasTables() {
+		for i, key := range keys {
 			items[i], found[i] = e.st.Get(key)
-			continue
-		case t.Policies.Get == container.CacheOnly:
-			items[i], found[i] = e.st.Get(storeKey(t, row))
-			continue
-		case t.Policies.Get == container.Disabled:
-			if firstErr == nil {
-				firstErr = disabled(t, "get")
-			}
-			continue
-		case t.Policies.Get == container.Caching:
-			if it, ok := e.st.Get(rowKey(t, row)); ok && it.Tag == t.v.Epoch() {
-				items[i], found[i] = it, true
+		}
+	} else {
+		// Group the keys by space, in order of first appearance; there are few spaces.
+		type share struct {
+			sp  keySpace
+			idx []int
+			k   [][]byte
+		}
+		var shares []share
+	next:
+		for i, key := range keys {
+			sp, k, err := e.space(key, classGet)
+			if err != nil {
+				if firstErr == nil {
+					firstErr = err
+				}
 				continue
 			}
-		}
-		if needs == nil {
-			needs = make(map[*Table]*need)
-		}
-		n := needs[t]
-		if n == nil {
-			n = &need{}
-			needs[t] = n
-		}
-		n.idx, n.row = append(n.idx, i), append(n.row, row)
-	}
-	for t, n := range needs {
-		gen, epoch := t.v.Gen(), t.v.Epoch()
-		// Queued writes answer for their rows (asked after the generation is
-		// taken; see readOnce); the table is asked for the rest.
-		ask, queued := n.row, map[string]container.Item(nil)
-		if t.Behind != nil {
-			ask = nil
-			for _, row := range n.row {
-				if it, ok := t.queuedRow(row); ok {
-					if queued == nil {
-						queued = map[string]container.Item{}
-					}
-					queued[string(row)] = it
-				} else {
-					ask = append(ask, row)
+			for j := range shares {
+				if shares[j].sp == sp {
+					shares[j].idx, shares[j].k = append(shares[j].idx, i), append(shares[j].k, k)
+					continue next
 				}
 			}
+			shares = append(shares, share{sp: sp, idx: []int{i}, k: [][]byte{k}})
 		}
-		var rows map[string]container.Item
-		if len(ask) > 0 {
-			ctx, cancel := context.WithTimeout(context.Background(), tableTimeout)
-			var err error
-			rows, err = t.C.GetMulti(ctx, ask)
-			cancel()
-			if err != nil && firstErr == nil {
-				firstErr = err // names the container already
-			}
-		}
-		if len(queued) > 0 && rows == nil {
-			rows = map[string]container.Item{}
-		}
-		now := e.st.Now()
-		for k, it := range queued {
-			if !expired(it.Exptime, now) {
-				rows[k] = it
-			}
-		}
-		for j, i := range n.idx {
-			r, ok := rows[string(n.row[j])]
-			if !ok {
-				continue
-			}
-			items[i], found[i] = fromRow(r), true
-			if t.Policies.Get == container.Caching {
-				e.cacheRow(t, rowKey(t, n.row[j]), items[i], gen, epoch)
+		for _, sh := range shares {
+			if err := sh.sp.getMany(e, sh.idx, sh.k, items, found); err != nil && firstErr == nil {
+				firstErr = err
 			}
 		}
 	}
@@ -533,6 +509,73 @@ func (e *Engine) GetMulti(keys [][]byte) ([]store.Item, []bool, error) {
 	e.counters.GetHits.Add(hits)
 	e.counters.GetMisses.Add(int64(len(keys)) - hits)
 	return items, found, firstErr
+}
+
+// tableGetMany answers a multi-get's rows of t (rows[j] into items[idx[j]]):
+// fresh cached copies first, then queued writes, then one query for the rest.
+func (e *Engine) tableGetMany(t *Table, idx []int, rows [][]byte, items []store.Item, found []bool) error {
+	switch t.Policies.Get {
+	case container.Disabled:
+		return disabled(t, "get")
+	case container.Caching:
+		n := 0
+		for j, row := range rows {
+			if it, ok := e.st.Get(rowKey(t, row)); ok && it.Tag == t.v.Epoch() {
+				items[idx[j]], found[idx[j]] = it, true
+				continue
+			}
+			idx[n], rows[n] = idx[j], row
+			n++
+		}
+		idx, rows = idx[:n], rows[:n]
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	gen, epoch := t.v.Gen(), t.v.Epoch()
+	// Queued writes answer for their rows (asked after the generation is
+	// taken; see readOnce); the table is asked for the rest.
+	ask, queued := rows, map[string]container.Item(nil)
+	if t.Behind != nil {
+		ask = nil
+		for _, row := range rows {
+			if it, ok := t.queuedRow(row); ok {
+				if queued == nil {
+					queued = map[string]container.Item{}
+				}
+				queued[string(row)] = it
+			} else {
+				ask = append(ask, row)
+			}
+		}
+	}
+	var rowsFound map[string]container.Item
+	var err error
+	if len(ask) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), tableTimeout)
+		rowsFound, err = t.C.GetMulti(ctx, ask) // the error names the container already
+		cancel()
+	}
+	if len(queued) > 0 && rowsFound == nil {
+		rowsFound = map[string]container.Item{}
+	}
+	now := e.st.Now()
+	for k, it := range queued {
+		if !expired(it.Exptime, now) {
+			rowsFound[k] = it
+		}
+	}
+	for j, i := range idx {
+		r, ok := rowsFound[string(rows[j])]
+		if !ok {
+			continue
+		}
+		items[i], found[i] = fromRow(r), true
+		if t.Policies.Get == container.Caching {
+			e.cacheRow(t, rowKey(t, rows[j]), items[i], gen, epoch)
+		}
+	}
+	return err
 }
 
 // TableStatus is a container's state for /status.

@@ -125,7 +125,7 @@ func openDisk(s *Store, o Options) (*disk, error) {
 	defer cache.Unref() // the DB holds its own reference
 	db, err := pebble.Open(o.DataDir, &pebble.Options{
 		Logger: pebbleLogger{},
-		FS:     o.fs,
+		FS:     o.FS,
 		// Small, fixed memory: the item data lives in the store already.
 		Cache:                       cache,
 		MemTableSize:                8 << 20,

@@ -16,10 +16,16 @@
 //     Ephemeral items are the exception: they never reach the disk.
 //   - With sync durability, readers see a change only once it is durable, and a
 //     disk failure is sticky; persist.go says how.
+//   - A delayed flush_all is memcached's oldest_live, not a timer: one deadline
+//     (flushAt). Once the clock reaches it, every item whose LastAccess (its last
+//     store or fetch, memcached's it->time) is before it is dead, exactly as an
+//     expired one is; a later flush replaces the deadline. The crawler, and Close,
+//     then remove those items for real, so the disk forgets them too.
 package store
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -54,6 +60,8 @@ type Item struct {
 	CAS     uint64 // unique id of this version; 0 in a new item means "assign one"
 
 	// Volatile state for the meta protocol; not persisted.
+	// LastAccess also decides a delayed flush_all (see Store.FlushAt), as
+	// memcached's it->time does; an item loaded from disk counts as stored then.
 	LastAccess int64  // Unix seconds of the last fetch or store
 	Fetched    bool   // fetched at least once since stored
 	Stale      bool   // marked stale by an invalidation (meta I flag)
@@ -70,6 +78,19 @@ type Item struct {
 // Expired reports whether the item is past its expiry at now (Unix seconds).
 func (it *Item) Expired(now int64) bool {
 	return it.Exptime != 0 && it.Exptime <= now
+}
+
+// dead reports whether it is gone at now: expired, or invalidated by a delayed
+// flush_all whose deadline has come.
+func (s *Store) dead(it *Item, now int64) bool {
+	return it.Expired(now) || flushedBy(it, s.flushAt.Load(), now)
+}
+
+// flushedBy reports whether a flush_all deadline at (0 = none) has invalidated
+// it at now: memcached's rule, an item last stored or fetched before the
+// deadline is gone once the deadline has come.
+func flushedBy(it *Item, at, now int64) bool {
+	return at != 0 && at <= now && it.LastAccess < at
 }
 
 // Size is what an item with this key and value is charged against the limit.
@@ -105,7 +126,9 @@ type Options struct {
 	Logger        *slog.Logger
 	Now           func() int64 // Unix seconds; default time.Now().Unix (tests override)
 
-	fs vfs.FS // Pebble's filesystem; tests inject faults through it
+	// FS is Pebble's filesystem; nil is the OS's. Tests inject faults through it
+	// (pebble/vfs/errorfs).
+	FS vfs.FS
 }
 
 // Stats are counters of the store's own events.
@@ -131,6 +154,14 @@ type Store struct {
 	expired    atomic.Int64
 
 	disk *disk // nil when memory only
+
+	// flushAt is the deadline of the latest delayed flush_all (memcached's
+	// oldest_live; 0 = none): once now >= flushAt, items with LastAccess <
+	// flushAt are dead. swept is the deadline whose dead items have been
+	// removed for real. flushMu orders FlushAt, FlushAll and the sweep.
+	flushAt atomic.Int64
+	swept   atomic.Int64
+	flushMu sync.Mutex
 
 	journalMu     sync.Mutex
 	loadedJournal map[string][]byte // journal records found on disk at Open, until taken (journal.go)
@@ -235,8 +266,10 @@ func (s *Store) Close() error {
 	s.stopOnce.Do(func() {
 		close(s.stop)
 		s.wg.Wait()
+		// A delayed flush whose deadline has come reaches the disk before it closes.
+		err = s.sweepFlushed()
 		if s.disk != nil {
-			err = s.disk.close()
+			err = errors.Join(err, s.disk.close())
 		}
 	})
 	return err
@@ -261,17 +294,16 @@ func (s *Store) Get(key []byte) (Item, bool) {
 	sh.mu.Lock()
 	if u := s.unsyncedLocked(sh, key); u != nil {
 		sh.mu.Unlock()
-		return u.visible(now)
+		return s.visible(u, now)
 	}
 	n := sh.mu.items[string(key)]
 	if n == nil {
 		sh.mu.Unlock()
 		return Item{}, false
 	}
-	if n.item.Expired(now) {
-		s.unlinkLocked(sh, n, true)
+	if s.dead(&n.item, now) {
+		s.unlinkDeadLocked(sh, n, now)
 		sh.mu.Unlock()
-		s.expired.Add(1)
 		return Item{}, false
 	}
 	it := n.item
@@ -289,10 +321,10 @@ func (s *Store) Peek(key []byte) (Item, bool) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if u := s.unsyncedLocked(sh, key); u != nil {
-		return u.visible(now)
+		return s.visible(u, now)
 	}
 	n := sh.mu.items[string(key)]
-	if n == nil || n.item.Expired(now) {
+	if n == nil || s.dead(&n.item, now) {
 		return Item{}, false
 	}
 	return n.item, true
@@ -313,11 +345,19 @@ func (s *Store) unsyncedLocked(sh *shard, key []byte) *unsynced {
 }
 
 // visible is what a reader gets of the key: the version before its unsynced changes.
-func (u *unsynced) visible(now int64) (Item, bool) {
-	if !u.priorOK || u.prior.Expired(now) {
+func (s *Store) visible(u *unsynced, now int64) (Item, bool) {
+	if !u.priorOK || s.dead(&u.prior, now) {
 		return Item{}, false
 	}
 	return u.prior, true
+}
+
+// unlinkDeadLocked removes n, which dead has found gone at now, and counts an expiry.
+func (s *Store) unlinkDeadLocked(sh *shard, n *node, now int64) {
+	s.unlinkLocked(sh, n, true)
+	if n.item.Expired(now) {
+		s.expired.Add(1)
+	}
 }
 
 // Update runs fn under the key's shard lock with the live item (nil when the key
@@ -330,9 +370,8 @@ func (s *Store) Update(key []byte, fn func(cur *Item) (Action, Item)) (Item, err
 	idx, sh := s.shardFor(key)
 	sh.mu.Lock()
 	n := sh.mu.items[string(key)]
-	if n != nil && n.item.Expired(now) {
-		s.unlinkLocked(sh, n, true)
-		s.expired.Add(1)
+	if n != nil && s.dead(&n.item, now) {
+		s.unlinkDeadLocked(sh, n, now)
 		n = nil
 	}
 	var cur *Item
@@ -505,15 +544,19 @@ func (s *Store) Touch(key []byte, exptime int64) (Item, bool, error) {
 	return it, found, err
 }
 
-// FlushAll removes every item. On a failed disk it is refused and changes
-// nothing, as a set or delete is: emptying memory alone would let the items
-// come back at the next start.
+// FlushAll removes every item and cancels a pending delayed flush (memcached:
+// a flush_all replaces oldest_live). On a failed disk it is refused and
+// changes nothing, as a set or delete is: emptying memory alone would let the
+// items come back at the next start.
 func (s *Store) FlushAll() error {
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
 	if s.disk != nil {
 		if err := s.disk.failure(); err != nil {
 			return err
 		}
 	}
+	defer s.flushAt.Store(0) // after the shards are empty, so a due deadline holds until then
 	var seq uint64
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -528,6 +571,71 @@ func (s *Store) FlushAll() error {
 		sh.mu.Unlock()
 	}
 	return s.waitDurable(seq)
+}
+
+// FlushAt is flush_all with a delay: every item last stored or fetched before
+// at (Unix seconds) is dead once the clock reaches at, including items stored
+// between now and then (memcached's oldest_live). It replaces any pending
+// deadline; at <= now flushes now (FlushAll). On a failed disk it is refused
+// and changes nothing, as FlushAll is.
+//
+// The deadline itself lives in memory only: a restart before it comes drops
+// the pending flush (the items stay). Once it has come, the crawler (or Close)
+// deletes the dead items from the disk as well, so a restart does not bring
+// them back; until that sweep is durable a crash may, as with any async write.
+func (s *Store) FlushAt(at int64) error {
+	if at <= s.now() {
+		return s.FlushAll()
+	}
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+	if s.disk != nil {
+		if err := s.disk.failure(); err != nil {
+			return err
+		}
+	}
+	s.flushAt.Store(at)
+	return nil
+}
+
+// sweepFlushed removes, memory and disk, the items a delayed flush_all whose
+// deadline has come invalidated, once per deadline. Until it runs they are
+// dead already (see dead); it only frees memory and makes the disk agree.
+func (s *Store) sweepFlushed() error {
+	now := s.now()
+	if at := s.flushAt.Load(); at == 0 || at > now || s.swept.Load() == at {
+		return nil
+	}
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+	at := s.flushAt.Load()
+	if at == 0 || at > now || s.swept.Load() == at {
+		return nil
+	}
+	var seq uint64
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for n := sh.mu.tail; n != nil; {
+			prev := n.prev
+			if flushedBy(&n.item, at, now) {
+				s.unlinkLocked(sh, n, true)
+			}
+			n = prev
+		}
+		for _, u := range sh.mu.unsynced {
+			if u.priorOK && flushedBy(&u.prior, at, now) {
+				u.priorOK = false // else it would show again if the deadline is replaced
+			}
+		}
+		seq = max(seq, s.lastSeqLocked(sh))
+		sh.mu.Unlock()
+	}
+	s.swept.Store(at)
+	if err := s.waitDurable(seq); err != nil {
+		return fmt.Errorf("store: removing the items of a delayed flush_all from disk: %w", err)
+	}
+	return nil
 }
 
 // Stats returns the store's counters.
@@ -641,6 +749,9 @@ func (s *Store) crawlLoop() {
 		case <-s.stop:
 			return
 		case <-t.C:
+			if err := s.sweepFlushed(); err != nil {
+				s.log.Error("store: delayed flush_all", "err", err)
+			}
 			now := s.now()
 			for i := range s.shards {
 				s.crawlShard(&s.shards[i], now, 2000)
@@ -658,9 +769,8 @@ func (s *Store) crawlShard(sh *shard, now int64, budget int) {
 	}
 	for ; n != nil && budget > 0; budget-- {
 		prev := n.prev
-		if n.item.Expired(now) {
-			s.unlinkLocked(sh, n, true)
-			s.expired.Add(1)
+		if s.dead(&n.item, now) {
+			s.unlinkDeadLocked(sh, n, now)
 		}
 		n = prev
 	}

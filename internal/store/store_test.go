@@ -232,7 +232,7 @@ func TestFullDiskRefusesWrites(t *testing.T) {
 		}
 		return nil
 	}))
-	s, err := Open(Options{MemoryLimit: 8 << 20, DataDir: t.TempDir(), Durability: DurabilitySync, fs: fs})
+	s, err := Open(Options{MemoryLimit: 8 << 20, DataDir: t.TempDir(), Durability: DurabilitySync, FS: fs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,7 +391,7 @@ func newWALSyncGate() (*walSyncGate, vfs.FS) {
 // write somebody read); it sees the value before, and the write once synced.
 func TestSyncWriteInvisibleUntilSynced(t *testing.T) {
 	g, fs := newWALSyncGate()
-	s, err := Open(Options{MemoryLimit: 8 << 20, DataDir: t.TempDir(), Durability: DurabilitySync, fs: fs})
+	s, err := Open(Options{MemoryLimit: 8 << 20, DataDir: t.TempDir(), Durability: DurabilitySync, FS: fs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -489,7 +489,7 @@ func TestEveryWaiterToldOfFailure(t *testing.T) {
 		return nil
 	}))
 	dir := t.TempDir()
-	s, err := Open(Options{MemoryLimit: 64 << 20, DataDir: dir, Durability: DurabilitySync, fs: fs})
+	s, err := Open(Options{MemoryLimit: 64 << 20, DataDir: dir, Durability: DurabilitySync, FS: fs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -584,7 +584,7 @@ func copyDir(t *testing.T, dir string) string {
 // without emptying memory (the items would come back at the next start).
 func TestFlushAllRefusedOnFailedDisk(t *testing.T) {
 	var full atomic.Bool
-	s, err := Open(Options{MemoryLimit: 8 << 20, DataDir: t.TempDir(), Durability: DurabilitySync, fs: fullDiskFS(&full)})
+	s, err := Open(Options{MemoryLimit: 8 << 20, DataDir: t.TempDir(), Durability: DurabilitySync, FS: fullDiskFS(&full)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -599,5 +599,171 @@ func TestFlushAllRefusedOnFailedDisk(t *testing.T) {
 	}
 	if it, ok := s.Get([]byte("kept")); !ok || string(it.Value) != "v" {
 		t.Fatalf("refused flush_all emptied memory: %q %v", it.Value, ok)
+	}
+}
+
+// clockStore opens a memory-only store whose clock is the returned counter.
+func clockStore(t *testing.T, o Options) (*Store, *atomic.Int64) {
+	t.Helper()
+	now := new(atomic.Int64)
+	now.Store(1_700_000_000)
+	o.Now = now.Load
+	if o.MemoryLimit == 0 {
+		o.MemoryLimit = 8 << 20
+	}
+	s, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, now
+}
+
+func live(s *Store, key string) bool {
+	_, ok := s.Get([]byte(key))
+	return ok
+}
+
+// TestDelayedFlushOneDeadline: a later FlushAt replaces the pending deadline,
+// either way (memcached keeps one oldest_live), and nothing is flushed before it.
+func TestDelayedFlushOneDeadline(t *testing.T) {
+	s, now := clockStore(t, Options{})
+	defer s.Close()
+	t0 := now.Load()
+	set(t, s, "a", "v", 0)
+	if err := s.FlushAt(t0 + 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.FlushAt(t0 + 10); err != nil { // sooner: replaces the first
+		t.Fatal(err)
+	}
+	now.Store(t0 + 9)
+	if !live(s, "a") {
+		t.Fatal("flushed before the deadline")
+	}
+	now.Store(t0 + 10)
+	if live(s, "a") {
+		t.Fatal("a still live at the replacing deadline")
+	}
+	set(t, s, "b", "v", 0) // stored at the deadline: after it
+	now.Store(t0 + 100)
+	if !live(s, "b") {
+		t.Fatal("the replaced deadline still flushed")
+	}
+
+	// Later replaces sooner too: the first deadline passes without effect.
+	if err := s.FlushAt(t0 + 110); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.FlushAt(t0 + 200); err != nil {
+		t.Fatal(err)
+	}
+	now.Store(t0 + 150)
+	if err := s.sweepFlushed(); err != nil {
+		t.Fatal(err)
+	}
+	if !live(s, "b") {
+		t.Fatal("the replaced (sooner) deadline still flushed")
+	}
+	now.Store(t0 + 200)
+	if live(s, "b") {
+		t.Fatal("b still live at the replacing deadline")
+	}
+	// An immediate flush cancels a pending one.
+	if err := s.FlushAt(t0 + 300); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.FlushAll(); err != nil {
+		t.Fatal(err)
+	}
+	set(t, s, "c", "v", 0)
+	now.Store(t0 + 300)
+	if !live(s, "c") {
+		t.Fatal("flush_all did not cancel the pending delayed flush")
+	}
+}
+
+// TestDelayedFlushTakesItemsSetBeforeIt is memcached's rule (t/flush-all.t):
+// an item stored after "flush_all <future>" was issued but before the
+// deadline is gone at the deadline; one stored at or after it stays. Items
+// touched by a fetch after the deadline are judged before the fetch.
+func TestDelayedFlushTakesItemsSetBeforeIt(t *testing.T) {
+	s, now := clockStore(t, Options{})
+	defer s.Close()
+	t0 := now.Load()
+	set(t, s, "old", "v", 0)
+	if err := s.FlushAt(t0 + 10); err != nil {
+		t.Fatal(err)
+	}
+	now.Store(t0 + 5)
+	set(t, s, "between", "v", 0)
+	if !live(s, "between") || !live(s, "old") {
+		t.Fatal("items gone before the deadline")
+	}
+	now.Store(t0 + 10)
+	if _, err := s.Update([]byte("between"), func(cur *Item) (Action, Item) {
+		if cur != nil {
+			t.Error("Update sees a flushed item")
+		}
+		return Keep, Item{}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if live(s, "old") {
+		t.Fatal("old item live after the deadline")
+	}
+	set(t, s, "after", "v", 0)
+	if !live(s, "after") {
+		t.Fatal("item stored at the deadline is gone")
+	}
+	if err := s.sweepFlushed(); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.CurrItems != 1 {
+		t.Fatalf("sweep left %d items, want 1 (after)", st.CurrItems)
+	}
+}
+
+// TestDelayedFlushNotResurrectedByRestart: once the deadline has come, the
+// flushed items are deleted from the disk too; a restart does not bring them back.
+func TestDelayedFlushNotResurrectedByRestart(t *testing.T) {
+	dir := t.TempDir()
+	s, now := clockStore(t, Options{DataDir: dir, Durability: DurabilitySync})
+	t0 := now.Load()
+	set(t, s, "old", "v", 0)
+	if err := s.FlushAt(t0 + 10); err != nil {
+		t.Fatal(err)
+	}
+	now.Store(t0 + 10)
+	set(t, s, "new", "v", 0)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, _ = clockStore(t, Options{DataDir: dir, Durability: DurabilitySync})
+	defer s.Close()
+	if live(s, "old") {
+		t.Fatal("a delayed flush_all's item came back after a restart")
+	}
+	if !live(s, "new") {
+		t.Fatal("item stored after the deadline lost in the restart")
+	}
+}
+
+// TestDelayedFlushRefusedOnFailedDisk: like flush_all, a delayed one is
+// refused on a failed disk and sets no deadline.
+func TestDelayedFlushRefusedOnFailedDisk(t *testing.T) {
+	var full atomic.Bool
+	s, now := clockStore(t, Options{DataDir: t.TempDir(), Durability: DurabilitySync, FS: fullDiskFS(&full)})
+	defer s.Close()
+	set(t, s, "kept", "v", 0)
+	full.Store(true)
+	if _, err := s.Update([]byte("x"), func(*Item) (Action, Item) { return Replace, Item{Value: []byte("v")} }); !errors.Is(err, ErrPersist) {
+		t.Fatalf("write on a full disk: %v, want ErrPersist", err)
+	}
+	if err := s.FlushAt(now.Load() + 10); !errors.Is(err, ErrPersist) {
+		t.Fatalf("delayed flush_all on a failed disk: %v, want ErrPersist", err)
+	}
+	now.Add(10)
+	if !live(s, "kept") {
+		t.Fatal("refused delayed flush_all still flushed")
 	}
 }
