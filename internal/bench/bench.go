@@ -4,7 +4,7 @@
 //
 // Invariants:
 //   - Every run gets a freshly started server (and a fresh data directory
-//     where the target has one), started through internal/testenv on free
+//     where the target has one), started through internal/peers on free
 //     loopback ports, and stopped before the next run starts, so only one
 //     server competes with the load generator for the CPUs. The SQL bench is
 //     the exception that proves it: the one MariaDB both targets reach is
@@ -22,7 +22,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/keywaydb/keyway/internal/testenv"
+	"github.com/keywaydb/keyway/internal/peers"
 )
 
 // target is one server under test. start brings up a fresh instance and
@@ -95,14 +95,14 @@ func runOne(ctx context.Context, t target, load loadFunc, out io.Writer) (sample
 // bin is empty.
 func prepare(bin string, commands ...string) (string, error) {
 	for _, c := range commands {
-		if _, err := testenv.LookPath(c); err != nil {
+		if _, err := peers.LookPath(c); err != nil {
 			return "", fmt.Errorf("bench: %w", err)
 		}
 	}
 	if bin != "" {
 		return bin, nil
 	}
-	bin, err := testenv.KeywayBinary()
+	bin, err := peers.KeywayBinary()
 	if err != nil {
 		return "", fmt.Errorf("bench: no keyway binary (set the options' KeywayBinary): %w", err)
 	}

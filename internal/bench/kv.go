@@ -17,13 +17,13 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 
-	"github.com/keywaydb/keyway/internal/testenv"
+	"github.com/keywaydb/keyway/internal/peers"
 )
 
 // KVOptions configures RunKV. Zero fields take the defaults EnsureDefaults
 // documents.
 type KVOptions struct {
-	KeywayBinary     string        // path; if empty, testenv.KeywayBinary() builds one
+	KeywayBinary     string        // path; if empty, peers.KeywayBinary() builds one
 	Pairs            int           // key-value pairs; default 10000
 	KeySize          int           // key bytes; default 10
 	ValueSize        int           // value bytes; default 40
@@ -183,12 +183,12 @@ func RunKV(ctx context.Context, o KVOptions) (*KVReport, error) {
 	}
 
 	fmt.Fprintf(o.Out, "kv bench: starting MariaDB and memcached\n")
-	m, err := testenv.StartMariaDB(ctx)
+	m, err := peers.StartMariaDB(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	defer m.Stop()
-	mc, err := testenv.StartMemcached(ctx, "-m", "256")
+	mc, err := peers.StartMemcached(ctx, "-m", "256")
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
@@ -381,8 +381,8 @@ func (e *kvEnv) run(ctx context.Context, t string, c int) (kvSample, error) {
 }
 
 // startKeyway starts a fresh keyway serving the container and a client for it.
-func (e *kvEnv) startKeyway(ctx context.Context, c int, args ...string) (*testenv.Process, *memcache.Client, error) {
-	p, err := testenv.StartKeywayBinary(ctx, e.bin, append([]string{"--config", e.cfg}, args...)...)
+func (e *kvEnv) startKeyway(ctx context.Context, c int, args ...string) (*peers.Process, *memcache.Client, error) {
+	p, err := peers.StartKeywayBinary(ctx, e.bin, append([]string{"--config", e.cfg}, args...)...)
 	if err != nil {
 		return nil, nil, err
 	}

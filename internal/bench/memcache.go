@@ -15,13 +15,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/keywaydb/keyway/internal/testenv"
+	"github.com/keywaydb/keyway/internal/peers"
 )
 
 // MemcacheOptions configures RunMemcache. Zero fields take the defaults
 // EnsureDefaults documents.
 type MemcacheOptions struct {
-	KeywayBinary string        // path; if empty, testenv.KeywayBinary() builds one
+	KeywayBinary string        // path; if empty, peers.KeywayBinary() builds one
 	Duration     time.Duration // per run, whole seconds (memcaslap's unit); default 10s
 	Repetitions  int           // default 3
 	Concurrency  int           // memcaslap -c; default 8
@@ -159,7 +159,7 @@ func memcachedStarter(mb string) target {
 	return target{
 		name: memcachedTarget,
 		start: func(ctx context.Context) (string, func() error, error) {
-			m, err := testenv.StartMemcached(ctx, "-m", mb)
+			m, err := peers.StartMemcached(ctx, "-m", mb)
 			if err != nil {
 				return "", nil, err
 			}
@@ -183,7 +183,7 @@ func keywayStarter(name, bin string, persistent bool, args ...string) target {
 				}
 				argv = append(argv, "--data-dir", dataDir)
 			}
-			p, err := testenv.StartKeywayBinary(ctx, bin, argv...)
+			p, err := peers.StartKeywayBinary(ctx, bin, argv...)
 			if err != nil {
 				if dataDir != "" {
 					_ = os.RemoveAll(dataDir)
@@ -215,7 +215,7 @@ type memcaslap struct {
 // newMemcaslap writes the -F configuration and fixes the command line. The
 // caller must close it to remove the configuration file.
 func newMemcaslap(o MemcacheOptions) (*memcaslap, error) {
-	path, err := testenv.LookPath("memcaslap")
+	path, err := peers.LookPath("memcaslap")
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}

@@ -17,13 +17,13 @@ import (
 
 	_ "github.com/go-sql-driver/mysql" // database/sql driver "mysql", for the server's version
 
-	"github.com/keywaydb/keyway/internal/testenv"
+	"github.com/keywaydb/keyway/internal/peers"
 )
 
 // SQLOptions configures RunSQL. Zero fields take the defaults EnsureDefaults
 // documents.
 type SQLOptions struct {
-	KeywayBinary string        // path; if empty, testenv.KeywayBinary() builds one
+	KeywayBinary string        // path; if empty, peers.KeywayBinary() builds one
 	Duration     time.Duration // per run, whole seconds (sysbench's unit); default 10s
 	Repetitions  int           // default 3
 	Threads      []int         // sysbench --threads, one case each; default 1, 4, 8
@@ -43,7 +43,7 @@ const (
 	keywayTarget = "keyway" // sysbench through keyway's SQL door to the same MariaDB
 )
 
-// The account sysbench logs in with, on MariaDB (testenv creates it) and on
+// The account sysbench logs in with, on MariaDB (peers creates it) and on
 // keyway (the generated configuration has it).
 const (
 	sqlUser     = "app"
@@ -153,7 +153,7 @@ func RunSQL(ctx context.Context, o SQLOptions) (*SQLReport, error) {
 	}
 
 	fmt.Fprintf(o.Out, "sql bench: starting MariaDB\n")
-	m, err := testenv.StartMariaDB(ctx)
+	m, err := peers.StartMariaDB(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
@@ -325,12 +325,12 @@ func keywaySQLStarter(bin, cfg string) target {
 		start: func(ctx context.Context) (string, func() error, error) {
 			var lastErr error
 			for attempt := 0; attempt < 3; attempt++ {
-				port, err := testenv.FreePort()
+				port, err := peers.FreePort()
 				if err != nil {
 					return "", nil, err
 				}
 				addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-				p, err := testenv.StartKeywayBinary(ctx, bin, "--config", cfg, "--sql-listen", addr)
+				p, err := peers.StartKeywayBinary(ctx, bin, "--config", cfg, "--sql-listen", addr)
 				if err != nil {
 					lastErr = err
 					if strings.Contains(strings.ToLower(err.Error()), "address already in use") && ctx.Err() == nil {
@@ -355,7 +355,7 @@ func keywaySQLStarter(bin, cfg string) target {
 
 // waitForSQL waits until addr accepts TCP connections, giving up when p
 // exits.
-func waitForSQL(ctx context.Context, p *testenv.Process, addr string) error {
+func waitForSQL(ctx context.Context, p *peers.Process, addr string) error {
 	ctx, cancel := context.WithTimeout(ctx, sqlStartTimeout)
 	defer cancel()
 	go func() {
@@ -365,7 +365,7 @@ func waitForSQL(ctx context.Context, p *testenv.Process, addr string) error {
 		case <-ctx.Done():
 		}
 	}()
-	if err := testenv.WaitForPort(ctx, addr); err != nil {
+	if err := peers.WaitForPort(ctx, addr); err != nil {
 		if p.Exited() {
 			return fmt.Errorf("keyway exited before its SQL door %s accepted connections", addr)
 		}
@@ -382,7 +382,7 @@ type sysbench struct {
 }
 
 func newSysbench(o SQLOptions) (*sysbench, error) {
-	path, err := testenv.LookPath("sysbench")
+	path, err := peers.LookPath("sysbench")
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}

@@ -115,7 +115,7 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 		}
 		s.memcache = memcache.NewServer(s.engine, memcache.Options{
 			MaxConnections:   cfg.Memcache.MaxConnections,
-		Version:          memcache.ProtocolVersion + "-keyway-" + o.Version,
+			Version:          memcache.ProtocolVersion + "-keyway-" + o.Version,
 			WriteTimeout:     cfg.Memcache.WriteTimeout,
 			MaxInflightBytes: cfg.Memcache.MaxInflightBytes,
 			Logger:           log,

@@ -1,4 +1,4 @@
-package testenv
+package peers
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"testing"
 	"time"
 )
 
@@ -44,7 +43,7 @@ const keywayBuildTimeout = 5 * time.Minute
 func buildKeyway() (string, error) {
 	if p := os.Getenv(KeywayBinaryEnv); p != "" {
 		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("testenv: $%s: %w", KeywayBinaryEnv, err)
+			return "", fmt.Errorf("peers: $%s: %w", KeywayBinaryEnv, err)
 		}
 		return p, nil
 	}
@@ -60,7 +59,7 @@ func buildKeyway() (string, error) {
 	// start each other's binary.
 	dir := filepath.Join(os.TempDir(), "keyway-testenv-"+strconv.Itoa(os.Getuid()), fmt.Sprintf("%x", sha256.Sum256([]byte(root)))[:16])
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", fmt.Errorf("testenv: make build dir: %w", err)
+		return "", fmt.Errorf("peers: make build dir: %w", err)
 	}
 	final := filepath.Join(dir, "keyway")
 	// Build to a unique name, then rename: test binaries of several packages
@@ -74,11 +73,11 @@ func buildKeyway() (string, error) {
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		_ = os.Remove(tmp)
-		return "", fmt.Errorf("testenv: go build %s (in %s): %w%s", keywayPackage, root, err, formatTail("output", string(out)))
+		return "", fmt.Errorf("peers: go build %s (in %s): %w%s", keywayPackage, root, err, formatTail("output", string(out)))
 	}
 	if err := os.Rename(tmp, final); err != nil {
 		_ = os.Remove(tmp)
-		return "", fmt.Errorf("testenv: install built keyway: %w", err)
+		return "", fmt.Errorf("peers: install built keyway: %w", err)
 	}
 	return final, nil
 }
@@ -88,7 +87,7 @@ func buildKeyway() (string, error) {
 func moduleRoot() (string, error) {
 	wd, err := os.Getwd()
 	if err != nil {
-		return "", fmt.Errorf("testenv: working directory: %w", err)
+		return "", fmt.Errorf("peers: working directory: %w", err)
 	}
 	for dir := wd; ; {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
@@ -96,7 +95,7 @@ func moduleRoot() (string, error) {
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", fmt.Errorf("testenv: no go.mod above %s: run from inside the keyway module or set $%s", wd, KeywayBinaryEnv)
+			return "", fmt.Errorf("peers: no go.mod above %s: run from inside the keyway module or set $%s", wd, KeywayBinaryEnv)
 		}
 		dir = parent
 	}
@@ -117,7 +116,7 @@ func goTool() (string, error) {
 			return p, nil
 		}
 	}
-	return "", errors.New("testenv: the go command is not in $PATH, $GOROOT/bin or /usr/local/go/bin: install Go or set $" + KeywayBinaryEnv)
+	return "", errors.New("peers: the go command is not in $PATH, $GOROOT/bin or /usr/local/go/bin: install Go or set $" + KeywayBinaryEnv)
 }
 
 // keywayStartTimeout bounds the wait for keyway's memcache port.
@@ -156,27 +155,10 @@ func StartKeywayBinary(ctx context.Context, bin string, args ...string) (*Proces
 			return p, nil
 		}
 		_ = p.Kill()
-		lastErr = fmt.Errorf("testenv: %s %v: %w%s", bin, argv, err, outputTail(p.out))
+		lastErr = fmt.Errorf("peers: %s %v: %w%s", bin, argv, err, outputTail(p.out))
 		if !isBindRace(p.Output()) || ctx.Err() != nil {
 			return nil, lastErr
 		}
 	}
 	return nil, lastErr
-}
-
-// NewKeyway builds keyway if needed, starts `keyway serve` for the test and
-// stops it at cleanup; an unexpected exit or a slow graceful stop fails the
-// test there.
-func NewKeyway(t testing.TB, args ...string) *Process {
-	t.Helper()
-	p, err := StartKeyway(context.Background(), args...)
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
-	t.Cleanup(func() {
-		if err := p.Stop(); err != nil {
-			t.Errorf("%v", err)
-		}
-	})
-	return p
 }

@@ -1,4 +1,4 @@
-package testenv
+package peers
 
 import (
 	"context"
@@ -11,9 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -74,7 +72,7 @@ func StartMariaDB(ctx context.Context) (*MariaDB, error) {
 // StartMariaDBWith is StartMariaDB with options (a server that offers TLS).
 func StartMariaDBWith(ctx context.Context, o MariaDBOptions) (_ *MariaDB, err error) {
 	if (o.SSLCert == "") != (o.SSLKey == "") {
-		return nil, errors.New("testenv: MariaDBOptions needs both SSLCert and SSLKey, or neither")
+		return nil, errors.New("peers: MariaDBOptions needs both SSLCert and SSLKey, or neither")
 	}
 	installDB, err := LookPath("mariadb-install-db")
 	if err != nil {
@@ -125,7 +123,7 @@ func mariadbUser() (string, error) {
 	}
 	u, err := user.Current()
 	if err != nil {
-		return "", fmt.Errorf("testenv: who am I (for mariadbd --user): %w", err)
+		return "", fmt.Errorf("peers: who am I (for mariadbd --user): %w", err)
 	}
 	return u.Username, nil
 }
@@ -136,7 +134,7 @@ func mariadbUser() (string, error) {
 func (m *MariaDB) tmpDir() (string, error) {
 	tmp := filepath.Join(m.dir, "tmp")
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
-		return "", fmt.Errorf("testenv: mariadb tmpdir: %w", err)
+		return "", fmt.Errorf("peers: mariadb tmpdir: %w", err)
 	}
 	return tmp, nil
 }
@@ -163,7 +161,7 @@ func (m *MariaDB) install(ctx context.Context, installDB, runUser string) error 
 	cmd.WaitDelay = 2 * time.Second
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("testenv: mariadb-install-db %s: %w%s", strings.Join(args, " "), err, formatTail("output", string(out)))
+		return fmt.Errorf("peers: mariadb-install-db %s: %w%s", strings.Join(args, " "), err, formatTail("output", string(out)))
 	}
 	return nil
 }
@@ -221,7 +219,7 @@ func (m *MariaDB) start(ctx context.Context, mariadbd, runUser string) error {
 		_ = p.Kill()
 		m.proc = nil
 		log := m.errorLogTail()
-		lastErr = fmt.Errorf("testenv: start mariadbd %s: %w%s%s", strings.Join(args, " "), err, outputTail(p.out), formatTail("error log "+m.ErrorLog, log))
+		lastErr = fmt.Errorf("peers: start mariadbd %s: %w%s%s", strings.Join(args, " "), err, outputTail(p.out), formatTail("error log "+m.ErrorLog, log))
 		if !isBindRace(log+p.Output()) || ctx.Err() != nil {
 			return lastErr
 		}
@@ -263,7 +261,7 @@ func (m *MariaDB) setup(ctx context.Context) error {
 	defer cancel()
 	db, err := sql.Open("mysql", m.RootDSN)
 	if err != nil {
-		return fmt.Errorf("testenv: open %s: %w", m.RootDSN, err)
+		return fmt.Errorf("peers: open %s: %w", m.RootDSN, err)
 	}
 	defer db.Close()
 
@@ -272,19 +270,19 @@ func (m *MariaDB) setup(ctx context.Context) error {
 	// client before 'app'@'%'. Drop whatever anonymous accounts exist.
 	rows, err := db.QueryContext(ctx, "SELECT Host FROM mysql.user WHERE User = ''")
 	if err != nil {
-		return fmt.Errorf("testenv: list anonymous accounts: %w", err)
+		return fmt.Errorf("peers: list anonymous accounts: %w", err)
 	}
 	var stmts []string
 	for rows.Next() {
 		var host string
 		if err := rows.Scan(&host); err != nil {
 			rows.Close()
-			return fmt.Errorf("testenv: list anonymous accounts: %w", err)
+			return fmt.Errorf("peers: list anonymous accounts: %w", err)
 		}
 		stmts = append(stmts, "DROP USER ''@"+quoteString(host))
 	}
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return fmt.Errorf("testenv: list anonymous accounts: %w", err)
+		return fmt.Errorf("peers: list anonymous accounts: %w", err)
 	}
 	stmts = append(stmts, "CREATE DATABASE IF NOT EXISTS test")
 	for _, host := range []string{"%", "localhost"} {
@@ -297,7 +295,7 @@ func (m *MariaDB) setup(ctx context.Context) error {
 	stmts = append(stmts, "FLUSH PRIVILEGES")
 	for _, s := range stmts {
 		if _, err := db.ExecContext(ctx, s); err != nil {
-			return fmt.Errorf("testenv: set up MariaDB: %s: %w", s, err)
+			return fmt.Errorf("peers: set up MariaDB: %s: %w", s, err)
 		}
 	}
 	return nil
@@ -325,48 +323,12 @@ func (m *MariaDB) Stop() error {
 // Process returns the mariadbd child process (nil before it started).
 func (m *MariaDB) Process() *Process { return m.proc }
 
-// NewMariaDB starts a private MariaDB for the test and stops it (removing
-// its directory) at cleanup. It fails the test when MariaDB is missing or
-// does not start.
-func NewMariaDB(t testing.TB) *MariaDB {
-	t.Helper()
-	Need(t, "mariadb-install-db")
-	Need(t, "mariadbd")
-	m, err := StartMariaDB(context.Background())
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
-	t.Cleanup(func() {
-		if err := m.Stop(); err != nil {
-			t.Errorf("%v", err)
-		}
-	})
-	return m
-}
-
-// NewMariaDBWith is NewMariaDB with options: a private server for the test, stopped at cleanup.
-func NewMariaDBWith(t testing.TB, o MariaDBOptions) *MariaDB {
-	t.Helper()
-	Need(t, "mariadb-install-db")
-	Need(t, "mariadbd")
-	m, err := StartMariaDBWith(context.Background(), o)
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
-	t.Cleanup(func() {
-		if err := m.Stop(); err != nil {
-			t.Errorf("%v", err)
-		}
-	})
-	return m
-}
-
 // shortTempDir makes a temporary directory whose path leaves room for a unix
 // socket inside it, falling back to /tmp when $TMPDIR is too deep.
 func shortTempDir(prefix string) (string, error) {
 	dir, err := os.MkdirTemp("", prefix)
 	if err != nil {
-		return "", fmt.Errorf("testenv: make temp dir: %w", err)
+		return "", fmt.Errorf("peers: make temp dir: %w", err)
 	}
 	if len(dir)+len("/sock") <= maxSocketPath {
 		return dir, nil
@@ -374,59 +336,7 @@ func shortTempDir(prefix string) (string, error) {
 	_ = os.RemoveAll(dir)
 	dir, err = os.MkdirTemp("/tmp", prefix)
 	if err != nil {
-		return "", fmt.Errorf("testenv: make temp dir in /tmp ($TMPDIR is too long for a unix socket path): %w", err)
+		return "", fmt.Errorf("peers: make temp dir in /tmp ($TMPDIR is too long for a unix socket path): %w", err)
 	}
 	return dir, nil
-}
-
-// sharedMariaDB is one MariaDB for all the tests of a test binary that ask
-// for it with SharedMariaDB; StopSharedMariaDB (from TestMain) ends it.
-var sharedMariaDB struct {
-	once sync.Once
-	m    *MariaDB
-	err  error
-}
-
-// SharedMariaDB returns the test binary's shared MariaDB, starting it on
-// first use. Tests sharing it must use their own tables. Call
-// StopSharedMariaDB from TestMain after m.Run.
-func SharedMariaDB(t testing.TB) *MariaDB {
-	t.Helper()
-	Need(t, "mariadbd")
-	Need(t, "mariadb-install-db")
-	sharedMariaDB.once.Do(func() {
-		sharedMariaDB.m, sharedMariaDB.err = StartMariaDB(context.Background())
-	})
-	if sharedMariaDB.err != nil {
-		t.Fatalf("%v", sharedMariaDB.err)
-	}
-	return sharedMariaDB.m
-}
-
-// StopSharedMariaDB stops the shared MariaDB if one was started.
-func StopSharedMariaDB() {
-	if sharedMariaDB.m != nil {
-		_ = sharedMariaDB.m.Stop()
-	}
-}
-
-// RunWithSharedMariaDB is a test binary's TestMain body for packages that use
-// SharedMariaDB: it runs the tests, stops the shared MariaDB and returns the
-// exit code (os.Exit(testenv.RunWithSharedMariaDB(m))).
-func RunWithSharedMariaDB(m *testing.M) int {
-	code := m.Run()
-	StopSharedMariaDB()
-	return code
-}
-
-// SharedDB is a database/sql pool on the shared MariaDB as the app user
-// (database test), closed when the test ends.
-func SharedDB(t testing.TB) *sql.DB {
-	t.Helper()
-	db, err := sql.Open("mysql", SharedMariaDB(t).AppDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
 }

@@ -1,11 +1,10 @@
-package testenv
+package peers
 
 import (
 	"context"
 	"fmt"
 	"os"
 	"strconv"
-	"testing"
 	"time"
 )
 
@@ -53,7 +52,7 @@ func StartMemcached(ctx context.Context, extraArgs ...string) (*Memcached, error
 			return &Memcached{Addr: p.Addr, Port: port, proc: p}, nil
 		}
 		_ = p.Kill()
-		lastErr = fmt.Errorf("testenv: start memcached %v: %w%s", args, err, outputTail(p.out))
+		lastErr = fmt.Errorf("peers: start memcached %v: %w%s", args, err, outputTail(p.out))
 		if !isBindRace(p.Output()) || ctx.Err() != nil {
 			return nil, lastErr
 		}
@@ -67,20 +66,3 @@ func (m *Memcached) Stop() error { return m.proc.Stop() }
 
 // Process returns the underlying child process (for Kill in crash tests).
 func (m *Memcached) Process() *Process { return m.proc }
-
-// NewMemcached starts memcached for the test and stops it at cleanup. It
-// fails the test when memcached is missing or does not start.
-func NewMemcached(t testing.TB, extraArgs ...string) *Memcached {
-	t.Helper()
-	Need(t, "memcached")
-	m, err := StartMemcached(context.Background(), extraArgs...)
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
-	t.Cleanup(func() {
-		if err := m.Stop(); err != nil {
-			t.Errorf("%v", err)
-		}
-	})
-	return m
-}
