@@ -5,12 +5,9 @@ package main
 import (
 	"database/sql"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,77 +15,6 @@ import (
 
 	"github.com/keywaydb/keyway/internal/testenv"
 )
-
-// mysqlRelay forwards a fixed loopback port to a MariaDB while it is up: the
-// test takes MySQL away from keyway (closing the port and every relayed
-// connection) and brings it back on the same address.
-type mysqlRelay struct {
-	addr, target string
-	mu           sync.Mutex
-	ln           net.Listener
-	conns        []net.Conn
-}
-
-// newMySQLRelay picks a free port for a relay to target; it is down until up.
-func newMySQLRelay(t *testing.T, target string) *mysqlRelay {
-	t.Helper()
-	port, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &mysqlRelay{addr: fmt.Sprintf("127.0.0.1:%d", port), target: target}
-	t.Cleanup(r.down)
-	return r
-}
-
-func (r *mysqlRelay) up(t *testing.T) {
-	t.Helper()
-	var ln net.Listener
-	var err error
-	for range 50 { // the port may linger briefly after down
-		if ln, err = net.Listen("tcp", r.addr); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatalf("relay: listen on %s: %v", r.addr, err)
-	}
-	r.mu.Lock()
-	r.ln = ln
-	r.mu.Unlock()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			b, err := net.Dial("tcp", r.target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			r.mu.Lock()
-			r.conns = append(r.conns, c, b)
-			r.mu.Unlock()
-			go func() { _, _ = io.Copy(b, c); b.Close(); c.Close() }()
-			go func() { _, _ = io.Copy(c, b); b.Close(); c.Close() }()
-		}
-	}()
-}
-
-func (r *mysqlRelay) down() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.ln != nil {
-		r.ln.Close()
-		r.ln = nil
-	}
-	for _, c := range r.conns {
-		c.Close()
-	}
-	r.conns = nil
-}
 
 // TestStartWithMySQLDown: keyway starts while its container's MySQL is
 // unreachable. Plain keys are served from the local store; the container's
@@ -113,7 +39,7 @@ func TestStartWithMySQLDown(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := newMySQLRelay(t, m.Addr)
+	r := testenv.NewRelay(t, m.Addr)
 	// No "default" container: keys without @@ live in the local store.
 	cfg := fmt.Sprintf(`
 [[groups]]
@@ -136,7 +62,7 @@ set = "caching"
 delete = "caching"
 write = "async"
 write_window = "20ms"
-`, r.addr)
+`, r.Addr)
 	path := filepath.Join(t.TempDir(), "keyway.toml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -145,7 +71,7 @@ write_window = "20ms"
 
 	// A first run leaves acknowledged writes in the journal: MySQL goes away
 	// under it, it acknowledges async sets, and it is killed.
-	r.up(t)
+	r.Up(t)
 	kw := testenv.NewKeyway(t, args...)
 	mc := memcache.New(kw.Addr)
 	mc.Timeout = 20 * time.Second
@@ -156,7 +82,7 @@ write_window = "20ms"
 		v := tableValue(t, db, "first")
 		return v == "up", v
 	})
-	r.down()
+	r.Down()
 	for _, k := range []string{"journaled", "Mixed"} {
 		if err := mc.Set(&memcache.Item{Key: "@@aaa." + k, Value: []byte("j-" + k)}); err != nil {
 			t.Fatalf("async set with MySQL away: %v\n%s", err, kw.Output())
@@ -181,7 +107,7 @@ write_window = "20ms"
 	wantDown := func(what, line string) {
 		t.Helper()
 		if !strings.HasPrefix(line, "SERVER_ERROR ") || !strings.Contains(line, `container "aaa"`) ||
-			!strings.Contains(line, "backend group main ("+r.addr+") unavailable") {
+			!strings.Contains(line, "backend group main ("+r.Addr+") unavailable") {
 			t.Fatalf("%s with MySQL down: %q, want SERVER_ERROR naming the container and group main", what, line)
 		}
 	}
@@ -192,7 +118,7 @@ write_window = "20ms"
 	line, _ = text.do("delete @@aaa.cold")
 	wantDown("table delete", line)
 
-	r.up(t)
+	r.Up(t)
 	eventually(t, "table get after MySQL came back", func() (bool, string) {
 		line, data := text.do("get @@aaa.cold")
 		return data == "from the table", line + " " + data

@@ -398,14 +398,15 @@ func TestUnknownCommand(t *testing.T) {
 // group and address, that keyway keeps serving, and that it recovers when the backend returns.
 func TestBackendDown(t *testing.T) {
 	m := mariadb(t)
-	fw := newForwarder(t, m.Addr)
-	cfg := testConfig(fw.addr)
+	fw := testenv.NewRelay(t, m.Addr)
+	fw.Up(t)
+	cfg := testConfig(fw.Addr)
 	_, addr := startProxy(t, cfg)
 	db := open(t, "app", "secret", addr, "")
 	if err := db.Ping(); err != nil {
 		t.Fatal(err)
 	}
-	fw.stop()
+	fw.Down()
 	// The live session lost its backend: the next statement fails (the driver may retry on a fresh connection,
 	// which then fails to reach the backend).
 	db.SetMaxIdleConns(0)
@@ -415,10 +416,10 @@ func TestBackendDown(t *testing.T) {
 	}
 	err = open(t, "app", "secret", addr, "").Ping()
 	var me *mysql.MySQLError
-	if !errors.As(err, &me) || me.Number != 2003 || !strings.Contains(me.Message, "keyway: backend group main ("+fw.addr+") unavailable: ") {
+	if !errors.As(err, &me) || me.Number != 2003 || !strings.Contains(me.Message, "keyway: backend group main ("+fw.Addr+") unavailable: ") {
 		t.Fatalf("want 2003 naming group and address, got %v", err)
 	}
-	fw.start()
+	fw.Up(t)
 	waitFor(t, func() bool { return open(t, "app", "secret", addr, "").Ping() == nil })
 	var n int
 	if err := open(t, "app", "secret", addr, "").QueryRow("SELECT 3").Scan(&n); err != nil || n != 3 {

@@ -3,9 +3,7 @@ package sqlproxy
 import (
 	"encoding/binary"
 	"errors"
-	"io"
 	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -108,81 +106,7 @@ func (rc *rawClient) readRows(binaryRows bool) ([]string, error) {
 	}
 }
 
-// forwarder is a TCP relay in front of a backend that the test can cut (closing every connection and the
-// listener, as a killed server would) and restore on the same address.
-type forwarder struct {
-	t      *testing.T
-	target string
-	addr   string
-	mu     sync.Mutex
-	ln     net.Listener
-	conns  map[net.Conn]struct{}
-}
-
-func newForwarder(t *testing.T, target string) *forwarder {
-	ln, err := listenLoopback()
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &forwarder{t: t, target: target, addr: ln.Addr().String(), conns: map[net.Conn]struct{}{}}
-	f.serve(ln)
-	t.Cleanup(f.stop)
-	return f
-}
-
 func listenLoopback() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
-
-func (f *forwarder) serve(ln net.Listener) {
-	f.mu.Lock()
-	f.ln = ln
-	f.mu.Unlock()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			b, err := net.Dial("tcp", f.target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			f.mu.Lock()
-			f.conns[c], f.conns[b] = struct{}{}, struct{}{}
-			f.mu.Unlock()
-			go func() { _, _ = io.Copy(b, c); b.Close(); c.Close() }()
-			go func() { _, _ = io.Copy(c, b); b.Close(); c.Close() }()
-		}
-	}()
-}
-
-func (f *forwarder) stop() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.ln != nil {
-		f.ln.Close()
-		f.ln = nil
-	}
-	for c := range f.conns {
-		c.Close()
-	}
-	clear(f.conns)
-}
-
-func (f *forwarder) start() {
-	var ln net.Listener
-	var err error
-	for range 50 {
-		if ln, err = net.Listen("tcp", f.addr); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		f.t.Fatalf("forwarder: listen again on %s: %v", f.addr, err)
-	}
-	f.serve(ln)
-}
 
 // stmtExecute builds a COM_STMT_EXECUTE payload without parameters.
 func stmtExecute(id uint32, cursor bool) []byte {
