@@ -15,20 +15,20 @@ import (
 	"github.com/keywaydb/keyway/internal/writebehind"
 )
 
-// tableSet is the containers keyway serves and the database/sql pools (one per backend group) they share.
-type tableSet struct {
+// containerSet is the containers keyway serves and the database/sql pools (one per backend group) they share.
+type containerSet struct {
 	tables []*engine.Table
 	dbs    []*sql.DB
 }
 
-// openTables opens every configured container (and, with [migrate] innodb_memcache, every container of that
+// openContainers opens every configured container (and, with [migrate] innodb_memcache, every container of that
 // group's plugin schema) through its backend group, checking each against the real table, and binds them to the
 // engine with their policies. A container whose group cannot be reached does not fail the start: it answers its
 // keys with an error naming the group until its table is checked (see container.Open), while plain keys and other
 // containers serve, and its write-behind journal waits. A table that does not fit its definition fails the start.
 // On an error nothing stays open.
-func openTables(ctx context.Context, cfg config.Config, eng *engine.Engine, topo *backend.Topology, log *slog.Logger) (_ *tableSet, err error) {
-	ts := &tableSet{}
+func openContainers(ctx context.Context, cfg config.Config, eng *engine.Engine, topo *backend.Topology, log *slog.Logger) (_ *containerSet, err error) {
+	ts := &containerSet{}
 	defer func() {
 		if err != nil {
 			ts.close()
@@ -100,7 +100,7 @@ func openTables(ctx context.Context, cfg config.Config, eng *engine.Engine, topo
 
 // close stops the containers' write-behind queues (writing what they can; the rest stays in the store's journal)
 // and group committers (answering queued writes), and closes their pools.
-func (ts *tableSet) close() error {
+func (ts *containerSet) close() error {
 	var errs []error
 	for _, t := range ts.tables {
 		if t.Behind != nil {

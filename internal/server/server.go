@@ -35,20 +35,20 @@ import (
 
 // Server is a running keyway.
 type Server struct {
-	cfg      config.Config
-	log      *slog.Logger
-	store    *store.Store
-	engine   *engine.Engine
-	topo     *backend.Topology // the backend groups; empty without [[groups]]
-	validity *validity.Registry
-	tables   *tableSet
-	memcache *memcache.Server
-	mcLn     net.Listener
-	sql      *sqlproxy.Server // nil when the SQL door is off
-	sqlLn    net.Listener
-	admin    *admin.Server // nil when the admin listener is off
-	adminLn  net.Listener
-	errc     chan error
+	cfg        config.Config
+	log        *slog.Logger
+	store      *store.Store
+	engine     *engine.Engine
+	topo       *backend.Topology // the backend groups; empty without [[groups]]
+	validity   *validity.Registry
+	containers *containerSet
+	memcache   *memcache.Server
+	mcLn       net.Listener
+	sql        *sqlproxy.Server // nil when the SQL door is off
+	sqlLn      net.Listener
+	admin      *admin.Server // nil when the admin listener is off
+	adminLn    net.Listener
+	errc       chan error
 }
 
 // Options are what Start needs beside the config.
@@ -95,12 +95,12 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 		return fail(err)
 	}
 	openCtx, cancelOpen := context.WithTimeout(context.Background(), 30*time.Second)
-	s.tables, err = openTables(openCtx, cfg, s.engine, s.topo, log)
+	s.containers, err = openContainers(openCtx, cfg, s.engine, s.topo, log)
 	cancelOpen()
 	if err != nil {
 		return fail(err)
 	}
-	s.engine.SetTables(s.tables.tables)
+	s.engine.SetTables(s.containers.tables)
 	if left := st.TakeJournal(engine.JournalPrefix); len(left) > 0 {
 		// Kept on disk: configuring the container again writes them.
 		log.Warn("the store's journal holds acknowledged writes for containers that are not configured (or not async) now; they stay until such a container is configured", "rows", len(left))
@@ -314,9 +314,9 @@ func (s *Server) status() any {
 	if s.sql != nil {
 		st.SQL = &SQLStatus{Listen: s.sqlLn.Addr().String(), Pools: s.topo.Stats()}
 	}
-	if len(s.tables.tables) > 0 {
-		st.Containers = make(map[string]engine.TableStatus, len(s.tables.tables))
-		for _, t := range s.tables.tables {
+	if len(s.containers.tables) > 0 {
+		st.Containers = make(map[string]engine.TableStatus, len(s.containers.tables))
+		for _, t := range s.containers.tables {
 			st.Containers[t.Name] = t.Status()
 		}
 	}
@@ -367,8 +367,8 @@ func (s *Server) close() error {
 			ln.Close() // already closed by a door's Shutdown after a successful Start
 		}
 	}
-	if s.tables != nil {
-		errs = append(errs, s.tables.close())
+	if s.containers != nil {
+		errs = append(errs, s.containers.close())
 	}
 	if s.topo != nil {
 		s.topo.Close()
