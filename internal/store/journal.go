@@ -30,20 +30,37 @@ func (s *Store) JournalPut(key, value []byte) (wait func() error) {
 	return s.journal(record{op: opPut, shard: journalPrefix, key: string(key), value: value})
 }
 
-// JournalDelete appends the removal of key's record; see JournalPut.
+// JournalDelete appends the removal of key's record, like JournalPut, but its
+// wait always waits until the removal is on disk, whatever the store's
+// durability: a removal lost in a crash would let the record's write be
+// replayed over whatever the table received after it (back in time), so the
+// write-behind queue counts a row as written only once this returns.
 func (s *Store) JournalDelete(key []byte) (wait func() error) {
-	return s.journal(record{op: opDelete, shard: journalPrefix, key: string(key)})
+	seq := s.journalAppend(record{op: opDelete, shard: journalPrefix, key: string(key)})
+	return func() error {
+		if seq == 0 {
+			return nil
+		}
+		return s.disk.waitSynced(seq)
+	}
 }
 
 func (s *Store) journal(rec record) func() error {
+	seq := s.journalAppend(rec)
+	return func() error { return s.waitDurable(seq) }
+}
+
+// journalAppend appends rec to its shard's pending log and returns its
+// sequence number, 0 without persistence.
+func (s *Store) journalAppend(rec record) uint64 {
 	if s.disk == nil {
-		return func() error { return nil }
+		return 0
 	}
 	_, sh := s.shardFor([]byte(rec.key))
 	sh.mu.Lock()
 	seq := s.disk.appendLocked(sh, rec)
 	sh.mu.Unlock()
-	return func() error { return s.waitDurable(seq) }
+	return seq
 }
 
 // TakeJournal returns the records whose keys start with prefix as the disk

@@ -273,8 +273,20 @@ func (d *disk) waitDurable(seq uint64) error {
 		d.mu.Unlock()
 		return nil
 	}
+	return d.waitSynced(seq)
+}
+
+// waitSynced blocks until seq is committed and synced, whatever the store's
+// durability: with async durability it starts a commit round instead of
+// waiting for the next FlushInterval tick. The answer is exact, as for
+// waitDurable.
+func (d *disk) waitSynced(seq uint64) error {
 	if d.visible.Load() >= seq {
 		return nil
+	}
+	select {
+	case d.kick <- struct{}{}:
+	default: // a round is already asked for; it drains everything appended before it starts
 	}
 	d.mu.Lock()
 	for d.visible.Load() < seq && d.failed.Load() == nil && !d.mu.closed {

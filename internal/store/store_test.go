@@ -767,3 +767,39 @@ func TestDelayedFlushRefusedOnFailedDisk(t *testing.T) {
 		t.Fatal("refused delayed flush_all still flushed")
 	}
 }
+
+// TestJournalDeleteOnDiskWhateverDurability: with async durability, the wait
+// of a JournalDelete returns only once the removal is on disk, so a crash
+// right after cannot bring the record back (a write-behind replay would
+// then write an old row over a newer one).
+func TestJournalDeleteOnDiskWhateverDurability(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(Options{MemoryLimit: 1 << 20, DataDir: dir, Durability: DurabilitySync})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.JournalPut([]byte("@@a.1"), []byte("old"))(); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s, err = Open(Options{MemoryLimit: 1 << 20, DataDir: dir, Durability: DurabilityAsync, FlushInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := s.TakeJournal("@@a."); len(got) != 1 {
+		t.Fatalf("journal before the delete: %q", got)
+	}
+	if err := s.JournalDelete([]byte("@@a.1"))(); err != nil {
+		t.Fatal(err)
+	}
+	crashed := copyDir(t, dir) // what the disk holds if keyway dies now
+	c, err := Open(Options{MemoryLimit: 1 << 20, DataDir: crashed, Durability: DurabilitySync})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := c.TakeJournal("@@a."); len(got) != 0 {
+		t.Fatalf("a removed journal record came back after a crash: %q", got)
+	}
+}

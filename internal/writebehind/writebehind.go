@@ -29,11 +29,11 @@
 //     table, call them first so they act after every acknowledged write.
 //   - Replay never goes back in time: a row counts as written (leaves the
 //     queue, lets Sync and Drain return) only once the removal of its journal
-//     record is as durable as the store's journal (see send), so no write
-//     ordered after Sync or Drain can be overwritten by a replay after a
-//     crash. With the store's async durability the journal itself is durable
-//     only within the store's FlushInterval, and so is that removal: a crash
-//     within it can replay a write over a newer row of that interval.
+//     record is on disk (store.JournalDelete waits for the disk whatever the
+//     store's durability; see send), so no write ordered after Sync or Drain
+//     can be overwritten by a replay after a crash. (With the store's async
+//     durability an acknowledged set itself is durable only within the
+//     store's FlushInterval, as any async write.)
 package writebehind
 
 import (
