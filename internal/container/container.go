@@ -45,10 +45,12 @@
 //     reads those facts before it saw the flag. Until then NormKey is the key
 //     itself. "Waiting for its backend" and "checked, serving" are logged
 //     once each.
-//   - CAS values: with a cas column keyway assigns them from one process-wide
-//     monotonic counter, raised when the table is checked (before it serves)
-//     to at least max(cas) of the table, so a CAS never repeats while rows are written only through
-//     keyway. Without a cas column the CAS is a 64-bit FNV-1a hash of the value
+//   - CAS values: with a cas column keyway assigns them from one monotonic
+//     counter per table (schema.table), shared by every container on that
+//     table (see casCounters) and raised when a container checks the table
+//     (before it serves) to at least max(cas) of the table, so a CAS never
+//     repeats while rows are written only through keyway. Containers on
+//     different tables do not share a counter. Without a cas column the CAS is a 64-bit FNV-1a hash of the value
 //     and flags (never 0): writing the same value and flags again yields the
 //     same CAS, so a CompareAndSwap against a stale CAS succeeds when the
 //     content was restored meanwhile (ABA), and Touch keeps the CAS.
@@ -163,16 +165,48 @@ type Stats struct {
 	BatchedSets uint64 `json:"batched_rows"` // rows those statements carried (a retried row once per statement)
 }
 
-// casCounter is the process-wide CAS source for containers with a cas column.
-var casCounter atomic.Uint64
+// CAS counters: one per table, shared by every container on it. A table
+// may back several containers (the plugin's containers table allows it, and
+// a config may name one table twice): if each had its own counter, both
+// would start from the same max(cas) and hand out the same CAS for
+// different writes of a row, so a gets on one and a cas on the other could
+// succeed against content that changed. Containers on different tables need
+// nothing from each other, so a table's counter is not raised by another
+// table's writes. The registry is keyed by "schema.table" in lower case (two
+// names that may be one table share a counter: sharing never repeats a CAS,
+// only separate counters can) and is never pruned: it holds one counter per
+// table this process opened.
+var casCounters struct {
+	mu sync.Mutex
+	m  map[string]*casCounter
+}
 
-func nextCAS() uint64 { return casCounter.Add(1) }
+// casCounter is the CAS source of one table.
+type casCounter struct{ n atomic.Uint64 }
 
-// raiseCAS makes casCounter at least v.
-func raiseCAS(v uint64) {
+// casCounterFor returns the table's counter, making it on first use.
+func casCounterFor(schema, table string) *casCounter {
+	k := strings.ToLower(schema) + "." + strings.ToLower(table)
+	casCounters.mu.Lock()
+	defer casCounters.mu.Unlock()
+	if casCounters.m == nil {
+		casCounters.m = map[string]*casCounter{}
+	}
+	cc := casCounters.m[k]
+	if cc == nil {
+		cc = &casCounter{}
+		casCounters.m[k] = cc
+	}
+	return cc
+}
+
+func (cc *casCounter) next() uint64 { return cc.n.Add(1) }
+
+// raise makes the counter at least v.
+func (cc *casCounter) raise(v uint64) {
 	for {
-		cur := casCounter.Load()
-		if cur >= v || casCounter.CompareAndSwap(cur, v) {
+		cur := cc.n.Load()
+		if cur >= v || cc.n.CompareAndSwap(cur, v) {
 			return
 		}
 	}
@@ -185,7 +219,8 @@ type Container struct {
 	opt Options
 
 	sep    string
-	table  string // `schema`.`table`
+	table  string      // `schema`.`table`
+	cas    *casCounter // the table's CAS source (see casCounters)
 	qKey   string
 	qVals  []string
 	qFlags string // "" when none
@@ -255,6 +290,7 @@ func Open(ctx context.Context, db *sql.DB, def Def, o Options) (*Container, erro
 		db: db, def: def, opt: o, sep: def.Separator,
 		table: quoteIdent(def.Schema) + "." + quoteIdent(def.Table),
 		qKey:  quoteIdent(def.KeyColumn),
+		cas:   casCounterFor(def.Schema, def.Table),
 	}
 	for _, v := range def.ValueColumns {
 		c.qVals = append(c.qVals, quoteIdent(v))
@@ -459,7 +495,7 @@ func (c *Container) check(ctx context.Context) error {
 	}
 	if maxCAS.Valid {
 		// Before going live: no operation can assign a CAS until then.
-		raiseCAS(maxCAS.V)
+		c.cas.raise(maxCAS.V)
 	}
 	c.checked.Store(true)
 	return nil
