@@ -43,7 +43,10 @@
 //     goroutine checks again with a growing pause until it passes or Close.
 //     The check sets the column facts, then flips an atomic flag; nothing
 //     reads those facts before it saw the flag. Until then NormKey is the key
-//     itself. "Waiting for its backend" and "checked, serving" are logged
+//     itself. Hooks registered with OnLive run after the facts are set and
+//     before the flip, so what they set up (a write-behind queue keying its
+//     waiting writes by the live rule) is in place before any operation
+//     sees the container live. "Waiting for its backend" and "checked, serving" are logged
 //     once each.
 //   - CAS values: with a cas column keyway assigns them from one monotonic
 //     counter per table (schema.table), shared by every container on that
@@ -236,10 +239,12 @@ type Container struct {
 	flagsFit fit   // the flags column's range (when there is one)
 	expFit   fit   // the expiry column's range
 
-	checked   atomic.Bool           // the table was checked: the checked fields are set
-	why       atomic.Pointer[error] // while not live: why the last check failed
-	stopCheck chan struct{}         // closed by Close: checkLoop stops
-	checkDone chan struct{}         // closed when no check runs any more
+	checked   atomic.Bool                      // the table was checked: the checked fields are set
+	liveMu    sync.Mutex                       // orders OnLive registrations with going live
+	onLive    []func(norm func(string) string) // run once, before checked turns true (under liveMu)
+	why       atomic.Pointer[error]            // while not live: why the last check failed
+	stopCheck chan struct{}                    // closed by Close: checkLoop stops
+	checkDone chan struct{}                    // closed when no check runs any more
 
 	mu     sync.RWMutex // guards closed against sends on queue
 	closed bool
@@ -497,8 +502,34 @@ func (c *Container) check(ctx context.Context) error {
 		// Before going live: no operation can assign a CAS until then.
 		c.cas.raise(maxCAS.V)
 	}
+	c.liveMu.Lock()
+	for _, f := range c.onLive {
+		f(c.normLive)
+	}
+	c.onLive = nil
 	c.checked.Store(true)
+	c.liveMu.Unlock()
 	return nil
+}
+
+// OnLive registers f to run once when the container goes live: after the
+// table's facts are set and before anything can see the container live
+// (Checked, NotChecked, NormKey and every operation still answer "not
+// checked" while f runs). f gets the key rule NormKey follows from then on;
+// it runs on the goroutine that checked the table and must not call the
+// container. OnLive reports false, without registering f, when the container
+// is live already (then NormKey is that rule).
+//
+// A write-behind queue uses it to key its waiting writes by the live rule
+// before any command can act on a row under it (see package writebehind).
+func (c *Container) OnLive(f func(norm func(string) string)) bool {
+	c.liveMu.Lock()
+	defer c.liveMu.Unlock()
+	if c.checked.Load() {
+		return false
+	}
+	c.onLive = append(c.onLive, f)
+	return true
 }
 
 // Pauses between checks of a container whose backend was unreachable.
@@ -595,6 +626,10 @@ func (c *Container) notLive() error {
 // Checked reports whether the container's table has been checked, so it
 // serves.
 func (c *Container) Checked() bool { return c.checked.Load() }
+
+// NotChecked is nil once the container is live, else the *NotCheckedError
+// its operations fail with.
+func (c *Container) NotChecked() error { return c.notLive() }
 
 // checkKeyIndex requires the primary key or a unique index on exactly the key
 // column (no prefix).

@@ -135,6 +135,12 @@ func (c *Container) normKey(k string) string {
 	if !c.checked.Load() {
 		return k
 	}
+	return c.normLive(k)
+}
+
+// normLive is the key rule of the checked table (the checked fields must be
+// set: see OnLive).
+func (c *Container) normLive(k string) string {
 	if c.keyPad {
 		k = strings.TrimRight(k, " ")
 	}
