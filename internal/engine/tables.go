@@ -593,7 +593,10 @@ func (e *Engine) tableGetMany(t *Table, idx []int, rows [][]byte, items []store.
 
 // TableStatus is a container's state for /status.
 type TableStatus struct {
-	Table       string             `json:"table"`
+	Table string `json:"table"`
+	// Checked: the container checked its table and serves; false while it waits for its backend (see
+	// container.Open), when its keys answer SERVER_ERROR.
+	Checked     bool               `json:"checked"`
 	Get         container.Policy   `json:"get"`
 	Set         container.Policy   `json:"set"`
 	Delete      container.Policy   `json:"delete"`
@@ -605,7 +608,7 @@ type TableStatus struct {
 
 // Status returns a snapshot of the container's policies and write counters.
 func (t *Table) Status() TableStatus {
-	st := TableStatus{Table: t.Source, Get: t.Policies.Get, Set: t.Policies.Set, Delete: t.Policies.Delete,
+	st := TableStatus{Table: t.Source, Checked: t.C.Checked(), Get: t.Policies.Get, Set: t.Policies.Set, Delete: t.Policies.Delete,
 		Flush: t.Policies.Flush, Write: "sync", GroupCommit: t.C.Stats()}
 	if t.Behind != nil {
 		wb := t.Behind.Stats()
