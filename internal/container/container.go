@@ -43,12 +43,17 @@
 //     goroutine checks again with a growing pause until it passes or Close.
 //     The check sets the column facts, then flips an atomic flag; nothing
 //     reads those facts before it saw the flag. Until then NormKey is the key
-//     itself. "Waiting for its backend" and "checked, serving" are logged
+//     itself. Hooks registered with OnLive run after the facts are set and
+//     before the flip, so what they set up (a write-behind queue keying its
+//     waiting writes by the live rule) is in place before any operation
+//     sees the container live. "Waiting for its backend" and "checked, serving" are logged
 //     once each.
-//   - CAS values: with a cas column keyway assigns them from one process-wide
-//     monotonic counter, raised when the table is checked (before it serves)
-//     to at least max(cas) of the table, so a CAS never repeats while rows are written only through
-//     keyway. Without a cas column the CAS is a 64-bit FNV-1a hash of the value
+//   - CAS values: with a cas column keyway assigns them from one monotonic
+//     counter per table (schema.table), shared by every container on that
+//     table (see casCounters) and raised when a container checks the table
+//     (before it serves) to at least max(cas) of the table, so a CAS never
+//     repeats while rows are written only through keyway. Containers on
+//     different tables do not share a counter. Without a cas column the CAS is a 64-bit FNV-1a hash of the value
 //     and flags (never 0): writing the same value and flags again yields the
 //     same CAS, so a CompareAndSwap against a stale CAS succeeds when the
 //     content was restored meanwhile (ABA), and Touch keeps the CAS.
@@ -163,16 +168,48 @@ type Stats struct {
 	BatchedSets uint64 `json:"batched_rows"` // rows those statements carried (a retried row once per statement)
 }
 
-// casCounter is the process-wide CAS source for containers with a cas column.
-var casCounter atomic.Uint64
+// CAS counters: one per table, shared by every container on it. A table
+// may back several containers (the plugin's containers table allows it, and
+// a config may name one table twice): if each had its own counter, both
+// would start from the same max(cas) and hand out the same CAS for
+// different writes of a row, so a gets on one and a cas on the other could
+// succeed against content that changed. Containers on different tables need
+// nothing from each other, so a table's counter is not raised by another
+// table's writes. The registry is keyed by "schema.table" in lower case (two
+// names that may be one table share a counter: sharing never repeats a CAS,
+// only separate counters can) and is never pruned: it holds one counter per
+// table this process opened.
+var casCounters struct {
+	mu sync.Mutex
+	m  map[string]*casCounter
+}
 
-func nextCAS() uint64 { return casCounter.Add(1) }
+// casCounter is the CAS source of one table.
+type casCounter struct{ n atomic.Uint64 }
 
-// raiseCAS makes casCounter at least v.
-func raiseCAS(v uint64) {
+// casCounterFor returns the table's counter, making it on first use.
+func casCounterFor(schema, table string) *casCounter {
+	k := strings.ToLower(schema) + "." + strings.ToLower(table)
+	casCounters.mu.Lock()
+	defer casCounters.mu.Unlock()
+	if casCounters.m == nil {
+		casCounters.m = map[string]*casCounter{}
+	}
+	cc := casCounters.m[k]
+	if cc == nil {
+		cc = &casCounter{}
+		casCounters.m[k] = cc
+	}
+	return cc
+}
+
+func (cc *casCounter) next() uint64 { return cc.n.Add(1) }
+
+// raise makes the counter at least v.
+func (cc *casCounter) raise(v uint64) {
 	for {
-		cur := casCounter.Load()
-		if cur >= v || casCounter.CompareAndSwap(cur, v) {
+		cur := cc.n.Load()
+		if cur >= v || cc.n.CompareAndSwap(cur, v) {
 			return
 		}
 	}
@@ -185,7 +222,8 @@ type Container struct {
 	opt Options
 
 	sep    string
-	table  string // `schema`.`table`
+	table  string      // `schema`.`table`
+	cas    *casCounter // the table's CAS source (see casCounters)
 	qKey   string
 	qVals  []string
 	qFlags string // "" when none
@@ -201,10 +239,12 @@ type Container struct {
 	flagsFit fit   // the flags column's range (when there is one)
 	expFit   fit   // the expiry column's range
 
-	checked   atomic.Bool           // the table was checked: the checked fields are set
-	why       atomic.Pointer[error] // while not live: why the last check failed
-	stopCheck chan struct{}         // closed by Close: checkLoop stops
-	checkDone chan struct{}         // closed when no check runs any more
+	checked   atomic.Bool                      // the table was checked: the checked fields are set
+	liveMu    sync.Mutex                       // orders OnLive registrations with going live
+	onLive    []func(norm func(string) string) // run once, before checked turns true (under liveMu)
+	why       atomic.Pointer[error]            // while not live: why the last check failed
+	stopCheck chan struct{}                    // closed by Close: checkLoop stops
+	checkDone chan struct{}                    // closed when no check runs any more
 
 	mu     sync.RWMutex // guards closed against sends on queue
 	closed bool
@@ -255,6 +295,7 @@ func Open(ctx context.Context, db *sql.DB, def Def, o Options) (*Container, erro
 		db: db, def: def, opt: o, sep: def.Separator,
 		table: quoteIdent(def.Schema) + "." + quoteIdent(def.Table),
 		qKey:  quoteIdent(def.KeyColumn),
+		cas:   casCounterFor(def.Schema, def.Table),
 	}
 	for _, v := range def.ValueColumns {
 		c.qVals = append(c.qVals, quoteIdent(v))
@@ -459,10 +500,36 @@ func (c *Container) check(ctx context.Context) error {
 	}
 	if maxCAS.Valid {
 		// Before going live: no operation can assign a CAS until then.
-		raiseCAS(maxCAS.V)
+		c.cas.raise(maxCAS.V)
 	}
+	c.liveMu.Lock()
+	for _, f := range c.onLive {
+		f(c.normLive)
+	}
+	c.onLive = nil
 	c.checked.Store(true)
+	c.liveMu.Unlock()
 	return nil
+}
+
+// OnLive registers f to run once when the container goes live: after the
+// table's facts are set and before anything can see the container live
+// (Checked, NotChecked, NormKey and every operation still answer "not
+// checked" while f runs). f gets the key rule NormKey follows from then on;
+// it runs on the goroutine that checked the table and must not call the
+// container. OnLive reports false, without registering f, when the container
+// is live already (then NormKey is that rule).
+//
+// A write-behind queue uses it to key its waiting writes by the live rule
+// before any command can act on a row under it (see package writebehind).
+func (c *Container) OnLive(f func(norm func(string) string)) bool {
+	c.liveMu.Lock()
+	defer c.liveMu.Unlock()
+	if c.checked.Load() {
+		return false
+	}
+	c.onLive = append(c.onLive, f)
+	return true
 }
 
 // Pauses between checks of a container whose backend was unreachable.
@@ -559,6 +626,10 @@ func (c *Container) notLive() error {
 // Checked reports whether the container's table has been checked, so it
 // serves.
 func (c *Container) Checked() bool { return c.checked.Load() }
+
+// NotChecked is nil once the container is live, else the *NotCheckedError
+// its operations fail with.
+func (c *Container) NotChecked() error { return c.notLive() }
 
 // checkKeyIndex requires the primary key or a unique index on exactly the key
 // column (no prefix).

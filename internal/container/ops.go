@@ -135,6 +135,12 @@ func (c *Container) normKey(k string) string {
 	if !c.checked.Load() {
 		return k
 	}
+	return c.normLive(k)
+}
+
+// normLive is the key rule of the checked table (the checked fields must be
+// set: see OnLive).
+func (c *Container) normLive(k string) string {
 	if c.keyPad {
 		k = strings.TrimRight(k, " ")
 	}
@@ -266,15 +272,15 @@ func (c *Container) writeArgs(it Item, cas uint64) ([]any, error) {
 // never hands it out again.
 func (c *Container) SeenCAS(v uint64) {
 	if c.qCAS != "" {
-		raiseCAS(v)
+		c.cas.raise(v)
 	}
 }
 
-// AssignCAS is the CAS an item written now gets: the next of the process-wide
+// AssignCAS is the CAS an item written now gets: the next of the table's
 // counter with a cas column, else the hash of its value and flags.
 func (c *Container) AssignCAS(it Item) uint64 {
 	if c.qCAS != "" {
-		return nextCAS()
+		return c.cas.next()
 	}
 	return hashCAS(it.Value, it.Flags)
 }
@@ -423,7 +429,7 @@ func (c *Container) concat(ctx context.Context, key, data []byte, front bool) (u
 	if front {
 		expr = "CONCAT(?, IFNULL(" + v + ", ''))"
 	}
-	cas := nextCAS()
+	cas := c.cas.next()
 	cond, cargs := c.live()
 	q := "UPDATE " + c.table + " SET " + v + " = " + expr + ", " + c.qCAS + " = ? WHERE " + c.qKey + " = ? AND " + cond
 	st, err := c.updated(ctx, c.db, key, q, append([]any{nonNil(data), cas, key}, cargs...), Stored, NotStored)
@@ -499,7 +505,7 @@ func (c *Container) CompareAndSwap(ctx context.Context, key []byte, it Item, cas
 		}
 		return newCAS, st, err
 	}
-	newCAS := nextCAS()
+	newCAS := c.cas.next()
 	wargs, err := c.writeArgs(it, newCAS)
 	if err != nil {
 		return 0, 0, err

@@ -174,8 +174,8 @@ func (e *Engine) tableGet(t *Table, row []byte) (store.Item, bool, error) {
 	case container.Disabled:
 		return store.Item{}, false, disabled(t, "get")
 	case container.DBOnly:
-		if it, ok, waiting := e.queued(t, row); waiting {
-			return it, ok, nil
+		if it, ok, waiting, err := e.queued(t, row); err != nil || waiting {
+			return it, ok, err
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), tableTimeout)
 		defer cancel()
@@ -227,7 +227,9 @@ func (t *Table) readOnce(row []byte) *fill {
 	t.fillMu.Unlock()
 	// The queue is asked after the generation is taken: a write queued later
 	// bumps the generation, so this fill will not be cached over it.
-	if it, ok := t.queuedRow(row); ok {
+	if it, ok, err := t.queuedRow(row); err != nil {
+		f.err = err // the container is not checked: the table must not be asked (see writebehind)
+	} else if ok {
 		f.it, f.ok = it, !expired(it.Exptime, time.Now().Unix())
 	} else {
 		ctx, cancel := context.WithTimeout(context.Background(), tableTimeout)
@@ -244,24 +246,26 @@ func (t *Table) readOnce(row []byte) *fill {
 }
 
 // queuedRow is the write-behind queue's write for row, if one is waiting.
-func (t *Table) queuedRow(row []byte) (container.Item, bool) {
+// An error (the container is not checked and the queue cannot tell) means
+// the row must not be read from the table either.
+func (t *Table) queuedRow(row []byte) (container.Item, bool, error) {
 	if t.Behind == nil {
-		return container.Item{}, false
+		return container.Item{}, false, nil
 	}
 	return t.Behind.Get(row)
 }
 
 // queued answers a read of row from the write-behind queue: waiting reports
 // that a write is queued, ok that it is a live item.
-func (e *Engine) queued(t *Table, row []byte) (it store.Item, ok, waiting bool) {
-	r, waiting := t.queuedRow(row)
-	if !waiting {
-		return store.Item{}, false, false
+func (e *Engine) queued(t *Table, row []byte) (it store.Item, ok, waiting bool, err error) {
+	r, waiting, err := t.queuedRow(row)
+	if err != nil || !waiting {
+		return store.Item{}, false, false, err
 	}
 	if expired(r.Exptime, e.st.Now()) {
-		return store.Item{}, false, true
+		return store.Item{}, false, true, nil
 	}
-	return fromRow(r), true, true
+	return fromRow(r), true, true, nil
 }
 
 func expired(exptime, now int64) bool { return exptime != 0 && exptime <= now }
@@ -536,10 +540,16 @@ func (e *Engine) tableGetMany(t *Table, idx []int, rows [][]byte, items []store.
 	// Queued writes answer for their rows (asked after the generation is
 	// taken; see readOnce); the table is asked for the rest.
 	ask, queued := rows, map[string]container.Item(nil)
+	var qerr error
 	if t.Behind != nil {
 		ask = nil
 		for _, row := range rows {
-			if it, ok := t.queuedRow(row); ok {
+			it, ok, err := t.queuedRow(row)
+			if err != nil {
+				qerr = err // not checked: neither the queue nor the table answers for row
+				continue
+			}
+			if ok {
 				if queued == nil {
 					queued = map[string]container.Item{}
 				}
@@ -575,12 +585,18 @@ func (e *Engine) tableGetMany(t *Table, idx []int, rows [][]byte, items []store.
 			e.cacheRow(t, rowKey(t, rows[j]), items[i], gen, epoch)
 		}
 	}
+	if err == nil {
+		err = qerr
+	}
 	return err
 }
 
 // TableStatus is a container's state for /status.
 type TableStatus struct {
-	Table       string             `json:"table"`
+	Table string `json:"table"`
+	// Checked: the container checked its table and serves; false while it waits for its backend (see
+	// container.Open), when its keys answer SERVER_ERROR.
+	Checked     bool               `json:"checked"`
 	Get         container.Policy   `json:"get"`
 	Set         container.Policy   `json:"set"`
 	Delete      container.Policy   `json:"delete"`
@@ -592,7 +608,7 @@ type TableStatus struct {
 
 // Status returns a snapshot of the container's policies and write counters.
 func (t *Table) Status() TableStatus {
-	st := TableStatus{Table: t.Source, Get: t.Policies.Get, Set: t.Policies.Set, Delete: t.Policies.Delete,
+	st := TableStatus{Table: t.Source, Checked: t.C.Checked(), Get: t.Policies.Get, Set: t.Policies.Set, Delete: t.Policies.Delete,
 		Flush: t.Policies.Flush, Write: "sync", GroupCommit: t.C.Stats()}
 	if t.Behind != nil {
 		wb := t.Behind.Stats()

@@ -5,7 +5,26 @@
 // Invariants:
 //   - Per row only the latest write waits; a later Put replaces it. Rows are
 //     told apart as the key column compares keys (container.NormKey), so "k"
-//     and "K" are one row under a case-insensitive collation.
+//     and "K" are one row under a case-insensitive collation. A waiting write
+//     is kept under its journal key (prefix + NormKey of its row), always.
+//   - Key rule while the container is not checked (its backend was down at
+//     start, so the collation is unknown): the writes waiting are those the
+//     journal held (no Put gets past the container's Check), each under the
+//     key the run that wrote it made. A row is found by that key or by the
+//     row exactly as written, which are the same row under any rule; when
+//     neither matches, Get and Sync fail with the container's
+//     *NotCheckedError instead of reporting no write, because under the rule
+//     the table will reveal the row may be one that waits ("K" for a waiting
+//     "k"), and a caller told "none" would go on to the table.
+//   - Going live: the container calls the queue (container.OnLive) after it
+//     learnt the key rule and before anything can see it live; the queue then
+//     keys every waiting write by that rule, under its lock. So a command that
+//     sees the container live finds the row's waiting write by NormKey, and a
+//     command that looked the row up before (under the rule of a container
+//     not checked) either found it or failed: none acts on the row in the
+//     table ahead of its waiting write. A record whose key is not its row's
+//     NormKey (the collation changed between runs) is journaled again under
+//     the right key; of two that turn out to be one row the later one stays.
 //   - A Put is journaled in the local store (see store.JournalPut) before it
 //     returns, so it is as durable as a local set; its journal record is
 //     removed only after the table has it (or refused it). A new Queue picks
@@ -84,10 +103,12 @@ type Queue struct {
 
 	mu      sync.Mutex
 	cond    sync.Cond
-	pending map[string]*entry // by NormKey of the row
-	bytes   int64             // size of pending (see entry.size)
-	seq     uint64            // the last Put's number
-	lastErr error             // the last failure to reach the table; nil once a round succeeds
+	pending map[string]*entry   // by journal key (without prefix): NormKey of the row once live
+	norm    func(string) string // the container's key rule; nil until it is live (see goLive)
+	byRow   map[string]string   // until live: the row as written → its key in pending
+	bytes   int64               // size of pending (see entry.size)
+	seq     uint64              // the last Put's number
+	lastErr error               // the last failure to reach the table; nil once a round succeeds
 	closed  bool
 
 	kick chan struct{}
@@ -147,16 +168,17 @@ func New(c *container.Container, j Journal, prefix string, o Options) *Queue {
 	q := &Queue{
 		name: c.Def().Name, c: c, j: j, prefix: prefix, o: o,
 		pending: map[string]*entry{},
+		byRow:   map[string]string{},
 		kick:    make(chan struct{}, 1),
 		quit:    make(chan struct{}),
 		done:    make(chan struct{}),
 	}
 	q.cond.L = &q.mu
+	// Records keep the key their run made; they are keyed by the container's
+	// rule when it is live (now, or later: see goLive).
 	for k, v := range j.TakeJournal(prefix) {
 		row, it, ok := decode(v)
-		// A container not checked yet (its backend is down) does not know how its key column compares keys:
-		// the record's key, made when it was checked, stands.
-		if !ok || (c.Checked() && k[len(prefix):] != c.NormKey(string(row))) {
+		if !ok {
 			o.Logger.Error("write-behind: unreadable journal record dropped", "container", q.name, "key", k)
 			j.JournalDelete([]byte(k))
 			continue
@@ -165,13 +187,77 @@ func New(c *container.Container, j Journal, prefix string, o Options) *Queue {
 		q.seq++
 		e := &entry{row: row, item: it, seq: q.seq}
 		q.pending[k[len(prefix):]] = e
+		q.byRow[string(row)] = k[len(prefix):]
 		q.bytes += e.size()
 	}
 	if n := len(q.pending); n > 0 {
 		o.Logger.Info("write-behind: writes acknowledged before the last stop are written first", "container", q.name, "rows", n)
 	}
+	// Not under q.mu: the container calls goLive holding its own lock, which
+	// OnLive takes. Nobody else has q yet.
+	if !c.OnLive(q.goLive) {
+		q.goLive(c.NormKey)
+	}
 	go q.loop()
 	return q
+}
+
+// goLive keys every waiting write by norm, the container's key rule, and
+// makes it the queue's; the container calls it before it goes live (see
+// container.OnLive), or New when it is live already.
+func (q *Queue) goLive(norm func(string) string) {
+	q.mu.Lock()
+	var waits []func() error
+	old := q.pending
+	q.pending = make(map[string]*entry, len(old))
+	moved := map[string]bool{} // new keys whose record must be journaled again
+	for k, e := range old {
+		nk := norm(string(e.row))
+		if nk != k {
+			q.o.Logger.Warn("write-behind: journal record keyed by another key rule (the key column's collation changed?); keyed again",
+				"container", q.name, "key", k, "now", nk)
+			waits = append(waits, q.j.JournalDelete(q.journalKey(k)))
+			moved[nk] = true
+		}
+		if cur := q.pending[nk]; cur != nil {
+			// Two waiting writes of one row: the later stays.
+			q.o.Logger.Warn("write-behind: two journal records are one row under the key rule; the later stays", "container", q.name, "key", nk)
+			moved[nk] = true
+			if cur.seq > e.seq {
+				q.bytes -= e.size()
+				continue
+			}
+			q.bytes -= cur.size()
+		}
+		q.pending[nk] = e
+	}
+	for nk := range moved {
+		e := q.pending[nk]
+		waits = append(waits, q.j.JournalPut(q.journalKey(nk), encode(e.row, e.item)))
+	}
+	q.norm, q.byRow = norm, nil
+	q.mu.Unlock()
+	for _, w := range waits {
+		if err := w(); err != nil {
+			q.o.Logger.Error("write-behind: journal", "container", q.name, "err", err)
+		}
+	}
+}
+
+// keyLocked is row's key in pending: NormKey once live. Until then it is
+// the key of the waiting write for row if one is known (see the package
+// comment), else found is false and k is row itself. The caller holds q.mu.
+func (q *Queue) keyLocked(row []byte) (k string, found bool) {
+	if q.norm != nil {
+		return q.norm(string(row)), true
+	}
+	if _, ok := q.pending[string(row)]; ok {
+		return string(row), true
+	}
+	if k, ok := q.byRow[string(row)]; ok {
+		return k, true
+	}
+	return string(row), false
 }
 
 // Put queues item (its CAS already assigned) for row and returns once it is
@@ -183,11 +269,13 @@ func New(c *container.Container, j Journal, prefix string, o Options) *Queue {
 // row and item.Value are only read during the call: Put copies them (once,
 // into the journal record) so the caller may reuse them when it returns.
 func (q *Queue) Put(row []byte, item container.Item, queued func()) error {
-	k := q.c.NormKey(string(row))
 	rec := encode(row, item)
 	e := &entry{item: item}
 	e.row, e.item.Value = recordSlices(rec)
 	q.mu.Lock()
+	// Not live: only a caller that skipped the container's Check gets here;
+	// the row as written is its key until goLive keys it by the rule.
+	k, _ := q.keyLocked(row)
 	if q.fullLocked(k, e) {
 		q.nudge()
 		deadline := time.Now().Add(q.o.WaitTimeout)
@@ -209,6 +297,9 @@ func (q *Queue) Put(row []byte, item container.Item, queued func()) error {
 		q.bytes -= old.size()
 	}
 	q.pending[k] = e
+	if q.byRow != nil {
+		q.byRow[string(e.row)] = k
+	}
 	q.bytes += e.size()
 	if queued != nil {
 		queued()
@@ -239,23 +330,43 @@ func (q *Queue) fullLocked(k string, e *entry) bool {
 	return add > 0 && q.bytes+add > q.o.MaxPendingBytes && len(q.pending) > 0
 }
 
-// Get returns the write waiting for row, if there is one.
-func (q *Queue) Get(row []byte) (container.Item, bool) {
-	k := q.c.NormKey(string(row))
+// Get returns the write waiting for row, if there is one. While the
+// container is not checked it fails with the container's *NotCheckedError
+// when it cannot tell (see the package comment): the caller must not read
+// the table for row then.
+func (q *Queue) Get(row []byte) (container.Item, bool, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if e := q.pending[k]; e != nil {
-		return e.item, true
+	k, known := q.keyLocked(row)
+	if !known {
+		return container.Item{}, false, q.notCheckedLocked()
 	}
-	return container.Item{}, false
+	if e := q.pending[k]; e != nil {
+		return e.item, true, nil
+	}
+	return container.Item{}, false, nil
+}
+
+// notCheckedLocked is the container's error while the queue is not live.
+// The container goes live only after goLive, which needs q.mu: while the
+// caller holds it with q.norm nil, the container is not live.
+func (q *Queue) notCheckedLocked() error {
+	if err := q.c.NotChecked(); err != nil {
+		return err
+	}
+	return fmt.Errorf("container %q: write-behind queue not keyed yet", q.name) // not reached; see above
 }
 
 // Sync returns once the write waiting for row when it was called (if any)
-// is in the table, or fails after WaitTimeout.
+// is in the table, or fails after WaitTimeout. While the container is not
+// checked it fails as Get does when it cannot tell.
 func (q *Queue) Sync(row []byte) error {
-	k := q.c.NormKey(string(row))
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	k, known := q.keyLocked(row)
+	if !known {
+		return q.notCheckedLocked()
+	}
 	e := q.pending[k]
 	if e == nil {
 		return nil
@@ -263,6 +374,7 @@ func (q *Queue) Sync(row []byte) error {
 	q.nudge()
 	deadline := time.Now().Add(q.o.WaitTimeout)
 	for {
+		k, _ = q.keyLocked(e.row) // the queue may have gone live meanwhile
 		cur := q.pending[k]
 		if cur == nil || cur.seq > e.seq {
 			return nil
@@ -421,7 +533,7 @@ func (q *Queue) send(rows []container.Row, seqs []uint64) bool {
 		// Settled, unless a newer write of the row came meanwhile (its journal
 		// record then replaced this one; it stays). Appended under q.mu so the
 		// removal keeps its order with the row's Puts.
-		k := q.c.NormKey(string(r.Key))
+		k, _ := q.keyLocked(r.Key)
 		if e := q.pending[k]; e != nil && e.seq == seqs[i] {
 			done = append(done, settled{i: i, k: k, wait: q.j.JournalDelete(q.journalKey(k))})
 		}
@@ -445,6 +557,9 @@ func (q *Queue) send(rows []container.Row, seqs []uint64) bool {
 		if e := q.pending[d.k]; e != nil && e.seq == seqs[d.i] {
 			q.bytes -= e.size()
 			delete(q.pending, d.k)
+			if q.byRow != nil {
+				delete(q.byRow, string(e.row))
+			}
 		}
 	}
 	if ok && q.lastErr != nil {
@@ -506,7 +621,7 @@ func (q *Queue) behindLocked() error {
 	return fmt.Errorf("container %q: %w: %d writes wait for the table (%s)", q.name, ErrBehind, len(q.pending), reason)
 }
 
-// journalKey is the journal's key for the row with NormKey k.
+// journalKey is the journal's key for the row with key k in pending.
 func (q *Queue) journalKey(k string) []byte {
 	return append([]byte(q.prefix), k...)
 }

@@ -113,7 +113,7 @@ func TestPutThenTable(t *testing.T) {
 					t.Error(err)
 				}
 				want[k] = fmt.Sprintf("%s/%d/%d", it.Value, it.Flags, it.CAS)
-				if got, ok := q.Get([]byte(k)); !ok && !strings.Contains(rows(t, db, "wb_put")[k], string(it.Value)) {
+				if got, ok, _ := q.Get([]byte(k)); !ok && !strings.Contains(rows(t, db, "wb_put")[k], string(it.Value)) {
 					t.Errorf("%s: neither waiting (%v) nor in the table after Put", k, got)
 				}
 				mu.Unlock()
@@ -199,7 +199,7 @@ func TestTableDownBackpressureAndJournal(t *testing.T) {
 	if err := q.Put([]byte("d0"), container.Item{Value: []byte("v0-again"), CAS: 9}, nil); err != nil {
 		t.Fatalf("rewriting a waiting key needs no room: %v", err)
 	}
-	if it, ok := q.Get([]byte("d0")); !ok || string(it.Value) != "v0-again" {
+	if it, ok, _ := q.Get([]byte("d0")); !ok || string(it.Value) != "v0-again" {
 		t.Fatalf("get d0 while the table is down: %q %v", it.Value, ok)
 	}
 	if err := q.Close(); err == nil || !strings.Contains(err.Error(), "4 acknowledged writes") {
@@ -217,7 +217,7 @@ func TestTableDownBackpressureAndJournal(t *testing.T) {
 	defer s.Close()
 	q = New(table(t, db, "wb_down", false), s, "@@wb_down.", Options{Window: 10 * time.Millisecond})
 	defer q.Close()
-	if it, ok := q.Get([]byte("d3")); !ok || string(it.Value) != "v3" || it.CAS != 4 {
+	if it, ok, _ := q.Get([]byte("d3")); !ok || string(it.Value) != "v3" || it.CAS != 4 {
 		t.Fatalf("d3 from the journal: %+v %v", it, ok)
 	}
 	if err := q.Drain(); err != nil {
@@ -245,7 +245,7 @@ func TestKeysAsTheColumnComparesThem(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if it, ok := q.Get([]byte("key")); !ok || string(it.Value) != "from KEY" {
+	if it, ok, _ := q.Get([]byte("key")); !ok || string(it.Value) != "from KEY" {
 		t.Fatalf("get key: %q %v", it.Value, ok)
 	}
 	if st := q.Stats(); st.Pending != 1 {
@@ -302,7 +302,7 @@ func TestPutCopiesCallerBuffers(t *testing.T) {
 		t.Fatal(err)
 	}
 	copy(buf, "XXXXgarbage")
-	if it, ok := q.Get([]byte("orig")); !ok || string(it.Value) != "value" {
+	if it, ok, _ := q.Get([]byte("orig")); !ok || string(it.Value) != "value" {
 		t.Fatalf("get after the caller reused its buffer: %q %v", it.Value, ok)
 	}
 	if err := q.Drain(); err != nil {
