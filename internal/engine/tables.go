@@ -161,7 +161,7 @@ func disabled(t *Table, op string) error {
 
 // fill is one in-flight read of a row; concurrent misses wait for it.
 type fill struct {
-	gen, epoch uint64 // the container's generation and epoch when the query started
+	gen, epoch uint64 // the row's generation and the table's epoch when the query started
 	done       chan struct{}
 	it         container.Item
 	ok         bool
@@ -186,7 +186,7 @@ func (e *Engine) tableGet(t *Table, row []byte) (store.Item, bool, error) {
 	if it, ok := e.st.Get(sk); ok && it.Tag == t.v.Epoch() {
 		return it, true, nil
 	}
-	f := t.readOnce(row)
+	f := t.readOnce(row, sk)
 	if f.err != nil || !f.ok {
 		return store.Item{}, false, f.err
 	}
@@ -195,16 +195,17 @@ func (e *Engine) tableGet(t *Table, row []byte) (store.Item, bool, error) {
 	return item, true, nil
 }
 
-// cacheRow stores a row read from the table at generation gen and epoch in
-// the local store, unless a write happened since the read (then it may be
-// stale). The check runs under the store's shard lock, so an invalidation
+// cacheRow stores a row read from the table at the row's generation gen and
+// the table's epoch in the local store (under sk, the row's cache key), unless
+// a write of the row or of unknown rows happened since the read (then it may
+// be stale). The check runs under the store's shard lock, so an invalidation
 // cannot slip between check and store. Cached rows are ephemeral: never
 // written to disk (rows loaded from disk would not be trusted anyway).
 func (e *Engine) cacheRow(t *Table, sk []byte, item store.Item, gen, epoch uint64) {
 	item.Tag = epoch
 	item.Ephemeral = true // the table is the truth: a copy needs no disk
 	e.st.Update(sk, func(*store.Item) (store.Action, store.Item) {
-		if t.v.Gen() != gen {
+		if t.v.Gen(sk) != gen || t.v.Epoch() != epoch {
 			return store.Keep, store.Item{}
 		}
 		return store.Replace, item
@@ -213,16 +214,18 @@ func (e *Engine) cacheRow(t *Table, sk []byte, item store.Item, gen, epoch uint6
 
 // readOnce reads row, sharing one query among concurrent callers (single-flight;
 // golang.org/x/sync is not served by this module proxy, and this is all of it we need).
-// A caller joins a query in flight only if no write happened since it started:
-// otherwise the query may predate a write the caller must see, and it runs its own.
-func (t *Table) readOnce(row []byte) *fill {
+// A caller joins a query in flight only if no write of the row (nor of unknown
+// rows) happened since it started: otherwise the query may predate a write the
+// caller must see, and it runs its own. sk is the row's cache key, which its
+// generation is kept under.
+func (t *Table) readOnce(row, sk []byte) *fill {
 	t.fillMu.Lock()
-	if f := t.fills[string(row)]; f != nil && f.gen == t.v.Gen() {
+	if f := t.fills[string(row)]; f != nil && f.gen == t.v.Gen(sk) && f.epoch == t.v.Epoch() {
 		t.fillMu.Unlock()
 		<-f.done
 		return f
 	}
-	f := &fill{gen: t.v.Gen(), epoch: t.v.Epoch(), done: make(chan struct{})}
+	f := &fill{gen: t.v.Gen(sk), epoch: t.v.Epoch(), done: make(chan struct{})}
 	t.fills[string(row)] = f
 	t.fillMu.Unlock()
 	// The queue is asked after the generation is taken: a write queued later
@@ -278,21 +281,22 @@ func (e *Engine) writeBehind(t *Table, row []byte, item container.Item) (Status,
 		return Failed, 0, err
 	}
 	item.CAS = t.C.AssignCAS(item)
-	var gen uint64
-	err := t.Behind.Put(row, item, func() { gen = t.v.Wrote() })
+	sk := rowKey(t, row)
+	var gen, epoch uint64
+	err := t.Behind.Put(row, item, func() { gen, epoch = t.v.Wrote(sk), t.v.Epoch() })
 	if err != nil {
 		return Failed, 0, err
 	}
-	// Cache the write unless another write of the container was queued after
-	// it; then drop the copy instead (that write caches its own), so the local
-	// copy is never older than the queue.
-	sk := rowKey(t, row)
+	// Cache the write unless another write of the row was queued after it
+	// (that write caches its own) or a write of unknown rows (the SQL door)
+	// came since; then drop the copy instead, so the local copy is never older
+	// than the queue or the table.
 	local := fromRow(item)
-	local.Tag = t.v.Epoch()
+	local.Tag = epoch
 	local.Ephemeral = true // the journal holds the write until the table does
 	cache := t.Policies.Get == container.Caching
 	_, err = e.st.Update(sk, func(*store.Item) (store.Action, store.Item) {
-		if cache && t.v.Gen() == gen {
+		if cache && t.v.Gen(sk) == gen && t.v.Epoch() == epoch {
 			return store.Replace, local
 		}
 		return store.Remove, store.Item{}
@@ -307,8 +311,9 @@ func (e *Engine) writeBehind(t *Table, row []byte, item container.Item) (Status,
 // DroppedWrite is told by a write-behind queue that the table refused a
 // queued write of row: the cached copy goes, so the table stays the truth.
 func (e *Engine) DroppedWrite(t *Table, row []byte) {
-	t.v.Wrote()
-	e.st.Update(rowKey(t, row), func(*store.Item) (store.Action, store.Item) { return store.Remove, store.Item{} })
+	sk := rowKey(t, row)
+	t.v.Wrote(sk)
+	e.st.Update(sk, func(*store.Item) (store.Action, store.Item) { return store.Remove, store.Item{} })
 }
 
 func fromRow(it container.Item) store.Item {
@@ -333,8 +338,9 @@ func (e *Engine) tableWrite(t *Table, row []byte, policy container.Policy, op st
 	err := write(ctx)
 	if policy == container.Caching {
 		// Invalidate even after an error: the write may have committed.
-		t.v.Wrote()
-		e.st.Update(rowKey(t, row), func(*store.Item) (store.Action, store.Item) { return store.Remove, store.Item{} })
+		sk := rowKey(t, row)
+		t.v.Wrote(sk)
+		e.st.Update(sk, func(*store.Item) (store.Action, store.Item) { return store.Remove, store.Item{} })
 	}
 	return err
 }
@@ -536,7 +542,14 @@ func (e *Engine) tableGetMany(t *Table, idx []int, rows [][]byte, items []store.
 	if len(rows) == 0 {
 		return nil
 	}
-	gen, epoch := t.v.Gen(), t.v.Epoch()
+	// Each row's generation, and the table's epoch, before anything is asked.
+	sks := make([][]byte, len(rows))
+	gens := make([]uint64, len(rows))
+	for j, row := range rows {
+		sks[j] = rowKey(t, row)
+		gens[j] = t.v.Gen(sks[j])
+	}
+	epoch := t.v.Epoch()
 	// Queued writes answer for their rows (asked after the generation is
 	// taken; see readOnce); the table is asked for the rest.
 	ask, queued := rows, map[string]container.Item(nil)
@@ -582,7 +595,7 @@ func (e *Engine) tableGetMany(t *Table, idx []int, rows [][]byte, items []store.
 		}
 		items[i], found[i] = fromRow(r), true
 		if t.Policies.Get == container.Caching {
-			e.cacheRow(t, rowKey(t, rows[j]), items[i], gen, epoch)
+			e.cacheRow(t, sks[j], items[i], gens[j], epoch)
 		}
 	}
 	if err == nil {

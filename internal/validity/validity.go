@@ -7,12 +7,13 @@
 //     matches the table of that name in every schema (the statement would fail on the server, but keyway errs
 //     on the side of invalidating). Resolve applies the rule; callers keep its result per (digest, default
 //     database), so no statement pays for string folding.
-//   - Generations. Each Table has a generation, bumped by every write keyway makes or learns of, and an epoch,
-//     bumped when every cached copy of the table must go at once (a write whose rows are not known). The rule
-//     every cache follows: read Gen (and Epoch) before asking the backend, and store what came back only if Gen
-//     is unchanged, checked under the lock that also guards the cache entry, so an invalidation can never slip
-//     between the check and the store. A cached copy carries the epoch it was filled in and is valid only while
-//     that is still the table's Epoch.
+//   - Generations. Each Table has an epoch, bumped when every cached copy of the table must go at once (a write
+//     whose rows are not known), and a generation per key where the key is known: keys hash onto a fixed set of
+//     slots, and a write of a key bumps its slot (two keys sharing a slot only cost each other a discarded
+//     fill, never a stale one). The rule every cache follows: read the key's Gen and the Epoch before asking the
+//     backend, and store what came back only if both are unchanged, checked under the lock that also guards the
+//     cache entry, so an invalidation can never slip between the check and the store. A cached copy carries the
+//     epoch it was filled in and is valid only while that is still the table's Epoch.
 //   - Settling. A component that acknowledges writes before they reach the table (a write-behind queue)
 //     registers a settle function; Settle runs them before a statement that names the table, so the statement
 //     sees, and acts after, every write keyway acknowledged.
@@ -70,11 +71,16 @@ func Resolve(db string, names []string) []TableID {
 	return out
 }
 
+// keySlots is how many per-key generations a table keeps: enough that concurrent fills of different keys
+// rarely share one, small enough (8 KiB) to keep for every table.
+const keySlots = 1024
+
 // Table is the validity state of one table.
 type Table struct {
 	id    TableID
-	gen   atomic.Uint64
 	epoch atomic.Uint64
+	// slots are the per-key generations, indexed by a hash of the key as the table compares keys.
+	slots [keySlots]atomic.Uint64
 
 	settleMu sync.Mutex
 	settle   []func() error
@@ -83,21 +89,28 @@ type Table struct {
 // ID is the table's identity.
 func (t *Table) ID() TableID { return t.id }
 
-// Gen is the table's generation: read it before a fill's query, compare it before storing the fill.
-func (t *Table) Gen() uint64 { return t.gen.Load() }
+// Gen is the generation of key (as the table's key column compares keys: normalized by the caller): read it
+// before a fill's query, compare it before storing the fill.
+func (t *Table) Gen(key []byte) uint64 { return t.slots[slot(key)].Load() }
 
 // Epoch is the table's epoch: a cached copy is valid only while it carries the current epoch.
 func (t *Table) Epoch() uint64 { return t.epoch.Load() }
 
-// Wrote records a write of some rows of the table whose cached copies the writer invalidates itself: fills that
-// started before it are not stored. It returns the new generation.
-func (t *Table) Wrote() uint64 { return t.gen.Add(1) }
+// Wrote records a write of key whose cached copy the writer removes itself: fills of key that started before
+// it are not stored. It returns key's new generation.
+func (t *Table) Wrote(key []byte) uint64 { return t.slots[slot(key)].Add(1) }
 
 // Invalidate records a write whose rows are not known: every cached copy of the table is invalid, and fills in
-// flight are not stored.
-func (t *Table) Invalidate() {
-	t.gen.Add(1)
-	t.epoch.Add(1)
+// flight are not stored (they compare the epoch too).
+func (t *Table) Invalidate() { t.epoch.Add(1) }
+
+// slot is key's generation slot: FNV-1a, inlined so a fill allocates nothing.
+func slot(key []byte) int {
+	h := uint32(2166136261)
+	for _, b := range key {
+		h = (h ^ uint32(b)) * 16777619
+	}
+	return int(h % keySlots)
 }
 
 // OnSettle registers fn to run before any statement that names the table: it returns once every write its owner

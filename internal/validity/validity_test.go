@@ -21,8 +21,8 @@ func TestLookupAndInvalidate(t *testing.T) {
 	r := NewRegistry()
 	a, b := r.Table(TableID{"s1", "t"}), r.Table(TableID{"s2", "t"})
 	other := r.Table(TableID{"s1", "u"})
-	if a.Epoch() != 1 || a.Gen() != 0 {
-		t.Fatalf("a new table starts at epoch 1, gen 0: %d %d", a.Epoch(), a.Gen())
+	if a.Epoch() != 1 || a.Gen([]byte("k")) != 0 {
+		t.Fatalf("a new table starts at epoch 1, gen 0: %d %d", a.Epoch(), a.Gen([]byte("k")))
 	}
 	if r.Table(TableID{"s1", "t"}) != a {
 		t.Fatal("a table's state is created once")
@@ -34,13 +34,22 @@ func TestLookupAndInvalidate(t *testing.T) {
 	if got := r.Lookup([]TableID{{"s3", "t"}}); len(got) != 0 {
 		t.Fatalf("unknown table: %v", got)
 	}
-	gen := a.Gen()
 	r.Invalidate([]TableID{{"s1", "t"}})
-	if a.Gen() == gen || a.Epoch() != 2 || b.Epoch() != 1 || other.Epoch() != 1 {
-		t.Fatalf("invalidate s1.t: a gen %d epoch %d, b epoch %d, other epoch %d", a.Gen(), a.Epoch(), b.Epoch(), other.Epoch())
+	if a.Epoch() != 2 || b.Epoch() != 1 || other.Epoch() != 1 {
+		t.Fatalf("invalidate s1.t: a epoch %d, b epoch %d, other epoch %d", a.Epoch(), b.Epoch(), other.Epoch())
 	}
-	if g := a.Wrote(); g != a.Gen() || a.Epoch() != 2 {
-		t.Fatal("Wrote bumps the generation only")
+	if g := a.Wrote([]byte("k")); g != a.Gen([]byte("k")) || g != 1 || a.Epoch() != 2 {
+		t.Fatal("Wrote bumps the key's generation only")
+	}
+	// A write of one key leaves most other keys' generations alone: their fills are not discarded.
+	moved := 0
+	for i := range 100 {
+		if a.Gen([]byte{'x', byte(i)}) != 0 {
+			moved++
+		}
+	}
+	if moved > 2 {
+		t.Fatalf("a write of k moved the generation of %d of 100 other keys", moved)
 	}
 }
 
