@@ -79,7 +79,7 @@ type Engine struct {
 	started     time.Time
 	counters    Counters
 
-	tables   map[string]*Table // containers by name; set before serving (see SetTables)
+	tables   map[string]*Container // containers by name; set before serving (see SetContainers)
 	validity *validity.Registry
 	log      *slog.Logger
 

@@ -33,7 +33,7 @@ import (
 //   - The k a space gets is its own key: the store key for localSpace (the
 //     prefix already applied), the row key for tableSpace.
 //   - Spaces are long-lived values (localSpace{} or a pointer held by its
-//     Table), so resolving a key allocates nothing beyond the local key's prefix.
+//     Container), so resolving a key allocates nothing beyond the local key's prefix.
 //   - Counters counted before the space is known (cmd_get, cmd_set,
 //     cmd_touch) are the engine's; hits and misses are counted where the old
 //     single-path code counted them, so stats are unchanged.
@@ -81,7 +81,7 @@ func (e *Engine) space(key []byte, class opClass) (keySpace, []byte, error) {
 }
 
 // spaceFor is the key space of row under t's policy for class.
-func (t *Table) spaceFor(class opClass, row []byte) (keySpace, []byte) {
+func (t *Container) spaceFor(class opClass, row []byte) (keySpace, []byte) {
 	var local bool
 	switch class {
 	case classGet:
@@ -265,8 +265,8 @@ func (localSpace) incrDecr(e *Engine, key []byte, a Arith) (uint64, uint64, Stat
 }
 
 // tableSpace is a container's table as a key space; its keys are row keys.
-// It lives in its Table (Table.space), so resolving to it allocates nothing.
-type tableSpace struct{ t *Table }
+// It lives in its Container (Container.space), so resolving to it allocates nothing.
+type tableSpace struct{ t *Container }
 
 func (s *tableSpace) localKey(row []byte) []byte { return rowKey(s.t, row) }
 

@@ -12,12 +12,12 @@ import (
 // on mg, I, E, and CAS compares where the table cannot make them atomically)
 // are refused with a CLIENT_ERROR naming them, never silently ignored.
 
-func metaUnsupported(t *Table, cmd, flags string) error {
+func metaUnsupported(t *Container, cmd, flags string) error {
 	return clientErrorf("container %q: %s flags %s are not supported on a table (they act on the local cache); use them on keys without a table", t.Name, cmd, flags)
 }
 
 // tableMetaGet is mg on a table row: a get, or with T a gat.
-func (e *Engine) tableMetaGet(t *Table, row []byte, r MetaGetRequest, res MetaGetResult) (MetaGetResult, error) {
+func (e *Engine) tableMetaGet(t *Container, row []byte, r MetaGetRequest, res MetaGetResult) (MetaGetResult, error) {
 	if r.Vivify || r.Recache || r.NewCAS != 0 {
 		return res, metaUnsupported(t, "mg", "N, R and E")
 	}
@@ -35,7 +35,7 @@ func (e *Engine) tableMetaGet(t *Table, row []byte, r MetaGetRequest, res MetaGe
 }
 
 // tableMetaSet is ms on a table row.
-func (e *Engine) tableMetaSet(t *Table, row, value []byte, r MetaSetRequest) (Status, store.Item, error) {
+func (e *Engine) tableMetaSet(t *Container, row, value []byte, r MetaSetRequest) (Status, store.Item, error) {
 	if r.Invalidate || r.NewCAS != 0 || r.Vivify {
 		return Failed, store.Item{}, metaUnsupported(t, "ms", "I, E and N")
 	}
@@ -58,7 +58,7 @@ func (e *Engine) tableMetaSet(t *Table, row, value []byte, r MetaSetRequest) (St
 }
 
 // tableMetaDelete is md on a table row.
-func (e *Engine) tableMetaDelete(t *Table, row []byte, r MetaDeleteRequest) (Status, error) {
+func (e *Engine) tableMetaDelete(t *Container, row []byte, r MetaDeleteRequest) (Status, error) {
 	if r.CompareCAS || r.Invalidate {
 		return Failed, metaUnsupported(t, "md", "C and I")
 	}
@@ -67,7 +67,7 @@ func (e *Engine) tableMetaDelete(t *Table, row []byte, r MetaDeleteRequest) (Sta
 }
 
 // tableMetaArith is ma on a table row: incr or decr, creating the row with N.
-func (e *Engine) tableMetaArith(t *Table, row []byte, r MetaArithRequest, res MetaArithResult) (MetaArithResult, error) {
+func (e *Engine) tableMetaArith(t *Container, row []byte, r MetaArithRequest, res MetaArithResult) (MetaArithResult, error) {
 	if r.CAS != 0 || r.NewCAS != 0 || r.SetTTL {
 		res.Status = Failed
 		return res, metaUnsupported(t, "ma", "C, E and T")

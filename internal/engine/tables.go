@@ -40,9 +40,9 @@ import (
 	"github.com/keywaydb/keyway/internal/writebehind"
 )
 
-// Table is a container as the engine uses it, with its policies. Build it with Engine.NewTable; its fields are
+// Container is a container as the engine uses it, with its policies. Build it with Engine.NewContainer; its fields are
 // read-only after that.
-type Table struct {
+type Container struct {
 	Name     string
 	Source   string // the table, "schema.table", lower-case
 	C        *container.Container
@@ -63,8 +63,8 @@ type Table struct {
 // keys and the write-behind journal. TakeJournal(JournalPrefix) finds what containers left in the journal.
 const JournalPrefix = "@@"
 
-// TableOptions describe a container to NewTable.
-type TableOptions struct {
+// ContainerOptions describe a container to NewContainer.
+type ContainerOptions struct {
 	Container *container.Container
 	Policies  container.Policies
 	// WriteBehind, when set, makes the container write behind (write = "async"): its queue journals in the
@@ -73,12 +73,12 @@ type TableOptions struct {
 	WriteBehind *writebehind.Options
 }
 
-// NewTable binds a container to the engine with its policies (and, for write-behind, starts its queue). Pass the
-// tables to SetTables before serving.
-func (e *Engine) NewTable(o TableOptions) *Table {
+// NewContainer binds a container to the engine with its policies (and, for write-behind, starts its queue). Pass the
+// tables to SetContainers before serving.
+func (e *Engine) NewContainer(o ContainerOptions) *Container {
 	def := o.Container.Def()
 	id := validity.TableID{Schema: strings.ToLower(def.Schema), Name: strings.ToLower(def.Table)}
-	t := &Table{Name: def.Name, Source: id.String(), C: o.Container, Policies: o.Policies, v: e.validity.Table(id)}
+	t := &Container{Name: def.Name, Source: id.String(), C: o.Container, Policies: o.Policies, v: e.validity.Table(id)}
 	t.space = tableSpace{t}
 	if o.WriteBehind != nil {
 		wo := *o.WriteBehind
@@ -97,9 +97,9 @@ const tableTimeout = 10 * time.Second
 // ErrNoContainer means a key names a container that is not configured.
 var ErrNoContainer = errors.New("no such container")
 
-// SetTables binds containers by name; call before serving.
-func (e *Engine) SetTables(tables []*Table) {
-	e.tables = make(map[string]*Table, len(tables))
+// SetContainers binds containers by name; call before serving.
+func (e *Engine) SetContainers(tables []*Container) {
+	e.tables = make(map[string]*Container, len(tables))
 	for _, t := range tables {
 		t.fills = make(map[string]*fill)
 		t.space = tableSpace{t}
@@ -107,12 +107,12 @@ func (e *Engine) SetTables(tables []*Table) {
 	}
 }
 
-// HasTables reports whether any container is configured.
-func (e *Engine) HasTables() bool { return len(e.tables) > 0 }
+// HasContainers reports whether any container is configured.
+func (e *Engine) HasContainers() bool { return len(e.tables) > 0 }
 
 // route finds the container of key and the row key within it. It returns a
 // nil table for a key the local store serves alone.
-func (e *Engine) route(key []byte) (*Table, []byte, error) {
+func (e *Engine) route(key []byte) (*Container, []byte, error) {
 	if len(e.tables) == 0 {
 		return nil, key, nil
 	}
@@ -133,7 +133,7 @@ func (e *Engine) route(key []byte) (*Table, []byte, error) {
 // storeKey is the local store's key for a key of a container whose policy
 // keeps it in the local store alone (cache_only): the container's prefix
 // keeps containers apart, and the key is exact, as memcached's are.
-func storeKey(t *Table, row []byte) []byte {
+func storeKey(t *Container, row []byte) []byte {
 	return prefixed(t, row)
 }
 
@@ -141,21 +141,21 @@ func storeKey(t *Table, row []byte) []byte {
 // row key is normalized as the key column compares keys, so "k" and "K" share
 // one copy under a case-insensitive collation: they are one row, and a write
 // of either must invalidate it.
-func rowKey(t *Table, row []byte) []byte {
+func rowKey(t *Container, row []byte) []byte {
 	return t.C.AppendNormKey(prefix(t, len(row)), row)
 }
 
-func prefixed(t *Table, row []byte) []byte {
+func prefixed(t *Container, row []byte) []byte {
 	return append(prefix(t, len(row)), row...)
 }
 
 // prefix is "@@name." with room for n more bytes.
-func prefix(t *Table, n int) []byte {
+func prefix(t *Container, n int) []byte {
 	k := make([]byte, 0, len(t.Name)+3+n)
 	return append(append(append(k, JournalPrefix...), t.Name...), '.')
 }
 
-func disabled(t *Table, op string) error {
+func disabled(t *Container, op string) error {
 	return clientErrorf("container %q: %s is disabled by its policy", t.Name, op)
 }
 
@@ -169,7 +169,7 @@ type fill struct {
 }
 
 // tableGet reads a row for a get under the container's get policy.
-func (e *Engine) tableGet(t *Table, row []byte) (store.Item, bool, error) {
+func (e *Engine) tableGet(t *Container, row []byte) (store.Item, bool, error) {
 	switch t.Policies.Get {
 	case container.Disabled:
 		return store.Item{}, false, disabled(t, "get")
@@ -201,7 +201,7 @@ func (e *Engine) tableGet(t *Table, row []byte) (store.Item, bool, error) {
 // be stale). The check runs under the store's shard lock, so an invalidation
 // cannot slip between check and store. Cached rows are ephemeral: never
 // written to disk (rows loaded from disk would not be trusted anyway).
-func (e *Engine) cacheRow(t *Table, sk []byte, item store.Item, gen, epoch uint64) {
+func (e *Engine) cacheRow(t *Container, sk []byte, item store.Item, gen, epoch uint64) {
 	item.Tag = epoch
 	item.Ephemeral = true // the table is the truth: a copy needs no disk
 	e.st.Update(sk, func(*store.Item) (store.Action, store.Item) {
@@ -218,7 +218,7 @@ func (e *Engine) cacheRow(t *Table, sk []byte, item store.Item, gen, epoch uint6
 // rows) happened since it started: otherwise the query may predate a write the
 // caller must see, and it runs its own. sk is the row's cache key, which its
 // generation is kept under.
-func (t *Table) readOnce(row, sk []byte) *fill {
+func (t *Container) readOnce(row, sk []byte) *fill {
 	t.fillMu.Lock()
 	if f := t.fills[string(row)]; f != nil && f.gen == t.v.Gen(sk) && f.epoch == t.v.Epoch() {
 		t.fillMu.Unlock()
@@ -251,7 +251,7 @@ func (t *Table) readOnce(row, sk []byte) *fill {
 // queuedRow is the write-behind queue's write for row, if one is waiting.
 // An error (the container is not checked and the queue cannot tell) means
 // the row must not be read from the table either.
-func (t *Table) queuedRow(row []byte) (container.Item, bool, error) {
+func (t *Container) queuedRow(row []byte) (container.Item, bool, error) {
 	if t.Behind == nil {
 		return container.Item{}, false, nil
 	}
@@ -260,7 +260,7 @@ func (t *Table) queuedRow(row []byte) (container.Item, bool, error) {
 
 // queued answers a read of row from the write-behind queue: waiting reports
 // that a write is queued, ok that it is a live item.
-func (e *Engine) queued(t *Table, row []byte) (it store.Item, ok, waiting bool, err error) {
+func (e *Engine) queued(t *Container, row []byte) (it store.Item, ok, waiting bool, err error) {
 	r, waiting, err := t.queuedRow(row)
 	if err != nil || !waiting {
 		return store.Item{}, false, false, err
@@ -276,7 +276,7 @@ func expired(exptime, now int64) bool { return exptime != 0 && exptime <= now }
 // writeBehind acknowledges a plain set on an async container once it is
 // checked against the table's columns, queued (journaled) and cached; the
 // queue writes it to the table later.
-func (e *Engine) writeBehind(t *Table, row []byte, item container.Item) (Status, uint64, error) {
+func (e *Engine) writeBehind(t *Container, row []byte, item container.Item) (Status, uint64, error) {
 	if err := t.C.Check(row, item); err != nil {
 		return Failed, 0, err
 	}
@@ -310,7 +310,7 @@ func (e *Engine) writeBehind(t *Table, row []byte, item container.Item) (Status,
 
 // DroppedWrite is told by a write-behind queue that the table refused a
 // queued write of row: the cached copy goes, so the table stays the truth.
-func (e *Engine) DroppedWrite(t *Table, row []byte) {
+func (e *Engine) DroppedWrite(t *Container, row []byte) {
 	sk := rowKey(t, row)
 	t.v.Wrote(sk)
 	e.st.Update(sk, func(*store.Item) (store.Action, store.Item) { return store.Remove, store.Item{} })
@@ -322,8 +322,8 @@ func fromRow(it container.Item) store.Item {
 
 // tableWrite runs a write under policy (the container's set or delete
 // policy): on the table, then, for caching, invalidating the local copy.
-// Keys whose policy is cache_only never get here (see Table.spaceFor).
-func (e *Engine) tableWrite(t *Table, row []byte, policy container.Policy, op string, write func(ctx context.Context) error) error {
+// Keys whose policy is cache_only never get here (see Container.spaceFor).
+func (e *Engine) tableWrite(t *Container, row []byte, policy container.Policy, op string, write func(ctx context.Context) error) error {
 	if policy == container.Disabled {
 		return disabled(t, op)
 	}
@@ -368,7 +368,7 @@ func statusOf(s container.Status) Status {
 
 // tableStore runs a storage command on a table (a set policy other than
 // cache_only).
-func (e *Engine) tableStore(t *Table, mode Mode, row, value []byte, flags uint32, deadline int64, cas uint64) (status Status, newCAS uint64, err error) {
+func (e *Engine) tableStore(t *Container, mode Mode, row, value []byte, flags uint32, deadline int64, cas uint64) (status Status, newCAS uint64, err error) {
 	item := container.Item{Value: value, Flags: flags, Exptime: deadline}
 	if t.Behind != nil && mode == Set && cas == 0 && t.Policies.Set != container.Disabled {
 		return e.writeBehind(t, row, item)
@@ -402,7 +402,7 @@ func (e *Engine) tableStore(t *Table, mode Mode, row, value []byte, flags uint32
 
 // tableIncrDecr runs incr/decr on a table; a.Create (binary and meta) adds the
 // row with a.Initial when it is missing.
-func (e *Engine) tableIncrDecr(t *Table, row []byte, a Arith) (uint64, uint64, Status, error) {
+func (e *Engine) tableIncrDecr(t *Container, row []byte, a Arith) (uint64, uint64, Status, error) {
 	var result uint64
 	status := Failed
 	err := e.tableWrite(t, row, t.Policies.Set, "incr/decr", func(ctx context.Context) error {
@@ -432,7 +432,7 @@ func (e *Engine) tableIncrDecr(t *Table, row []byte, a Arith) (uint64, uint64, S
 }
 
 // tableDelete deletes a row under the container's delete policy.
-func (e *Engine) tableDelete(t *Table, row []byte, cas uint64) (Status, error) {
+func (e *Engine) tableDelete(t *Container, row []byte, cas uint64) (Status, error) {
 	if cas != 0 {
 		return Failed, clientErrorf("container %q: delete with a cas is not supported on a table", t.Name)
 	}
@@ -451,7 +451,7 @@ func (e *Engine) tableDelete(t *Table, row []byte, cas uint64) (Status, error) {
 
 // tableTouch sets a row's expiry under the container's set policy. The
 // returned item is empty: the row is not read back.
-func (e *Engine) tableTouch(t *Table, row []byte, exptime int64) (store.Item, Status, error) {
+func (e *Engine) tableTouch(t *Container, row []byte, exptime int64) (store.Item, Status, error) {
 	status := Failed
 	err := e.tableWrite(t, row, t.Policies.Set, "touch", func(ctx context.Context) error {
 		s, err := t.C.Touch(ctx, row, e.Deadline(exptime))
@@ -474,7 +474,7 @@ func (e *Engine) GetMulti(keys [][]byte) ([]store.Item, []bool, error) {
 	items := make([]store.Item, len(keys))
 	found := make([]bool, len(keys))
 	var firstErr error
-	if !e.HasTables() {
+	if !e.HasContainers() {
 		for i, key := range keys {
 			items[i], found[i] = e.st.Get(key)
 		}
@@ -523,7 +523,7 @@ func (e *Engine) GetMulti(keys [][]byte) ([]store.Item, []bool, error) {
 
 // tableGetMany answers a multi-get's rows of t (rows[j] into items[idx[j]]):
 // fresh cached copies first, then queued writes, then one query for the rest.
-func (e *Engine) tableGetMany(t *Table, idx []int, rows [][]byte, items []store.Item, found []bool) error {
+func (e *Engine) tableGetMany(t *Container, idx []int, rows [][]byte, items []store.Item, found []bool) error {
 	switch t.Policies.Get {
 	case container.Disabled:
 		return disabled(t, "get")
@@ -604,8 +604,8 @@ func (e *Engine) tableGetMany(t *Table, idx []int, rows [][]byte, items []store.
 	return err
 }
 
-// TableStatus is a container's state for /status.
-type TableStatus struct {
+// ContainerStatus is a container's state for /status.
+type ContainerStatus struct {
 	Table string `json:"table"`
 	// Checked: the container checked its table and serves; false while it waits for its backend (see
 	// container.Open), when its keys answer SERVER_ERROR.
@@ -620,8 +620,8 @@ type TableStatus struct {
 }
 
 // Status returns a snapshot of the container's policies and write counters.
-func (t *Table) Status() TableStatus {
-	st := TableStatus{Table: t.Source, Checked: t.C.Checked(), Get: t.Policies.Get, Set: t.Policies.Set, Delete: t.Policies.Delete,
+func (t *Container) Status() ContainerStatus {
+	st := ContainerStatus{Table: t.Source, Checked: t.C.Checked(), Get: t.Policies.Get, Set: t.Policies.Set, Delete: t.Policies.Delete,
 		Flush: t.Policies.Flush, Write: "sync", GroupCommit: t.C.Stats()}
 	if t.Behind != nil {
 		wb := t.Behind.Stats()

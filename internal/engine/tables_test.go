@@ -52,10 +52,10 @@ func TestQueuedRowsOutliveADeadTable(t *testing.T) {
 	defer st.Close()
 	e := New(st, Options{})
 	for _, policy := range []container.Policy{container.Caching, container.DBOnly} {
-		tbl := e.NewTable(TableOptions{Container: c,
+		tbl := e.NewContainer(ContainerOptions{Container: c,
 			Policies:    container.Policies{Get: policy, Set: policy, Delete: policy, Flush: container.CacheOnly},
 			WriteBehind: &writebehind.Options{Window: time.Hour, WaitTimeout: 100 * time.Millisecond}})
-		e.SetTables([]*Table{tbl})
+		e.SetContainers([]*Container{tbl})
 		if status, _, err := e.StoreValue(Set, []byte("@@dead.q"), []byte("queued"), 0, 0, 0); status != Stored || err != nil {
 			t.Fatalf("%s: async set with the table dead: %v %v", policy, status, err)
 		}
@@ -113,10 +113,10 @@ func TestStatusChecked(t *testing.T) {
 	defer st.Close()
 	e := New(st, Options{})
 	p := container.Policies{Get: container.DBOnly, Set: container.DBOnly, Delete: container.DBOnly, Flush: container.CacheOnly}
-	if s := e.NewTable(TableOptions{Container: up, Policies: p}).Status(); !s.Checked {
+	if s := e.NewContainer(ContainerOptions{Container: up, Policies: p}).Status(); !s.Checked {
 		t.Errorf("status of a container on a reachable table: %+v, want checked", s)
 	}
-	s := e.NewTable(TableOptions{Container: down, Policies: p}).Status()
+	s := e.NewContainer(ContainerOptions{Container: down, Policies: p}).Status()
 	if s.Checked {
 		t.Errorf("status of a container whose backend is down: %+v, want not checked", s)
 	}

@@ -328,7 +328,7 @@ func (c *conn) retrieval(line []byte) {
 		}
 		exptime, rest = e, after
 	}
-	if !touch && c.eng.HasTables() {
+	if !touch && c.eng.HasContainers() {
 		c.multiGet(rest, withCAS)
 		return
 	}

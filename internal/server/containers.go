@@ -17,7 +17,7 @@ import (
 
 // containerSet is the containers keyway serves and the database/sql pools (one per backend group) they share.
 type containerSet struct {
-	tables []*engine.Table
+	tables []*engine.Container
 	dbs    []*sql.DB
 }
 
@@ -93,7 +93,7 @@ func openContainers(ctx context.Context, cfg config.Config, eng *engine.Engine, 
 		if p.behind != nil && !eng.Store().Persistent() {
 			log.Warn("container writes behind without a persistent store: sets acknowledged but not yet in the table are lost if keyway dies (set [store] data_dir and durability)", "container", p.def.Name)
 		}
-		ts.tables = append(ts.tables, eng.NewTable(engine.TableOptions{Container: ct, Policies: p.policies, WriteBehind: p.behind}))
+		ts.tables = append(ts.tables, eng.NewContainer(engine.ContainerOptions{Container: ct, Policies: p.policies, WriteBehind: p.behind}))
 	}
 	return ts, nil
 }

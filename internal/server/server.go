@@ -100,7 +100,7 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 	if err != nil {
 		return fail(err)
 	}
-	s.engine.SetTables(s.containers.tables)
+	s.engine.SetContainers(s.containers.tables)
 	if left := st.TakeJournal(engine.JournalPrefix); len(left) > 0 {
 		// Kept on disk: configuring the container again writes them.
 		log.Warn("the store's journal holds acknowledged writes for containers that are not configured (or not async) now; they stay until such a container is configured", "rows", len(left))
@@ -279,10 +279,10 @@ const (
 
 // Status is what /status shows: a snapshot from each component.
 type Status struct {
-	Memcache   MemcacheStatus                `json:"memcache"`
-	Store      StoreStatus                   `json:"store"`
-	SQL        *SQLStatus                    `json:"sql,omitempty"`
-	Containers map[string]engine.TableStatus `json:"containers,omitempty"`
+	Memcache   MemcacheStatus                    `json:"memcache"`
+	Store      StoreStatus                       `json:"store"`
+	SQL        *SQLStatus                        `json:"sql,omitempty"`
+	Containers map[string]engine.ContainerStatus `json:"containers,omitempty"`
 }
 
 // MemcacheStatus is the memcache door's listener and its `stats`.
@@ -315,7 +315,7 @@ func (s *Server) status() any {
 		st.SQL = &SQLStatus{Listen: s.sqlLn.Addr().String(), Pools: s.topo.Stats()}
 	}
 	if len(s.containers.tables) > 0 {
-		st.Containers = make(map[string]engine.TableStatus, len(s.containers.tables))
+		st.Containers = make(map[string]engine.ContainerStatus, len(s.containers.tables))
 		for _, t := range s.containers.tables {
 			st.Containers[t.Name] = t.Status()
 		}
