@@ -186,7 +186,12 @@ func (c *conn) binaryRequest(buf []byte) (int, error) {
 	value := body[h.extlen+h.keylen:]
 
 	switch h.opcode {
-	case opGet, opGetQ, opGetK, opGetKQ, opGAT, opGATQ, opGATK, opGATKQ, opTouch:
+	case opGet, opGetQ, opGetK, opGetKQ:
+		if n := c.binGetRun(buf); n > 0 {
+			return n, nil
+		}
+		c.binGet(h, quiet, extras, key)
+	case opGAT, opGATQ, opGATK, opGATKQ, opTouch:
 		c.binGet(h, quiet, extras, key)
 	case opSet, opSetQ, opAdd, opAddQ, opReplace, opReplaceQ:
 		c.binStore(h, quiet, extras, key, value)
@@ -270,7 +275,6 @@ func binShapeOK(h binHeader) bool {
 func (c *conn) binGet(h binHeader, quiet bool, extras, key []byte) {
 	op := h.opcode
 	touch := op == opTouch || op == opGAT || op == opGATQ || op == opGATK || op == opGATKQ
-	withKey := op == opGetK || op == opGetKQ || op == opGATK || op == opGATKQ
 	var (
 		value []byte
 		flags uint32
@@ -303,6 +307,65 @@ func (c *conn) binGet(h binHeader, quiet bool, extras, key []byte) {
 		}
 		value, flags, cas, found = it.Value, it.Flags, it.CAS, ok
 	}
+	c.binGetReply(h, quiet, key, value, flags, cas, found)
+}
+
+// binGetRun answers a run of get, getk and their quiet variants at the start
+// of buf with one engine.GetMulti, so the rows a run names in one container
+// are one `WHERE key IN (…)` (a client's getkq … noop chain), as the text
+// door's multi-get is. It only batches requests already complete in buf, at
+// most multiGetBatch of them, and only when containers exist (the local
+// store gains nothing from it). The replies are exactly a lone get's: a key
+// whose batch lookup failed is asked alone, so it gets its own error. It
+// returns the bytes answered, 0 when there is no run of two or more.
+func (c *conn) binGetRun(buf []byte) int {
+	if !c.authed || !c.eng.HasContainers() {
+		return 0
+	}
+	run := c.binRun[:0]
+	keys := c.keys[:0]
+	off := 0
+	for len(run) < multiGetBatch && len(buf)-off >= binaryHeaderLen && buf[off] == binaryRequestMagic {
+		h := parseBinHeader(buf[off:])
+		switch h.opcode {
+		case opGet, opGetQ, opGetK, opGetKQ:
+		default:
+			h.opcode = 0xff
+		}
+		if h.opcode == 0xff || !binShapeOK(h) || h.keylen > maxKeyLen || len(buf)-off < binaryHeaderLen+h.bodylen {
+			break
+		}
+		run = append(run, h)
+		keys = append(keys, buf[off+binaryHeaderLen:off+binaryHeaderLen+h.keylen])
+		off += binaryHeaderLen + h.bodylen
+	}
+	defer func() {
+		clear(keys) // they point into the read buffer, which may be released
+		c.keys, c.binRun = keys[:0], run[:0]
+	}()
+	if len(run) < 2 {
+		return 0
+	}
+	items, found, err := c.eng.GetMulti(keys)
+	for i, h := range run {
+		quiet := h.opcode == opGetQ || h.opcode == opGetKQ
+		if err != nil && !found[i] {
+			c.binGet(h, quiet, nil, keys[i]) // a miss or the failure: a lone get tells which
+		} else {
+			c.binGetReply(h, quiet, keys[i], items[i].Value, items[i].Flags, items[i].CAS, found[i])
+		}
+		if c.flushIfFull() != nil {
+			break // the client is gone; the connection ends with the write error
+		}
+	}
+	return off
+}
+
+// binGetReply writes the reply to a get-family request (nothing for a quiet
+// miss).
+func (c *conn) binGetReply(h binHeader, quiet bool, key, value []byte, flags uint32, cas uint64, found bool) {
+	op := h.opcode
+	withKey := op == opGetK || op == opGetKQ || op == opGATK || op == opGATKQ
 	if !found {
 		switch {
 		case quiet:

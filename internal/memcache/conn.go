@@ -70,7 +70,8 @@ type conn struct {
 
 	closeAfterWrite bool
 	toks            [maxTokens][]byte
-	keys            [][]byte // scratch for multi-key gets
+	keys            [][]byte    // scratch for multi-key gets
+	binRun          []binHeader // scratch for a binary get run (binGetRun)
 
 	// proto is fixed by the first byte a client sends, as memcached decides
 	// it: after that, input in the other protocol is an error, not a switch.
