@@ -14,6 +14,9 @@
 //     file is applied on, so the file decoder fills each entry's defaults first and applies the entry's keys on top.
 //     Defaults that depend on other keys (a user's backend_user, backend_password and group, a container's group)
 //     apply only where the key is absent.
+//   - A default that a component also applies to a zero Options field is that component's exported Default*
+//     constant (backend, engine, memcache, sqlproxy, store, writebehind), so each default lives in one place.
+//     config imports those packages for their constants only; none of them imports config.
 //   - Containers are checked here for form only (names, identifiers, policies, group references); whether their
 //     table and columns exist is checked at startup against the real table.
 //
@@ -32,6 +35,13 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/keywaydb/keyway/internal/backend"
+	"github.com/keywaydb/keyway/internal/engine"
+	"github.com/keywaydb/keyway/internal/memcache"
+	"github.com/keywaydb/keyway/internal/sqlproxy"
+	"github.com/keywaydb/keyway/internal/store"
+	"github.com/keywaydb/keyway/internal/writebehind"
 )
 
 // Config is keyway's whole configuration.
@@ -241,23 +251,24 @@ const (
 	gib int64 = 1 << 30
 )
 
-// Defaults and limits. The want* texts below quote these numbers: change both together.
+// Defaults and limits. The defaults of what a component applies itself come from that component (its zero-value
+// default), so each lives in one place. The want* texts below quote these numbers: change both together.
 const (
 	defaultListen         = "127.0.0.1:11211"
 	defaultMemoryLimit    = 64 * mib
-	defaultMaxConnections = 1024
-	defaultMaxItemSize    = 1 * mib
-	defaultFlushInterval  = time.Second
+	defaultMaxConnections = memcache.DefaultMaxConnections
+	defaultMaxItemSize    = engine.DefaultMaxItemSize
+	defaultFlushInterval  = store.DefaultFlushInterval
 
-	defaultSQLMaxConnections = 1024
-	defaultMaxHandshakes     = 256
-	defaultHandshakeTimeout  = 10 * time.Second
-	defaultWriteTimeout      = 30 * time.Second
+	defaultSQLMaxConnections = sqlproxy.DefaultMaxConnections
+	defaultMaxHandshakes     = sqlproxy.DefaultMaxHandshakes
+	defaultHandshakeTimeout  = sqlproxy.DefaultHandshakeTimeout
+	defaultWriteTimeout      = memcache.DefaultWriteTimeout
 	defaultAuthPlugin        = AuthCachingSHA2
-	defaultMaxOpen           = 256
-	defaultIdleTimeout       = 60 * time.Second
-	defaultHealthInterval    = 2 * time.Second
-	defaultConnectTimeout    = 5 * time.Second
+	defaultMaxOpen           = backend.DefaultMaxOpen
+	defaultIdleTimeout       = backend.DefaultIdleTimeout
+	defaultHealthInterval    = backend.DefaultHealthInterval
+	defaultConnectTimeout    = backend.DefaultConnectTimeout
 	defaultGroupTLS          = TLSPreferred
 
 	minMemoryLimit    = 1 * mib
@@ -274,8 +285,8 @@ const (
 	defaultDelPolicy   = PolicyCaching
 	defaultFlushPolicy = PolicyCacheOnly
 	defaultWrite       = WriteSync
-	defaultWriteWindow = 100 * time.Millisecond
-	defaultMaxPending  = 16384
+	defaultWriteWindow = writebehind.DefaultWindow
+	defaultMaxPending  = writebehind.DefaultMaxPending
 	maxWriteWindow     = time.Minute
 	maxIdentifier      = 64 // MySQL's limit on table and column names
 )

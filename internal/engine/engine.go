@@ -63,6 +63,9 @@ const (
 // maxRelativeExptime is memcached's boundary: larger exptimes are absolute Unix times.
 const maxRelativeExptime = 60 * 60 * 24 * 30
 
+// DefaultMaxItemSize is Options.MaxItemSize's default (memcached's -I).
+const DefaultMaxItemSize = 1 << 20
+
 // Options configure an Engine.
 type Options struct {
 	MaxItemSize int64 // largest value accepted, bytes
@@ -109,7 +112,7 @@ type Counters struct {
 // New returns an engine over st.
 func New(st *store.Store, o Options) *Engine {
 	if o.MaxItemSize <= 0 {
-		o.MaxItemSize = 1 << 20
+		o.MaxItemSize = DefaultMaxItemSize
 	}
 	if o.Validity == nil {
 		o.Validity = validity.NewRegistry()

@@ -84,6 +84,9 @@ type Options struct {
 	TLS *tls.Config
 }
 
+// DefaultMaxConnections is Options.MaxConnections' default (memcached's -c).
+const DefaultMaxConnections = 1024
+
 // DefaultWriteTimeout is Options.WriteTimeout's default: long enough for
 // any client that is reading, however slowly, to take a 1 MiB value.
 const DefaultWriteTimeout = 30 * time.Second
@@ -126,7 +129,7 @@ func NewServer(eng *engine.Engine, o Options) *Server {
 		o.Logger = slog.Default()
 	}
 	if o.MaxConnections <= 0 {
-		o.MaxConnections = 1024
+		o.MaxConnections = DefaultMaxConnections
 	}
 	if o.Version == "" {
 		o.Version = ProtocolVersion + "-keyway"

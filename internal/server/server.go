@@ -240,7 +240,7 @@ func (s *Server) startSQLAndAdmin() error {
 		if err != nil {
 			return err
 		}
-		opts.Plans, opts.Digests, opts.Metrics = sqlproxy.NewPlanCache(planCapacity), digests, metrics
+		opts.Plans, opts.Digests, opts.Metrics = sqlproxy.NewPlanCache(sqlproxy.DefaultPlanCapacity), digests, metrics
 		proxy, err := sqlproxy.New(opts)
 		if err != nil {
 			return err
@@ -273,7 +273,6 @@ func (s *Server) startSQLAndAdmin() error {
 // Sizes of the per-digest tables: enough for an application's statements,
 // bounded against generated SQL with literals the lexer cannot fold.
 const (
-	planCapacity   = 10000
 	digestCapacity = 10000
 )
 

@@ -61,9 +61,9 @@ type Options struct {
 	Topology         *backend.Topology
 	Users            []User
 	TLS              *tls.Config    // offered to clients when set
-	MaxConnections   int            // concurrent client connections (0 = defaultMaxConnections)
+	MaxConnections   int            // concurrent client connections (0 = DefaultMaxConnections)
 	AllowLocalInfile bool           // relay LOAD DATA LOCAL INFILE (false: refused)
-	Plans            *PlanCache     // nil = a private cache of defaultPlanCapacity
+	Plans            *PlanCache     // nil = a private cache of DefaultPlanCapacity
 	Digests          *stats.Digests // nil = no digest statistics
 	Metrics          *stats.Metrics // nil = no metrics
 	Logger           *slog.Logger
@@ -75,10 +75,10 @@ type Options struct {
 	Validity *validity.Registry
 
 	// MaxHandshakes bounds the connections still logging in (handshake and authentication); past it a new
-	// connection gets ER_CON_COUNT_ERROR and is closed. 0 = defaultMaxHandshakes.
+	// connection gets ER_CON_COUNT_ERROR and is closed. 0 = DefaultMaxHandshakes.
 	MaxHandshakes int
 	// HandshakeTimeout bounds a client's handshake and authentication, as MariaDB's connect_timeout does, so a
-	// silent client cannot hold a handshake slot. 0 = defaultHandshakeTimeout.
+	// silent client cannot hold a handshake slot. 0 = DefaultHandshakeTimeout.
 	HandshakeTimeout time.Duration
 	// RequireTLS refuses clients that do not switch to TLS in the handshake (ERR 1045). It needs TLS.
 	RequireTLS bool
@@ -96,14 +96,15 @@ type User struct {
 	Group                        string // the backend group its sessions go to ("" = the topology's default)
 }
 
+// Defaults of zero Options fields; the config's defaults are these too.
 const (
-	defaultPlanCapacity   = 10000
-	defaultMaxConnections = 1024
-	// defaultHandshakeTimeout bounds a client's handshake and authentication (MariaDB's connect_timeout default).
-	defaultHandshakeTimeout = 10 * time.Second
-	// defaultMaxHandshakes bounds the connections logging in at once: with mysqlwire.MaxHandshakePacket, strangers
+	DefaultPlanCapacity   = 10000
+	DefaultMaxConnections = 1024
+	// DefaultHandshakeTimeout bounds a client's handshake and authentication (MariaDB's connect_timeout default).
+	DefaultHandshakeTimeout = 10 * time.Second
+	// DefaultMaxHandshakes bounds the connections logging in at once: with mysqlwire.MaxHandshakePacket, strangers
 	// can make keyway hold at most about 256 × 100 KiB.
-	defaultMaxHandshakes = 256
+	DefaultMaxHandshakes = 256
 	// backendCheckoutTimeout bounds the wait for a backend connection when a client logs in.
 	backendCheckoutTimeout = 10 * time.Second
 	// defaultVersion is announced until the backend's own version is known.
@@ -168,19 +169,19 @@ func New(o Options) (*Server, error) {
 	}
 	s := &Server{opts: o, log: log, plans: o.Plans, users: make(map[string]*user), maxConns: int64(o.MaxConnections), tls: o.TLS}
 	if s.plans == nil {
-		s.plans = NewPlanCache(defaultPlanCapacity)
+		s.plans = NewPlanCache(DefaultPlanCapacity)
 	}
 	if s.maxConns <= 0 {
-		s.maxConns = defaultMaxConnections
+		s.maxConns = DefaultMaxConnections
 	}
 	s.maxHandshakes = int64(o.MaxHandshakes)
 	if s.maxHandshakes <= 0 {
-		s.maxHandshakes = defaultMaxHandshakes
+		s.maxHandshakes = DefaultMaxHandshakes
 	}
 	s.throttle = newAuthThrottle(o.MaxAuthFailures)
 	s.handshakeTimeout = o.HandshakeTimeout
 	if s.handshakeTimeout <= 0 {
-		s.handshakeTimeout = defaultHandshakeTimeout
+		s.handshakeTimeout = DefaultHandshakeTimeout
 	}
 	s.mu.listeners = make(map[net.Listener]struct{})
 	s.mu.sessions = make(map[*session]struct{})

@@ -117,6 +117,9 @@ const (
 	DurabilitySync                    // persisted before Update returns
 )
 
+// DefaultFlushInterval is Options.FlushInterval's default: async durability writes behind within it.
+const DefaultFlushInterval = time.Second
+
 // Options configure a Store.
 type Options struct {
 	MemoryLimit   int64         // bytes; required
@@ -228,7 +231,7 @@ func Open(o Options) (*Store, error) {
 		o.Now = func() int64 { return time.Now().Unix() }
 	}
 	if o.FlushInterval <= 0 {
-		o.FlushInterval = time.Second
+		o.FlushInterval = DefaultFlushInterval
 	}
 	s := &Store{
 		limit: o.MemoryLimit,

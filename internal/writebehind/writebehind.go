@@ -76,6 +76,12 @@ type Journal interface {
 	TakeJournal(prefix string) map[string][]byte
 }
 
+// Defaults of zero Options fields; the config's defaults are these too.
+const (
+	DefaultWindow     = 100 * time.Millisecond
+	DefaultMaxPending = 16384
+)
+
 // Options tune a Queue; zero values take the defaults.
 type Options struct {
 	Window     time.Duration // a write is sent to the table within about this long; default 100ms
@@ -148,13 +154,13 @@ type Stats struct {
 // wait first.
 func New(c *container.Container, j Journal, prefix string, o Options) *Queue {
 	if o.Window <= 0 {
-		o.Window = 100 * time.Millisecond
+		o.Window = DefaultWindow
 	}
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = 256
 	}
 	if o.MaxPending <= 0 {
-		o.MaxPending = 16384
+		o.MaxPending = DefaultMaxPending
 	}
 	if o.MaxPendingBytes <= 0 {
 		o.MaxPendingBytes = 64 << 20
