@@ -186,7 +186,14 @@ func (c *conn) binaryRequest(buf []byte) (int, error) {
 	value := body[h.extlen+h.keylen:]
 
 	switch h.opcode {
-	case opGet, opGetQ, opGetK, opGetKQ, opGAT, opGATQ, opGATK, opGATKQ, opTouch:
+	case opGet, opGetQ, opGetK, opGetKQ:
+		if c.eng.HasTables() {
+			if n := c.binGetRun(buf); n > 0 {
+				return n, nil
+			}
+		}
+		c.binGet(h, quiet, extras, key)
+	case opGAT, opGATQ, opGATK, opGATKQ, opTouch:
 		c.binGet(h, quiet, extras, key)
 	case opSet, opSetQ, opAdd, opAddQ, opReplace, opReplaceQ:
 		c.binStore(h, quiet, extras, key, value)
@@ -270,7 +277,6 @@ func binShapeOK(h binHeader) bool {
 func (c *conn) binGet(h binHeader, quiet bool, extras, key []byte) {
 	op := h.opcode
 	touch := op == opTouch || op == opGAT || op == opGATQ || op == opGATK || op == opGATKQ
-	withKey := op == opGetK || op == opGetKQ || op == opGATK || op == opGATKQ
 	var (
 		value []byte
 		flags uint32
@@ -303,6 +309,92 @@ func (c *conn) binGet(h binHeader, quiet bool, extras, key []byte) {
 		}
 		value, flags, cas, found = it.Value, it.Flags, it.CAS, ok
 	}
+	if op == opTouch {
+		value = nil
+	}
+	c.binGetReply(h, quiet, key, value, flags, cas, found)
+}
+
+// binGetRun answers the run of plain gets (get, getq, getk, getkq) that
+// starts at buf[0], as many as are complete in buf, up to multiGetBatch,
+// with one engine.GetMulti, as the text door answers a multi-key get: each
+// container reads its rows of the run with one WHERE key IN (…) query, so a
+// client's getkq … getkq noop pipeline costs one query, not one per key. It
+// returns the bytes it answered, or 0 when the run is a single request
+// (binGet answers that alone, with the single-key read's single-flight).
+//
+// The replies are those binGet would write for each request in turn: hits
+// and misses come from the batch; a key that is not found while the batch
+// met an error is asked again on its own, so an error reaches exactly the
+// requests it belongs to (a missing container's key, the keys of a failing
+// container) and the others answer as they would have. A request the run
+// does not take (another opcode, one cut off at the end of buf, one binGet
+// would refuse) ends it and is answered by binaryRequest as usual; a run cut
+// across two reads is thus two runs.
+func (c *conn) binGetRun(buf []byte) int {
+	keys := c.keys[:0]
+	n := 0
+	for len(keys) < multiGetBatch {
+		h, ok := c.binGetAt(buf[n:])
+		if !ok {
+			break
+		}
+		start := n + binaryHeaderLen
+		keys = append(keys, buf[start:start+h.keylen])
+		n = start + h.bodylen
+	}
+	defer func() { clear(keys); c.keys = keys[:0] }() // they point into the read buffer
+	if len(keys) < 2 {
+		return 0
+	}
+	items, found, err := c.eng.GetMulti(keys)
+	off := 0
+	for i, key := range keys {
+		h := parseBinHeader(buf[off:])
+		off += binaryHeaderLen + h.bodylen
+		quiet := h.opcode == opGetQ || h.opcode == opGetKQ
+		it, ok := items[i], found[i]
+		if err != nil && !ok {
+			var kerr error
+			if it, ok, kerr = c.eng.Get(key); kerr != nil {
+				c.binServerError(h, kerr)
+				continue
+			}
+		}
+		items[i] = store.Item{} // a value written out can go before the run ends
+		c.binGetReply(h, quiet, key, it.Value, it.Flags, it.CAS, ok)
+		if c.flushIfFull() != nil {
+			break // the write error closes the connection
+		}
+	}
+	return n
+}
+
+// binGetAt reports whether b starts with a complete plain get (get, getq,
+// getk, getkq) that binaryRequest would hand to binGet unchanged, and its
+// header.
+func (c *conn) binGetAt(b []byte) (binHeader, bool) {
+	if len(b) < binaryHeaderLen || b[0] != binaryRequestMagic || !c.authed {
+		return binHeader{}, false
+	}
+	switch b[1] {
+	case opGet, opGetQ, opGetK, opGetKQ:
+	default:
+		return binHeader{}, false
+	}
+	h := parseBinHeader(b)
+	if h.keylen > maxKeyLen || !binShapeOK(h) || len(b) < binaryHeaderLen+h.bodylen {
+		return binHeader{}, false
+	}
+	return h, true
+}
+
+// binGetReply answers a get-family request (get, getk, gat, gatk, touch and
+// their quiet variants) with its outcome: a hit carries the flags, the key
+// for the K opcodes, and value; a miss is an error reply, with the key and no
+// message for the K opcodes, and nothing at all when quiet.
+func (c *conn) binGetReply(h binHeader, quiet bool, key, value []byte, flags uint32, cas uint64, found bool) {
+	withKey := h.opcode == opGetK || h.opcode == opGetKQ || h.opcode == opGATK || h.opcode == opGATKQ
 	if !found {
 		switch {
 		case quiet:
@@ -314,9 +406,6 @@ func (c *conn) binGet(h binHeader, quiet bool, extras, key []byte) {
 			c.binError(h, statusKeyNotFound)
 		}
 		return
-	}
-	if op == opTouch {
-		value = nil
 	}
 	keylen := 0
 	if withKey {

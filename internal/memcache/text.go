@@ -369,9 +369,11 @@ func (c *conn) retrieval(line []byte) {
 	c.out = append(c.out, replyEnd...)
 }
 
-// multiGetBatch is how many keys of a multi-key get are looked up together:
-// a container answers each batch with one query, and a line of many
-// thousand keys costs the engine no more than this many items at a time.
+// multiGetBatch is how many keys of a multi-key get are looked up together,
+// in the text door (one get line) and the binary door (a run of pipelined
+// gets, binGetRun): a container answers each batch with one query, and a
+// request of many thousand keys costs the engine no more than this many
+// items at a time.
 const multiGetBatch = 1024
 
 // multiGet answers a get/gets whose keys may live in containers: the keys are
