@@ -152,29 +152,30 @@ func (c *conn) binaryRequest(buf []byte) (int, error) {
 	}
 	total := binaryHeaderLen + h.bodylen
 	vlen := h.bodylen - h.extlen - h.keylen
-	tooLarge := vlen > 0 && int64(vlen) > c.eng.MaxItemSize()
-	if tooLarge || len(buf) < total && !c.reserve(total) {
+	if vlen > 0 {
 		// Only storage commands carry a value (the shape check refused the
 		// rest), and only a value makes a request outgrow the free part of
-		// the read buffer. Refuse it before it arrives, with the key in
+		// the read buffer. It is refused before it arrives, with the key in
 		// hand: too large, or no room in the in-flight budget.
 		head := binaryHeaderLen + h.extlen + h.keylen
 		if len(buf) < head {
 			c.need = head
 			return needMore, nil
 		}
-		mode := engine.Append
+		mode := engine.Append // any mode but Set: the old value stays
 		if h.opcode == opSet || h.opcode == opSetQ {
 			mode = engine.Set // a refused set drops the old value, as memcached does
 		}
-		c.eng.RefuseTooLarge(mode, buf[binaryHeaderLen+h.extlen:head])
-		if tooLarge {
+		switch c.takeValue(mode, buf[binaryHeaderLen+h.extlen:head], int64(vlen), total, len(buf) >= total) {
+		case valueTooLarge:
 			c.binError(h, statusTooLarge)
-		} else {
+			c.swallow = int64(vlen)
+			return head, nil
+		case valueNoMemory:
 			c.binError(h, statusNoMemory)
+			c.swallow = int64(vlen)
+			return head, nil
 		}
-		c.swallow = int64(vlen)
-		return head, nil
 	}
 	if len(buf) < total {
 		c.need = total
