@@ -152,29 +152,30 @@ func (c *conn) binaryRequest(buf []byte) (int, error) {
 	}
 	total := binaryHeaderLen + h.bodylen
 	vlen := h.bodylen - h.extlen - h.keylen
-	tooLarge := vlen > 0 && int64(vlen) > c.eng.MaxItemSize()
-	if tooLarge || len(buf) < total && !c.reserve(total) {
+	if vlen > 0 {
 		// Only storage commands carry a value (the shape check refused the
 		// rest), and only a value makes a request outgrow the free part of
-		// the read buffer. Refuse it before it arrives, with the key in
+		// the read buffer. It is refused before it arrives, with the key in
 		// hand: too large, or no room in the in-flight budget.
 		head := binaryHeaderLen + h.extlen + h.keylen
 		if len(buf) < head {
 			c.need = head
 			return needMore, nil
 		}
-		mode := engine.Append
+		mode := engine.Append // any mode but Set: the old value stays
 		if h.opcode == opSet || h.opcode == opSetQ {
 			mode = engine.Set // a refused set drops the old value, as memcached does
 		}
-		c.eng.RefuseTooLarge(mode, buf[binaryHeaderLen+h.extlen:head])
-		if tooLarge {
+		switch c.takeValue(mode, buf[binaryHeaderLen+h.extlen:head], int64(vlen), total, len(buf) >= total) {
+		case valueTooLarge:
 			c.binError(h, statusTooLarge)
-		} else {
+			c.swallow = int64(vlen)
+			return head, nil
+		case valueNoMemory:
 			c.binError(h, statusNoMemory)
+			c.swallow = int64(vlen)
+			return head, nil
 		}
-		c.swallow = int64(vlen)
-		return head, nil
 	}
 	if len(buf) < total {
 		c.need = total
@@ -187,8 +188,10 @@ func (c *conn) binaryRequest(buf []byte) (int, error) {
 
 	switch h.opcode {
 	case opGet, opGetQ, opGetK, opGetKQ:
-		if n := c.binGetRun(buf); n > 0 {
-			return n, nil
+		if c.eng.HasContainers() {
+			if n := c.binGetRun(buf); n > 0 {
+				return n, nil
+			}
 		}
 		c.binGet(h, quiet, extras, key)
 	case opGAT, opGATQ, opGATK, opGATKQ, opTouch:
@@ -307,65 +310,92 @@ func (c *conn) binGet(h binHeader, quiet bool, extras, key []byte) {
 		}
 		value, flags, cas, found = it.Value, it.Flags, it.CAS, ok
 	}
+	if op == opTouch {
+		value = nil
+	}
 	c.binGetReply(h, quiet, key, value, flags, cas, found)
 }
 
-// binGetRun answers a run of get, getk and their quiet variants at the start
-// of buf with one engine.GetMulti, so the rows a run names in one container
-// are one `WHERE key IN (…)` (a client's getkq … noop chain), as the text
-// door's multi-get is. It only batches requests already complete in buf, at
-// most multiGetBatch of them, and only when containers exist (the local
-// store gains nothing from it). The replies are exactly a lone get's: a key
-// whose batch lookup failed is asked alone, so it gets its own error. It
-// returns the bytes answered, 0 when there is no run of two or more.
+// binGetRun answers the run of plain gets (get, getq, getk, getkq) that
+// starts at buf[0], as many as are complete in buf, up to multiGetBatch,
+// with one engine.GetMulti, as the text door answers a multi-key get: each
+// container reads its rows of the run with one WHERE key IN (…) query, so a
+// client's getkq … getkq noop pipeline costs one query, not one per key. It
+// returns the bytes it answered, or 0 when the run is a single request
+// (binGet answers that alone, with the single-key read's single-flight).
+//
+// The replies are those binGet would write for each request in turn: hits
+// and misses come from the batch; a key that is not found while the batch
+// met an error is asked again on its own, so an error reaches exactly the
+// requests it belongs to (a missing container's key, the keys of a failing
+// container) and the others answer as they would have. A request the run
+// does not take (another opcode, one cut off at the end of buf, one binGet
+// would refuse) ends it and is answered by binaryRequest as usual; a run cut
+// across two reads is thus two runs.
 func (c *conn) binGetRun(buf []byte) int {
-	if !c.authed || !c.eng.HasContainers() {
-		return 0
-	}
-	run := c.binRun[:0]
 	keys := c.keys[:0]
-	off := 0
-	for len(run) < multiGetBatch && len(buf)-off >= binaryHeaderLen && buf[off] == binaryRequestMagic {
-		h := parseBinHeader(buf[off:])
-		switch h.opcode {
-		case opGet, opGetQ, opGetK, opGetKQ:
-		default:
-			h.opcode = 0xff
-		}
-		if h.opcode == 0xff || !binShapeOK(h) || h.keylen > maxKeyLen || len(buf)-off < binaryHeaderLen+h.bodylen {
+	n := 0
+	for len(keys) < multiGetBatch {
+		h, ok := c.binGetAt(buf[n:])
+		if !ok {
 			break
 		}
-		run = append(run, h)
-		keys = append(keys, buf[off+binaryHeaderLen:off+binaryHeaderLen+h.keylen])
-		off += binaryHeaderLen + h.bodylen
+		start := n + binaryHeaderLen
+		keys = append(keys, buf[start:start+h.keylen])
+		n = start + h.bodylen
 	}
-	defer func() {
-		clear(keys) // they point into the read buffer, which may be released
-		c.keys, c.binRun = keys[:0], run[:0]
-	}()
-	if len(run) < 2 {
+	defer func() { clear(keys); c.keys = keys[:0] }() // they point into the read buffer
+	if len(keys) < 2 {
 		return 0
 	}
 	items, found, err := c.eng.GetMulti(keys)
-	for i, h := range run {
+	off := 0
+	for i, key := range keys {
+		h := parseBinHeader(buf[off:])
+		off += binaryHeaderLen + h.bodylen
 		quiet := h.opcode == opGetQ || h.opcode == opGetKQ
-		if err != nil && !found[i] {
-			c.binGet(h, quiet, nil, keys[i]) // a miss or the failure: a lone get tells which
-		} else {
-			c.binGetReply(h, quiet, keys[i], items[i].Value, items[i].Flags, items[i].CAS, found[i])
+		it, ok := items[i], found[i]
+		if err != nil && !ok {
+			var kerr error
+			if it, ok, kerr = c.eng.Get(key); kerr != nil {
+				c.binServerError(h, kerr)
+				continue
+			}
 		}
+		items[i] = store.Item{} // a value written out can go before the run ends
+		c.binGetReply(h, quiet, key, it.Value, it.Flags, it.CAS, ok)
 		if c.flushIfFull() != nil {
-			break // the client is gone; the connection ends with the write error
+			break // the write error closes the connection
 		}
 	}
-	return off
+	return n
 }
 
-// binGetReply writes the reply to a get-family request (nothing for a quiet
-// miss).
+// binGetAt reports whether b starts with a complete plain get (get, getq,
+// getk, getkq) that binaryRequest would hand to binGet unchanged, and its
+// header.
+func (c *conn) binGetAt(b []byte) (binHeader, bool) {
+	if len(b) < binaryHeaderLen || b[0] != binaryRequestMagic || !c.authed {
+		return binHeader{}, false
+	}
+	switch b[1] {
+	case opGet, opGetQ, opGetK, opGetKQ:
+	default:
+		return binHeader{}, false
+	}
+	h := parseBinHeader(b)
+	if h.keylen > maxKeyLen || !binShapeOK(h) || len(b) < binaryHeaderLen+h.bodylen {
+		return binHeader{}, false
+	}
+	return h, true
+}
+
+// binGetReply answers a get-family request (get, getk, gat, gatk, touch and
+// their quiet variants) with its outcome: a hit carries the flags, the key
+// for the K opcodes, and value; a miss is an error reply, with the key and no
+// message for the K opcodes, and nothing at all when quiet.
 func (c *conn) binGetReply(h binHeader, quiet bool, key, value []byte, flags uint32, cas uint64, found bool) {
-	op := h.opcode
-	withKey := op == opGetK || op == opGetKQ || op == opGATK || op == opGATKQ
+	withKey := h.opcode == opGetK || h.opcode == opGetKQ || h.opcode == opGATK || h.opcode == opGATKQ
 	if !found {
 		switch {
 		case quiet:
@@ -377,9 +407,6 @@ func (c *conn) binGetReply(h binHeader, quiet bool, key, value []byte, flags uin
 			c.binError(h, statusKeyNotFound)
 		}
 		return
-	}
-	if op == opTouch {
-		value = nil
 	}
 	keylen := 0
 	if withKey {

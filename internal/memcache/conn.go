@@ -70,8 +70,7 @@ type conn struct {
 
 	closeAfterWrite bool
 	toks            [maxTokens][]byte
-	keys            [][]byte    // scratch for multi-key gets
-	binRun          []binHeader // scratch for a binary get run (binGetRun)
+	keys            [][]byte // scratch for multi-key gets
 
 	// proto is fixed by the first byte a client sends, as memcached decides
 	// it: after that, input in the other protocol is an error, not a switch.
@@ -188,6 +187,38 @@ func (c *conn) reserve(size int) bool {
 	}
 	c.charged = want
 	return true
+}
+
+// valueVerdict is the door's decision on a storage request's value before
+// the value is read.
+type valueVerdict uint8
+
+const (
+	valueTaken    valueVerdict = iota // read it and store it
+	valueTooLarge                     // over the item size limit
+	valueNoMemory                     // not in the buffer, and the in-flight budget cannot hold it
+)
+
+// takeValue is the one check every codec (text, meta, binary) makes of a
+// storage request's value of vlen bytes before reading it: over the item
+// size limit it is too large; not yet complete in the buffer (complete is
+// false) and the in-flight budget cannot cover a read buffer of size bytes
+// (the request as buffered), there is no memory for it, as memcached says
+// when it cannot allocate the item. A refused write drops key's old value for
+// mode Set (engine.RefuseTooLarge), so no stale copy outlives it. The caller
+// answers in its protocol's words and swallows the value as it arrives.
+func (c *conn) takeValue(mode engine.Mode, key []byte, vlen int64, size int, complete bool) valueVerdict {
+	v := valueTaken
+	switch {
+	case vlen > c.eng.MaxItemSize():
+		v = valueTooLarge
+	case !complete && !c.reserve(size):
+		v = valueNoMemory
+	default:
+		return valueTaken
+	}
+	c.eng.RefuseTooLarge(mode, key)
+	return v
 }
 
 // releaseBuffer gives back a grown read buffer and its charge. The buffer

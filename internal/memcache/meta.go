@@ -358,16 +358,15 @@ func (c *conn) metaSet(toks [][]byte, rest []byte) int {
 	if e == "" && opaqueTooLong(flags) {
 		e = "CLIENT_ERROR opaque token too long"
 	}
-	if e == "" && vlen > c.eng.MaxItemSize() {
-		e = replyTooLarge[:len(replyTooLarge)-2]
-		// As memcached's ms in every mode: no stale copy outlives a refused write.
-		c.eng.RefuseTooLarge(engine.Set, f.key)
-	}
-	if e == "" && len(rest) < total && !c.reserve(c.head+total) {
-		// The in-flight budget is spent: refused as memcached refuses a
-		// value it cannot allocate.
-		e = replyNoMemory[:len(replyNoMemory)-2]
-		c.eng.RefuseTooLarge(engine.Set, f.key)
+	if e == "" {
+		// As memcached's ms in every mode, a refused write drops the old
+		// value (mode Set): no stale copy outlives it.
+		switch c.takeValue(engine.Set, f.key, vlen, c.head+total, len(rest) >= total) {
+		case valueTooLarge:
+			e = replyTooLarge[:len(replyTooLarge)-2]
+		case valueNoMemory:
+			e = replyNoMemory[:len(replyNoMemory)-2]
+		}
 	}
 	if e != "" {
 		c.metaError(e)

@@ -227,23 +227,18 @@ func (c *conn) storage(mode engine.Mode, toks [][]byte, rest []byte) int {
 		c.out = append(c.out, replyBadFormat...)
 		return 0
 	}
-	if int64(vlen) > c.eng.MaxItemSize() {
+	total := int(vlen) + 2
+	switch c.takeValue(mode, key, vlen, c.head+total, len(rest) >= total) {
+	case valueTooLarge:
 		c.reply(quiet, replyTooLarge)
-		c.swallow = int64(vlen) + 2
-		c.eng.RefuseTooLarge(mode, key)
+		c.swallow = int64(total)
+		return 0
+	case valueNoMemory:
+		c.reply(quiet, replyNoMemory)
+		c.swallow = int64(total)
 		return 0
 	}
-	total := int(vlen) + 2
 	if len(rest) < total {
-		if !c.reserve(c.head + total) {
-			// As memcached when it cannot allocate the item: refuse it
-			// before it arrives, drop the old value of a set, swallow the
-			// block.
-			c.reply(quiet, replyNoMemory)
-			c.swallow = int64(total)
-			c.eng.RefuseTooLarge(mode, key)
-			return 0
-		}
 		c.need = total
 		return needMore
 	}
@@ -369,9 +364,11 @@ func (c *conn) retrieval(line []byte) {
 	c.out = append(c.out, replyEnd...)
 }
 
-// multiGetBatch is how many keys of a multi-key get are looked up together:
-// a container answers each batch with one query, and a line of many
-// thousand keys costs the engine no more than this many items at a time.
+// multiGetBatch is how many keys of a multi-key get are looked up together,
+// in the text door (one get line) and the binary door (a run of pipelined
+// gets, binGetRun): a container answers each batch with one query, and a
+// request of many thousand keys costs the engine no more than this many
+// items at a time.
 const multiGetBatch = 1024
 
 // multiGet answers a get/gets whose keys may live in containers: the keys are
