@@ -5,8 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -16,67 +14,6 @@ import (
 
 	"github.com/keywaydb/keyway/internal/testenv"
 )
-
-// relay forwards TCP connections from a loopback port to target once started:
-// a backend that is down until the test brings it up, on a fixed address.
-type relay struct {
-	addr, target string
-	mu           sync.Mutex
-	ln           net.Listener
-	conns        []net.Conn
-}
-
-// newRelay picks a free loopback port and does not listen on it yet.
-func newRelay(t *testing.T, target string) *relay {
-	port, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &relay{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), target: target}
-	t.Cleanup(r.stop)
-	return r
-}
-
-func (r *relay) start(t *testing.T) {
-	ln, err := net.Listen("tcp", r.addr)
-	if err != nil {
-		t.Fatalf("relay: listen on %s: %v", r.addr, err)
-	}
-	r.mu.Lock()
-	r.ln = ln
-	r.mu.Unlock()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			b, err := net.Dial("tcp", r.target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			r.mu.Lock()
-			r.conns = append(r.conns, c, b)
-			r.mu.Unlock()
-			go func() { _, _ = io.Copy(b, c); b.Close(); c.Close() }()
-			go func() { _, _ = io.Copy(c, b); b.Close(); c.Close() }()
-		}
-	}()
-}
-
-func (r *relay) stop() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.ln != nil {
-		r.ln.Close()
-		r.ln = nil
-	}
-	for _, c := range r.conns {
-		c.Close()
-	}
-	r.conns = nil
-}
 
 // syncBuffer is a log destination safe for the check goroutine and the test.
 type syncBuffer struct {
@@ -108,17 +45,17 @@ func TestOpenWithBackendDown(t *testing.T) {
 	exec(t, live, "INSERT INTO test.degraded VALUES ('there', 'v', 1000000)")
 
 	m := testenv.SharedMariaDB(t)
-	r := newRelay(t, m.Addr)
+	r := testenv.NewRelay(t, m.Addr)
 	cfg, err := mysql.ParseDSN(m.AppDSN)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Addr = r.addr
+	cfg.Addr = r.Addr
 	db := OpenDB(cfg)
 	defer db.Close()
 	var logs syncBuffer
 	c, err := Open(ctx, db, Def{Name: "deg", Schema: "test", Table: "degraded", KeyColumn: "c1", ValueColumns: []string{"c2"},
-		CASColumn: "c4"}, Options{Backend: "group main (" + r.addr + ")", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		CASColumn: "c4"}, Options{Backend: "group main (" + r.Addr + ")", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatalf("Open with the backend down: %v", err)
 	}
@@ -129,7 +66,7 @@ func TestOpenWithBackendDown(t *testing.T) {
 	_, _, err = c.Get(ctx, []byte("there"))
 	var nc *NotCheckedError
 	if !errors.As(err, &nc) || !strings.Contains(err.Error(), `container "deg"`) ||
-		!strings.Contains(err.Error(), "group main ("+r.addr+") unavailable") || !strings.Contains(err.Error(), "connection refused") {
+		!strings.Contains(err.Error(), "group main ("+r.Addr+") unavailable") || !strings.Contains(err.Error(), "connection refused") {
 		t.Fatalf("get while not checked: %v, want a *NotCheckedError naming the container, backend and cause", err)
 	}
 	if _, err := c.Set(ctx, []byte("k"), Item{Value: []byte("v")}); !errors.As(err, &nc) {
@@ -145,7 +82,7 @@ func TestOpenWithBackendDown(t *testing.T) {
 		t.Fatalf("delete while not checked: %v", err)
 	}
 
-	r.start(t)
+	r.Up(t)
 	deadline := time.Now().Add(10 * time.Second)
 	for !c.Checked() {
 		if time.Now().After(deadline) {
@@ -176,12 +113,12 @@ func TestOpenWithBackendDown(t *testing.T) {
 // reached its backend, promptly.
 func TestOpenBackendDownClose(t *testing.T) {
 	m := testenv.SharedMariaDB(t)
-	r := newRelay(t, m.Addr)
+	r := testenv.NewRelay(t, m.Addr)
 	cfg, err := mysql.ParseDSN(m.AppDSN)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Addr = r.addr
+	cfg.Addr = r.Addr
 	db := OpenDB(cfg)
 	defer db.Close()
 	c, err := Open(ctx, db, Def{Name: "deg", Schema: "test", Table: "degraded", KeyColumn: "c1", ValueColumns: []string{"c2"}},

@@ -4,9 +4,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
-	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,78 +13,18 @@ import (
 	"github.com/keywaydb/keyway/internal/testenv"
 )
 
-// relay forwards TCP connections from a loopback port to target once
-// started: a backend that is down until the test brings it up.
-type relay struct {
-	addr, target string
-	mu           sync.Mutex
-	ln           net.Listener
-	conns        []net.Conn
-}
-
-func newRelay(t *testing.T, target string) *relay {
-	port, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &relay{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), target: target}
-	t.Cleanup(r.stop)
-	return r
-}
-
-func (r *relay) start(t *testing.T) {
-	ln, err := net.Listen("tcp", r.addr)
-	if err != nil {
-		t.Fatalf("relay: listen on %s: %v", r.addr, err)
-	}
-	r.mu.Lock()
-	r.ln = ln
-	r.mu.Unlock()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			b, err := net.Dial("tcp", r.target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			r.mu.Lock()
-			r.conns = append(r.conns, c, b)
-			r.mu.Unlock()
-			go func() { _, _ = io.Copy(b, c); b.Close(); c.Close() }()
-			go func() { _, _ = io.Copy(c, b); b.Close(); c.Close() }()
-		}
-	}()
-}
-
-func (r *relay) stop() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.ln != nil {
-		r.ln.Close()
-		r.ln = nil
-	}
-	for _, c := range r.conns {
-		c.Close()
-	}
-	r.conns = nil
-}
-
 // notCheckedTable opens a container on test.name through a relay that is
 // not started: the container opens not checked and goes live once the
 // relay starts.
-func notCheckedTable(t *testing.T, name string) (*container.Container, *relay) {
+func notCheckedTable(t *testing.T, name string) (*container.Container, *testenv.Relay) {
 	t.Helper()
 	m := testenv.SharedMariaDB(t)
-	r := newRelay(t, m.Addr)
+	r := testenv.NewRelay(t, m.Addr)
 	cfg, err := mysql.ParseDSN(m.AppDSN)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Addr = r.addr
+	cfg.Addr = r.Addr
 	db := container.OpenDB(cfg)
 	t.Cleanup(func() { db.Close() })
 	c, err := container.Open(ctx, db, container.Def{Name: name, Schema: "test", Table: name, KeyColumn: "c1",
@@ -199,7 +136,7 @@ func TestGoingLiveKeysFirst(t *testing.T) {
 	}) {
 		t.Fatal("container live before its backend came up")
 	}
-	r.start(t)
+	r.Up(t)
 	deadline := time.Now().Add(10 * time.Second)
 	for !c.Checked() {
 		if time.Now().After(deadline) {
