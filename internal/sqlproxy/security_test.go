@@ -175,7 +175,9 @@ func loginFrom(t *testing.T, local, addr, user, password string) error {
 func TestAuthFailureThrottle(t *testing.T) {
 	m := mariadb(t)
 	_, addr := startProxyOpts(t, testConfig(m.Addr).with(t, func(o *Options) { o.MaxAuthFailures = 3 }),
-		func(s *Server) { s.throttle.window = 6 * time.Second })
+		// 3 failures per 20 s: the burst below must land within ~6 s to block (robust on a loaded machine), and
+		// one failure drains in ~7 s.
+		func(s *Server) { s.throttle.window = 20 * time.Second })
 	for i := range 3 {
 		err := loginFrom(t, "127.0.0.1", addr, "app", "wrong")
 		var me *mysqlwire.Error
@@ -196,7 +198,13 @@ func TestAuthFailureThrottle(t *testing.T) {
 	if err := loginFrom(t, "127.0.0.2", addr, "app", "secret"); err != nil {
 		t.Fatalf("another address is not blocked: %v", err)
 	}
-	waitFor(t, func() bool { return loginFrom(t, "127.0.0.1", addr, "app", "secret") == nil })
+	// Let go once a failure has drained (about 7 s); allow three times that on a loaded machine.
+	for deadline := time.Now().Add(30 * time.Second); loginFrom(t, "127.0.0.1", addr, "app", "secret") != nil; {
+		if time.Now().After(deadline) {
+			t.Fatal("127.0.0.1 still blocked 30 s after its failures")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // TestAuthFailuresUnlimitedByDefault: without MaxAuthFailures, failures never block.
