@@ -83,18 +83,7 @@ func NewKeyway(t testing.TB, args ...string) *Process {
 // does not start.
 func NewMariaDB(t testing.TB) *MariaDB {
 	t.Helper()
-	Need(t, "mariadb-install-db")
-	Need(t, "mariadbd")
-	m, err := StartMariaDB(context.Background())
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
-	t.Cleanup(func() {
-		if err := m.Stop(); err != nil {
-			t.Errorf("%v", err)
-		}
-	})
-	return m
+	return NewMariaDBWith(t, MariaDBOptions{})
 }
 
 // NewMariaDBWith is NewMariaDB with options: a private server for the test, stopped at cleanup.
