@@ -41,6 +41,9 @@ type ServerConfig struct {
 	CachingSha2FullAuth bool
 	// RemoteHost names the client in "Access denied for user 'x'@'host'".
 	RemoteHost string
+	// OnDenied, when set, is called when a login fails its password check, before the client is sent ERR 1045:
+	// whatever it records is in place before the client can try again.
+	OnDenied func()
 	// DecoyPlugins are the plugins a user name without an account appears to have. Such a login runs exactly as
 	// for an account of that plugin with a random password (auth switch, full authentication, then ERR 1045
 	// worded the same), so logins do not tell which names exist. Each unknown name gets one of DecoyPlugins,
@@ -230,7 +233,7 @@ func ServerAuth(c *Conn, cfg *ServerConfig, user string, scramble []byte, client
 	}
 	acct, err := authenticate(c, cfg, acct, user, scramble, clientPlugin, reply)
 	if err == nil && !found { // a decoy's random password cannot match; never let one in regardless
-		return Account{}, c.deny(user, cfg.RemoteHost, true)
+		return Account{}, c.deny(cfg, user, true)
 	}
 	return acct, err
 }
@@ -262,11 +265,11 @@ func authenticate(c *Conn, cfg *ServerConfig, acct Account, user string, scrambl
 		want = NativePassword
 	}
 	if want != NativePassword && want != CachingSha2Password {
-		return Account{}, c.deny(user, cfg.RemoteHost, len(reply) > 0)
+		return Account{}, c.deny(cfg, user, len(reply) > 0)
 	}
 	if clientPlugin != want {
 		if c.Capabilities&ClientPluginAuth == 0 {
-			return Account{}, c.deny(user, cfg.RemoteHost, len(reply) > 0)
+			return Account{}, c.deny(cfg, user, len(reply) > 0)
 		}
 		// Auth switch request: 0xfe, plugin name, the nonce (NUL-terminated as servers send it).
 		b := append(c.Begin(), HeaderEOF)
@@ -289,23 +292,23 @@ func authenticate(c *Conn, cfg *ServerConfig, acct Account, user string, scrambl
 	switch want {
 	case NativePassword:
 		if !checkScramble(NativePassword, scramble, acct.Password, reply) {
-			return Account{}, c.deny(user, cfg.RemoteHost, len(reply) > 0)
+			return Account{}, c.deny(cfg, user, len(reply) > 0)
 		}
 		return acct, nil
 	}
 	// caching_sha2_password.
 	if acct.Password == "" {
 		if len(reply) != 0 {
-			return Account{}, c.deny(user, cfg.RemoteHost, true)
+			return Account{}, c.deny(cfg, user, true)
 		}
 		return acct, nil
 	}
 	if len(reply) == 0 {
-		return Account{}, c.deny(user, cfg.RemoteHost, false)
+		return Account{}, c.deny(cfg, user, false)
 	}
 	if !cfg.CachingSha2FullAuth {
 		if !checkScramble(CachingSha2Password, scramble, acct.Password, reply) {
-			return Account{}, c.deny(user, cfg.RemoteHost, true)
+			return Account{}, c.deny(cfg, user, true)
 		}
 		if err := c.writeAuthMore([]byte{3}); err != nil { // fast_auth_success; the caller's OK follows
 			return Account{}, err
@@ -339,7 +342,7 @@ func authenticate(c *Conn, cfg *ServerConfig, acct Account, user string, scrambl
 			return Account{}, err
 		}
 		if password, err = DecryptPassword(p, scramble, key); err != nil {
-			return Account{}, c.deny(user, cfg.RemoteHost, true)
+			return Account{}, c.deny(cfg, user, true)
 		}
 	default:
 		// An RSA-encrypted password from a client that already had keyway's key, or cleartext without TLS
@@ -349,11 +352,11 @@ func authenticate(c *Conn, cfg *ServerConfig, acct Account, user string, scrambl
 			return Account{}, c.fail(ERAccessDenied, "28000", "keyway: caching_sha2_password full authentication without TLS needs the RSA public key exchange: connect with TLS (or let the client request the server's public key)")
 		}
 		if password, err = DecryptPassword(p, scramble, key); err != nil {
-			return Account{}, c.deny(user, cfg.RemoteHost, true)
+			return Account{}, c.deny(cfg, user, true)
 		}
 	}
 	if len(password) != len(acct.Password) || password != acct.Password {
-		return Account{}, c.deny(user, cfg.RemoteHost, true)
+		return Account{}, c.deny(cfg, user, true)
 	}
 	return acct, nil
 }
@@ -408,8 +411,12 @@ func (c *Conn) writeAuthMore(data []byte) error {
 	return c.Flush()
 }
 
-// deny sends ERR 1045 as MySQL words it and returns an error wrapping ErrAuth.
-func (c *Conn) deny(user, host string, usingPassword bool) error {
+// deny tells cfg.OnDenied, then sends ERR 1045 as MySQL words it and returns an error wrapping ErrAuth.
+func (c *Conn) deny(cfg *ServerConfig, user string, usingPassword bool) error {
+	if cfg.OnDenied != nil {
+		cfg.OnDenied()
+	}
+	host := cfg.RemoteHost
 	yes := "NO"
 	if usingPassword {
 		yes = "YES"

@@ -389,7 +389,9 @@ func (s *Server) serverConfig(remote string) *mysqlwire.ServerConfig {
 		RSAKey:              s.rsa,
 		CachingSha2FullAuth: s.cachingSha2FullAuth,
 		RemoteHost:          remote,
-		DecoyPlugins:        s.decoyPlugins,
-		RequireTLS:          s.opts.RequireTLS,
+		// A failed login counts against its address before the client can try again (throttle.go).
+		OnDenied:     func() { s.throttle.failed(remote) },
+		DecoyPlugins: s.decoyPlugins,
+		RequireTLS:   s.opts.RequireTLS,
 	}
 }

@@ -164,9 +164,6 @@ func (ss *session) login() (*mysqlwire.Handshake, error) {
 	cfg := s.serverConfig(ss.remote)
 	cfg.ConnectionID = ss.id
 	hs, err := mysqlwire.ServerHandshake(ss.c, cfg)
-	if errors.Is(err, mysqlwire.ErrAuth) {
-		s.throttle.failed(ss.remote)
-	}
 	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
 		// MariaDB's connect_timeout: tell the client why before closing.
 		_ = ss.nc.SetDeadline(time.Now().Add(time.Second))
@@ -571,9 +568,6 @@ func (ss *session) changeUser(p []byte) error {
 	cfg := ss.s.serverConfig(ss.remote)
 	acct, err := mysqlwire.ServerAuth(ss.c, cfg, userName, ss.hs.Scramble, pluginName, reply)
 	if err != nil {
-		if errors.Is(err, mysqlwire.ErrAuth) {
-			ss.s.throttle.failed(ss.remote)
-		}
 		return errSessionEnd // refused: ERR sent; MySQL also closes the connection
 	}
 	ss.quit = true // a clean hand-over: the old connection is reset and pooled
