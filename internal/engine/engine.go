@@ -183,32 +183,68 @@ func (e *Engine) GetAndTouch(key []byte, exptime int64) (store.Item, bool, error
 	return sp.getAndTouch(e, k, exptime)
 }
 
-// StoreValue runs a storage command. cas is compared for the CAS mode (and
-// for any mode when non-zero, as the binary protocol does). It returns the
-// new item's CAS id on success.
-func (e *Engine) StoreValue(mode Mode, key, value []byte, flags uint32, exptime int64, cas uint64) (Status, uint64, error) {
-	sp, k, err := e.space(key, classSet)
-	if err != nil {
-		if e.refuseTooLarge(nil, nil, mode, int64(len(value))) {
-			return TooLarge, 0, nil
-		}
-		e.counters.CmdSet.Add(1)
-		return Failed, 0, err
-	}
-	return e.storeIn(sp, k, mode, value, flags, exptime, cas)
+// StoreRequest is one storage command, classic or meta: set, add, replace,
+// append, prepend and cas from the text and binary protocols, and ms. As
+// memcached hands both to one do_store_item, the doors fill this one shape
+// for StoreValue and MetaSet
+// (an ms with C in set or replace mode is a CAS, as memcached's ms makes it)
+// and one routine per key space runs it.
+type StoreRequest struct {
+	Mode  Mode // Set, Add, Replace, Append, Prepend, or CAS: a set if CAS matches
+	Flags uint32
+	TTL   int64 // memcached exptime
+	// CAS is the id to compare. Mode CAS: the item's must equal it (0 never
+	// does); Append and Prepend: when non-zero, it must; otherwise unused.
+	CAS       uint64
+	NewCAS    uint64 // ms E: the stored item's CAS id; 0 assigns one
+	StaleOK   bool   // ms I: in mode CAS, an id older than the item's stores the value as stale
+	Vivify    bool   // ms N: Append and Prepend on a miss store the value
+	VivifyTTL int64  // the exptime of an item Vivify creates
 }
 
-// storeIn is StoreValue in a resolved key space.
-func (e *Engine) storeIn(sp keySpace, k []byte, mode Mode, value []byte, flags uint32, exptime int64, cas uint64) (Status, uint64, error) {
-	if e.refuseTooLarge(sp, k, mode, int64(len(value))) {
-		return TooLarge, 0, nil
+// metaOnly names the parts of r that act on the local cache's stampede
+// handling or compare where a table cannot do it atomically; "" when none.
+func (r *StoreRequest) metaOnly() string {
+	switch {
+	case r.StaleOK || r.NewCAS != 0 || r.Vivify:
+		return "ms flags I, E and N"
+	case r.CAS != 0 && (r.Mode == Append || r.Mode == Prepend):
+		return "appends and prepends with a cas"
+	}
+	return ""
+}
+
+// StoreValue runs a classic storage command. On Stored it returns the new item
+// (on a table, what was sent: the row is not read back).
+func (e *Engine) StoreValue(key, value []byte, r StoreRequest) (Status, store.Item, error) {
+	return e.storeAs(classSet, r.Mode, key, value, r)
+}
+
+// MetaSet runs an ms. As memcached's ms does, a value over the size limit
+// drops the old one whatever the mode.
+func (e *Engine) MetaSet(key, value []byte, r StoreRequest) (Status, store.Item, error) {
+	return e.storeAs(classMeta, Set, key, value, r)
+}
+
+// storeAs resolves key under class and stores value there; dropMode is the
+// mode whose refusal as too large drops the old value (see refuseTooLarge).
+func (e *Engine) storeAs(class opClass, dropMode Mode, key, value []byte, r StoreRequest) (Status, store.Item, error) {
+	sp, k, err := e.space(key, class)
+	if err != nil {
+		sp, k = nil, nil
+	}
+	if e.refuseTooLarge(sp, k, dropMode, int64(len(value))) {
+		return TooLarge, store.Item{}, nil
 	}
 	e.counters.CmdSet.Add(1)
-	status, newCAS, err := sp.store(e, mode, k, value, flags, e.Deadline(exptime), cas)
-	if mode == CAS {
+	if err != nil {
+		return Failed, store.Item{}, err
+	}
+	status, it, err := sp.store(e, k, value, r)
+	if r.Mode == CAS {
 		e.countCAS(status)
 	}
-	return status, newCAS, err
+	return status, it, err
 }
 
 // RefuseTooLarge records a storage command whose value is over the item size
@@ -220,30 +256,58 @@ func (e *Engine) RefuseTooLarge(mode Mode, key []byte) {
 	e.refuseTooLarge(sp, k, mode, e.maxItemSize+1)
 }
 
-// Delete removes key; a non-zero cas must match the live item's.
-func (e *Engine) Delete(key []byte, cas uint64) (Status, error) {
-	sp, k, err := e.space(key, classDelete)
+// DeleteRequest is one delete, classic or meta (md).
+type DeleteRequest struct {
+	CompareCAS bool   // delete only the version with CAS (0 never matches)
+	CAS        uint64 //
+	Invalidate bool   // md I: mark the item stale (with a new CAS id) instead of removing it
+	SetTTL     bool   // md T, with I: give the stale item a new exptime
+	TTL        int64  //
+	NewCAS     uint64 // md E, with I: the stale item's CAS id; 0 assigns one
+}
+
+// Delete removes key (classic delete).
+func (e *Engine) Delete(key []byte, r DeleteRequest) (Status, error) {
+	return e.deleteAs(classDelete, key, r)
+}
+
+// MetaDelete removes or invalidates key for md. It returns Deleted (for
+// either), NotFound or Exists.
+func (e *Engine) MetaDelete(key []byte, r DeleteRequest) (Status, error) {
+	return e.deleteAs(classMeta, key, r)
+}
+
+func (e *Engine) deleteAs(class opClass, key []byte, r DeleteRequest) (Status, error) {
+	sp, k, err := e.space(key, class)
 	if err != nil {
 		return Failed, err
 	}
-	return sp.delete(e, k, cas)
+	status, err := sp.delete(e, k, r)
+	e.countDelete(status, r)
+	return status, err
 }
 
-func (e *Engine) countDelete(status Status) {
-	count(status == Deleted, &e.counters.DeleteHits, &e.counters.DeleteMisses)
-}
-
-// countArith counts an incr or decr (decr) that found its number (hit) or not.
-func (e *Engine) countArith(decr, hit bool) {
+// countDelete counts a delete's outcome as memcached does: an invalidation
+// (md I) is neither a hit nor a miss.
+func (e *Engine) countDelete(status Status, r DeleteRequest) {
 	switch {
-	case decr && hit:
-		e.counters.DecrHits.Add(1)
-	case decr:
-		e.counters.DecrMisses.Add(1)
-	case hit:
-		e.counters.IncrHits.Add(1)
+	case status == Failed, status == Deleted && r.Invalidate:
+	case status == Deleted:
+		e.counters.DeleteHits.Add(1)
 	default:
-		e.counters.IncrMisses.Add(1)
+		e.counters.DeleteMisses.Add(1)
+	}
+}
+
+// countArith counts an incr or decr as memcached does: a hit when it changed
+// a number, a miss when the key was missing and not created.
+func (e *Engine) countArith(a Arith, res ArithResult) {
+	switch {
+	case res.Created:
+	case res.Status == Stored:
+		count(!a.Decr, &e.counters.IncrHits, &e.counters.DecrHits)
+	case res.Status == NotFound:
+		count(!a.Decr, &e.counters.IncrMisses, &e.counters.DecrMisses)
 	}
 }
 
@@ -264,25 +328,59 @@ func (e *Engine) touchIn(sp keySpace, k []byte, exptime int64) (store.Item, Stat
 	return sp.touch(e, k, exptime)
 }
 
-// Arith describes an incr or decr.
+// Arith is one incr or decr, classic (text, binary) or meta (ma).
 type Arith struct {
-	Delta   uint64
-	Decr    bool
-	Create  bool   // create the key with Initial when it is missing (binary and meta protocols)
-	Initial uint64 // value stored when created
-	Exptime int64  // memcached exptime for a created item
-	CAS     uint64 // when non-zero, must match the live item
+	Delta     uint64
+	Decr      bool
+	Create    bool   // on a miss, create the item with Initial (binary, ma N)
+	Initial   uint64 //
+	CreateTTL int64  // the memcached exptime of a created item
+	SetTTL    bool   // ma T: give the item a new exptime
+	TTL       int64  //
+	CAS       uint64 // when non-zero, must match the item's CAS id
+	NewCAS    uint64 // ma E: the changed item's CAS id; 0 assigns one
+}
+
+// metaOnly names the parts of a that a table cannot do; "" when none.
+func (a *Arith) metaOnly() string {
+	if a.CAS != 0 || a.NewCAS != 0 || a.SetTTL {
+		return "incr/decr with a cas and ma flags C, E and T"
+	}
+	return ""
+}
+
+// ArithResult is the outcome of an incr or decr.
+type ArithResult struct {
+	Status      Status // Stored, NotFound, Exists, NonNumeric, NoMemory or Failed
+	Value       uint64 // the new number (the initial one when created)
+	Item        store.Item
+	Created     bool
+	PrevExptime int64 // the exptime before this request changed it; 0 when created
+	Now         int64 // the engine's clock when the command ran, Unix seconds
 }
 
 // IncrDecr adds or subtracts a.Delta as memcached does: a 64-bit unsigned
 // value that wraps on incr and stops at 0 on decr. When the new number is
 // shorter than the old value it is padded with spaces, as memcached does in place.
-func (e *Engine) IncrDecr(key []byte, a Arith) (uint64, uint64, Status, error) {
-	sp, k, err := e.space(key, classSet)
+func (e *Engine) IncrDecr(key []byte, a Arith) (ArithResult, error) {
+	return e.arithAs(classSet, key, a)
+}
+
+// MetaArith is ma: IncrDecr resolved as a meta command.
+func (e *Engine) MetaArith(key []byte, a Arith) (ArithResult, error) {
+	return e.arithAs(classMeta, key, a)
+}
+
+func (e *Engine) arithAs(class opClass, key []byte, a Arith) (ArithResult, error) {
+	res := ArithResult{Status: Stored, Now: e.st.Now()}
+	sp, k, err := e.space(key, class)
 	if err != nil {
-		return 0, 0, Failed, err
+		res.Status = Failed
+		return res, err
 	}
-	return sp.incrDecr(e, k, a)
+	res, err = sp.incrDecr(e, k, a, res)
+	e.countArith(a, res)
+	return res, err
 }
 
 // joinValues is the value of an append (mode Append) or prepend of add to old.

@@ -14,7 +14,7 @@ import (
 
 func engineSet(t *testing.T, e *Engine, key string) {
 	t.Helper()
-	if st, _, err := e.StoreValue(Set, []byte(key), []byte("v"), 0, 0, 0); err != nil || st != Stored {
+	if st, _, err := e.StoreValue([]byte(key), []byte("v"), StoreRequest{}); err != nil || st != Stored {
 		t.Fatalf("set %s: %v %v", key, st, err)
 	}
 }
@@ -108,7 +108,7 @@ func TestFlushAllDelayedRefusedOnFailedDisk(t *testing.T) {
 	e := New(st, Options{})
 	engineSet(t, e, "kept")
 	full.Store(true)
-	if _, _, err := e.StoreValue(Set, []byte("x"), []byte("v"), 0, 0, 0); !errors.Is(err, store.ErrPersist) {
+	if _, _, err := e.StoreValue([]byte("x"), []byte("v"), StoreRequest{}); !errors.Is(err, store.ErrPersist) {
 		t.Fatalf("set on a full disk: %v, want ErrPersist", err)
 	}
 	if err := e.FlushAll(10); !errors.Is(err, store.ErrPersist) {

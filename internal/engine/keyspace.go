@@ -43,14 +43,11 @@ type keySpace interface {
 	// multi-get's share in this space), with as few round trips as it can.
 	getMany(e *Engine, idx []int, keys [][]byte, items []store.Item, found []bool) error
 	getAndTouch(e *Engine, k []byte, exptime int64) (store.Item, bool, error)
-	store(e *Engine, mode Mode, k, value []byte, flags uint32, deadline int64, cas uint64) (Status, uint64, error)
-	delete(e *Engine, k []byte, cas uint64) (Status, error)
+	store(e *Engine, k, value []byte, r StoreRequest) (Status, store.Item, error)
+	delete(e *Engine, k []byte, r DeleteRequest) (Status, error)
 	touch(e *Engine, k []byte, exptime int64) (store.Item, Status, error)
-	incrDecr(e *Engine, k []byte, a Arith) (uint64, uint64, Status, error)
+	incrDecr(e *Engine, k []byte, a Arith, res ArithResult) (ArithResult, error)
 	metaGet(e *Engine, k []byte, r MetaGetRequest, res MetaGetResult) (MetaGetResult, error)
-	metaSet(e *Engine, k, value []byte, r MetaSetRequest) (Status, store.Item, error)
-	metaDelete(e *Engine, k []byte, r MetaDeleteRequest) (Status, error)
-	metaArith(e *Engine, k []byte, r MetaArithRequest, res MetaArithResult) (MetaArithResult, error)
 	// localKey is the local store key of what this space keeps of k: the
 	// item itself, or a row's cached copy (me shows it; a refused set drops it).
 	localKey(k []byte) []byte
@@ -157,64 +154,91 @@ func (localSpace) getAndTouch(e *Engine, key []byte, exptime int64) (store.Item,
 	return it, found, err
 }
 
-func (localSpace) store(e *Engine, mode Mode, key, value []byte, flags uint32, deadline int64, cas uint64) (Status, uint64, error) {
+// store is memcached's do_store_item: one routine for the classic storage
+// commands and ms, in one store.Update.
+func (localSpace) store(e *Engine, key, value []byte, r StoreRequest) (Status, store.Item, error) {
+	deadline := e.Deadline(r.TTL)
 	status := Stored
 	it, err := e.st.Update(key, func(cur *store.Item) (store.Action, store.Item) {
-		if mode == CAS || cas != 0 {
-			switch {
-			case cur == nil:
+		next := store.Item{Value: value, Flags: r.Flags, Exptime: deadline, CAS: r.NewCAS}
+		if cur == nil {
+			switch r.Mode {
+			case CAS:
 				status = NotFound
+			case Replace:
+				status = NotStored
+			case Append, Prepend:
+				if !r.Vivify {
+					status = NotStored
+				}
+				next.Exptime = e.Deadline(r.VivifyTTL)
+			}
+			if status != Stored {
 				return store.Keep, store.Item{}
-			case cur.CAS != cas:
+			}
+			return store.Replace, next
+		}
+		switch r.Mode {
+		case CAS:
+			switch {
+			case r.CAS == cur.CAS:
+			case r.StaleOK && r.CAS != 0 && r.CAS < cur.CAS:
+				// An older writer may still store, but its value stays
+				// stale, keeps the TTL and any win already handed out.
+				next.Exptime, next.Stale, next.WinSent = cur.Exptime, true, cur.WinSent
+			default:
 				status = Exists
-				return store.Keep, store.Item{}
 			}
-		}
-		switch mode {
 		case Add:
-			if cur != nil {
-				status = NotStored
-				return store.Keep, store.Item{}
-			}
-		case Replace:
-			if cur == nil {
-				status = NotStored
-				return store.Keep, store.Item{}
-			}
+			status = NotStored
 		case Append, Prepend:
-			if cur == nil {
+			switch {
+			case r.CAS != 0 && r.CAS != cur.CAS:
+				status = Exists
+			case int64(len(cur.Value)+len(value)) > e.maxItemSize:
+				// As memcached, which cannot allocate the joined item.
 				status = NotStored
-				return store.Keep, store.Item{}
+			default:
+				// append and prepend keep the item's flags and expiry.
+				next = store.Item{Value: joinValues(r.Mode, cur.Value, value), Flags: cur.Flags, Exptime: cur.Exptime, CAS: r.NewCAS}
 			}
-			if int64(len(cur.Value)+len(value)) > e.maxItemSize {
-				status = TooLarge
-				return store.Keep, store.Item{}
-			}
-			// append and prepend keep the item's flags and expiry.
-			return store.Replace, store.Item{Value: joinValues(mode, cur.Value, value), Flags: cur.Flags, Exptime: cur.Exptime}
 		}
-		return store.Replace, store.Item{Value: value, Flags: flags, Exptime: deadline}
+		if status != Stored {
+			return store.Keep, store.Item{}
+		}
+		return store.Replace, next
 	})
 	if err != nil {
-		return storeErrorStatus(err), 0, err
+		return storeErrorStatus(err), store.Item{}, err
 	}
-	return status, it.CAS, nil
+	if status != Stored {
+		return status, store.Item{}, nil
+	}
+	return status, it, nil
 }
 
-func (localSpace) delete(e *Engine, key []byte, cas uint64) (Status, error) {
+// delete is delete and md: remove the item, or with r.Invalidate mark it
+// stale under a new CAS id so the next reader wins the right to recache it.
+func (localSpace) delete(e *Engine, key []byte, r DeleteRequest) (Status, error) {
+	ttl := e.Deadline(r.TTL)
 	status := Deleted
 	_, err := e.st.Update(key, func(cur *store.Item) (store.Action, store.Item) {
 		switch {
 		case cur == nil:
 			status = NotFound
 			return store.Keep, store.Item{}
-		case cas != 0 && cur.CAS != cas:
+		case r.CompareCAS && cur.CAS != r.CAS:
 			status = Exists
 			return store.Keep, store.Item{}
+		case !r.Invalidate:
+			return store.Remove, store.Item{}
 		}
-		return store.Remove, store.Item{}
+		if r.SetTTL {
+			cur.Exptime = ttl
+		}
+		cur.Stale, cur.WinSent, cur.CAS = true, false, r.NewCAS
+		return store.Save, store.Item{}
 	})
-	e.countDelete(status)
 	if err != nil {
 		return Failed, err
 	}
@@ -233,35 +257,47 @@ func (localSpace) touch(e *Engine, key []byte, exptime int64) (store.Item, Statu
 	return it, Touched, nil
 }
 
-func (localSpace) incrDecr(e *Engine, key []byte, a Arith) (uint64, uint64, Status, error) {
-	var result uint64
-	status := Stored
+// incrDecr is memcached's do_add_delta for incr, decr and ma, creating the
+// item on a miss when asked. As memcached, an empty value is not a number
+// whatever its CAS id.
+func (localSpace) incrDecr(e *Engine, key []byte, a Arith, res ArithResult) (ArithResult, error) {
+	ttl := e.Deadline(a.TTL)
 	it, err := e.st.Update(key, func(cur *store.Item) (store.Action, store.Item) {
 		if cur == nil {
 			if !a.Create {
-				status = NotFound
+				res.Status = NotFound
 				return store.Keep, store.Item{}
 			}
-			result = a.Initial
-			return store.Replace, store.Item{Value: strconv.AppendUint(nil, a.Initial, 10), Exptime: e.Deadline(a.Exptime)}
+			res.Created, res.Value = true, a.Initial
+			next := store.Item{Value: strconv.AppendUint(nil, a.Initial, 10), Exptime: e.Deadline(a.CreateTTL), CAS: a.NewCAS}
+			if a.SetTTL {
+				next.Exptime = ttl
+			}
+			return store.Replace, next
 		}
-		if a.CAS != 0 && cur.CAS != a.CAS {
-			status = Exists
+		res.PrevExptime = cur.Exptime
+		if len(cur.Value) > 0 && a.CAS != 0 && cur.CAS != a.CAS {
+			res.Status = Exists
 			return store.Keep, store.Item{}
 		}
 		v, n, ok := addDelta(cur.Value, a.Delta, a.Decr)
 		if !ok {
-			status = NonNumeric
+			res.Status = NonNumeric
 			return store.Keep, store.Item{}
 		}
-		result = n
-		return store.Replace, store.Item{Value: v, Flags: cur.Flags, Exptime: cur.Exptime}
+		res.Value = n
+		next := store.Item{Value: v, Flags: cur.Flags, Exptime: cur.Exptime, CAS: a.NewCAS}
+		if a.SetTTL {
+			next.Exptime = ttl
+		}
+		return store.Replace, next
 	})
-	e.countArith(a.Decr, status == Stored)
 	if err != nil {
-		return 0, 0, storeErrorStatus(err), err
+		res.Status = storeErrorStatus(err)
+		return res, err
 	}
-	return result, it.CAS, status, nil
+	res.Item = it
+	return res, nil
 }
 
 // tableSpace is a container's table as a key space; its keys are row keys.
@@ -286,34 +322,42 @@ func (s *tableSpace) getAndTouch(e *Engine, row []byte, exptime int64) (store.It
 	return e.tableGet(s.t, row)
 }
 
-func (s *tableSpace) store(e *Engine, mode Mode, row, value []byte, flags uint32, deadline int64, cas uint64) (Status, uint64, error) {
-	return e.tableStore(s.t, mode, row, value, flags, deadline, cas)
+func (s *tableSpace) store(e *Engine, row, value []byte, r StoreRequest) (Status, store.Item, error) {
+	if what := r.metaOnly(); what != "" {
+		return Failed, store.Item{}, tableUnsupported(s.t, what)
+	}
+	// A meta command resolved here; its set policy may still keep it local.
+	if sp, k := s.t.spaceFor(classSet, row); sp != keySpace(s) {
+		return sp.store(e, k, value, r)
+	}
+	return e.tableStore(s.t, row, value, r)
 }
 
-func (s *tableSpace) delete(e *Engine, row []byte, cas uint64) (Status, error) {
-	return e.tableDelete(s.t, row, cas)
+func (s *tableSpace) delete(e *Engine, row []byte, r DeleteRequest) (Status, error) {
+	if r.CompareCAS || r.Invalidate {
+		return Failed, tableUnsupported(s.t, "deletes with a cas and md flags C and I")
+	}
+	if sp, k := s.t.spaceFor(classDelete, row); sp != keySpace(s) {
+		return sp.delete(e, k, r)
+	}
+	return e.tableDelete(s.t, row)
 }
 
 func (s *tableSpace) touch(e *Engine, row []byte, exptime int64) (store.Item, Status, error) {
 	return e.tableTouch(s.t, row, exptime)
 }
 
-func (s *tableSpace) incrDecr(e *Engine, row []byte, a Arith) (uint64, uint64, Status, error) {
-	return e.tableIncrDecr(s.t, row, a)
+func (s *tableSpace) incrDecr(e *Engine, row []byte, a Arith, res ArithResult) (ArithResult, error) {
+	if what := a.metaOnly(); what != "" {
+		res.Status = Failed
+		return res, tableUnsupported(s.t, what)
+	}
+	if sp, k := s.t.spaceFor(classSet, row); sp != keySpace(s) {
+		return sp.incrDecr(e, k, a, res)
+	}
+	return e.tableIncrDecr(s.t, row, a, res)
 }
 
 func (s *tableSpace) metaGet(e *Engine, row []byte, r MetaGetRequest, res MetaGetResult) (MetaGetResult, error) {
 	return e.tableMetaGet(s.t, row, r, res)
-}
-
-func (s *tableSpace) metaSet(e *Engine, row, value []byte, r MetaSetRequest) (Status, store.Item, error) {
-	return e.tableMetaSet(s.t, row, value, r)
-}
-
-func (s *tableSpace) metaDelete(e *Engine, row []byte, r MetaDeleteRequest) (Status, error) {
-	return e.tableMetaDelete(s.t, row, r)
-}
-
-func (s *tableSpace) metaArith(e *Engine, row []byte, r MetaArithRequest, res MetaArithResult) (MetaArithResult, error) {
-	return e.tableMetaArith(s.t, row, r, res)
 }

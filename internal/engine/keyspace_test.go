@@ -63,12 +63,12 @@ func TestRefusedSetDropsTheKeysOwnCopy(t *testing.T) {
 	for _, refuse := range []func(){
 		func() { e.RefuseTooLarge(Set, []byte("k")) },
 		func() {
-			if status, _, _ := e.StoreValue(Set, []byte("k"), make([]byte, 17), 0, 0, 0); status != TooLarge {
+			if status, _, _ := e.StoreValue([]byte("k"), make([]byte, 17), StoreRequest{}); status != TooLarge {
 				t.Fatalf("oversized set: %v", status)
 			}
 		},
 		func() {
-			if status, _, _ := e.MetaSet([]byte("k"), make([]byte, 17), MetaSetRequest{}); status != TooLarge {
+			if status, _, _ := e.MetaSet([]byte("k"), make([]byte, 17), StoreRequest{}); status != TooLarge {
 				t.Fatalf("oversized ms: %v", status)
 			}
 		},
@@ -125,7 +125,7 @@ func TestKeySpacesFollowPolicies(t *testing.T) {
 	if !found[0] || string(items[0].Value) != "from-sql" || !found[1] || !found[2] || found[3] || found[4] {
 		t.Fatalf("multi-get: found %v", found)
 	}
-	if status, err := e.Delete([]byte("@@rows.a"), 0); status != Deleted || err != nil {
+	if status, err := e.Delete([]byte("@@rows.a"), DeleteRequest{}); status != Deleted || err != nil {
 		t.Fatalf("delete of a row: %v %v", status, err)
 	}
 	if _, ok := rowValue(t, "engine_ks_rows", "a"); ok {

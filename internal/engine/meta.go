@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"strconv"
 	"sync/atomic"
 
 	"github.com/keywaydb/keyway/internal/store"
@@ -9,7 +8,8 @@ import (
 
 // Meta protocol semantics: memcached 1.6's mg, ms, md, ma and me. The door
 // parses flags and encodes replies; what the flags do to an item happens here,
-// each command in one store.Update so it is atomic per key.
+// each command in one store.Update so it is atomic per key. mg is its own
+// routine (the win tokens); ms, md and ma share the classic commands'.
 //
 // Stampede protection uses volatile fields of store.Item:
 //   - Stale: the item was invalidated (md with I, or ms with I and an older
@@ -115,233 +115,9 @@ func (localSpace) metaGet(e *Engine, key []byte, r MetaGetRequest, res MetaGetRe
 	return res, err
 }
 
-// MetaSetRequest describes an ms.
-type MetaSetRequest struct {
-	Mode       Mode   // M: Set (default), Add, Replace, Append or Prepend
-	Flags      uint32 // F: client flags
-	TTL        int64  // T: memcached exptime; 0 never expires
-	CompareCAS bool   // C given: Set and Replace become a cas
-	CAS        uint64 // C: the CAS id to compare
-	NewCAS     uint64 // E: CAS id for the stored item; 0 assigns one
-	Invalidate bool   // I: a cas with an older CAS id stores the value as stale
-	Vivify     bool   // N: Append and Prepend store on a miss
-	VivifyTTL  int64  // the exptime of an item Vivify creates
-}
-
-// MetaSet stores value for ms. It returns Stored, NotStored, Exists or
-// NotFound, and on Stored the new item. As memcached does, a C with Add, or
-// with Append and Prepend on a miss, compares nothing, and C0 never matches.
-func (e *Engine) MetaSet(key, value []byte, r MetaSetRequest) (Status, store.Item, error) {
-	sp, k, err := e.space(key, classMeta)
-	if err != nil {
-		return Failed, store.Item{}, err
-	}
-	return sp.metaSet(e, k, value, r)
-}
-
-func (sp localSpace) metaSet(e *Engine, key, value []byte, r MetaSetRequest) (Status, store.Item, error) {
-	// As memcached's ms does, a value too large drops the old one whatever the mode.
-	if e.refuseTooLarge(sp, key, Set, int64(len(value))) {
-		return TooLarge, store.Item{}, nil
-	}
-	e.counters.CmdSet.Add(1)
-	casMode := r.CompareCAS && (r.Mode == Set || r.Mode == Replace)
-	deadline := e.Deadline(r.TTL)
-	status := Stored
-	it, err := e.st.Update(key, func(cur *store.Item) (store.Action, store.Item) {
-		next := store.Item{Value: value, Flags: r.Flags, Exptime: deadline, CAS: r.NewCAS}
-		if cur == nil {
-			switch {
-			case casMode:
-				status = NotFound
-			case r.Mode == Replace:
-				status = NotStored
-			case r.Mode == Append || r.Mode == Prepend:
-				if !r.Vivify {
-					status = NotStored
-				}
-				next.Exptime = e.Deadline(r.VivifyTTL)
-			}
-			if status != Stored {
-				return store.Keep, store.Item{}
-			}
-			return store.Replace, next
-		}
-		switch {
-		case casMode:
-			switch {
-			case r.CAS != 0 && r.CAS == cur.CAS:
-			case r.Invalidate && r.CAS != 0 && r.CAS < cur.CAS:
-				// An older writer may still store, but its value stays
-				// stale, keeps the TTL and any win already handed out.
-				next.Exptime, next.Stale, next.WinSent = cur.Exptime, true, cur.WinSent
-			default:
-				status = Exists
-			}
-		case r.Mode == Add:
-			status = NotStored
-		case r.Mode == Append || r.Mode == Prepend:
-			switch {
-			case r.CompareCAS && r.CAS != 0 && r.CAS != cur.CAS:
-				status = Exists
-			case int64(len(cur.Value)+len(value)) > e.maxItemSize:
-				status = NotStored
-			default:
-				next = store.Item{Value: joinValues(r.Mode, cur.Value, value), Flags: cur.Flags, Exptime: cur.Exptime, CAS: r.NewCAS}
-			}
-		}
-		if status != Stored {
-			return store.Keep, store.Item{}
-		}
-		return store.Replace, next
-	})
-	if casMode {
-		e.countCAS(status)
-	}
-	if err != nil {
-		return storeErrorStatus(err), store.Item{}, err
-	}
-	if status != Stored {
-		return status, store.Item{}, nil
-	}
-	return status, it, nil
-}
-
-// MetaDeleteRequest describes an md.
-type MetaDeleteRequest struct {
-	CompareCAS bool   // C given: delete only the version with CAS (C0 never matches)
-	CAS        uint64 // C
-	Invalidate bool   // I: mark the item stale (and give it a new CAS id) instead of removing it
-	SetTTL     bool   // T, with I: give the stale item a new exptime
-	TTL        int64
-	NewCAS     uint64 // E, with I: the CAS id of the stale item; 0 assigns one
-}
-
-// MetaDelete removes or invalidates key for md. It returns Deleted (for
-// either), NotFound or Exists.
-func (e *Engine) MetaDelete(key []byte, r MetaDeleteRequest) (Status, error) {
-	sp, k, err := e.space(key, classMeta)
-	if err != nil {
-		return Failed, err
-	}
-	return sp.metaDelete(e, k, r)
-}
-
-func (localSpace) metaDelete(e *Engine, key []byte, r MetaDeleteRequest) (Status, error) {
-	ttl := e.Deadline(r.TTL)
-	status := Deleted
-	_, err := e.st.Update(key, func(cur *store.Item) (store.Action, store.Item) {
-		switch {
-		case cur == nil:
-			status = NotFound
-			return store.Keep, store.Item{}
-		case r.CompareCAS && cur.CAS != r.CAS:
-			status = Exists
-			return store.Keep, store.Item{}
-		case !r.Invalidate:
-			return store.Remove, store.Item{}
-		}
-		if r.SetTTL {
-			cur.Exptime = ttl
-		}
-		// A new version: the next reader wins the right to recache it.
-		cur.Stale, cur.WinSent, cur.CAS = true, false, r.NewCAS
-		return store.Save, store.Item{}
-	})
-	switch {
-	case status == Deleted && !r.Invalidate:
-		e.counters.DeleteHits.Add(1)
-	case status != Deleted:
-		e.counters.DeleteMisses.Add(1)
-	}
-	if err != nil {
-		return Failed, err
-	}
-	return status, nil
-}
-
-// MetaArithRequest describes an ma.
-type MetaArithRequest struct {
-	Decr      bool   // M: decrement instead of increment
-	Delta     uint64 // D: the door defaults it to 1
-	Initial   uint64 // J: value of an item Vivify creates
-	Vivify    bool   // N: create the item on a miss
-	VivifyTTL int64
-	SetTTL    bool // T: give the item a new exptime on success
-	TTL       int64
-	CAS       uint64 // C: when non-zero, must match the item's CAS id
-	NewCAS    uint64 // E: CAS id of the changed item; 0 assigns one
-}
-
-// MetaArithResult is the outcome of an ma.
-type MetaArithResult struct {
-	Status      Status // Stored, NotFound, Exists, NonNumeric, NoMemory or Failed
-	Value       uint64 // the new number (the initial one when created)
-	Item        store.Item
-	Created     bool
-	PrevExptime int64 // the exptime before this request changed it; 0 when created
-	Now         int64 // the engine's clock when the command ran, Unix seconds
-}
-
-// MetaArith increments or decrements key for ma, as incr/decr do, with
-// memcached's meta additions: create on a miss, compare and set CAS ids, and
-// set the TTL.
-func (e *Engine) MetaArith(key []byte, r MetaArithRequest) (MetaArithResult, error) {
-	res := MetaArithResult{Status: Stored, Now: e.st.Now()}
-	sp, k, err := e.space(key, classMeta)
-	if err != nil {
-		res.Status = Failed
-		return res, err
-	}
-	return sp.metaArith(e, k, r, res)
-}
-
-func (localSpace) metaArith(e *Engine, key []byte, r MetaArithRequest, res MetaArithResult) (MetaArithResult, error) {
-	ttl := e.Deadline(r.TTL)
-	it, err := e.st.Update(key, func(cur *store.Item) (store.Action, store.Item) {
-		if cur == nil {
-			if !r.Vivify {
-				res.Status = NotFound
-				return store.Keep, store.Item{}
-			}
-			res.Created, res.Value = true, r.Initial
-			next := store.Item{Value: strconv.AppendUint(nil, r.Initial, 10), Exptime: e.Deadline(r.VivifyTTL), CAS: r.NewCAS}
-			if r.SetTTL {
-				next.Exptime = ttl
-			}
-			return store.Replace, next
-		}
-		res.PrevExptime = cur.Exptime
-		if len(cur.Value) > 0 && r.CAS != 0 && cur.CAS != r.CAS {
-			res.Status = Exists
-			return store.Keep, store.Item{}
-		}
-		v, n, ok := addDelta(cur.Value, r.Delta, r.Decr)
-		if !ok {
-			res.Status = NonNumeric
-			return store.Keep, store.Item{}
-		}
-		res.Value = n
-		next := store.Item{Value: v, Flags: cur.Flags, Exptime: cur.Exptime, CAS: r.NewCAS}
-		if r.SetTTL {
-			next.Exptime = ttl
-		}
-		return store.Replace, next
-	})
-	switch {
-	case res.Created:
-	case res.Status == Stored:
-		count(!r.Decr, &e.counters.IncrHits, &e.counters.DecrHits)
-	case res.Status == NotFound:
-		count(!r.Decr, &e.counters.IncrMisses, &e.counters.DecrMisses)
-	}
-	if err != nil {
-		res.Status = storeErrorStatus(err)
-		return res, err
-	}
-	res.Item = it
-	return res, nil
-}
+// ms, md and ma are the classic commands' requests (StoreRequest,
+// DeleteRequest, Arith) run by the same routines, as memcached runs them:
+// see MetaSet, MetaDelete and MetaArith in engine.go.
 
 // MetaDebug returns key's item for me without marking it used, the bytes it
 // is charged against the memory limit, and the engine's clock.

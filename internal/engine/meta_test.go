@@ -32,7 +32,7 @@ func mustGet(t *testing.T, e *Engine, key string, r MetaGetRequest) MetaGetResul
 	return res
 }
 
-func mustSet(t *testing.T, e *Engine, key, value string, r MetaSetRequest) (Status, store.Item) {
+func mustSet(t *testing.T, e *Engine, key, value string, r StoreRequest) (Status, store.Item) {
 	t.Helper()
 	st, it, err := e.MetaSet([]byte(key), []byte(value), r)
 	if err != nil {
@@ -46,7 +46,7 @@ func TestMetaGetAccess(t *testing.T) {
 	if res := mustGet(t, e, "a", MetaGetRequest{}); res.Found {
 		t.Fatal("hit on an empty store")
 	}
-	mustSet(t, e, "a", "v", MetaSetRequest{TTL: 100})
+	mustSet(t, e, "a", "v", StoreRequest{TTL: 100})
 	now.Add(5)
 	res := mustGet(t, e, "a", MetaGetRequest{NoUpdate: true})
 	if !res.Found || res.Item.Fetched || res.Now-res.Item.LastAccess != 5 {
@@ -95,7 +95,7 @@ func TestMetaGetVivifyOneWinner(t *testing.T) {
 		t.Fatalf("vivified item: %+v", res)
 	}
 	// The winner's store makes the item ordinary again.
-	if st, _ := mustSet(t, e, "k", "v", MetaSetRequest{CompareCAS: true, CAS: res.Item.CAS}); st != Stored {
+	if st, _ := mustSet(t, e, "k", "v", StoreRequest{Mode: CAS, CAS: res.Item.CAS}); st != Stored {
 		t.Fatalf("recache: %v", st)
 	}
 	if res := mustGet(t, e, "k", MetaGetRequest{Vivify: true}); res.Won || res.TokenSent || res.Item.Stale || string(res.Item.Value) != "v" {
@@ -105,7 +105,7 @@ func TestMetaGetVivifyOneWinner(t *testing.T) {
 
 func TestMetaGetRecache(t *testing.T) {
 	e, now := newMetaEngine(t)
-	mustSet(t, e, "a", "v", MetaSetRequest{TTL: 100})
+	mustSet(t, e, "a", "v", StoreRequest{TTL: 100})
 	if res := mustGet(t, e, "a", MetaGetRequest{Recache: true, RecacheTTL: 30}); res.Won {
 		t.Fatal("won with 100s left under R30")
 	}
@@ -122,22 +122,22 @@ func TestMetaSetModes(t *testing.T) {
 	e, _ := newMetaEngine(t)
 	for _, tc := range []struct {
 		key, value string
-		r          MetaSetRequest
+		r          StoreRequest
 		want       Status
 	}{
-		{"a", "1", MetaSetRequest{Mode: Add}, Stored},
-		{"a", "2", MetaSetRequest{Mode: Add}, NotStored},
-		{"b", "x", MetaSetRequest{Mode: Replace}, NotStored},
-		{"b", "x", MetaSetRequest{Mode: Append}, NotStored},
-		{"b", "x", MetaSetRequest{Mode: Prepend, Vivify: true, VivifyTTL: 10}, Stored},
-		{"a", "3", MetaSetRequest{Mode: Append}, Stored},
-		{"a", "0", MetaSetRequest{Mode: Prepend}, Stored},
-		{"c", "x", MetaSetRequest{CompareCAS: true, CAS: 1}, NotFound},
-		{"c", "x", MetaSetRequest{Mode: Add, CompareCAS: true, CAS: 99}, Stored},
-		{"c", "y", MetaSetRequest{CompareCAS: true}, Exists},
-		{"c", "y", MetaSetRequest{Mode: Append, CompareCAS: true, CAS: 99}, Exists},
-		{"big", string(make([]byte, 1025)), MetaSetRequest{}, TooLarge},
-		{"a", string(make([]byte, 1022)), MetaSetRequest{Mode: Append}, NotStored},
+		{"a", "1", StoreRequest{Mode: Add}, Stored},
+		{"a", "2", StoreRequest{Mode: Add}, NotStored},
+		{"b", "x", StoreRequest{Mode: Replace}, NotStored},
+		{"b", "x", StoreRequest{Mode: Append}, NotStored},
+		{"b", "x", StoreRequest{Mode: Prepend, Vivify: true, VivifyTTL: 10}, Stored},
+		{"a", "3", StoreRequest{Mode: Append}, Stored},
+		{"a", "0", StoreRequest{Mode: Prepend}, Stored},
+		{"c", "x", StoreRequest{Mode: CAS, CAS: 1}, NotFound},
+		{"c", "x", StoreRequest{Mode: Add, CAS: 99}, Stored},
+		{"c", "y", StoreRequest{Mode: CAS}, Exists},
+		{"c", "y", StoreRequest{Mode: Append, CAS: 99}, Exists},
+		{"big", string(make([]byte, 1025)), StoreRequest{}, TooLarge},
+		{"a", string(make([]byte, 1022)), StoreRequest{Mode: Append}, NotStored},
 	} {
 		if st, _ := mustSet(t, e, tc.key, tc.value, tc.r); st != tc.want {
 			t.Errorf("%s %q %+v: %v, want %v", tc.key, tc.value, tc.r, st, tc.want)
@@ -149,15 +149,15 @@ func TestMetaSetModes(t *testing.T) {
 	if res := mustGet(t, e, "b", MetaGetRequest{}); res.Item.Exptime != testEpoch+10 {
 		t.Errorf("vivified prepend exptime %d", res.Item.Exptime)
 	}
-	if st, it := mustSet(t, e, "e", "v", MetaSetRequest{NewCAS: 777}); st != Stored || it.CAS != 777 {
+	if st, it := mustSet(t, e, "e", "v", StoreRequest{NewCAS: 777}); st != Stored || it.CAS != 777 {
 		t.Errorf("E: %v %d", st, it.CAS)
 	}
 }
 
 func TestMetaInvalidate(t *testing.T) {
 	e, _ := newMetaEngine(t)
-	_, old := mustSet(t, e, "k", "v1", MetaSetRequest{TTL: 100})
-	if st, err := e.MetaDelete([]byte("k"), MetaDeleteRequest{Invalidate: true, SetTTL: true, TTL: 30}); st != Deleted || err != nil {
+	_, old := mustSet(t, e, "k", "v1", StoreRequest{TTL: 100})
+	if st, err := e.MetaDelete([]byte("k"), DeleteRequest{Invalidate: true, SetTTL: true, TTL: 30}); st != Deleted || err != nil {
 		t.Fatalf("md I: %v %v", st, err)
 	}
 	res := mustGet(t, e, "k", MetaGetRequest{})
@@ -165,36 +165,36 @@ func TestMetaInvalidate(t *testing.T) {
 		t.Fatalf("first reader after md I: %+v", res)
 	}
 	// A writer holding the pre-invalidation CAS stores, but stays stale.
-	st, it := mustSet(t, e, "k", "v2", MetaSetRequest{CompareCAS: true, CAS: old.CAS, Invalidate: true, TTL: 500})
+	st, it := mustSet(t, e, "k", "v2", StoreRequest{Mode: CAS, CAS: old.CAS, StaleOK: true, TTL: 500})
 	if st != Stored || !it.Stale || !it.WinSent || it.Exptime != testEpoch+30 {
 		t.Fatalf("older cas with I: %v %+v", st, it)
 	}
 	// Without I, or with a newer CAS, it is refused.
-	if st, _ := mustSet(t, e, "k", "v3", MetaSetRequest{CompareCAS: true, CAS: old.CAS}); st != Exists {
+	if st, _ := mustSet(t, e, "k", "v3", StoreRequest{Mode: CAS, CAS: old.CAS}); st != Exists {
 		t.Fatalf("older cas without I: %v", st)
 	}
-	if st, _ := mustSet(t, e, "k", "v3", MetaSetRequest{CompareCAS: true, CAS: it.CAS + 1, Invalidate: true}); st != Exists {
+	if st, _ := mustSet(t, e, "k", "v3", StoreRequest{Mode: CAS, CAS: it.CAS + 1, StaleOK: true}); st != Exists {
 		t.Fatalf("newer cas with I: %v", st)
 	}
-	if st, _ := mustSet(t, e, "k", "v4", MetaSetRequest{CompareCAS: true, CAS: it.CAS}); st != Stored {
+	if st, _ := mustSet(t, e, "k", "v4", StoreRequest{Mode: CAS, CAS: it.CAS}); st != Stored {
 		t.Fatalf("matching cas: %v", st)
 	}
 	if res := mustGet(t, e, "k", MetaGetRequest{}); res.Item.Stale || res.Won || res.TokenSent {
 		t.Fatalf("after recache: %+v", res)
 	}
 	// md with I and E sets the CAS; a plain md removes.
-	e.MetaDelete([]byte("k"), MetaDeleteRequest{Invalidate: true, NewCAS: 42})
+	e.MetaDelete([]byte("k"), DeleteRequest{Invalidate: true, NewCAS: 42})
 	if res := mustGet(t, e, "k", MetaGetRequest{}); res.Item.CAS != 42 {
 		t.Fatalf("md I E42: cas %d", res.Item.CAS)
 	}
 	for _, tc := range []struct {
-		r    MetaDeleteRequest
+		r    DeleteRequest
 		want Status
 	}{
-		{MetaDeleteRequest{CompareCAS: true, CAS: 41}, Exists},
-		{MetaDeleteRequest{CompareCAS: true}, Exists},
-		{MetaDeleteRequest{CompareCAS: true, CAS: 42}, Deleted},
-		{MetaDeleteRequest{}, NotFound},
+		{DeleteRequest{CompareCAS: true, CAS: 41}, Exists},
+		{DeleteRequest{CompareCAS: true}, Exists},
+		{DeleteRequest{CompareCAS: true, CAS: 42}, Deleted},
+		{DeleteRequest{}, NotFound},
 	} {
 		if st, _ := e.MetaDelete([]byte("k"), tc.r); st != tc.want {
 			t.Errorf("md %+v: %v, want %v", tc.r, st, tc.want)
@@ -208,7 +208,7 @@ func TestMetaInvalidate(t *testing.T) {
 
 func TestMetaArith(t *testing.T) {
 	e, _ := newMetaEngine(t)
-	do := func(r MetaArithRequest) MetaArithResult {
+	do := func(r Arith) ArithResult {
 		t.Helper()
 		if r.Delta == 0 {
 			r.Delta = 1
@@ -219,29 +219,66 @@ func TestMetaArith(t *testing.T) {
 		}
 		return res
 	}
-	if res := do(MetaArithRequest{}); res.Status != NotFound {
+	if res := do(Arith{}); res.Status != NotFound {
 		t.Fatalf("miss: %+v", res)
 	}
-	res := do(MetaArithRequest{Vivify: true, VivifyTTL: 60, Initial: 10})
+	res := do(Arith{Create: true, CreateTTL: 60, Initial: 10})
 	if res.Status != Stored || !res.Created || res.Value != 10 || res.Item.Exptime != testEpoch+60 {
 		t.Fatalf("vivify: %+v", res)
 	}
-	if res := do(MetaArithRequest{CAS: res.Item.CAS + 1}); res.Status != Exists {
+	if res := do(Arith{CAS: res.Item.CAS + 1}); res.Status != Exists {
 		t.Fatalf("cas mismatch: %+v", res)
 	}
-	res = do(MetaArithRequest{Delta: 5, CAS: res.Item.CAS, NewCAS: 900, SetTTL: true, TTL: 5})
+	res = do(Arith{Delta: 5, CAS: res.Item.CAS, NewCAS: 900, SetTTL: true, TTL: 5})
 	if res.Status != Stored || res.Value != 15 || res.Item.CAS != 900 || res.PrevExptime != testEpoch+60 || res.Item.Exptime != testEpoch+5 {
 		t.Fatalf("incr: %+v", res)
 	}
-	if res := do(MetaArithRequest{Decr: true, Delta: 20}); res.Value != 0 || string(res.Item.Value) != "0 " {
+	if res := do(Arith{Decr: true, Delta: 20}); res.Value != 0 || string(res.Item.Value) != "0 " {
 		t.Fatalf("decr floors at 0 and pads: %+v", res)
 	}
-	mustSet(t, e, "n", "", MetaSetRequest{})
-	if res := do(MetaArithRequest{CAS: 12345}); res.Status != NonNumeric {
+	mustSet(t, e, "n", "", StoreRequest{})
+	if res := do(Arith{CAS: 12345}); res.Status != NonNumeric {
 		t.Fatalf("empty value: %+v", res)
 	}
 	k := e.Counters()
 	if k.IncrHits.Load() != 1 || k.DecrHits.Load() != 1 || k.IncrMisses.Load() != 1 {
 		t.Errorf("arith counters %d/%d/%d", k.IncrHits.Load(), k.DecrHits.Load(), k.IncrMisses.Load())
+	}
+}
+
+// TestClassicCommandsAsMemcached: the classic commands run the routine ms, md
+// and ma run, so they answer as memcached 1.6's do_store_item and
+// do_add_delta do (checked against memcached by hand): an append past the
+// item size is NOT_STORED, an append whose cas names a missing key is
+// NOT_STORED, and an incr of a value that is not a number is no miss.
+func TestClassicCommandsAsMemcached(t *testing.T) {
+	e, _ := newMetaEngine(t)
+	store := func(key, value string, r StoreRequest) Status {
+		t.Helper()
+		st, _, err := e.StoreValue([]byte(key), []byte(value), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	if st := store("a", string(make([]byte, 1000)), StoreRequest{}); st != Stored {
+		t.Fatalf("set: %v", st)
+	}
+	if st := store("a", string(make([]byte, 100)), StoreRequest{Mode: Append}); st != NotStored {
+		t.Errorf("append past the item size: %v, want NotStored", st)
+	}
+	if st := store("missing", "x", StoreRequest{Mode: Append, CAS: 5}); st != NotStored {
+		t.Errorf("append with a cas on a missing key: %v, want NotStored", st)
+	}
+	store("empty", "", StoreRequest{})
+	res, err := e.IncrDecr([]byte("empty"), Arith{Delta: 1})
+	if err != nil || res.Status != NonNumeric {
+		t.Fatalf("incr of an empty value: %v %v", res.Status, err)
+	}
+	if res, _ := e.IncrDecr([]byte("nokey"), Arith{Delta: 1}); res.Status != NotFound {
+		t.Fatalf("incr of a missing key: %v", res.Status)
+	}
+	if hits, misses := e.counters.IncrHits.Load(), e.counters.IncrMisses.Load(); hits != 0 || misses != 1 {
+		t.Errorf("incr_hits %d incr_misses %d, want 0 and 1 (memcached counts only the missing key)", hits, misses)
 	}
 }

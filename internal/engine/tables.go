@@ -367,82 +367,78 @@ func statusOf(s container.Status) Status {
 }
 
 // tableStore runs a storage command on a table (a set policy other than
-// cache_only).
-func (e *Engine) tableStore(t *Container, mode Mode, row, value []byte, flags uint32, deadline int64, cas uint64) (status Status, newCAS uint64, err error) {
-	item := container.Item{Value: value, Flags: flags, Exptime: deadline}
-	if t.Behind != nil && mode == Set && cas == 0 && t.Policies.Set != container.Disabled {
-		return e.writeBehind(t, row, item)
+// cache_only). The returned item is what was sent: the row is not read back.
+func (e *Engine) tableStore(t *Container, row, value []byte, r StoreRequest) (status Status, it store.Item, err error) {
+	item := container.Item{Value: value, Flags: r.Flags, Exptime: e.Deadline(r.TTL)}
+	var newCAS uint64
+	if t.Behind != nil && r.Mode == Set && t.Policies.Set != container.Disabled {
+		status, newCAS, err = e.writeBehind(t, row, item)
+	} else {
+		err = e.tableWrite(t, row, t.Policies.Set, "set", func(ctx context.Context) error {
+			var s container.Status
+			var werr error
+			switch r.Mode {
+			case CAS:
+				newCAS, s, werr = t.C.CompareAndSwap(ctx, row, item, r.CAS)
+			case Set:
+				newCAS, werr = t.C.Set(ctx, row, item)
+				s = container.Stored
+			case Add:
+				newCAS, s, werr = t.C.Add(ctx, row, item)
+			case Replace:
+				newCAS, s, werr = t.C.Replace(ctx, row, item)
+			case Append:
+				newCAS, s, werr = t.C.Append(ctx, row, item)
+			case Prepend:
+				newCAS, s, werr = t.C.Prepend(ctx, row, item)
+			}
+			status = statusOf(s)
+			return werr
+		})
 	}
-	err = e.tableWrite(t, row, t.Policies.Set, "set", func(ctx context.Context) error {
-		var s container.Status
-		var werr error
-		switch {
-		case mode == CAS || cas != 0:
-			newCAS, s, werr = t.C.CompareAndSwap(ctx, row, item, cas)
-		case mode == Set:
-			newCAS, werr = t.C.Set(ctx, row, item)
-			s = container.Stored
-		case mode == Add:
-			newCAS, s, werr = t.C.Add(ctx, row, item)
-		case mode == Replace:
-			newCAS, s, werr = t.C.Replace(ctx, row, item)
-		case mode == Append:
-			newCAS, s, werr = t.C.Append(ctx, row, item)
-		case mode == Prepend:
-			newCAS, s, werr = t.C.Prepend(ctx, row, item)
+	if err != nil || status != Stored {
+		if err != nil {
+			status = Failed
 		}
-		status = statusOf(s)
-		return werr
-	})
-	if err != nil {
-		status = Failed
+		return status, store.Item{}, err
 	}
-	return status, newCAS, err
+	return status, fromRow(container.Item{Value: value, Flags: item.Flags, Exptime: item.Exptime, CAS: newCAS}), nil
 }
 
 // tableIncrDecr runs incr/decr on a table; a.Create (binary and meta) adds the
 // row with a.Initial when it is missing.
-func (e *Engine) tableIncrDecr(t *Container, row []byte, a Arith) (uint64, uint64, Status, error) {
-	var result uint64
-	status := Failed
+func (e *Engine) tableIncrDecr(t *Container, row []byte, a Arith, res ArithResult) (ArithResult, error) {
+	res.Status = Failed
 	err := e.tableWrite(t, row, t.Policies.Set, "incr/decr", func(ctx context.Context) error {
-		if a.CAS != 0 {
-			return clientErrorf("container %q: incr/decr with a cas is not supported on a table", t.Name)
-		}
 		for attempt := 0; attempt < 2; attempt++ {
 			v, s, err := t.C.IncrDecr(ctx, row, a.Delta, a.Decr)
 			if err != nil || s != container.NotFound || !a.Create {
-				result, status = v, statusOf(s)
+				res.Value, res.Status = v, statusOf(s)
 				return err
 			}
-			_, s, err = t.C.Add(ctx, row, container.Item{Value: strconv.AppendUint(nil, a.Initial, 10), Exptime: e.Deadline(a.Exptime)})
+			_, s, err = t.C.Add(ctx, row, container.Item{Value: strconv.AppendUint(nil, a.Initial, 10), Exptime: e.Deadline(a.CreateTTL)})
 			if err != nil || s == container.Stored {
-				result, status = a.Initial, statusOf(s)
+				res.Value, res.Status, res.Created = a.Initial, statusOf(s), s == container.Stored
 				return err
 			}
 			// Someone added it meanwhile: incr that.
 		}
 		return nil
 	})
-	e.countArith(a.Decr, status == Stored)
 	if err != nil {
-		return 0, 0, Failed, err
+		res.Status = Failed
 	}
-	return result, 0, status, nil
+	return res, err
 }
 
 // tableDelete deletes a row under the container's delete policy.
-func (e *Engine) tableDelete(t *Container, row []byte, cas uint64) (Status, error) {
-	if cas != 0 {
-		return Failed, clientErrorf("container %q: delete with a cas is not supported on a table", t.Name)
-	}
+func (e *Engine) tableDelete(t *Container, row []byte) (Status, error) {
 	status := Deleted
 	err := e.tableWrite(t, row, t.Policies.Delete, "delete", func(ctx context.Context) error {
 		s, err := t.C.Delete(ctx, row)
 		status = statusOf(s)
 		return err
 	})
-	e.countDelete(status)
 	if err != nil {
 		return Failed, err
 	}

@@ -56,7 +56,7 @@ func TestQueuedRowsOutliveADeadTable(t *testing.T) {
 			Policies:    container.Policies{Get: policy, Set: policy, Delete: policy, Flush: container.CacheOnly},
 			WriteBehind: &writebehind.Options{Window: time.Hour, WaitTimeout: 100 * time.Millisecond}})
 		e.SetContainers([]*Container{tbl})
-		if status, _, err := e.StoreValue(Set, []byte("@@dead.q"), []byte("queued"), 0, 0, 0); status != Stored || err != nil {
+		if status, _, err := e.StoreValue([]byte("@@dead.q"), []byte("queued"), StoreRequest{}); status != Stored || err != nil {
 			t.Fatalf("%s: async set with the table dead: %v %v", policy, status, err)
 		}
 		if it, ok, err := e.Get([]byte("@@dead.q")); !ok || err != nil || string(it.Value) != "queued" {
@@ -66,7 +66,7 @@ func TestQueuedRowsOutliveADeadTable(t *testing.T) {
 		if !found[0] || string(items[0].Value) != "queued" || found[1] || err == nil {
 			t.Fatalf("%s: multi-get: %v %v, err %v", policy, found, items, err)
 		}
-		if _, err := e.Delete([]byte("@@dead.q"), 0); err == nil {
+		if _, err := e.Delete([]byte("@@dead.q"), DeleteRequest{}); err == nil {
 			t.Fatalf("%s: delete acknowledged while its queued set cannot reach the table", policy)
 		}
 		tbl.Behind.Close() // leaves the row queued: the table is dead

@@ -439,8 +439,8 @@ func (c *conn) binStore(h binHeader, quiet bool, extras, key, value []byte) {
 	}
 	v := make([]byte, len(value)) // owned by the store from here on
 	copy(v, value)
-	status, cas, err := c.eng.StoreValue(mode, key, v, flags, exptime, h.cas)
-	c.binStoreReply(h, quiet, mode, status, cas, err)
+	status, it, err := c.eng.StoreValue(key, v, engine.StoreRequest{Mode: mode, Flags: flags, TTL: exptime, CAS: h.cas})
+	c.binStoreReply(h, quiet, mode, status, it.CAS, err)
 }
 
 // binConcat answers append and prepend; a non-zero cas must match.
@@ -451,8 +451,8 @@ func (c *conn) binConcat(h binHeader, quiet bool, key, value []byte) {
 	}
 	v := make([]byte, len(value))
 	copy(v, value)
-	status, cas, err := c.eng.StoreValue(mode, key, v, 0, 0, h.cas)
-	c.binStoreReply(h, quiet, mode, status, cas, err)
+	status, it, err := c.eng.StoreValue(key, v, engine.StoreRequest{Mode: mode, CAS: h.cas})
+	c.binStoreReply(h, quiet, mode, status, it.CAS, err)
 }
 
 // binStoreReply maps a storage outcome to memcached's binary statuses: a
@@ -465,11 +465,7 @@ func (c *conn) binStoreReply(h binHeader, quiet bool, mode engine.Mode, status e
 	case engine.Exists:
 		c.binError(h, statusKeyExists)
 	case engine.NotFound:
-		if mode == engine.Append || mode == engine.Prepend {
-			c.binError(h, statusNotStored) // a cas-carrying append on a missing key
-		} else {
-			c.binError(h, statusKeyNotFound)
-		}
+		c.binError(h, statusKeyNotFound)
 	case engine.NotStored, engine.TooLarge:
 		switch mode {
 		case engine.Add:
@@ -487,7 +483,7 @@ func (c *conn) binStoreReply(h binHeader, quiet bool, mode engine.Mode, status e
 }
 
 func (c *conn) binDelete(h binHeader, quiet bool, key []byte) {
-	status, err := c.eng.Delete(key, h.cas)
+	status, err := c.eng.Delete(key, engine.DeleteRequest{CompareCAS: h.cas != 0, CAS: h.cas})
 	switch status {
 	case engine.Deleted:
 		c.binSuccess(h, quiet, 0)
@@ -509,16 +505,16 @@ func (c *conn) binArith(h binHeader, quiet bool, extras, key []byte) {
 		Delta:   binary.BigEndian.Uint64(extras[0:8]),
 		Initial: binary.BigEndian.Uint64(extras[8:16]),
 		Decr:    h.opcode == opDecrement || h.opcode == opDecrementQ,
-		Create:  exp != incrNoCreate,
-		Exptime: int64(exp),
-		CAS:     h.cas,
+		Create:    exp != incrNoCreate,
+		CreateTTL: int64(exp),
+		CAS:       h.cas,
 	}
-	v, cas, status, err := c.eng.IncrDecr(key, a)
-	switch status {
+	res, err := c.eng.IncrDecr(key, a)
+	switch res.Status {
 	case engine.Stored:
 		if !quiet {
-			c.binHeader(h, statusOK, 0, 0, 8, cas)
-			c.out = binary.BigEndian.AppendUint64(c.out, v)
+			c.binHeader(h, statusOK, 0, 0, 8, res.Item.CAS)
+			c.out = binary.BigEndian.AppendUint64(c.out, res.Value)
 		}
 	case engine.NotFound:
 		c.binError(h, statusKeyNotFound)

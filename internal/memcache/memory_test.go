@@ -88,7 +88,7 @@ func TestMultiKeyRepliesStream(t *testing.T) {
 		for _, tc := range cases {
 			t.Run(fmt.Sprintf("%s/%d", tc.name, size), func(t *testing.T) {
 				srv, eng := newDoor(t, Options{})
-				if st, _, err := eng.StoreValue(engine.Set, []byte("big"), []byte(value), 0, 0, 0); st != engine.Stored {
+				if st, _, err := eng.StoreValue([]byte("big"), []byte(value), engine.StoreRequest{}); st != engine.Stored {
 					t.Fatal(st, err)
 				}
 				c, w := newWatchedConn(srv)
@@ -148,7 +148,7 @@ func TestMultiKeyRepliesStream(t *testing.T) {
 func TestStalledReaderBlocksOnlyItself(t *testing.T) {
 	srv, eng := newDoor(t, Options{WriteTimeout: 300 * time.Millisecond})
 	addr := serveTest(t, srv)
-	eng.StoreValue(engine.Set, []byte("big"), bytes.Repeat([]byte("v"), 1<<20-512), 0, 0, 0)
+	eng.StoreValue([]byte("big"), bytes.Repeat([]byte("v"), 1<<20-512), engine.StoreRequest{})
 
 	stalled := dialTest(t, addr)
 	stalled.send("get" + strings.Repeat(" big", 64) + "\r\n")
@@ -217,7 +217,7 @@ func TestInflightBudget(t *testing.T) {
 			if b.charged != 0 || srv.inflight.Load() != a.charged {
 				t.Fatalf("charges a %d b %d, total %d, budget %d", a.charged, b.charged, srv.inflight.Load(), srv.opts.MaxInflightBytes)
 			}
-			eng.StoreValue(engine.Set, []byte("k"), []byte("old"), 0, 0, 0)
+			eng.StoreValue([]byte("k"), []byte("old"), engine.StoreRequest{})
 			c, w := newWatchedConn(srv)
 			c.feed([]byte(fmt.Sprintf(tc.line, "k") + "\r\n" + strings.Repeat("x", budgetValue/2)))
 			if got, want := w.out.String(), tc.refusal; got != want {
@@ -255,7 +255,7 @@ func TestInflightBudgetBinary(t *testing.T) {
 	if hold.charged == 0 {
 		t.Fatal("partial binary value not charged")
 	}
-	eng.StoreValue(engine.Set, []byte("k"), []byte("old"), 0, 0, 0)
+	eng.StoreValue([]byte("k"), []byte("old"), engine.StoreRequest{})
 	c, w := newWatchedConn(srv)
 	b := req(opSet, "k", strings.Repeat("y", budgetValue), setExtras(0, 0)...).bytes()
 	c.feed(b[:len(b)/2])

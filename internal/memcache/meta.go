@@ -383,15 +383,25 @@ func (c *conn) metaSet(toks [][]byte, rest []byte) int {
 	}
 	value := make([]byte, vlen)
 	copy(value, rest[:vlen])
-	status, it, err := c.eng.MetaSet(f.key, value, engine.MetaSetRequest{
-		Mode:       mode,
-		Flags:      f.flags,
-		TTL:        f.ttl,
-		CompareCAS: f.compare, CAS: f.cas,
-		NewCAS:     f.newCAS,
-		Invalidate: f.inval,
-		Vivify:     f.vivify, VivifyTTL: f.vivifyTTL,
-	})
+	r := engine.StoreRequest{
+		Mode:    mode,
+		Flags:   f.flags,
+		TTL:     f.ttl,
+		NewCAS:  f.newCAS,
+		StaleOK: f.inval,
+		Vivify:  f.vivify, VivifyTTL: f.vivifyTTL,
+	}
+	if f.compare {
+		// As memcached's ms: C makes a set or replace a cas, and gives
+		// append and prepend an id to match; add compares nothing.
+		switch mode {
+		case engine.Set, engine.Replace:
+			r.Mode, r.CAS = engine.CAS, f.cas
+		case engine.Append, engine.Prepend:
+			r.CAS = f.cas
+		}
+	}
+	status, it, err := c.eng.MetaSet(f.key, value, r)
 	switch status {
 	case engine.Stored:
 		if f.quiet {
@@ -453,7 +463,7 @@ func (c *conn) metaDelete(toks [][]byte) {
 		c.metaError("CLIENT_ERROR opaque token too long")
 		return
 	}
-	status, err := c.eng.MetaDelete(f.key, engine.MetaDeleteRequest{
+	status, err := c.eng.MetaDelete(f.key, engine.DeleteRequest{
 		CompareCAS: f.compare, CAS: f.cas,
 		Invalidate: f.inval,
 		SetTTL:     f.setTTL, TTL: f.ttl,
@@ -501,10 +511,10 @@ func (c *conn) metaArithmetic(toks [][]byte) {
 		c.metaError("CLIENT_ERROR opaque token too long")
 		return
 	}
-	res, err := c.eng.MetaArith(f.key, engine.MetaArithRequest{
+	res, err := c.eng.MetaArith(f.key, engine.Arith{
 		Decr:  decr,
 		Delta: f.delta, Initial: f.initial,
-		Vivify: f.vivify, VivifyTTL: f.vivifyTTL,
+		Create: f.vivify, CreateTTL: f.vivifyTTL,
 		SetTTL: f.setTTL, TTL: f.ttl,
 		CAS:    f.cas,
 		NewCAS: f.newCAS,

@@ -248,7 +248,7 @@ func (c *conn) storage(mode engine.Mode, toks [][]byte, rest []byte) int {
 	}
 	value := make([]byte, vlen)
 	copy(value, rest[:vlen])
-	status, _, err := c.eng.StoreValue(mode, key, value, flags, exptime, casID)
+	status, _, err := c.eng.StoreValue(key, value, engine.StoreRequest{Mode: mode, Flags: flags, TTL: exptime, CAS: casID})
 	c.storeReply(quiet, status, err)
 	return total
 }
@@ -484,7 +484,7 @@ func (c *conn) delete(toks [][]byte) {
 		c.out = append(c.out, replyBadFormat...)
 		return
 	}
-	status, err := c.eng.Delete(toks[1], 0)
+	status, err := c.eng.Delete(toks[1], engine.DeleteRequest{})
 	switch status {
 	case engine.Deleted:
 		c.reply(quiet, replyDeleted)
@@ -522,11 +522,11 @@ func (c *conn) arith(toks [][]byte, decr bool) {
 		c.out = append(c.out, replyBadDelta...)
 		return
 	}
-	v, _, status, err := c.eng.IncrDecr(toks[1], engine.Arith{Delta: delta, Decr: decr})
-	switch status {
+	res, err := c.eng.IncrDecr(toks[1], engine.Arith{Delta: delta, Decr: decr})
+	switch res.Status {
 	case engine.Stored:
 		if !quiet {
-			c.out = strconv.AppendUint(c.out, v, 10)
+			c.out = strconv.AppendUint(c.out, res.Value, 10)
 			c.out = append(c.out, "\r\n"...)
 		}
 	case engine.NotFound:
