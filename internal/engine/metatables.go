@@ -32,4 +32,3 @@ func (e *Engine) tableMetaGet(t *Container, row []byte, r MetaGetRequest, res Me
 	res.PrevExptime = res.Item.Exptime
 	return res, err
 }
-

@@ -502,9 +502,9 @@ func (c *conn) binDelete(h binHeader, quiet bool, key []byte) {
 func (c *conn) binArith(h binHeader, quiet bool, extras, key []byte) {
 	exp := binary.BigEndian.Uint32(extras[16:20])
 	a := engine.Arith{
-		Delta:   binary.BigEndian.Uint64(extras[0:8]),
-		Initial: binary.BigEndian.Uint64(extras[8:16]),
-		Decr:    h.opcode == opDecrement || h.opcode == opDecrementQ,
+		Delta:     binary.BigEndian.Uint64(extras[0:8]),
+		Initial:   binary.BigEndian.Uint64(extras[8:16]),
+		Decr:      h.opcode == opDecrement || h.opcode == opDecrementQ,
 		Create:    exp != incrNoCreate,
 		CreateTTL: int64(exp),
 		CAS:       h.cas,
