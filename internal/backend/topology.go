@@ -2,10 +2,14 @@ package backend
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/keywaydb/keyway/internal/mysqlwire"
 )
 
 // Topology is every backend group keyway knows, built once by the server and shared by the SQL door, the
@@ -93,4 +97,21 @@ func (g *Group) SQLConfig() *mysql.Config {
 		}
 	}
 	return dc
+}
+
+// ReplicaLogin is how a connection made with go-mysql's client (the binlog follower's) reaches the group: keyway's
+// own account, dialed through DialWritable, and TLS as the group's mode asks. go-mysql knows no "preferred" (a
+// TLS configuration makes TLS required), so for "preferred" TLS is used when the primary's last handshake offered
+// it, and not otherwise.
+func (g *Group) ReplicaLogin() (user, password string, dial func(ctx context.Context, network, addr string) (net.Conn, error), tc *tls.Config) {
+	if g.tls != nil {
+		offered := false
+		if info := g.ServerInfo(); info != nil {
+			offered = info.Capabilities&mysqlwire.ClientSSL != 0
+		}
+		if g.cfg.TLS != TLSPreferred || offered {
+			tc = g.tls.Clone()
+		}
+	}
+	return g.cfg.User, g.cfg.Password, g.DialWritable, tc
 }

@@ -107,6 +107,9 @@ type Counters struct {
 	DeleteHits, DeleteMisses                   atomic.Int64
 	IncrHits, IncrMisses, DecrHits, DecrMisses atomic.Int64
 	CasHits, CasMisses, CasBadval              atomic.Int64
+	// CacheBypasses counts reads of caching containers sent to the table
+	// because the binlog follower could not vouch for the cached rows.
+	CacheBypasses atomic.Int64
 }
 
 // New returns an engine over st.

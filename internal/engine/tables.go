@@ -11,10 +11,15 @@ package engine
 //     table and then invalidate the local copy.
 //   - disabled:   refused.
 //
-// A fill that raced with a write is discarded: every write bumps the
-// container's generation before it invalidates, and a fill is stored only if
-// the generation it read before its query is still current (checked under the
-// store's shard lock, so an invalidation cannot slip between check and store).
+// A fill that raced with a write is discarded, and a copy is served only while
+// it is valid, by the rules of package validity: a fill takes the table's stamp
+// before its query, the copy keeps it (the store item's Tag), and every write
+// (through either door, or seen in the binlog) invalidates copies stamped
+// before it. The store-time check runs under the store's shard lock, so an
+// invalidation cannot slip between check and store. The row's key in validity
+// is the normalized row key without the container's prefix, so containers on
+// one table share it. While a binlog follower cannot vouch for freshness
+// (validity.Registry.Vouched), caching reads go to the table as db_only ones do.
 //
 // Write-behind (write = "async"): a plain set is checked against the table's
 // columns, queued (see package writebehind) and cached, and acknowledged
@@ -49,10 +54,8 @@ type Container struct {
 	Policies container.Policies
 	Behind   *writebehind.Queue // write = "async": the sets not yet in the table; nil for sync
 
-	// v is the table's validity state, shared with the SQL door (see package validity): every write bumps its
-	// generation, and a fill from an older generation is not stored; its epoch invalidates every cached row of
-	// the container at once (a write whose keys are not known): a cached row is valid only with the current
-	// epoch, kept in the store item's Tag.
+	// v is the table's validity state, shared with the SQL door and the binlog follower (see package
+	// validity): a cached row keeps its stamp in the store item's Tag and is served only while v says it is valid.
 	v      *validity.Table
 	fillMu sync.Mutex
 	fills  map[string]*fill
@@ -80,6 +83,8 @@ func (e *Engine) NewContainer(o ContainerOptions) *Container {
 	id := validity.TableID{Schema: strings.ToLower(def.Schema), Name: strings.ToLower(def.Table)}
 	t := &Container{Name: def.Name, Source: id.String(), C: o.Container, Policies: o.Policies, v: e.validity.Table(id)}
 	t.space = tableSpace{t}
+	// The binlog follower turns a change of the key column into this key.
+	t.v.WatchKey(validity.KeyWatch{Column: def.KeyColumn, Norm: o.Container.AppendNormKey})
 	if o.WriteBehind != nil {
 		wo := *o.WriteBehind
 		wo.OnDrop = func(row []byte) { e.DroppedWrite(t, row) }
@@ -145,6 +150,10 @@ func rowKey(t *Container, row []byte) []byte {
 	return t.C.AppendNormKey(prefix(t, len(row)), row)
 }
 
+// validityKey is the key validity stamps a cached row under: rowKey's
+// normalized row, without the container's prefix.
+func validityKey(t *Container, sk []byte) []byte { return sk[len(JournalPrefix)+len(t.Name)+1:] }
+
 func prefixed(t *Container, row []byte) []byte {
 	return append(prefix(t, len(row)), row...)
 }
@@ -161,19 +170,29 @@ func disabled(t *Container, op string) error {
 
 // fill is one in-flight read of a row; concurrent misses wait for it.
 type fill struct {
-	gen, epoch uint64 // the row's generation and the table's epoch when the query started
+	stamp      uint64 // the table's stamp when the query started
 	done       chan struct{}
 	it         container.Item
 	ok         bool
 	err        error
 }
 
+// vouched reports whether cached rows may be served (see
+// validity.Registry.Vouched); when not, it counts n reads that bypass them.
+func (e *Engine) vouched(n int) bool {
+	if e.validity.Vouched() {
+		return true
+	}
+	e.counters.CacheBypasses.Add(int64(n))
+	return false
+}
+
 // tableGet reads a row for a get under the container's get policy.
 func (e *Engine) tableGet(t *Container, row []byte) (store.Item, bool, error) {
-	switch t.Policies.Get {
-	case container.Disabled:
+	if t.Policies.Get == container.Disabled {
 		return store.Item{}, false, disabled(t, "get")
-	case container.DBOnly:
+	}
+	if t.Policies.Get == container.DBOnly || !e.vouched(1) {
 		if it, ok, waiting, err := e.queued(t, row); err != nil || waiting {
 			return it, ok, err
 		}
@@ -183,7 +202,7 @@ func (e *Engine) tableGet(t *Container, row []byte) (store.Item, bool, error) {
 		return fromRow(it), ok, err
 	}
 	sk := rowKey(t, row)
-	if it, ok := e.st.Get(sk); ok && it.Tag == t.v.Epoch() {
+	if it, ok := e.st.Get(sk); ok && t.v.KeyValid(validityKey(t, sk), it.Tag) {
 		return it, true, nil
 	}
 	f := t.readOnce(row, sk)
@@ -191,21 +210,21 @@ func (e *Engine) tableGet(t *Container, row []byte) (store.Item, bool, error) {
 		return store.Item{}, false, f.err
 	}
 	item := fromRow(f.it)
-	e.cacheRow(t, sk, item, f.gen, f.epoch)
+	e.cacheRow(t, sk, item, f.stamp)
 	return item, true, nil
 }
 
-// cacheRow stores a row read from the table at the row's generation gen and
-// the table's epoch in the local store (under sk, the row's cache key), unless
-// a write of the row or of unknown rows happened since the read (then it may
-// be stale). The check runs under the store's shard lock, so an invalidation
-// cannot slip between check and store. Cached rows are ephemeral: never
-// written to disk (rows loaded from disk would not be trusted anyway).
-func (e *Engine) cacheRow(t *Container, sk []byte, item store.Item, gen, epoch uint64) {
-	item.Tag = epoch
+// cacheRow stores a row read from the table after stamp in the local store
+// (under sk, the row's cache key), unless a write of the row or of unknown
+// rows happened since the stamp (then it may be stale). The check runs under
+// the store's shard lock, so an invalidation cannot slip between check and
+// store. Cached rows are ephemeral: never written to disk (rows loaded from
+// disk would not be trusted anyway).
+func (e *Engine) cacheRow(t *Container, sk []byte, item store.Item, stamp uint64) {
+	item.Tag = stamp
 	item.Ephemeral = true // the table is the truth: a copy needs no disk
 	e.st.Update(sk, func(*store.Item) (store.Action, store.Item) {
-		if t.v.Gen(sk) != gen || t.v.Epoch() != epoch {
+		if !t.v.KeyValid(validityKey(t, sk), stamp) {
 			return store.Keep, store.Item{}
 		}
 		return store.Replace, item
@@ -216,20 +235,19 @@ func (e *Engine) cacheRow(t *Container, sk []byte, item store.Item, gen, epoch u
 // golang.org/x/sync is not served by this module proxy, and this is all of it we need).
 // A caller joins a query in flight only if no write of the row (nor of unknown
 // rows) happened since it started: otherwise the query may predate a write the
-// caller must see, and it runs its own. sk is the row's cache key, which its
-// generation is kept under.
+// caller must see, and it runs its own. sk is the row's cache key.
 func (t *Container) readOnce(row, sk []byte) *fill {
 	t.fillMu.Lock()
-	if f := t.fills[string(row)]; f != nil && f.gen == t.v.Gen(sk) && f.epoch == t.v.Epoch() {
+	if f := t.fills[string(row)]; f != nil && t.v.KeyValid(validityKey(t, sk), f.stamp) {
 		t.fillMu.Unlock()
 		<-f.done
 		return f
 	}
-	f := &fill{gen: t.v.Gen(sk), epoch: t.v.Epoch(), done: make(chan struct{})}
+	f := &fill{stamp: t.v.Stamp(), done: make(chan struct{})}
 	t.fills[string(row)] = f
 	t.fillMu.Unlock()
-	// The queue is asked after the generation is taken: a write queued later
-	// bumps the generation, so this fill will not be cached over it.
+	// The queue is asked after the stamp is taken: a write queued later
+	// invalidates it, so this fill will not be cached over it.
 	if it, ok, err := t.queuedRow(row); err != nil {
 		f.err = err // the container is not checked: the table must not be asked (see writebehind)
 	} else if ok {
@@ -282,8 +300,9 @@ func (e *Engine) writeBehind(t *Container, row []byte, item container.Item) (Sta
 	}
 	item.CAS = t.C.AssignCAS(item)
 	sk := rowKey(t, row)
-	var gen, epoch uint64
-	err := t.Behind.Put(row, item, func() { gen, epoch = t.v.Wrote(sk), t.v.Epoch() })
+	vk := validityKey(t, sk)
+	var tick uint64
+	err := t.Behind.Put(row, item, func() { tick = t.v.Wrote(vk) })
 	if err != nil {
 		return Failed, 0, err
 	}
@@ -292,11 +311,11 @@ func (e *Engine) writeBehind(t *Container, row []byte, item container.Item) (Sta
 	// came since; then drop the copy instead, so the local copy is never older
 	// than the queue or the table.
 	local := fromRow(item)
-	local.Tag = epoch
+	local.Tag = tick
 	local.Ephemeral = true // the journal holds the write until the table does
 	cache := t.Policies.Get == container.Caching
 	_, err = e.st.Update(sk, func(*store.Item) (store.Action, store.Item) {
-		if cache && t.v.Gen(sk) == gen && t.v.Epoch() == epoch {
+		if cache && t.v.KeyValid(vk, tick) {
 			return store.Replace, local
 		}
 		return store.Remove, store.Item{}
@@ -312,7 +331,7 @@ func (e *Engine) writeBehind(t *Container, row []byte, item container.Item) (Sta
 // queued write of row: the cached copy goes, so the table stays the truth.
 func (e *Engine) DroppedWrite(t *Container, row []byte) {
 	sk := rowKey(t, row)
-	t.v.Wrote(sk)
+	t.v.Wrote(validityKey(t, sk))
 	e.st.Update(sk, func(*store.Item) (store.Action, store.Item) { return store.Remove, store.Item{} })
 }
 
@@ -339,7 +358,7 @@ func (e *Engine) tableWrite(t *Container, row []byte, policy container.Policy, o
 	if policy == container.Caching {
 		// Invalidate even after an error: the write may have committed.
 		sk := rowKey(t, row)
-		t.v.Wrote(sk)
+		t.v.Wrote(validityKey(t, sk))
 		e.st.Update(sk, func(*store.Item) (store.Action, store.Item) { return store.Remove, store.Item{} })
 	}
 	return err
@@ -524,9 +543,13 @@ func (e *Engine) tableGetMany(t *Container, idx []int, rows [][]byte, items []st
 	case container.Disabled:
 		return disabled(t, "get")
 	case container.Caching:
+		if !e.vouched(len(rows)) {
+			break
+		}
 		n := 0
 		for j, row := range rows {
-			if it, ok := e.st.Get(rowKey(t, row)); ok && it.Tag == t.v.Epoch() {
+			sk := rowKey(t, row)
+			if it, ok := e.st.Get(sk); ok && t.v.KeyValid(validityKey(t, sk), it.Tag) {
 				items[idx[j]], found[idx[j]] = it, true
 				continue
 			}
@@ -538,16 +561,10 @@ func (e *Engine) tableGetMany(t *Container, idx []int, rows [][]byte, items []st
 	if len(rows) == 0 {
 		return nil
 	}
-	// Each row's generation, and the table's epoch, before anything is asked.
-	sks := make([][]byte, len(rows))
-	gens := make([]uint64, len(rows))
-	for j, row := range rows {
-		sks[j] = rowKey(t, row)
-		gens[j] = t.v.Gen(sks[j])
-	}
-	epoch := t.v.Epoch()
-	// Queued writes answer for their rows (asked after the generation is
-	// taken; see readOnce); the table is asked for the rest.
+	// The table's stamp before anything is asked.
+	stamp := t.v.Stamp()
+	// Queued writes answer for their rows (asked after the stamp is taken;
+	// see readOnce); the table is asked for the rest.
 	ask, queued := rows, map[string]container.Item(nil)
 	var qerr error
 	if t.Behind != nil {
@@ -590,8 +607,8 @@ func (e *Engine) tableGetMany(t *Container, idx []int, rows [][]byte, items []st
 			continue
 		}
 		items[i], found[i] = fromRow(r), true
-		if t.Policies.Get == container.Caching {
-			e.cacheRow(t, sks[j], items[i], gens[j], epoch)
+		if t.Policies.Get == container.Caching && e.validity.Vouched() { // a bypass stores nothing either
+			e.cacheRow(t, rowKey(t, rows[j]), items[i], stamp)
 		}
 	}
 	if err == nil {

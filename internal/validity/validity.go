@@ -7,19 +7,26 @@
 //     matches the table of that name in every schema (the statement would fail on the server, but keyway errs
 //     on the side of invalidating). Resolve applies the rule; callers keep its result per (digest, default
 //     database), so no statement pays for string folding.
-//   - Generations. Each Table has an epoch, bumped when every cached copy of the table must go at once (a write
-//     whose rows are not known), and a generation per key where the key is known: keys hash onto a fixed set of
-//     slots, and a write of a key bumps its slot (two keys sharing a slot only cost each other a discarded
-//     fill, never a stale one). The rule every cache follows: read the key's Gen and the Epoch before asking the
-//     backend, and store what came back only if both are unchanged, checked under the lock that also guards the
-//     cache entry, so an invalidation can never slip between the check and the store. A cached copy carries the
-//     epoch it was filled in and is valid only while that is still the table's Epoch.
+//   - Stamps. Each Table keeps a logical clock. Every invalidation takes the next tick and records it where it
+//     applies: on the key's slot for a write of a known key (keys hash onto a fixed set of slots; two keys
+//     sharing a slot only cost each other a discarded copy, never a stale one), on the table's rows mark for any
+//     row write (what entries tagged by the whole table, such as range reads, check), and on the epoch for a
+//     write whose rows are not known, DDL, or a gap in the binlog (every copy goes). The rule every cache
+//     follows: take Stamp before asking the backend and keep it with the copy; store the copy, and later serve
+//     it, only while KeyValid (or TableValid) says nothing was invalidated after that stamp. The store's check
+//     runs under the lock that guards the cache entry, so an invalidation can never slip between check and store.
+//   - Watched keys. A cache that keys a table's copies by a column (a container's key column, a primary key)
+//     registers it with WatchKey, so the binlog follower can turn a row change into the keys to invalidate.
+//   - Freshness. Copies may be stale by as much as the binlog follower lags. When a follower vouches for the
+//     registry (RequireVouch), caches serve copies only while Vouched: the follower has confirmed, within
+//     max_staleness, that it has applied every commit the server had made up to some instant.
 //   - Settling. A component that acknowledges writes before they reach the table (a write-behind queue)
 //     registers a settle function; Settle runs them before a statement that names the table, so the statement
 //     sees, and acts after, every write keyway acknowledged.
 //
-// Invariants: Gen and Epoch only grow; a Table, once created, is never replaced, so a *Table may be kept (on a
-// plan, on a container) for the registry's life.
+// Invariants: a table's clock, slots, rows mark and epoch only grow, and no mark is ever above the clock; a
+// Table, once created, is never replaced, so a *Table may be kept (on a plan, on a container) for the registry's
+// life.
 package validity
 
 import (
@@ -28,6 +35,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // TableID names a table, lower-cased. Schema is "" only for an unqualified name whose default database is not
@@ -71,38 +79,78 @@ func Resolve(db string, names []string) []TableID {
 	return out
 }
 
-// keySlots is how many per-key generations a table keeps: enough that concurrent fills of different keys
-// rarely share one, small enough (8 KiB) to keep for every table.
+// keySlots is how many per-key marks a table keeps: enough that concurrent fills of different keys rarely share
+// one, small enough (8 KiB) to keep for every table.
 const keySlots = 1024
 
 // Table is the validity state of one table.
 type Table struct {
 	id    TableID
-	epoch atomic.Uint64
-	// slots are the per-key generations, indexed by a hash of the key as the table compares keys.
+	clock atomic.Uint64 // the last tick handed out
+	epoch atomic.Uint64 // tick of the last invalidation of every copy
+	rows  atomic.Uint64 // tick of the last write of any row
+	// slots are the ticks of the last write of a key in each slot, indexed by a hash of the key as the table
+	// compares keys.
 	slots [keySlots]atomic.Uint64
 
-	settleMu sync.Mutex
-	settle   []func() error
+	mu      sync.Mutex
+	settle  []func() error
+	watches []KeyWatch
+}
+
+// KeyWatch is a column whose values key cached copies of the table, and how a value becomes the key the copies
+// are stamped under (Norm appends to dst the key as the cache compares keys, for example case-folded under a
+// case-insensitive collation).
+type KeyWatch struct {
+	Column string
+	Norm   func(dst, value []byte) []byte
 }
 
 // ID is the table's identity.
 func (t *Table) ID() TableID { return t.id }
 
-// Gen is the generation of key (as the table's key column compares keys: normalized by the caller): read it
-// before a fill's query, compare it before storing the fill.
-func (t *Table) Gen(key []byte) uint64 { return t.slots[slot(key)].Load() }
+// Stamp is the table's clock now: take it before a fill asks the backend, and keep it with the copy.
+func (t *Table) Stamp() uint64 { return t.clock.Load() }
 
-// Epoch is the table's epoch: a cached copy is valid only while it carries the current epoch.
-func (t *Table) Epoch() uint64 { return t.epoch.Load() }
+// KeyValid reports whether a copy of key stamped at stamp is still valid: no write of key (or of its slot), and
+// no invalidation of the whole table, came after it. key is as the table compares keys (normalized by the caller).
+func (t *Table) KeyValid(key []byte, stamp uint64) bool {
+	return t.slots[slot(key)].Load() <= stamp && t.epoch.Load() <= stamp
+}
 
-// Wrote records a write of key whose cached copy the writer removes itself: fills of key that started before
-// it are not stored. It returns key's new generation.
-func (t *Table) Wrote(key []byte) uint64 { return t.slots[slot(key)].Add(1) }
+// TableValid reports whether a copy that depends on any row of the table (a range read), stamped at stamp, is
+// still valid.
+func (t *Table) TableValid(stamp uint64) bool {
+	return t.rows.Load() <= stamp && t.epoch.Load() <= stamp
+}
 
-// Invalidate records a write whose rows are not known: every cached copy of the table is invalid, and fills in
-// flight are not stored (they compare the epoch too).
-func (t *Table) Invalidate() { t.epoch.Add(1) }
+// Wrote records a write of key: copies of it stamped before now are invalid, and so are copies that depend on
+// the whole table. It returns the write's tick: a copy the writer stores itself carries it.
+func (t *Table) Wrote(key []byte) uint64 {
+	tick := t.clock.Add(1)
+	raise(&t.slots[slot(key)], tick)
+	raise(&t.rows, tick)
+	return tick
+}
+
+// Invalidate records a write whose rows are not known (or DDL, or a gap in what the binlog follower saw): every
+// copy of the table stamped before now is invalid.
+func (t *Table) Invalidate() {
+	tick := t.clock.Add(1)
+	raise(&t.rows, tick)
+	raise(&t.epoch, tick)
+}
+
+// raise sets m to tick unless it already holds a later one: concurrent writers may tick in one order and
+// record in the other.
+func raise(m *atomic.Uint64, tick uint64) {
+	for {
+		old := m.Load()
+		if old >= tick || m.CompareAndSwap(old, tick) {
+			return
+		}
+	}
+}
 
 // slot is key's generation slot: FNV-1a, inlined so a fill allocates nothing.
 func slot(key []byte) int {
@@ -113,17 +161,32 @@ func slot(key []byte) int {
 	return int(h % keySlots)
 }
 
+// WatchKey registers a column whose values key copies of the table (see KeyWatch). Registering the same column
+// twice keeps both: each normalizer's keys are invalidated.
+func (t *Table) WatchKey(w KeyWatch) {
+	t.mu.Lock()
+	t.watches = append(t.watches, w)
+	t.mu.Unlock()
+}
+
+// Watches are the table's watched key columns.
+func (t *Table) Watches() []KeyWatch {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.watches)
+}
+
 // OnSettle registers fn to run before any statement that names the table: it returns once every write its owner
 // acknowledged is in the table (or the reason why not).
 func (t *Table) OnSettle(fn func() error) {
-	t.settleMu.Lock()
+	t.mu.Lock()
 	t.settle = append(t.settle, fn)
-	t.settleMu.Unlock()
+	t.mu.Unlock()
 }
 
 func (t *Table) settleFuncs() []func() error {
-	t.settleMu.Lock()
-	defer t.settleMu.Unlock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	return t.settle
 }
 
@@ -135,6 +198,12 @@ type Registry struct {
 		byName map[string][]*Table // the tables of each name, in every schema
 	}
 	settles atomic.Bool // some table has a settle function: Settle has work to do
+
+	// vouch is the freshness gate: with required set, copies are served only before freshUntil (Unix nanos).
+	vouch struct {
+		required   atomic.Bool
+		freshUntil atomic.Int64
+	}
 }
 
 // NewRegistry returns an empty registry.
@@ -145,8 +214,8 @@ func NewRegistry() *Registry {
 	return r
 }
 
-// Table returns the state of table id (which must name its schema), creating it on first use. Epochs start at
-// 1: copies left from a previous run (epoch 0) are never valid.
+// Table returns the state of table id (which must name its schema), creating it on first use. A table starts at
+// tick 1, invalidated: copies left from a previous run (stamp 0) are never valid.
 func (r *Registry) Table(id TableID) *Table {
 	r.mu.RLock()
 	t := r.mu.tables[id]
@@ -158,7 +227,9 @@ func (r *Registry) Table(id TableID) *Table {
 	defer r.mu.Unlock()
 	if t = r.mu.tables[id]; t == nil {
 		t = &Table{id: id}
+		t.clock.Store(1)
 		t.epoch.Store(1)
+		t.rows.Store(1)
 		r.mu.tables[id] = t
 		r.mu.byName[id.Name] = append(r.mu.byName[id.Name], t)
 	}
@@ -214,4 +285,47 @@ func (r *Registry) Settle(ids []TableID) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Known returns the table of id if someone registered it (an ID with schema), else nil.
+func (r *Registry) Known(id TableID) *Table {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.mu.tables[id]
+}
+
+// InvalidateAll invalidates every copy of every table: the binlog follower lost track of what changed.
+func (r *Registry) InvalidateAll() {
+	r.mu.RLock()
+	tables := make([]*Table, 0, len(r.mu.tables))
+	for _, t := range r.mu.tables {
+		tables = append(tables, t)
+	}
+	r.mu.RUnlock()
+	for _, t := range tables {
+		t.Invalidate()
+	}
+}
+
+// RequireVouch makes copies servable only while a binlog follower vouches for them (see Vouch). Call it before
+// serving, when a follower is configured; until its first Vouch nothing is served from copies.
+func (r *Registry) RequireVouch() { r.vouch.required.Store(true) }
+
+// Vouch records that every copy is fresh until until: the follower has applied every commit the server had made
+// at some instant, and until is that instant plus max_staleness. Earlier instants than one already vouched for
+// are ignored.
+func (r *Registry) Vouch(until time.Time) {
+	n := until.UnixNano()
+	for {
+		old := r.vouch.freshUntil.Load()
+		if old >= n || r.vouch.freshUntil.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+// Vouched reports whether copies may be served now: no follower is required, or the one that is has vouched
+// for now.
+func (r *Registry) Vouched() bool {
+	return !r.vouch.required.Load() || time.Now().UnixNano() < r.vouch.freshUntil.Load()
 }

@@ -3,7 +3,9 @@ package validity
 import (
 	"errors"
 	"slices"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestResolveNamingRule(t *testing.T) {
@@ -21,8 +23,8 @@ func TestLookupAndInvalidate(t *testing.T) {
 	r := NewRegistry()
 	a, b := r.Table(TableID{"s1", "t"}), r.Table(TableID{"s2", "t"})
 	other := r.Table(TableID{"s1", "u"})
-	if a.Epoch() != 1 || a.Gen([]byte("k")) != 0 {
-		t.Fatalf("a new table starts at epoch 1, gen 0: %d %d", a.Epoch(), a.Gen([]byte("k")))
+	if a.KeyValid([]byte("k"), 0) || !a.KeyValid([]byte("k"), a.Stamp()) {
+		t.Fatal("a new table: copies of an earlier run (stamp 0) are invalid, copies stamped now valid")
 	}
 	if r.Table(TableID{"s1", "t"}) != a {
 		t.Fatal("a table's state is created once")
@@ -34,22 +36,62 @@ func TestLookupAndInvalidate(t *testing.T) {
 	if got := r.Lookup([]TableID{{"s3", "t"}}); len(got) != 0 {
 		t.Fatalf("unknown table: %v", got)
 	}
+	sa, sb, so := a.Stamp(), b.Stamp(), other.Stamp()
 	r.Invalidate([]TableID{{"s1", "t"}})
-	if a.Epoch() != 2 || b.Epoch() != 1 || other.Epoch() != 1 {
-		t.Fatalf("invalidate s1.t: a epoch %d, b epoch %d, other epoch %d", a.Epoch(), b.Epoch(), other.Epoch())
+	if a.KeyValid([]byte("k"), sa) || a.TableValid(sa) || !b.KeyValid([]byte("k"), sb) || !other.TableValid(so) {
+		t.Fatal("invalidating s1.t must drop its copies only")
 	}
-	if g := a.Wrote([]byte("k")); g != a.Gen([]byte("k")) || g != 1 || a.Epoch() != 2 {
-		t.Fatal("Wrote bumps the key's generation only")
+	sa = a.Stamp()
+	tick := a.Wrote([]byte("k"))
+	if a.KeyValid([]byte("k"), sa) || !a.KeyValid([]byte("k"), tick) || a.TableValid(sa) {
+		t.Fatal("Wrote invalidates the key's older copies and the table-wide ones, and its own tick is valid")
 	}
-	// A write of one key leaves most other keys' generations alone: their fills are not discarded.
+	// A write of one key leaves most other keys' copies alone.
 	moved := 0
 	for i := range 100 {
-		if a.Gen([]byte{'x', byte(i)}) != 0 {
+		if !a.KeyValid([]byte{'x', byte(i)}, sa) {
 			moved++
 		}
 	}
 	if moved > 2 {
-		t.Fatalf("a write of k moved the generation of %d of 100 other keys", moved)
+		t.Fatalf("a write of k invalidated %d of 100 other keys", moved)
+	}
+	r.InvalidateAll()
+	if b.KeyValid([]byte("k"), b.Stamp()-1) || other.TableValid(other.Stamp()-1) {
+		t.Fatal("InvalidateAll drops every table's copies")
+	}
+}
+
+// TestRaiseKeepsLaterTick: two writers that tick in one order and record in the other
+// leave the later tick, so a copy stamped between them is not valid.
+func TestRaiseKeepsLaterTick(t *testing.T) {
+	var m atomic.Uint64
+	raise(&m, 5)
+	raise(&m, 3)
+	if m.Load() != 5 {
+		t.Fatalf("mark %d, want 5", m.Load())
+	}
+}
+
+func TestVouch(t *testing.T) {
+	r := NewRegistry()
+	if !r.Vouched() {
+		t.Fatal("with no follower required, copies are served")
+	}
+	r.RequireVouch()
+	if r.Vouched() {
+		t.Fatal("a required follower that has not vouched yet must close the gate")
+	}
+	r.Vouch(time.Now().Add(time.Hour))
+	r.Vouch(time.Now().Add(-time.Hour)) // an older instant never shortens it
+	if !r.Vouched() {
+		t.Fatal("vouched for the next hour")
+	}
+	r2 := NewRegistry()
+	r2.RequireVouch()
+	r2.Vouch(time.Now().Add(-time.Millisecond))
+	if r2.Vouched() {
+		t.Fatal("a vouch that ran out must close the gate")
 	}
 }
 
