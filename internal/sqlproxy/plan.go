@@ -27,6 +27,8 @@ import (
 
 	"github.com/pingcap/tidb/pkg/parser"
 	"github.com/pingcap/tidb/pkg/parser/ast"
+
+	"github.com/keywaydb/keyway/internal/sqlnames"
 	// The parser needs a driver for literal values; test_driver is the self-contained one the parser ships for
 	// users outside TiDB (go-mysql and others use it the same way).
 	_ "github.com/pingcap/tidb/pkg/parser/test_driver"
@@ -267,7 +269,7 @@ func (pc *PlanCache) build(sql, normalized, digest string) (p *Plan) {
 		guessFromKeywords(p)
 		return p
 	}
-	tc := tableCollector{seen: map[string]struct{}{}}
+	var tc sqlnames.Collector
 	for _, st := range stmts {
 		c := classify(st, p)
 		if c == ClassSession {
@@ -276,12 +278,12 @@ func (pc *PlanCache) build(sql, normalized, digest string) (p *Plan) {
 		if c.strength() > p.Class.strength() {
 			p.Class = c
 		}
-		tc.collect(st)
+		tc.Collect(st)
 	}
 	if p.Kill != KillNone && len(stmts) > 1 {
 		p.Kill = KillRefused
 	}
-	p.Tables = tc.tables
+	p.Tables = tc.Tables()
 	shape(stmts, p)
 	// Only now: the parser recycles its AST nodes on the next Parse, so the walk above must finish first.
 	pc.parsers.Put(ps)
@@ -476,90 +478,6 @@ func (f *varAssignFinder) Enter(n ast.Node) (ast.Node, bool) {
 }
 
 func (f *varAssignFinder) Leave(n ast.Node) (ast.Node, bool) { return n, true }
-
-// tableCollector walks a statement and records every ast.TableName, which covers FROM lists, joins, subqueries,
-// INSERT … SELECT, multi-table UPDATE/DELETE, DDL targets, SHOW … FROM t and LOCK TABLES.
-type tableCollector struct {
-	seen   map[string]struct{}
-	tables []string
-	skip   map[*ast.TableName]struct{} // names that are aliases, not tables (DELETE a FROM t AS a)
-	ctes   map[string]struct{}         // WITH names; an unqualified TableName with such a name is not a table
-}
-
-func (tc *tableCollector) collect(st ast.StmtNode) {
-	tc.skip, tc.ctes = nil, nil
-	// First pass: learn CTE names, so "WITH x AS (…) SELECT … FROM x" does not report x.
-	st.Accept(&cteFinder{tc: tc})
-	st.Accept(tc)
-}
-
-func (tc *tableCollector) Enter(n ast.Node) (ast.Node, bool) {
-	switch x := n.(type) {
-	case *ast.InsertStmt:
-		// The visitor walks INSERT's SELECT before its target; record the target first so Tables reads in
-		// statement order.
-		if x.Table != nil && x.Table.TableRefs != nil {
-			if ts, ok := x.Table.TableRefs.Left.(*ast.TableSource); ok {
-				if tn, ok := ts.Source.(*ast.TableName); ok {
-					tc.Enter(tn)
-				}
-			}
-		}
-	case *ast.DeleteStmt:
-		// In multi-table DELETE the target list holds aliases of tables named in TableRefs; the real tables are
-		// found there.
-		if x.IsMultiTable && x.Tables != nil {
-			if tc.skip == nil {
-				tc.skip = map[*ast.TableName]struct{}{}
-			}
-			for _, t := range x.Tables.Tables {
-				tc.skip[t] = struct{}{}
-			}
-		}
-	case *ast.TableName:
-		if _, ok := tc.skip[x]; ok {
-			return n, true
-		}
-		name := x.Name.L
-		if name == "" {
-			return n, true
-		}
-		if x.Schema.L == "" {
-			if _, ok := tc.ctes[name]; ok {
-				return n, true
-			}
-		} else {
-			name = x.Schema.L + "." + name
-		}
-		if _, ok := tc.seen[name]; !ok {
-			tc.seen[name] = struct{}{}
-			tc.tables = append(tc.tables, name)
-		}
-		return n, true
-	}
-	return n, false
-}
-
-func (tc *tableCollector) Leave(n ast.Node) (ast.Node, bool) { return n, true }
-
-type cteFinder struct{ tc *tableCollector }
-
-func (f *cteFinder) Enter(n ast.Node) (ast.Node, bool) {
-	if w, ok := n.(*ast.WithClause); ok {
-		for _, c := range w.CTEs {
-			if c == nil {
-				continue
-			}
-			if f.tc.ctes == nil {
-				f.tc.ctes = map[string]struct{}{}
-			}
-			f.tc.ctes[c.Name.L] = struct{}{}
-		}
-	}
-	return n, false
-}
-
-func (f *cteFinder) Leave(n ast.Node) (ast.Node, bool) { return n, true }
 
 // guessFromKeywords classifies a statement the parser rejected, from the leading keywords of each ';'-separated
 // part of the normalized text (comments and hints are already gone there), combined as for parsed

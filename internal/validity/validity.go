@@ -17,9 +17,9 @@
 //     runs under the lock that guards the cache entry, so an invalidation can never slip between check and store.
 //   - Watched keys. A cache that keys a table's copies by a column (a container's key column, a primary key)
 //     registers it with WatchKey, so the binlog follower can turn a row change into the keys to invalidate.
-//   - Freshness. Copies may be stale by as much as the binlog follower lags. When a follower vouches for the
-//     registry (RequireVouch), caches serve copies only while Vouched: the follower has confirmed, within
-//     max_staleness, that it has applied every commit the server had made up to some instant.
+//   - Freshness. Copies may be stale by as much as the binlog follower lags. When followers vouch for the
+//     registry (RequireVouch), caches serve copies only while Vouched: each has confirmed, within
+//     max_staleness, that it has applied every commit its server had made up to some instant.
 //   - Settling. A component that acknowledges writes before they reach the table (a write-behind queue)
 //     registers a settle function; Settle runs them before a statement that names the table, so the statement
 //     sees, and acts after, every write keyway acknowledged.
@@ -199,11 +199,9 @@ type Registry struct {
 	}
 	settles atomic.Bool // some table has a settle function: Settle has work to do
 
-	// vouch is the freshness gate: with required set, copies are served only before freshUntil (Unix nanos).
-	vouch struct {
-		required   atomic.Bool
-		freshUntil atomic.Int64
-	}
+	// vouchers are the freshness gate (see RequireVouch); vouch publishes them to readers without the lock.
+	vouchers []*Voucher
+	vouch    atomic.Pointer[[]*Voucher]
 }
 
 // NewRegistry returns an empty registry.
@@ -307,25 +305,46 @@ func (r *Registry) InvalidateAll() {
 	}
 }
 
-// RequireVouch makes copies servable only while a binlog follower vouches for them (see Vouch). Call it before
-// serving, when a follower is configured; until its first Vouch nothing is served from copies.
-func (r *Registry) RequireVouch() { r.vouch.required.Store(true) }
+// Voucher is one binlog follower's say on freshness. Build it with RequireVouch.
+type Voucher struct{ freshUntil atomic.Int64 } // Unix nanos
 
-// Vouch records that every copy is fresh until until: the follower has applied every commit the server had made
-// at some instant, and until is that instant plus max_staleness. Earlier instants than one already vouched for
-// are ignored.
-func (r *Registry) Vouch(until time.Time) {
+// Vouch records that copies are fresh until until: the follower has applied every commit the server had made at
+// some instant, and until is that instant plus max_staleness. An earlier until than one already vouched is ignored.
+func (v *Voucher) Vouch(until time.Time) {
 	n := until.UnixNano()
 	for {
-		old := r.vouch.freshUntil.Load()
-		if old >= n || r.vouch.freshUntil.CompareAndSwap(old, n) {
+		old := v.freshUntil.Load()
+		if old >= n || v.freshUntil.CompareAndSwap(old, n) {
 			return
 		}
 	}
 }
 
-// Vouched reports whether copies may be served now: no follower is required, or the one that is has vouched
-// for now.
+// Fresh reports whether this voucher vouches for now.
+func (v *Voucher) Fresh() bool { return v != nil && time.Now().UnixNano() < v.freshUntil.Load() }
+
+// RequireVouch adds a voucher: from now on copies are served only while every voucher vouches for them (one
+// follower per backend group; a conservative rule, as the registry does not know which group holds which
+// table). Call it before serving; until the voucher's first Vouch nothing is served from copies.
+func (r *Registry) RequireVouch() *Voucher {
+	v := &Voucher{}
+	r.mu.Lock()
+	r.vouchers = append(r.vouchers, v)
+	r.mu.Unlock()
+	r.vouch.Store(&r.vouchers)
+	return v
+}
+
+// Vouched reports whether copies may be served now: every voucher vouches for now (true with none).
 func (r *Registry) Vouched() bool {
-	return !r.vouch.required.Load() || time.Now().UnixNano() < r.vouch.freshUntil.Load()
+	vs := r.vouch.Load()
+	if vs == nil {
+		return true
+	}
+	for _, v := range *vs {
+		if !v.Fresh() {
+			return false
+		}
+	}
+	return true
 }

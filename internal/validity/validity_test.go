@@ -78,19 +78,22 @@ func TestVouch(t *testing.T) {
 	if !r.Vouched() {
 		t.Fatal("with no follower required, copies are served")
 	}
-	r.RequireVouch()
+	a, b := r.RequireVouch(), r.RequireVouch()
 	if r.Vouched() {
 		t.Fatal("a required follower that has not vouched yet must close the gate")
 	}
-	r.Vouch(time.Now().Add(time.Hour))
-	r.Vouch(time.Now().Add(-time.Hour)) // an older instant never shortens it
-	if !r.Vouched() {
-		t.Fatal("vouched for the next hour")
+	a.Vouch(time.Now().Add(time.Hour))
+	if r.Vouched() {
+		t.Fatal("every voucher must vouch")
 	}
-	r2 := NewRegistry()
-	r2.RequireVouch()
-	r2.Vouch(time.Now().Add(-time.Millisecond))
-	if r2.Vouched() {
+	b.Vouch(time.Now().Add(time.Hour))
+	b.Vouch(time.Now().Add(-time.Hour)) // an older instant never shortens it
+	if !r.Vouched() {
+		t.Fatal("vouched for the next hour by both")
+	}
+	c := r.RequireVouch()
+	c.Vouch(time.Now().Add(-time.Millisecond))
+	if r.Vouched() {
 		t.Fatal("a vouch that ran out must close the gate")
 	}
 }

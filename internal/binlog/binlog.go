@@ -1,0 +1,727 @@
+// Package binlog follows a primary's binary log as a replica (go-mysql's replication package) and turns what the
+// primary commits into invalidations in package validity, so that copies cached by keyway (container rows now,
+// SQL results next) never outlive a write made directly in MySQL by more than max_staleness.
+//
+// How it works:
+//   - Row events (ROW format) of tables someone registered in the registry become (table, key) invalidations: for
+//     each watched key column (validity.KeyWatch) the before and after images' values are normalized and marked
+//     written. A row whose key value is missing (MINIMAL row image, NULL) invalidates its whole table.
+//   - Invalidations are applied when the transaction commits (XID, or COMMIT for non-transactional tables), never
+//     on a row event of an open transaction: a reader can only miss a copy for a change it can already see.
+//   - DDL (any query event other than BEGIN, COMMIT and ROLLBACK) invalidates every table it names (package
+//     sqlnames); a statement that does not parse invalidates everything.
+//   - Freshness is proved, not guessed: every probe interval the follower asks the primary for the end of its
+//     binlog (SHOW MASTER STATUS) at instant q; once the follower has applied everything up to that position,
+//     every commit made before q is applied, and it vouches (validity.Voucher) for copies until q + max_staleness.
+//     A follower that is disconnected never vouches, so a stopped or lagging follower closes the gate within
+//     max_staleness whatever the cause.
+//   - Position: MariaDB GTIDs (gtid_binlog_pos), or file and position for MySQL. The checkpoint is the position
+//     after the last applied commit; a reconnect (with backoff) resumes there. When the primary no longer has it
+//     (purged, RESET MASTER, GTID domain change: error 1236) the follower invalidates everything and starts from
+//     the primary's current position.
+//
+// Invariant: the checkpoint and the vouched position only move forward over applied commits; invalidations of a
+// transaction are applied before its commit's position counts as reached.
+package binlog
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+	"github.com/pingcap/tidb/pkg/parser"
+	_ "github.com/pingcap/tidb/pkg/parser/test_driver"
+
+	"github.com/keywaydb/keyway/internal/sqlnames"
+	"github.com/keywaydb/keyway/internal/validity"
+)
+
+// DefaultMaxStaleness is Options.MaxStaleness's default.
+const DefaultMaxStaleness = time.Second
+
+// Options configure a Follower.
+type Options struct {
+	Group          string // the backend group's name, for logs and status
+	User, Password string // an account with REPLICATION SLAVE and REPLICATION CLIENT
+	// Dial reaches the primary (backend.Group.DialWritable); the address it is given is ignored.
+	Dial     func(ctx context.Context, network, addr string) (net.Conn, error)
+	TLS      *tls.Config // nil = plaintext
+	ServerID uint32      // the follower's replica server_id; must differ from every server's and keyway's
+	// MaxStaleness is how stale a copy may be when it is served (default 1s).
+	MaxStaleness time.Duration
+	Registry     *validity.Registry
+	Logger       *slog.Logger
+}
+
+// Server is what Check read of the primary.
+type Server struct {
+	Version, Flavor string // Flavor is mysql.MariaDBFlavor or mysql.MySQLFlavor
+	RowImage        string
+}
+
+// Check connects as o's account and verifies that the primary can be followed: binary log on, ROW format, a row
+// image that logs keys, and the replication grants. Each error says how to fix the server.
+func Check(ctx context.Context, o Options) (Server, error) {
+	c, err := connect(ctx, o)
+	if err != nil {
+		return Server{}, err
+	}
+	defer c.Close()
+	r, err := c.Execute("SELECT @@version, @@log_bin, @@binlog_format, @@binlog_row_image")
+	if err != nil {
+		return Server{}, fmt.Errorf("reading the binlog settings: %w", err)
+	}
+	var s Server
+	s.Version, _ = r.GetString(0, 0)
+	logBin, _ := r.GetInt(0, 1)
+	format, _ := r.GetString(0, 2)
+	s.RowImage, _ = r.GetString(0, 3)
+	s.Flavor = mysql.MySQLFlavor
+	if strings.Contains(strings.ToLower(s.Version), "mariadb") {
+		s.Flavor = mysql.MariaDBFlavor
+	}
+	switch {
+	case logBin != 1:
+		return s, errors.New("the binary log is off: start the server with log_bin (--log-bin), binlog_format=ROW")
+	case !strings.EqualFold(format, "ROW"):
+		return s, fmt.Errorf("binlog_format is %s: keyway needs ROW (SET GLOBAL binlog_format=ROW, and binlog_format=ROW in the server's config)", format)
+	case !strings.EqualFold(s.RowImage, "FULL") && !strings.EqualFold(s.RowImage, "NOBLOB") && !strings.EqualFold(s.RowImage, "MINIMAL"):
+		return s, fmt.Errorf("binlog_row_image is %s: keyway needs FULL (or NOBLOB, or MINIMAL with keys logged)", s.RowImage)
+	}
+	if missing, err := missingGrants(c); err != nil {
+		return s, fmt.Errorf("reading the account's grants: %w", err)
+	} else if missing != "" {
+		return s, fmt.Errorf("the account %q lacks %s: GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO it (or set binlog_user and binlog_password on the group)", o.User, missing)
+	}
+	return s, nil
+}
+
+// missingGrants names the replication privileges the connected account lacks ("" when it has them). MariaDB
+// 10.5+ calls them REPLICATION REPLICA (or SLAVE) and BINLOG MONITOR (or REPLICATION CLIENT).
+func missingGrants(c *client.Conn) (string, error) {
+	r, err := c.Execute("SHOW GRANTS")
+	if err != nil {
+		return "", err
+	}
+	var all strings.Builder
+	for i := range r.RowNumber() {
+		g, _ := r.GetString(i, 0)
+		if strings.Contains(g, " ON *.* ") {
+			all.WriteString(strings.ToUpper(g))
+			all.WriteByte('\n')
+		}
+	}
+	grants := all.String()
+	has := func(names ...string) bool {
+		for _, n := range append(names, "ALL PRIVILEGES") {
+			if strings.Contains(grants, n) {
+				return true
+			}
+		}
+		return false
+	}
+	var missing []string
+	if !has("REPLICATION SLAVE", "REPLICATION REPLICA") {
+		missing = append(missing, "REPLICATION SLAVE")
+	}
+	if !has("REPLICATION CLIENT", "BINLOG MONITOR", "SUPER") {
+		missing = append(missing, "REPLICATION CLIENT")
+	}
+	return strings.Join(missing, " and "), nil
+}
+
+func connect(ctx context.Context, o Options) (*client.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, err := client.ConnectWithDialer(ctx, "", "primary:0", o.User, o.Password, "", client.Dialer(o.Dial), func(c *client.Conn) error {
+		c.SetTLSConfig(o.TLS)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("group %q: connecting as %q: %w", o.Group, o.User, err)
+	}
+	return c, nil
+}
+
+// State is where a follower is.
+type State string
+
+const (
+	Starting     State = "starting"
+	Following    State = "following"
+	Reconnecting State = "reconnecting"
+	Stopped      State = "stopped"
+)
+
+// Status is a snapshot of a follower.
+type Status struct {
+	Group    string    `json:"group"`
+	State    State     `json:"state"`
+	Flavor   string    `json:"flavor"`
+	File     string    `json:"file"`
+	Position uint32    `json:"position"`
+	GTID     string    `json:"gtid,omitempty"`
+	Fresh    bool      `json:"fresh"`               // copies may be served now
+	FreshAt  time.Time `json:"fresh_at,omitzero"`   // every commit before this instant is applied
+	LagMS    int64     `json:"lag_ms"`              // now - FreshAt
+	Events   uint64    `json:"events"`              // binlog events read
+	Commits  uint64    `json:"commits"`             // transactions applied
+	Keys     uint64    `json:"key_invalidations"`   // (table, key) invalidations
+	Tables   uint64    `json:"table_invalidations"` // whole-table invalidations (DDL, missing keys)
+	Gaps     uint64    `json:"gaps"`                // positions lost: everything invalidated
+	Reconn   uint64    `json:"reconnects"`
+	LastErr  string    `json:"last_error,omitempty"`
+}
+
+// Follower follows one primary's binlog. Build it with Start.
+type Follower struct {
+	o       Options
+	server  Server
+	log     *slog.Logger
+	voucher *validity.Voucher
+	stop    chan struct{}
+	done    sync.WaitGroup
+	parser  *parser.Parser // used by the event loop only
+
+	events, commits, keys, tables, gaps, reconnects atomic.Uint64
+
+	mu struct {
+		sync.Mutex
+		state     State
+		connected bool
+		file      string // the applied position: the end of the last applied commit
+		pos       uint32
+		gtids     map[uint32]mysql.MariadbGTID // MariaDB: the last applied GTID of each domain
+		probes    []probe
+		freshAt   time.Time
+		lastErr   error
+		syncer    *replication.BinlogSyncer
+	}
+
+	// The event loop's own state.
+	curGTID   mysql.MariadbGTID
+	inTx      bool
+	pendKeys  []pendingKey
+	pendWhole []*validity.Table
+	columns   map[validity.TableID]map[string]int // column ordinals by lower-case name
+
+	metaMu sync.Mutex
+	meta   *client.Conn // probes and information_schema lookups
+}
+
+type pendingKey struct {
+	t   *validity.Table
+	key []byte
+}
+
+// probe is an instant at which the primary's binlog ended at (file, pos).
+type probe struct {
+	at   time.Time
+	file string
+	pos  uint32
+}
+
+// Start checks the primary (see Check), registers the follower as a voucher of o.Registry (so copies are not
+// served until it has caught up), and follows from the primary's current position in the background.
+func Start(ctx context.Context, o Options) (*Follower, error) {
+	if o.MaxStaleness <= 0 {
+		o.MaxStaleness = DefaultMaxStaleness
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	s, err := Check(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	f := &Follower{o: o, server: s, log: o.Logger.With("group", o.Group, "component", "binlog"), stop: make(chan struct{}),
+		parser: parser.New(), columns: map[validity.TableID]map[string]int{}}
+	f.mu.state = Starting
+	if err := f.startAtCurrent(); err != nil {
+		return nil, err
+	}
+	f.voucher = o.Registry.RequireVouch()
+	f.done.Add(2)
+	go f.run()
+	go f.probeLoop()
+	f.log.Info("binlog follower started: copies are invalidated by the primary's commits, and served only while the follower is within max_staleness",
+		"server", s.Version, "row_image", s.RowImage, "server_id", o.ServerID, "max_staleness", o.MaxStaleness.String(), "file", f.mu.file, "position", f.mu.pos)
+	return f, nil
+}
+
+// startAtCurrent sets the checkpoint to the primary's current end of binlog.
+func (f *Follower) startAtCurrent() error {
+	file, pos, err := f.masterPos()
+	if err != nil {
+		return err
+	}
+	var gtids map[uint32]mysql.MariadbGTID
+	if f.server.Flavor == mysql.MariaDBFlavor {
+		gtids = map[uint32]mysql.MariadbGTID{}
+		var s string
+		err = f.metaQuery(func(c *client.Conn) error {
+			r, err := c.Execute("SELECT @@gtid_binlog_pos")
+			if err == nil {
+				s, _ = r.GetString(0, 0)
+			}
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("reading gtid_binlog_pos: %w", err)
+		}
+		for _, part := range strings.Split(s, ",") {
+			if part = strings.TrimSpace(part); part == "" {
+				continue
+			}
+			g, err := mysql.ParseMariadbGTID(part)
+			if err != nil {
+				return fmt.Errorf("gtid_binlog_pos %q: %w", s, err)
+			}
+			gtids[g.DomainID] = *g
+		}
+	}
+	f.mu.Lock()
+	f.mu.file, f.mu.pos, f.mu.gtids = file, pos, gtids
+	f.mu.Unlock()
+	return nil
+}
+
+// Close stops the follower. Copies are no longer vouched for once its last vouch runs out.
+func (f *Follower) Close() {
+	select {
+	case <-f.stop:
+		return
+	default:
+	}
+	close(f.stop)
+	f.mu.Lock()
+	if f.mu.syncer != nil {
+		f.mu.syncer.Close()
+	}
+	f.mu.Unlock()
+	f.done.Wait()
+	f.metaMu.Lock()
+	if f.meta != nil {
+		f.meta.Close()
+	}
+	f.metaMu.Unlock()
+	f.setState(Stopped, false, nil)
+}
+
+// Status returns a snapshot.
+func (f *Follower) Status() Status {
+	f.mu.Lock()
+	s := Status{Group: f.o.Group, State: f.mu.state, Flavor: f.server.Flavor, File: f.mu.file, Position: f.mu.pos,
+		GTID: gtidString(f.mu.gtids), FreshAt: f.mu.freshAt}
+	if f.mu.lastErr != nil {
+		s.LastErr = f.mu.lastErr.Error()
+	}
+	f.mu.Unlock()
+	s.Fresh = f.voucher.Fresh()
+	if !s.FreshAt.IsZero() {
+		s.LagMS = time.Since(s.FreshAt).Milliseconds()
+	}
+	s.Events, s.Commits, s.Keys, s.Tables = f.events.Load(), f.commits.Load(), f.keys.Load(), f.tables.Load()
+	s.Gaps, s.Reconn = f.gaps.Load(), f.reconnects.Load()
+	return s
+}
+
+func (f *Follower) setState(s State, connected bool, err error) {
+	f.mu.Lock()
+	f.mu.state, f.mu.connected = s, connected
+	if err != nil {
+		f.mu.lastErr = err
+	}
+	f.mu.Unlock()
+}
+
+// run follows until Close, reconnecting with backoff.
+func (f *Follower) run() {
+	defer f.done.Done()
+	backoff := 100 * time.Millisecond
+	for {
+		began := time.Now()
+		err := f.follow()
+		select {
+		case <-f.stop:
+			return
+		default:
+		}
+		f.setState(Reconnecting, false, err)
+		f.reconnects.Add(1)
+		f.discardOpenTx()
+		var me *mysql.MyError
+		if errors.As(err, &me) && me.Code == mysql.ER_MASTER_FATAL_ERROR_READING_BINLOG {
+			// The primary no longer has our position: what changed since cannot be known.
+			f.gaps.Add(1)
+			f.o.Registry.InvalidateAll()
+			f.log.Warn("binlog position lost on the primary (purged, reset, or a GTID domain change): every cached copy is dropped and following restarts at the primary's current position", "err", err)
+			if err := f.startAtCurrent(); err != nil {
+				f.log.Warn("binlog follower: reading the primary's position", "err", err)
+			}
+		} else {
+			f.log.Warn("binlog follower disconnected; cached copies are not served until it catches up", "err", err, "retry_in", backoff.String())
+		}
+		if time.Since(began) > 10*time.Second {
+			backoff = 100 * time.Millisecond
+		}
+		select {
+		case <-f.stop:
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// follow runs one replication connection from the checkpoint until it fails.
+func (f *Follower) follow() error {
+	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
+		ServerID:         f.o.ServerID,
+		Flavor:           f.server.Flavor,
+		Host:             "primary",
+		User:             f.o.User,
+		Password:         f.o.Password,
+		TLSConfig:        f.o.TLS,
+		Dialer:           client.Dialer(f.o.Dial),
+		HeartbeatPeriod:  time.Second,
+		ReadTimeout:      5 * time.Second,
+		DisableRetrySync: true,
+		Logger:           slog.New(slog.DiscardHandler),
+	})
+	f.mu.Lock()
+	f.mu.syncer = syncer
+	file, pos, gtids := f.mu.file, f.mu.pos, f.mu.gtids
+	f.mu.Unlock()
+	defer syncer.Close()
+	var streamer *replication.BinlogStreamer
+	var err error
+	if f.server.Flavor == mysql.MariaDBFlavor {
+		var set mysql.GTIDSet
+		if set, err = mysql.ParseMariadbGTIDSet(gtidString(gtids)); err == nil {
+			streamer, err = syncer.StartSyncGTID(set)
+		}
+	} else {
+		streamer, err = syncer.StartSync(mysql.Position{Name: file, Pos: pos})
+	}
+	if err != nil {
+		return err
+	}
+	f.setState(Following, true, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-f.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for {
+		ev, err := streamer.GetEvent(ctx)
+		if err != nil {
+			return err
+		}
+		f.events.Add(1)
+		f.handle(ev)
+	}
+}
+
+// handle applies one event.
+func (f *Follower) handle(ev *replication.BinlogEvent) {
+	switch e := ev.Event.(type) {
+	case *replication.RotateEvent:
+		f.mu.Lock()
+		f.mu.file, f.mu.pos = string(e.NextLogName), uint32(e.Position)
+		f.mu.Unlock()
+		return
+	case *replication.MariadbGTIDEvent:
+		f.curGTID = e.GTID
+		f.inTx = e.Flags&replication.BINLOG_MARIADB_FL_STANDALONE == 0
+	case *replication.QueryEvent:
+		switch q := strings.ToUpper(strings.TrimSpace(string(e.Query))); {
+		case q == "BEGIN":
+			f.inTx = true
+		case q == "COMMIT":
+			f.commit()
+		case q == "ROLLBACK":
+			f.discardOpenTx()
+		case q == "" || strings.HasPrefix(q, "SAVEPOINT") || strings.HasPrefix(q, "XA "):
+		default:
+			f.ddl(string(e.Schema), string(e.Query))
+			f.commit() // DDL commits implicitly
+		}
+	case *replication.XIDEvent:
+		f.commit()
+	case *replication.RowsEvent:
+		f.rows(e)
+		if !f.inTx {
+			f.commit()
+		}
+	}
+	if lp := ev.Header.LogPos; lp != 0 && !f.inTx {
+		f.mu.Lock()
+		f.mu.pos = lp
+		f.mu.Unlock()
+		f.checkProbes()
+	}
+}
+
+// rows records the keys a rows event changes, to invalidate at commit.
+func (f *Follower) rows(e *replication.RowsEvent) {
+	if e.Table == nil {
+		return
+	}
+	id := validity.TableID{Schema: strings.ToLower(string(e.Table.Schema)), Name: strings.ToLower(string(e.Table.Table))}
+	t := f.o.Registry.Known(id)
+	if t == nil {
+		return // nothing cached of this table
+	}
+	watches := t.Watches()
+	if len(watches) == 0 {
+		f.pendWhole = append(f.pendWhole, t)
+		return
+	}
+	cols := f.columnsOf(id, e.Table)
+	for _, w := range watches {
+		i, ok := cols[strings.ToLower(w.Column)]
+		if !ok {
+			f.pendWhole = append(f.pendWhole, t)
+			continue
+		}
+		for _, row := range e.Rows {
+			if i >= len(row) || row[i] == nil {
+				f.pendWhole = append(f.pendWhole, t) // the key is not in the image
+				continue
+			}
+			f.pendKeys = append(f.pendKeys, pendingKey{t, w.Norm(nil, valueBytes(row[i]))})
+		}
+	}
+}
+
+// valueBytes is a row value as the table's key compares: strings and bytes as they are, numbers in decimal.
+func valueBytes(v any) []byte {
+	switch x := v.(type) {
+	case string:
+		return []byte(x)
+	case []byte:
+		return x
+	case int8, int16, int32, int64, int, uint8, uint16, uint32, uint64:
+		return fmt.Appendf(nil, "%d", x)
+	}
+	return fmt.Append(nil, v)
+}
+
+// columnsOf returns the ordinals of t's columns by lower-case name: from the table map when the server logs
+// column names (binlog_row_metadata=FULL), else from information_schema, kept until DDL names the table. A count
+// that disagrees with the event (the table changed since) yields no columns, so the table is invalidated whole.
+func (f *Follower) columnsOf(id validity.TableID, tm *replication.TableMapEvent) map[string]int {
+	if names := tm.ColumnNameString(); len(names) > 0 {
+		m := make(map[string]int, len(names))
+		for i, n := range names {
+			m[strings.ToLower(n)] = i
+		}
+		return m
+	}
+	m, ok := f.columns[id]
+	if !ok {
+		m = map[string]int{}
+		err := f.metaQuery(func(c *client.Conn) error {
+			r, err := c.Execute("SELECT LOWER(COLUMN_NAME), ORDINAL_POSITION FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?", id.Schema, id.Name)
+			if err != nil {
+				return err
+			}
+			for i := range r.RowNumber() {
+				name, _ := r.GetString(i, 0)
+				pos, _ := r.GetInt(i, 1)
+				m[name] = int(pos) - 1
+			}
+			return nil
+		})
+		if err != nil {
+			f.log.Warn("binlog follower: reading a table's columns; its changes invalidate it whole", "table", id.String(), "err", err)
+			return nil
+		}
+		f.columns[id] = m
+	}
+	if uint64(len(m)) != tm.ColumnCount {
+		return nil
+	}
+	return m
+}
+
+// ddl invalidates every table query names (in default database schema); everything when it does not parse.
+func (f *Follower) ddl(schema, query string) {
+	stmts, _, err := f.parser.Parse(query, "", "")
+	if err != nil || len(stmts) == 0 {
+		f.tables.Add(1)
+		f.o.Registry.InvalidateAll()
+		clear(f.columns)
+		return
+	}
+	var tc sqlnames.Collector
+	for _, st := range stmts {
+		tc.Collect(st)
+	}
+	ids := validity.Resolve(strings.ToLower(schema), tc.Tables())
+	for _, t := range f.o.Registry.Lookup(ids) {
+		f.pendWhole = append(f.pendWhole, t)
+		delete(f.columns, t.ID())
+	}
+}
+
+// commit applies the open transaction's invalidations and moves the checkpoint past it.
+func (f *Follower) commit() {
+	for _, p := range f.pendKeys {
+		p.t.Wrote(p.key)
+	}
+	for _, t := range f.pendWhole {
+		t.Invalidate()
+	}
+	f.keys.Add(uint64(len(f.pendKeys)))
+	f.tables.Add(uint64(len(f.pendWhole)))
+	f.commits.Add(1)
+	f.discardOpenTx()
+	if f.server.Flavor == mysql.MariaDBFlavor && f.curGTID.SequenceNumber != 0 {
+		f.mu.Lock()
+		f.mu.gtids[f.curGTID.DomainID] = f.curGTID
+		f.mu.Unlock()
+	}
+}
+
+func (f *Follower) discardOpenTx() {
+	f.pendKeys, f.pendWhole, f.inTx = f.pendKeys[:0], f.pendWhole[:0], false
+}
+
+// probeInterval is how often the primary's position is asked: a tenth of max_staleness, within [10ms, 250ms].
+func (f *Follower) probeInterval() time.Duration {
+	return min(max(f.o.MaxStaleness/10, 10*time.Millisecond), 250*time.Millisecond)
+}
+
+// maxProbes bounds the probes waiting to be reached; past it new probes are skipped until the follower catches up.
+const maxProbes = 256
+
+func (f *Follower) probeLoop() {
+	defer f.done.Done()
+	tick := time.NewTicker(f.probeInterval())
+	defer tick.Stop()
+	wasFresh := false
+	for {
+		select {
+		case <-f.stop:
+			return
+		case <-tick.C:
+		}
+		at := time.Now()
+		if file, pos, err := f.masterPos(); err == nil {
+			f.mu.Lock()
+			if len(f.mu.probes) < maxProbes {
+				f.mu.probes = append(f.mu.probes, probe{at, file, pos})
+			}
+			f.mu.Unlock()
+			f.checkProbes()
+		}
+		if fresh := f.voucher.Fresh(); fresh != wasFresh {
+			wasFresh = fresh
+			if fresh {
+				f.log.Info("binlog follower caught up: cached copies are served again")
+			} else {
+				f.log.Warn("binlog follower is behind max_staleness or disconnected: reads bypass cached copies", "max_staleness", f.o.MaxStaleness.String())
+			}
+		}
+	}
+}
+
+// checkProbes vouches for the latest probe the applied position has reached.
+func (f *Follower) checkProbes() {
+	f.mu.Lock()
+	var reached time.Time
+	for len(f.mu.probes) > 0 && f.mu.connected && !before(f.mu.file, f.mu.pos, f.mu.probes[0].file, f.mu.probes[0].pos) {
+		reached = f.mu.probes[0].at
+		f.mu.probes = f.mu.probes[1:]
+	}
+	if !reached.IsZero() {
+		f.mu.freshAt = reached
+	}
+	f.mu.Unlock()
+	if !reached.IsZero() {
+		f.voucher.Vouch(reached.Add(f.o.MaxStaleness))
+	}
+}
+
+// before reports whether binlog position (file, pos) comes before (pfile, ppos). Binlog file names share a base
+// and a zero-padded sequence, so longer names and then greater names are later.
+func before(file string, pos uint32, pfile string, ppos uint32) bool {
+	if file != pfile {
+		if len(file) != len(pfile) {
+			return len(file) < len(pfile)
+		}
+		return file < pfile
+	}
+	return pos < ppos
+}
+
+// masterPos asks the primary where its binlog ends.
+func (f *Follower) masterPos() (file string, pos uint32, err error) {
+	err = f.metaQuery(func(c *client.Conn) error {
+		r, err := c.Execute("SHOW MASTER STATUS")
+		if err != nil {
+			return err
+		}
+		if r.RowNumber() == 0 {
+			return errors.New("SHOW MASTER STATUS returned no row: the binary log is off")
+		}
+		file, _ = r.GetString(0, 0)
+		p, _ := r.GetUint(0, 1)
+		pos = uint32(p)
+		return nil
+	})
+	return file, pos, err
+}
+
+// metaQuery runs fn on the follower's query connection, reconnecting it once if it fails.
+func (f *Follower) metaQuery(fn func(*client.Conn) error) error {
+	f.metaMu.Lock()
+	defer f.metaMu.Unlock()
+	for attempt := 0; ; attempt++ {
+		if f.meta == nil {
+			c, err := connect(context.Background(), f.o)
+			if err != nil {
+				return err
+			}
+			f.meta = c
+		}
+		err := fn(f.meta)
+		if err == nil || attempt > 0 {
+			return err
+		}
+		var me *mysql.MyError
+		if errors.As(err, &me) {
+			return err // the server answered: the connection is fine
+		}
+		f.meta.Close()
+		f.meta = nil
+	}
+}
+
+// gtidString formats a MariaDB GTID position, domains in order.
+func gtidString(g map[uint32]mysql.MariadbGTID) string {
+	parts := make([]string, 0, len(g))
+	for _, d := range slices.Sorted(maps.Keys(g)) {
+		x := g[d]
+		parts = append(parts, fmt.Sprintf("%d-%d-%d", x.DomainID, x.ServerID, x.SequenceNumber))
+	}
+	return strings.Join(parts, ",")
+}

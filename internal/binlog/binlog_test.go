@@ -1,0 +1,215 @@
+package binlog
+
+import (
+	"context"
+	"database/sql"
+	"log/slog"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql"
+
+	"github.com/keywaydb/keyway/internal/testenv"
+	"github.com/keywaydb/keyway/internal/validity"
+)
+
+// rig is a real MariaDB (binlog ROW), a registry watching test.kv's key k, and a follower whose dialing the
+// test can cut.
+type rig struct {
+	db      *sql.DB
+	reg     *validity.Registry
+	kv      *validity.Table
+	f       *Follower
+	refuse  atomic.Bool // the follower's dials fail while set
+	options Options
+}
+
+func newRig(t *testing.T) *rig {
+	t.Helper()
+	m := testenv.NewMariaDB(t)
+	db, err := sql.Open("mysql", m.AppDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	mustExec(t, db, "CREATE TABLE kv (k VARCHAR(32) PRIMARY KEY, v VARCHAR(32)) ENGINE=InnoDB")
+	mustExec(t, db, "INSERT INTO kv VALUES ('a', '1'), ('b', '1')")
+	r := &rig{db: db, reg: validity.NewRegistry()}
+	r.kv = r.reg.Table(validity.TableID{Schema: "test", Name: "kv"})
+	r.kv.WatchKey(validity.KeyWatch{Column: "k", Norm: func(dst, v []byte) []byte { return append(dst, v...) }})
+	r.options = Options{
+		Group: "g", User: "app", Password: "secret", ServerID: 4242,
+		Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			if r.refuse.Load() {
+				return nil, &net.OpError{Op: "dial", Err: errRefused}
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", m.Addr)
+		},
+		MaxStaleness: 500 * time.Millisecond,
+		Registry:     r.reg,
+		Logger:       slog.New(slog.DiscardHandler),
+	}
+	return r
+}
+
+var errRefused = &net.AddrError{Err: "refused by the test"}
+
+func (r *rig) start(t *testing.T) {
+	t.Helper()
+	f, err := Start(context.Background(), r.options)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.f = f
+	t.Cleanup(f.Close)
+	r.waitFor(t, "the follower to vouch", r.reg.Vouched)
+}
+
+func (r *rig) waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s; follower: %+v", what, r.f.Status())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func mustExec(t *testing.T, db interface {
+	Exec(string, ...any) (sql.Result, error)
+}, q string, args ...any) {
+	t.Helper()
+	if _, err := db.Exec(q, args...); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}
+
+// TestFollowerInvalidatesCommits: a direct write invalidates the keys it changed once it commits, not before,
+// and leaves other keys alone; a rolled-back transaction invalidates nothing; and the follower's proof of
+// freshness means every commit made before the gate is checked is applied once it is open.
+func TestFollowerInvalidatesCommits(t *testing.T) {
+	r := newRig(t)
+	r.start(t)
+	a, b := []byte("a"), []byte("b")
+
+	stamp := r.kv.Stamp()
+	tx, err := r.db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, tx, "UPDATE kv SET v = '2' WHERE k = 'a'")
+	time.Sleep(300 * time.Millisecond) // time enough for the follower to see an uncommitted event, were it logged
+	if !r.kv.KeyValid(a, stamp) {
+		t.Fatal("a row change of an open transaction invalidated the copy")
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	committed := time.Now()
+	r.waitFor(t, "the commit to invalidate a", func() bool { return !r.kv.KeyValid(a, stamp) })
+	// Freshness: any instant the gate is open after the commit plus max_staleness has the commit applied.
+	if r.kv.KeyValid(a, stamp) && time.Since(committed) > r.options.MaxStaleness && r.reg.Vouched() {
+		t.Fatal("vouched while the commit was not applied")
+	}
+	if !r.kv.KeyValid(b, stamp) {
+		t.Fatal("the write of a invalidated b")
+	}
+
+	stamp = r.kv.Stamp()
+	tx, err = r.db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, tx, "UPDATE kv SET v = '3' WHERE k = 'b'")
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, r.db, "UPDATE kv SET v = '9' WHERE k = 'a'") // a later commit: once it is applied, so is anything before
+	r.waitFor(t, "the later commit", func() bool { return !r.kv.KeyValid(a, stamp) })
+	if !r.kv.KeyValid(b, stamp) {
+		t.Fatal("a rolled-back write invalidated b")
+	}
+
+	// A key that changes in an UPDATE invalidates both its old and its new value.
+	stamp = r.kv.Stamp()
+	mustExec(t, r.db, "UPDATE kv SET k = 'c' WHERE k = 'b'")
+	r.waitFor(t, "the renamed key", func() bool { return !r.kv.KeyValid(b, stamp) && !r.kv.KeyValid([]byte("c"), stamp) })
+
+	// DDL drops every copy of the table, and a table-wide copy goes with any row write.
+	stamp = r.kv.Stamp()
+	mustExec(t, r.db, "TRUNCATE TABLE kv")
+	r.waitFor(t, "TRUNCATE to invalidate the table", func() bool { return !r.kv.KeyValid([]byte("zzz"), stamp) })
+	st := r.f.Status()
+	if st.State != Following || st.Commits == 0 || st.Keys == 0 || st.Tables == 0 || st.GTID == "" {
+		t.Fatalf("status %+v", st)
+	}
+}
+
+// TestFollowerDisconnected: while the follower cannot reach the primary the gate closes within max_staleness
+// (reads bypass copies), a write made meanwhile is applied once it reconnects, and the gate opens again.
+func TestFollowerDisconnected(t *testing.T) {
+	r := newRig(t)
+	r.start(t)
+	r.refuse.Store(true)
+	var id int64
+	if err := r.db.QueryRow("SELECT ID FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'").Scan(&id); err != nil {
+		t.Fatalf("finding the follower's connection: %v", err)
+	}
+	mustExec(t, r.db, "KILL ?", id)
+	r.waitFor(t, "the gate to close", func() bool { return !r.reg.Vouched() })
+	stamp := r.kv.Stamp()
+	mustExec(t, r.db, "UPDATE kv SET v = 'x' WHERE k = 'a'")
+	time.Sleep(2 * r.options.MaxStaleness)
+	if r.reg.Vouched() {
+		t.Fatal("vouched while disconnected")
+	}
+	if s := r.f.Status(); s.State != Reconnecting || s.Reconn == 0 {
+		t.Fatalf("status while cut off: %+v", s)
+	}
+	r.refuse.Store(false)
+	r.waitFor(t, "the write made while disconnected", func() bool { return !r.kv.KeyValid([]byte("a"), stamp) })
+	r.waitFor(t, "the gate to open", r.reg.Vouched)
+}
+
+// TestCheckSaysHowToFix: an account without replication grants is refused with the GRANT to run.
+func TestCheckSaysHowToFix(t *testing.T) {
+	r := newRig(t)
+	mustExec(t, r.db, "CREATE USER 'plain'@'%' IDENTIFIED BY 'pw'")
+	mustExec(t, r.db, "GRANT SELECT ON test.* TO 'plain'@'%'")
+	o := r.options
+	o.User, o.Password = "plain", "pw"
+	_, err := Check(context.Background(), o)
+	if err == nil || !strings.Contains(err.Error(), "REPLICATION SLAVE") || !strings.Contains(err.Error(), "GRANT") {
+		t.Fatalf("Check = %v, want the missing grant named", err)
+	}
+	mustExec(t, r.db, "SET GLOBAL binlog_format = 'STATEMENT'")
+	defer mustExec(t, r.db, "SET GLOBAL binlog_format = 'ROW'")
+	_, err = Check(context.Background(), r.options)
+	if err == nil || !strings.Contains(err.Error(), "binlog_format=ROW") {
+		t.Fatalf("Check = %v, want binlog_format named", err)
+	}
+}
+
+func TestBefore(t *testing.T) {
+	for _, c := range []struct {
+		f1   string
+		p1   uint32
+		f2   string
+		p2   uint32
+		want bool
+	}{
+		{"bin.000001", 10, "bin.000001", 20, true},
+		{"bin.000001", 20, "bin.000001", 20, false},
+		{"bin.000002", 4, "bin.000001", 900, false},
+		{"bin.999999", 4, "bin.1000000", 4, true},
+	} {
+		if got := before(c.f1, c.p1, c.f2, c.p2); got != c.want {
+			t.Errorf("before(%s:%d, %s:%d) = %v", c.f1, c.p1, c.f2, c.p2, got)
+		}
+	}
+}
