@@ -37,6 +37,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/keywaydb/keyway/internal/backend"
+	"github.com/keywaydb/keyway/internal/binlog"
 	"github.com/keywaydb/keyway/internal/engine"
 	"github.com/keywaydb/keyway/internal/memcache"
 	"github.com/keywaydb/keyway/internal/sqlproxy"
@@ -53,7 +54,26 @@ type Config struct {
 	Admin      Admin       // [admin]
 	Containers []Container // [[containers]]: memcache keys mapped to table rows
 	Migrate    Migrate     // [migrate]
+	Cache      Cache       // [cache]
 }
+
+// Cache configures how keyway keeps cached copies (container rows) fresh.
+type Cache struct {
+	// "max_staleness": a copy is served only while the binlog followers have applied every commit made up to
+	// this long ago (default 1s).
+	MaxStaleness time.Duration
+	// "binlog_server_id": the binlog followers' replica server_id (default 0: derived from the host name and the
+	// listeners, so that two keyways never collide).
+	BinlogServerID uint32
+}
+
+// The values of Group.Invalidate.
+const (
+	InvalidateAuto   = ""       // binlog when the server has a usable one, else none (said at startup)
+	InvalidateBinlog = "binlog" // follow the binlog; refuse to start without a usable one
+	InvalidateTTL    = "ttl"    // no follower: copies live until their TTL or a write through keyway
+	InvalidateNone   = "none"   // no follower
+)
 
 // Container maps memcache keys to rows of one table (the InnoDB memcached
 // plugin's containers model). Keys address it as "@@name.key"; keys without a
@@ -154,6 +174,12 @@ type Group struct {
 	// roots). "tls_server_name": the name the certificate must carry (default: the host of primary; with a unix
 	// socket primary and no tls_server_name only the chain is verified, ssl-mode VERIFY_CA).
 	TLSCA, TLSServerName string
+	// "invalidate": how cached copies of this group's tables learn of writes made directly in MySQL:
+	// InvalidateAuto (the default), InvalidateBinlog, InvalidateTTL or InvalidateNone.
+	Invalidate string
+	// "binlog_user", "binlog_password": the account the binlog follower uses, when not User (it needs
+	// REPLICATION SLAVE and REPLICATION CLIENT).
+	BinlogUser, BinlogPassword string
 }
 
 // The values of Group.TLS. The default is "preferred", as for the mysql and mariadb clients: TLS whenever the
@@ -268,6 +294,7 @@ const (
 	defaultMaxOpen           = backend.DefaultMaxOpen
 	defaultIdleTimeout       = backend.DefaultIdleTimeout
 	defaultHealthInterval    = backend.DefaultHealthInterval
+	defaultMaxStaleness      = binlog.DefaultMaxStaleness
 	defaultConnectTimeout    = backend.DefaultConnectTimeout
 	defaultGroupTLS          = TLSPreferred
 
@@ -304,6 +331,9 @@ const (
 	wantFlushInterval  = `want a duration like "1s" or "250ms", more than 0 and at most 1h`
 
 	wantSQLListen    = `want "host:port", e.g. "127.0.0.1:3306" (empty host = all interfaces, port 0 = any free port), or "" for no SQL door`
+	wantServerID     = `want an integer from 1 to 4294967295 that no server or other replica uses, or 0 to derive one`
+	wantStaleness    = `want a positive duration, e.g. "1s" or "200ms"`
+	wantInvalidate   = `want "binlog", "ttl", "none", or no key (binlog when the server has a usable one)`
 	wantAdminListen  = `want "host:port", e.g. "127.0.0.1:9104" (empty host = all interfaces, port 0 = any free port), or "" for no admin listener`
 	wantTLSFile      = `want the path of a PEM file`
 	wantTLSPair      = `want both sql.tls_cert and sql.tls_key (a PEM certificate chain and its PEM private key) to offer TLS, or neither`
@@ -362,6 +392,9 @@ func (c *Config) EnsureDefaults() {
 	c.Memcache.ensureDefaults()
 	c.Store.ensureDefaults()
 	c.SQL.ensureDefaults()
+	if c.Cache.MaxStaleness == 0 {
+		c.Cache.MaxStaleness = defaultMaxStaleness
+	}
 	for i := range c.Groups {
 		c.Groups[i].ensureDefaults()
 	}
@@ -492,6 +525,16 @@ func (c *Config) validate() problems {
 		p.add("admin.listen (--admin-listen)", strconv.Quote(c.Admin.Listen), wantAdminListen)
 	}
 	c.validateContainers(&p)
+	if c.Cache.MaxStaleness <= 0 {
+		p.add("cache.max_staleness", strconv.Quote(c.Cache.MaxStaleness.String()), wantStaleness)
+	}
+	for i, g := range c.Groups {
+		switch g.Invalidate {
+		case InvalidateAuto, InvalidateBinlog, InvalidateTTL, InvalidateNone:
+		default:
+			p.add("groups["+strconv.Itoa(i)+"].invalidate", strconv.Quote(g.Invalidate), wantInvalidate)
+		}
+	}
 	return p
 }
 

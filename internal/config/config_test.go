@@ -29,7 +29,8 @@ func TestDefault(t *testing.T) {
 			Durability:    "none",
 			FlushInterval: time.Second,
 		},
-		SQL: SQL{MaxConnections: 1024, MaxHandshakes: 256, HandshakeTimeout: 10 * time.Second},
+		SQL:   SQL{MaxConnections: 1024, MaxHandshakes: 256, HandshakeTimeout: 10 * time.Second},
+		Cache: Cache{MaxStaleness: time.Second},
 	}
 	c := Default()
 	if !reflect.DeepEqual(c, want) {
@@ -82,6 +83,7 @@ flush_interval = "250ms"
 		Memcache: Memcache{Listen: "0.0.0.0:22122", MemoryLimit: 512 << 20, MaxConnections: 4096, MaxItemSize: 2 << 20, WriteTimeout: 30 * time.Second},
 		Store:    Store{DataDir: "/var/lib/keyway", Durability: "sync", FlushInterval: 250 * time.Millisecond},
 		SQL:      SQL{MaxConnections: 1024, MaxHandshakes: 256, HandshakeTimeout: 10 * time.Second},
+		Cache:    Cache{MaxStaleness: time.Second},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("got  %+v\nwant %+v", c, want)
@@ -1117,12 +1119,14 @@ value = "v"
 innodb = "g"
 [cache]
 x = 1
+[kache]
 `))
 	wantErrors(t, err,
 		[]string{"unknown key containers[1].value:",
 			"[[containers]] allows name, group, table, key, values, separator, flags, cas, expiry, get, set, delete, flush, write"},
 		[]string{"unknown key migrate.innodb:", "[migrate] allows innodb_memcache"},
-		[]string{"unknown key cache:", "the top level allows [memcache], [store], [sql], [[groups]], [admin], [[containers]], [migrate]"},
+		[]string{"unknown key cache.x:", "[cache] allows max_staleness, binlog_server_id"},
+		[]string{"unknown key kache:", "the top level allows [memcache], [store], [sql], [[groups]], [admin], [[containers]], [migrate], [cache]"},
 		[]string{"containers[1].values = []"},
 	)
 }
@@ -1291,4 +1295,33 @@ func TestMemcacheAuthFile(t *testing.T) {
 	wantErrors(t, err, []string{"memcache.auth_file", "no such file"})
 	_, err = Parse([]byte("[memcache]\nauth_file = [\"x\"]\n"))
 	wantErrors(t, err, []string{"memcache.auth_file = an array", "user:password"})
+}
+
+func TestCacheAndInvalidate(t *testing.T) {
+	c, err := Parse([]byte(containerGroups + `
+[cache]
+max_staleness = "250ms"
+binlog_server_id = 77
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Cache.MaxStaleness != 250*time.Millisecond || c.Cache.BinlogServerID != 77 || c.Groups[0].Invalidate != InvalidateAuto {
+		t.Fatalf("cache %+v, invalidate %q", c.Cache, c.Groups[0].Invalidate)
+	}
+	_, err = Parse([]byte(`
+[[groups]]
+name = "g"
+primary = "127.0.0.1:3306"
+user = "u"
+invalidate = "sometimes"
+[cache]
+max_staleness = "0s"
+binlog_server_id = -3
+`))
+	wantErrors(t, err,
+		[]string{"cache.binlog_server_id = -3", "4294967295"},
+		[]string{"cache.max_staleness", "positive duration"},
+		[]string{`groups[0].invalidate = "sometimes"`, `want "binlog", "ttl", "none"`},
+	)
 }

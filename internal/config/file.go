@@ -27,6 +27,12 @@ type fileConfig struct {
 	Admin      adminFile       `toml:"admin"`
 	Containers []containerFile `toml:"containers"`
 	Migrate    migrateFile     `toml:"migrate"`
+	Cache      cacheFile       `toml:"cache"`
+}
+
+type cacheFile struct {
+	MaxStaleness   any `toml:"max_staleness"`
+	BinlogServerID any `toml:"binlog_server_id"`
 }
 
 type memcacheFile struct {
@@ -82,6 +88,9 @@ type groupFile struct {
 	TLS            any `toml:"tls"`
 	TLSCA          any `toml:"tls_ca"`
 	TLSServerName  any `toml:"tls_server_name"`
+	Invalidate     any `toml:"invalidate"`
+	BinlogUser     any `toml:"binlog_user"`
+	BinlogPassword any `toml:"binlog_password"`
 }
 
 type adminFile struct {
@@ -124,6 +133,16 @@ func (f *fileConfig) applyTo(c *Config, d *decoder) {
 	}
 	f.SQL.applyTo(c, d)
 	d.str("admin.listen", f.Admin.Listen, wantAdminListen, &c.Admin.Listen)
+	d.duration("cache.max_staleness", f.Cache.MaxStaleness, wantStaleness, &c.Cache.MaxStaleness)
+	serverID := -1
+	d.integer("cache.binlog_server_id", f.Cache.BinlogServerID, wantServerID, &serverID)
+	switch {
+	case serverID == -1: // absent or refused
+	case serverID < 0 || serverID > 1<<32-1:
+		d.problems.add("cache.binlog_server_id", strconv.Itoa(serverID), wantServerID)
+	default:
+		c.Cache.BinlogServerID = uint32(serverID)
+	}
 	if f.Containers != nil {
 		c.Containers = make([]Container, len(f.Containers))
 		for i := range f.Containers {
@@ -215,6 +234,9 @@ func (f *groupFile) applyTo(g *Group, key string, d *decoder) {
 	d.str(key+"tls", f.TLS, wantGroupTLS, &g.TLS)
 	d.str(key+"tls_ca", f.TLSCA, wantTLSCA, &g.TLSCA)
 	d.str(key+"tls_server_name", f.TLSServerName, wantServerName, &g.TLSServerName)
+	d.str(key+"invalidate", f.Invalidate, wantInvalidate, &g.Invalidate)
+	d.str(key+"binlog_user", f.BinlogUser, wantGroupUser, &g.BinlogUser)
+	d.str(key+"binlog_password", f.BinlogPassword, wantPassword, &g.BinlogPassword)
 }
 
 func (f *memcacheFile) applyTo(m *Memcache, d *decoder) {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/keywaydb/keyway/internal/admin"
 	"github.com/keywaydb/keyway/internal/backend"
+	"github.com/keywaydb/keyway/internal/binlog"
 	"github.com/keywaydb/keyway/internal/config"
 	"github.com/keywaydb/keyway/internal/engine"
 	"github.com/keywaydb/keyway/internal/memcache"
@@ -41,6 +42,7 @@ type Server struct {
 	engine     *engine.Engine
 	topo       *backend.Topology // the backend groups; empty without [[groups]]
 	validity   *validity.Registry
+	followers  []*binlog.Follower // one per group that follows its binlog
 	containers *containerSet
 	memcache   *memcache.Server
 	mcLn       net.Listener
@@ -101,6 +103,10 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 		return fail(err)
 	}
 	s.engine.SetContainers(s.containers.tables)
+	// After the containers: they register the tables and key columns the followers watch.
+	if s.followers, err = startFollowers(cfg, s.topo, s.validity, log); err != nil {
+		return fail(err)
+	}
 	if left := st.TakeJournal(engine.JournalPrefix); len(left) > 0 {
 		// Kept on disk: configuring the container again writes them.
 		log.Warn("the store's journal holds acknowledged writes for containers that are not configured (or not async) now; they stay until such a container is configured", "rows", len(left))
@@ -282,6 +288,7 @@ type Status struct {
 	Store      StoreStatus                       `json:"store"`
 	SQL        *SQLStatus                        `json:"sql,omitempty"`
 	Containers map[string]engine.ContainerStatus `json:"containers,omitempty"`
+	Binlog     []binlog.Status                   `json:"binlog,omitempty"`
 }
 
 // MemcacheStatus is the memcache door's listener and its `stats`.
@@ -318,6 +325,9 @@ func (s *Server) status() any {
 		for _, t := range s.containers.tables {
 			st.Containers[t.Name] = t.Status()
 		}
+	}
+	for _, f := range s.followers {
+		st.Binlog = append(st.Binlog, f.Status())
 	}
 	return st
 }
@@ -366,6 +376,7 @@ func (s *Server) close() error {
 			ln.Close() // already closed by a door's Shutdown after a successful Start
 		}
 	}
+	closeFollowers(s.followers)
 	if s.containers != nil {
 		errs = append(errs, s.containers.close())
 	}

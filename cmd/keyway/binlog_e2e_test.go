@@ -1,0 +1,246 @@
+package main
+
+// The consistency promise for caching containers, end to end: writes made
+// directly in MariaDB reach readers of keyway's memcache door through the
+// binlog follower within max_staleness, writes through keyway are read back
+// at once, and no read ever returns a value nobody wrote.
+
+import (
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+
+	"github.com/keywaydb/keyway/internal/testenv"
+)
+
+// maxStaleness is keyway's default [cache] max_staleness.
+const maxStaleness = time.Second
+
+// TestDirectWriteReachesCachingContainer: a row cached by keyway and then
+// changed directly in MariaDB is never served stale once max_staleness has
+// passed since the commit, in autocommit and in a transaction; a rolled-back
+// change is never seen.
+func TestDirectWriteReachesCachingContainer(t *testing.T) {
+	kw, db, admin := startCachingWithAdmin(t)
+	mc := memcache.New(kw.Addr)
+	get := func(want string) {
+		t.Helper()
+		it, err := mc.Get("@@aaa.k")
+		if err != nil || string(it.Value) != want {
+			t.Fatalf("get = %v %v, want %q\nkeyway:\n%s", it, err, want, kw.Output())
+		}
+	}
+	if err := mc.Set(&memcache.Item{Key: "@@aaa.k", Value: []byte("v1")}); err != nil {
+		t.Fatal(err)
+	}
+	get("v1")
+	get("v1") // cached now
+	if _, err := db.Exec("UPDATE test.demo_test SET c2 = 'v2' WHERE c1 = 'k'"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(maxStaleness + 100*time.Millisecond)
+	get("v2")
+	get("v2")
+
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec("UPDATE test.demo_test SET c2 = 'never' WHERE c1 = 'k'"); err != nil {
+		t.Fatal(err)
+	}
+	get("v2")
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(maxStaleness + 100*time.Millisecond)
+	get("v2")
+
+	// DDL: the table's copies go.
+	if _, err := db.Exec("TRUNCATE TABLE test.demo_test"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(maxStaleness + 100*time.Millisecond)
+	if it, err := mc.Get("@@aaa.k"); err != memcache.ErrCacheMiss {
+		t.Fatalf("after TRUNCATE: %v %v, want a miss", it, err)
+	}
+	st := binlogStatus(t, admin)
+	if st.State != "following" || st.Commits == 0 {
+		t.Fatalf("binlog status %+v", st)
+	}
+}
+
+// followerStatus is the part of /status's binlog entry the tests read.
+type followerStatus struct {
+	State   string `json:"state"`
+	Fresh   bool   `json:"fresh"`
+	Commits uint64 `json:"commits"`
+	Keys    uint64 `json:"key_invalidations"`
+}
+
+// startCachingWithAdmin is startContainers("caching") with the admin listener on; it returns its address.
+func startCachingWithAdmin(t *testing.T) (*testenv.Process, *sql.DB, string) {
+	t.Helper()
+	_, db, sqlAddr, path := setupContainers(t, "caching", "")
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := fmt.Sprintf("127.0.0.1:%d", port)
+	kw := startKeywaySQL(t, sqlAddr, "--config", path, "--admin-listen", admin)
+	return kw, db, admin
+}
+
+func binlogStatus(t *testing.T, admin string) followerStatus {
+	t.Helper()
+	resp, err := http.Get("http://" + admin + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var st struct {
+		Binlog []followerStatus `json:"binlog"`
+	}
+	if err := json.Unmarshal(body, &st); err != nil || len(st.Binlog) != 1 {
+		t.Fatalf("/status binlog: %v %s", err, body)
+	}
+	return st.Binlog[0]
+}
+
+// TestConsistencyUnderLoad is the core promise under concurrency: writers go
+// directly to MariaDB and through the memcache door, readers read through the
+// memcache door. Each value is "writer-seq"; a value read must have been
+// written (no phantoms), a writer through keyway reads its own write back at
+// once, and a read that starts max_staleness after a direct commit never
+// returns a value older than that commit.
+func TestConsistencyUnderLoad(t *testing.T) {
+	kw, db := startContainers(t, "caching")
+	const keys = 4
+	type commit struct {
+		seq int
+		at  time.Time
+	}
+	var mu sync.Mutex
+	direct := map[string][]commit{} // per key, the direct writes in commit order
+	written := map[string]bool{}     // every value ever written, either way
+	for k := range keys {
+		key := "c" + strconv.Itoa(k)
+		v := "init-0"
+		if _, err := db.Exec("INSERT INTO test.demo_test (c1, c2) VALUES (?, ?)", key, v); err != nil {
+			t.Fatal(err)
+		}
+		written[v] = true
+	}
+	stop := time.Now().Add(6 * time.Second)
+	var wg sync.WaitGroup
+	errs := make(chan string, 100)
+	fail := func(format string, args ...any) {
+		select {
+		case errs <- fmt.Sprintf(format, args...):
+		default:
+		}
+	}
+	// A direct writer.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for seq := 1; time.Now().Before(stop); seq++ {
+			key := "c" + strconv.Itoa(seq%keys)
+			v := "direct-" + strconv.Itoa(seq)
+			mu.Lock()
+			written[v] = true
+			mu.Unlock()
+			if _, err := db.Exec("UPDATE test.demo_test SET c2 = ? WHERE c1 = ?", v, key); err != nil {
+				fail("direct write: %v", err)
+				return
+			}
+			mu.Lock()
+			direct[key] = append(direct[key], commit{seq, time.Now()})
+			mu.Unlock()
+			time.Sleep(3 * time.Millisecond)
+		}
+	}()
+	// A writer through keyway, which reads its own writes back (its own key).
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		mc := memcache.New(kw.Addr)
+		mc.Timeout = 10 * time.Second
+		for seq := 1; time.Now().Before(stop); seq++ {
+			v := "kw-" + strconv.Itoa(seq)
+			mu.Lock()
+			written[v] = true
+			mu.Unlock()
+			if err := mc.Set(&memcache.Item{Key: "@@aaa.own", Value: []byte(v)}); err != nil {
+				fail("set through keyway: %v", err)
+				return
+			}
+			if it, err := mc.Get("@@aaa.own"); err != nil || string(it.Value) != v {
+				fail("read-your-writes: wrote %q, read %v %v", v, it, err)
+				return
+			}
+		}
+	}()
+	// Readers through keyway.
+	var reads, checked int
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mc := memcache.New(kw.Addr)
+			mc.Timeout = 10 * time.Second
+			for n := 0; time.Now().Before(stop); n++ {
+				key := "c" + strconv.Itoa(n%keys)
+				began := time.Now()
+				it, err := mc.Get("@@aaa." + key)
+				if err != nil {
+					fail("read %s: %v", key, err)
+					return
+				}
+				v := string(it.Value)
+				mu.Lock()
+				reads++
+				if !written[v] {
+					fail("phantom value %q for %s", v, key)
+				}
+				// The newest direct write committed max_staleness before this read began must be seen, or a later one.
+				var must int
+				for _, c := range direct[key] {
+					if c.at.Add(maxStaleness).Before(began) {
+						must = c.seq
+					}
+				}
+				if must > 0 {
+					checked++
+					got := 0
+					if s, ok := strings.CutPrefix(v, "direct-"); ok {
+						got, _ = strconv.Atoi(s)
+					}
+					if got < must {
+						fail("stale read of %s: %q, but direct-%d committed over max_staleness before the read", key, v, must)
+					}
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	if checked == 0 {
+		t.Fatalf("no read was old enough to check (%d reads)", reads)
+	}
+	t.Logf("%d reads, %d checked against a direct write older than max_staleness", reads, checked)
+}

@@ -1,0 +1,76 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/keywaydb/keyway/internal/backend"
+	"github.com/keywaydb/keyway/internal/binlog"
+	"github.com/keywaydb/keyway/internal/config"
+	"github.com/keywaydb/keyway/internal/validity"
+)
+
+// startFollowers starts a binlog follower for each group whose invalidate mode asks for one (see
+// config.Group.Invalidate): "binlog" must get one or startup fails; the default gets one when the server's binlog
+// is usable and says loudly why not otherwise; "ttl" and "none" get none, said at startup.
+func startFollowers(cfg config.Config, topo *backend.Topology, reg *validity.Registry, log *slog.Logger) ([]*binlog.Follower, error) {
+	var out []*binlog.Follower
+	serverID := cfg.Cache.BinlogServerID
+	if serverID == 0 {
+		serverID = derivedServerID(cfg)
+	}
+	for _, g := range cfg.Groups {
+		switch g.Invalidate {
+		case config.InvalidateTTL:
+			log.Warn("TTL-only caching: cached copies of this group's tables do not learn of writes made directly in MySQL (invalidate = \"ttl\")", "group", g.Name)
+			continue
+		case config.InvalidateNone:
+			log.Warn("no binlog invalidation: cached copies of this group's tables do not learn of writes made directly in MySQL (invalidate = \"none\")", "group", g.Name)
+			continue
+		}
+		grp := topo.Group(g.Name)
+		user, password, dial, tc := grp.ReplicaLogin()
+		if g.BinlogUser != "" {
+			user, password = g.BinlogUser, g.BinlogPassword
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		f, err := binlog.Start(ctx, binlog.Options{
+			Group: g.Name, User: user, Password: password, Dial: dial, TLS: tc,
+			ServerID:     serverID,
+			MaxStaleness: cfg.Cache.MaxStaleness,
+			Registry:     reg,
+			Logger:       log,
+		})
+		cancel()
+		if err != nil {
+			if g.Invalidate == config.InvalidateBinlog {
+				closeFollowers(out)
+				return nil, fmt.Errorf("groups %q: invalidate = \"binlog\": %w", g.Name, err)
+			}
+			log.Warn("no usable binlog: cached copies of this group's tables (caching containers) do not learn of writes made directly in MySQL; fix the server as said, or set invalidate = \"ttl\" or \"none\" on the group to silence this", "group", g.Name, "reason", err)
+			continue
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// derivedServerID is a replica server_id for this keyway: a hash of the host name and the listeners, in the
+// upper half of the range (servers are usually numbered from 1), so two keyways on one host or on two hosts do
+// not collide and a restarted keyway keeps its id.
+func derivedServerID(cfg config.Config) uint32 {
+	h := fnv.New32a()
+	host, _ := os.Hostname()
+	fmt.Fprintf(h, "%s|%s|%s|%s|%s", host, cfg.Memcache.Listen, cfg.SQL.Listen, cfg.Admin.Listen, cfg.Store.DataDir)
+	return 1<<31 | h.Sum32()&(1<<31-1)
+}
+
+func closeFollowers(fs []*binlog.Follower) {
+	for _, f := range fs {
+		f.Close()
+	}
+}
