@@ -132,7 +132,7 @@ func TestConsistencyUnderLoad(t *testing.T) {
 	}
 	var mu sync.Mutex
 	direct := map[string][]commit{} // per key, the direct writes in commit order
-	written := map[string]bool{}     // every value ever written, either way
+	written := map[string]bool{}    // every value ever written, either way
 	for k := range keys {
 		key := "c" + strconv.Itoa(k)
 		v := "init-0"

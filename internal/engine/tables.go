@@ -170,11 +170,11 @@ func disabled(t *Container, op string) error {
 
 // fill is one in-flight read of a row; concurrent misses wait for it.
 type fill struct {
-	stamp      uint64 // the table's stamp when the query started
-	done       chan struct{}
-	it         container.Item
-	ok         bool
-	err        error
+	stamp uint64 // the table's stamp when the query started
+	done  chan struct{}
+	it    container.Item
+	ok    bool
+	err   error
 }
 
 // vouched reports whether cached rows may be served (see
