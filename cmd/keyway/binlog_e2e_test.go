@@ -30,7 +30,7 @@ const maxStaleness = time.Second
 // passed since the commit, in autocommit and in a transaction; a rolled-back
 // change is never seen.
 func TestDirectWriteReachesCachingContainer(t *testing.T) {
-	kw, db, admin := startCachingWithAdmin(t)
+	kw, db, admin, _ := startCachingWithAdmin(t)
 	mc := memcache.New(kw.Addr)
 	get := func(want string) {
 		t.Helper()
@@ -87,8 +87,9 @@ type followerStatus struct {
 	Keys    uint64 `json:"key_invalidations"`
 }
 
-// startCachingWithAdmin is startContainers("caching") with the admin listener on; it returns its address.
-func startCachingWithAdmin(t *testing.T) (*testenv.Process, *sql.DB, string) {
+// startCachingWithAdmin is startContainers("caching") with the admin listener on; it returns its address and the
+// SQL door's.
+func startCachingWithAdmin(t *testing.T) (*testenv.Process, *sql.DB, string, string) {
 	t.Helper()
 	_, db, sqlAddr, path := setupContainers(t, "caching", "")
 	port, err := testenv.FreePort()
@@ -97,7 +98,7 @@ func startCachingWithAdmin(t *testing.T) (*testenv.Process, *sql.DB, string) {
 	}
 	admin := fmt.Sprintf("127.0.0.1:%d", port)
 	kw := startKeywaySQL(t, sqlAddr, "--config", path, "--admin-listen", admin)
-	return kw, db, admin
+	return kw, db, admin, sqlAddr
 }
 
 func binlogStatus(t *testing.T, admin string) followerStatus {

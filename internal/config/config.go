@@ -40,6 +40,7 @@ import (
 	"github.com/keywaydb/keyway/internal/binlog"
 	"github.com/keywaydb/keyway/internal/engine"
 	"github.com/keywaydb/keyway/internal/memcache"
+	"github.com/keywaydb/keyway/internal/qcache"
 	"github.com/keywaydb/keyway/internal/sqlproxy"
 	"github.com/keywaydb/keyway/internal/store"
 	"github.com/keywaydb/keyway/internal/writebehind"
@@ -65,6 +66,11 @@ type Cache struct {
 	// "binlog_server_id": the binlog followers' replica server_id (default 0: derived from the host name and the
 	// listeners, so that two keyways never collide).
 	BinlogServerID uint32
+	// "enabled = false" turns the SQL door's result cache off (Disabled); it is on by default wherever a binlog
+	// follower vouches for freshness.
+	Disabled bool
+	// "memory_limit": the SQL result cache's memory, in bytes (default 64 MiB).
+	MemoryLimit int64
 }
 
 // The values of Group.Invalidate.
@@ -295,6 +301,7 @@ const (
 	defaultIdleTimeout       = backend.DefaultIdleTimeout
 	defaultHealthInterval    = backend.DefaultHealthInterval
 	defaultMaxStaleness      = binlog.DefaultMaxStaleness
+	defaultCacheMemory       = qcache.DefaultMemoryLimit
 	defaultConnectTimeout    = backend.DefaultConnectTimeout
 	defaultGroupTLS          = TLSPreferred
 
@@ -394,6 +401,9 @@ func (c *Config) EnsureDefaults() {
 	c.SQL.ensureDefaults()
 	if c.Cache.MaxStaleness == 0 {
 		c.Cache.MaxStaleness = defaultMaxStaleness
+	}
+	if c.Cache.MemoryLimit == 0 {
+		c.Cache.MemoryLimit = defaultCacheMemory
 	}
 	for i := range c.Groups {
 		c.Groups[i].ensureDefaults()
@@ -525,6 +535,9 @@ func (c *Config) validate() problems {
 		p.add("admin.listen (--admin-listen)", strconv.Quote(c.Admin.Listen), wantAdminListen)
 	}
 	c.validateContainers(&p)
+	if c.Cache.MemoryLimit < 0 {
+		p.add("cache.memory_limit", strconv.FormatInt(c.Cache.MemoryLimit, 10), wantMemoryLimit)
+	}
 	if c.Cache.MaxStaleness <= 0 {
 		p.add("cache.max_staleness", strconv.Quote(c.Cache.MaxStaleness.String()), wantStaleness)
 	}

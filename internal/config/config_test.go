@@ -30,7 +30,7 @@ func TestDefault(t *testing.T) {
 			FlushInterval: time.Second,
 		},
 		SQL:   SQL{MaxConnections: 1024, MaxHandshakes: 256, HandshakeTimeout: 10 * time.Second},
-		Cache: Cache{MaxStaleness: time.Second},
+		Cache: Cache{MaxStaleness: time.Second, MemoryLimit: 64 << 20},
 	}
 	c := Default()
 	if !reflect.DeepEqual(c, want) {
@@ -83,7 +83,7 @@ flush_interval = "250ms"
 		Memcache: Memcache{Listen: "0.0.0.0:22122", MemoryLimit: 512 << 20, MaxConnections: 4096, MaxItemSize: 2 << 20, WriteTimeout: 30 * time.Second},
 		Store:    Store{DataDir: "/var/lib/keyway", Durability: "sync", FlushInterval: 250 * time.Millisecond},
 		SQL:      SQL{MaxConnections: 1024, MaxHandshakes: 256, HandshakeTimeout: 10 * time.Second},
-		Cache:    Cache{MaxStaleness: time.Second},
+		Cache:    Cache{MaxStaleness: time.Second, MemoryLimit: 64 << 20},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("got  %+v\nwant %+v", c, want)
@@ -1125,7 +1125,7 @@ x = 1
 		[]string{"unknown key containers[1].value:",
 			"[[containers]] allows name, group, table, key, values, separator, flags, cas, expiry, get, set, delete, flush, write"},
 		[]string{"unknown key migrate.innodb:", "[migrate] allows innodb_memcache"},
-		[]string{"unknown key cache.x:", "[cache] allows max_staleness, binlog_server_id"},
+		[]string{"unknown key cache.x:", "[cache] allows max_staleness, binlog_server_id, enabled, memory_limit"},
 		[]string{"unknown key kache:", "the top level allows [memcache], [store], [sql], [[groups]], [admin], [[containers]], [migrate], [cache]"},
 		[]string{"containers[1].values = []"},
 	)

@@ -33,6 +33,8 @@ type fileConfig struct {
 type cacheFile struct {
 	MaxStaleness   any `toml:"max_staleness"`
 	BinlogServerID any `toml:"binlog_server_id"`
+	Enabled        any `toml:"enabled"`
+	MemoryLimit    any `toml:"memory_limit"`
 }
 
 type memcacheFile struct {
@@ -134,6 +136,10 @@ func (f *fileConfig) applyTo(c *Config, d *decoder) {
 	f.SQL.applyTo(c, d)
 	d.str("admin.listen", f.Admin.Listen, wantAdminListen, &c.Admin.Listen)
 	d.duration("cache.max_staleness", f.Cache.MaxStaleness, wantStaleness, &c.Cache.MaxStaleness)
+	enabled := true
+	d.boolean("cache.enabled", f.Cache.Enabled, wantBool, &enabled)
+	c.Cache.Disabled = !enabled
+	d.size("cache.memory_limit", f.Cache.MemoryLimit, mib, wantMemoryLimit, &c.Cache.MemoryLimit)
 	serverID := -1
 	d.integer("cache.binlog_server_id", f.Cache.BinlogServerID, wantServerID, &serverID)
 	switch {

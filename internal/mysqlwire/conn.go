@@ -93,6 +93,13 @@ type Conn struct {
 	Capabilities uint32
 	// TLS is true once the connection runs over TLS.
 	TLS bool
+
+	// capture, while on, keeps a copy of every packet RelayPacket reads (see StartCapture).
+	capture struct {
+		on, over bool
+		limit    int
+		buf      []byte
+	}
 }
 
 // NewConn wraps nc. The Conn takes nc over: close it with Conn.Close.
@@ -346,6 +353,7 @@ func (c *Conn) RelayPacket(dst *Conn, head []byte) (n, h int, err error) {
 			dst.wbuf = appendHeader(dst.wbuf, k, dst.seq)
 			dst.seq++
 		}
+		c.captureHeader(k)
 		for rem := k; rem > 0; {
 			p, err := c.br.Peek(min(rem, bufSize))
 			if len(p) == 0 {
@@ -360,6 +368,7 @@ func (c *Conn) RelayPacket(dst *Conn, head []byte) (n, h int, err error) {
 			if dst != nil {
 				dst.wbuf = append(dst.wbuf, p...)
 			}
+			c.captureBytes(p)
 			_, _ = c.br.Discard(len(p))
 			rem -= len(p)
 			if dst != nil && len(dst.wbuf) >= flushThreshold {
@@ -372,6 +381,58 @@ func (c *Conn) RelayPacket(dst *Conn, head []byte) (n, h int, err error) {
 			return n, h, nil
 		}
 	}
+}
+
+// StartCapture makes RelayPacket keep a copy of the packets it reads from c, up to limit bytes in all, for a
+// reply cache to replay later (see StopCapture and WriteCaptured). Packets of MaxPayload or more (16 MiB) are
+// not kept: such a reply is never captured.
+func (c *Conn) StartCapture(limit int) {
+	c.capture.on, c.capture.over, c.capture.limit = true, false, limit
+	c.capture.buf = c.capture.buf[:0]
+}
+
+// StopCapture ends a capture and returns what it kept (a fresh slice the caller owns), or ok false when the
+// reply did not fit.
+func (c *Conn) StopCapture() (captured []byte, ok bool) {
+	on, over := c.capture.on, c.capture.over
+	c.capture.on = false
+	if !on || over {
+		return nil, false
+	}
+	return append([]byte(nil), c.capture.buf...), true
+}
+
+func (c *Conn) captureHeader(k int) {
+	if !c.capture.on || c.capture.over {
+		return
+	}
+	if k >= MaxPayload || len(c.capture.buf)+3+k > c.capture.limit {
+		c.capture.over = true
+		return
+	}
+	c.capture.buf = append(c.capture.buf, byte(k), byte(k>>8), byte(k>>16))
+}
+
+func (c *Conn) captureBytes(p []byte) {
+	if c.capture.on && !c.capture.over {
+		c.capture.buf = append(c.capture.buf, p...)
+	}
+}
+
+// WriteCaptured writes the packets of a capture (StopCapture) under c's sequence ids, as RelayPacket wrote them
+// when they were captured. Call Flush to send them.
+func (c *Conn) WriteCaptured(captured []byte) error {
+	for len(captured) >= 3 {
+		k := int(captured[0]) | int(captured[1])<<8 | int(captured[2])<<16
+		if len(captured) < 3+k {
+			return errors.New("mysqlwire: truncated capture")
+		}
+		c.wbuf = appendHeader(c.wbuf, k, c.seq)
+		c.seq++
+		c.wbuf = append(c.wbuf, captured[3:3+k]...)
+		captured = captured[3+k:]
+	}
+	return nil
 }
 
 // WriteError marks an error writing to the destination of RelayPacket, as opposed to reading its source.

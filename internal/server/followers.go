@@ -11,6 +11,7 @@ import (
 	"github.com/keywaydb/keyway/internal/backend"
 	"github.com/keywaydb/keyway/internal/binlog"
 	"github.com/keywaydb/keyway/internal/config"
+	"github.com/keywaydb/keyway/internal/qcache"
 	"github.com/keywaydb/keyway/internal/validity"
 )
 
@@ -73,4 +74,22 @@ func closeFollowers(fs []*binlog.Follower) {
 	for _, f := range fs {
 		f.Close()
 	}
+}
+
+// newSQLCache is the SQL door's result cache, or nil: it needs the SQL door, [cache] enabled (the default), and a
+// binlog follower on every group, since a group whose direct writes keyway cannot see could be served stale.
+func newSQLCache(cfg config.Config, followers []*binlog.Follower, reg *validity.Registry, log *slog.Logger) *qcache.Cache {
+	switch {
+	case cfg.SQL.Listen == "" || len(cfg.Groups) == 0:
+		return nil
+	case cfg.Cache.Disabled:
+		log.Info("SQL result cache off ([cache] enabled = false)")
+		return nil
+	case len(followers) < len(cfg.Groups):
+		log.Warn("SQL result cache off: not every group has a binlog follower, so keyway could not vouch for cached results (see the warnings above)")
+		return nil
+	}
+	log.Info("SQL result cache on: point selects are answered from the cache while the binlog followers are within max_staleness",
+		"memory_limit", cfg.Cache.MemoryLimit, "max_staleness", cfg.Cache.MaxStaleness.String())
+	return qcache.New(qcache.Options{MemoryLimit: cfg.Cache.MemoryLimit, Registry: reg})
 }

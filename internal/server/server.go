@@ -25,6 +25,7 @@ import (
 	"github.com/keywaydb/keyway/internal/admin"
 	"github.com/keywaydb/keyway/internal/backend"
 	"github.com/keywaydb/keyway/internal/binlog"
+	"github.com/keywaydb/keyway/internal/qcache"
 	"github.com/keywaydb/keyway/internal/config"
 	"github.com/keywaydb/keyway/internal/engine"
 	"github.com/keywaydb/keyway/internal/memcache"
@@ -43,6 +44,7 @@ type Server struct {
 	topo       *backend.Topology // the backend groups; empty without [[groups]]
 	validity   *validity.Registry
 	followers  []*binlog.Follower // one per group that follows its binlog
+	sqlCache   *qcache.Cache      // the SQL door's result cache; nil when off
 	containers *containerSet
 	memcache   *memcache.Server
 	mcLn       net.Listener
@@ -107,6 +109,7 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 	if s.followers, err = startFollowers(cfg, s.topo, s.validity, log); err != nil {
 		return fail(err)
 	}
+	s.sqlCache = newSQLCache(cfg, s.followers, s.validity, log)
 	if left := st.TakeJournal(engine.JournalPrefix); len(left) > 0 {
 		// Kept on disk: configuring the container again writes them.
 		log.Warn("the store's journal holds acknowledged writes for containers that are not configured (or not async) now; they stay until such a container is configured", "rows", len(left))
@@ -217,6 +220,7 @@ func (s *Server) sqlOptions() (sqlproxy.Options, error) {
 		// One truth across doors: SQL writes drop the memcache door's cached rows, and SQL statements see, and
 		// act after, every memcache write acknowledged before them, even one still queued for the table.
 		Validity: s.validity,
+		Cache:    s.sqlCache,
 	}
 	for _, u := range cfg.Users {
 		o.Users = append(o.Users, sqlproxy.User{Name: u.Name, Password: u.Password, AuthPlugin: u.AuthPlugin,
@@ -289,6 +293,7 @@ type Status struct {
 	SQL        *SQLStatus                        `json:"sql,omitempty"`
 	Containers map[string]engine.ContainerStatus `json:"containers,omitempty"`
 	Binlog     []binlog.Status                   `json:"binlog,omitempty"`
+	SQLCache   *qcache.Stats                     `json:"sql_cache,omitempty"`
 }
 
 // MemcacheStatus is the memcache door's listener and its `stats`.
@@ -328,6 +333,10 @@ func (s *Server) status() any {
 	}
 	for _, f := range s.followers {
 		st.Binlog = append(st.Binlog, f.Status())
+	}
+	if s.sqlCache != nil {
+		cs := s.sqlCache.Stats()
+		st.SQLCache = &cs
 	}
 	return st
 }

@@ -4,12 +4,12 @@ package sqlproxy
 // shards each have one place to land:
 //
 //  1. plan     — PlanCache.Plan: class, tables, cacheability and the key a point statement names, once per digest.
-//  2. route    — session.route: where the statement goes, from the plan and the session's pin state. Today that is
-//                always the session's own backend connection; next a cache hit, a replica or a shard.
+//  2. route    — session.route: where the statement goes, from the plan and the session's pin state: the result
+//                cache (cache.go) or the session's own backend connection; next a replica or a shard.
 //  3. exchange — session.exchange(command, plan, relay, sink): settle the tables the plan names, send, relay the
 //                reply, invalidate what the plan wrote before the client sees the reply.
-//  4. sink     — where the reply goes: the client, or nowhere (a reply the client must not see); next a bounded
-//                tee into the cache.
+//  4. sink     — where the reply goes: the client, or nowhere (a reply the client must not see); a cache fill
+//                also keeps a bounded copy (mysqlwire.Conn.StartCapture).
 //
 // Pin state: a session whose backend connection holds state the statement may depend on (an open transaction;
 // session variables, a default database changed inside a multi-statement, temporary tables, table locks, user
@@ -57,14 +57,25 @@ func (ss *session) pinned() (bool, string) {
 type target uint8
 
 const (
-	// toSession: the session's own backend connection (today, every statement).
+	// toSession: the session's own backend connection.
 	toSession target = iota
+	// toCache: the result cache answers, or the session's connection does and its reply fills the cache
+	// (cache.go).
+	toCache
 )
 
-// route picks the statement's target. Every statement goes to the session's backend connection for now; the
-// cache and replicas will take unpinned, cacheable reads (see Plan.Cacheable and pinState).
+// route picks the statement's target: the result cache for a cacheable read of an unpinned session while the
+// binlog followers vouch for freshness, else the session's backend connection. Replicas come here next.
 func (ss *session) route(plan *Plan) target {
-	return toSession
+	c := ss.s.opts.Cache
+	// Cached without configuration: point selects (one equality on one column of one table); rules come next.
+	if c == nil || plan == nil || !plan.Cacheable || plan.Key == nil || !c.Usable() {
+		return toSession
+	}
+	if pinned, _ := ss.pinned(); pinned {
+		return toSession
+	}
+	return toCache
 }
 
 // sink is where a relayed reply goes.
@@ -91,6 +102,12 @@ type prepared struct {
 	be        *backend.Conn
 	backendID uint32
 	plan      *Plan
+	query     string // the statement text, as prepared (a cache key holds it)
+	params    int    // its parameter count
+	// types are the parameter types the client bound last (an execute may omit them); longData is set while
+	// parameters were sent with COM_STMT_SEND_LONG_DATA since the last execute. Both decide cacheability.
+	types    []byte
+	longData bool
 }
 
 // stmt finds the prepared statement a COM_STMT_* packet names and rewrites p to carry its backend id. ok is false

@@ -189,17 +189,18 @@ func (ss *session) relayFieldList() (int64, bool, error) {
 	}
 }
 
-// relayPrepare relays the reply to COM_STMT_PREPARE and returns the statement id (0 after an ERR).
-func (ss *session) relayPrepare() (uint32, error) {
+// relayPrepare relays the reply to COM_STMT_PREPARE and returns the statement id (0 after an ERR) and its
+// parameter count.
+func (ss *session) relayPrepare() (uint32, int, error) {
 	n, first, err := ss.pkt()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if isErr(n, first) {
-		return 0, nil
+		return 0, 0, nil
 	}
 	if len(first) < 9 || first[0] != mysqlwire.HeaderOK {
-		return 0, errUnexpected("as COM_STMT_PREPARE_OK", first)
+		return 0, 0, errUnexpected("as COM_STMT_PREPARE_OK", first)
 	}
 	id := binary.LittleEndian.Uint32(first[1:])
 	cols := int(binary.LittleEndian.Uint16(first[5:]))
@@ -213,11 +214,11 @@ func (ss *session) relayPrepare() (uint32, error) {
 		}
 		for range k {
 			if _, _, err := ss.pkt(); err != nil {
-				return 0, err
+				return 0, 0, err
 			}
 		}
 	}
-	return id, nil
+	return id, params, nil
 }
 
 // localInfile handles the backend's LOCAL INFILE request (0xfb + file name). Allowed, the request goes to the

@@ -50,6 +50,7 @@ import (
 	"github.com/keywaydb/keyway/internal/backend"
 	"github.com/keywaydb/keyway/internal/mysqlwire"
 	"github.com/keywaydb/keyway/internal/stats"
+	"github.com/keywaydb/keyway/internal/qcache"
 	"github.com/keywaydb/keyway/internal/validity"
 )
 
@@ -73,6 +74,9 @@ type Options struct {
 	// tables it writes are invalidated after the backend acknowledged it and before the client sees the reply,
 	// so no cache outlives a write made through the door.
 	Validity *validity.Registry
+	// Cache, when set, answers cacheable reads (Plan.Cacheable) of unpinned sessions from the result cache and
+	// fills it from their replies (cache.go). It must share Validity.
+	Cache *qcache.Cache
 
 	// MaxHandshakes bounds the connections still logging in (handshake and authentication); past it a new
 	// connection gets ER_CON_COUNT_ERROR and is closed. 0 = DefaultMaxHandshakes.

@@ -315,8 +315,12 @@ func (ss *session) command() error {
 		}
 		return ss.forward(p, ss.relayRows)
 	case comStmtSendLongData:
-		if _, ok, _ := ss.stmt(p, ""); !ok {
+		st, ok, _ := ss.stmt(p, "")
+		if !ok {
 			return nil // no reply: the execute that follows is refused
+		}
+		if st != nil {
+			st.longData = true
 		}
 		return ss.send(p)
 	case comStmtClose:
@@ -337,8 +341,12 @@ func (ss *session) command() error {
 			return 0, failed, err
 		})
 	case comStmtReset:
-		if _, ok, err := ss.stmt(p, "mysqld_stmt_reset"); !ok {
+		st, ok, err := ss.stmt(p, "mysqld_stmt_reset")
+		if !ok {
 			return err
+		}
+		if st != nil {
+			st.longData = false
 		}
 		return ss.forward(p, ss.relayOne)
 	case comPing, comSetOption, comStatistics:
@@ -431,8 +439,8 @@ func (ss *session) query(p []byte) error {
 	if plan.Kill != KillNone {
 		return ss.kill(p, plan)
 	}
-	switch ss.route(plan) {
-	case toSession: // the only target today; a cache hit, a replica or a shard add theirs here
+	if ss.route(plan) == toCache {
+		return ss.queryThroughCache(p, plan, start)
 	}
 	rows, failed, err := ss.exchange(p, plan, ss.relayQueryResults, toClient)
 	if err == nil && !failed {
@@ -486,18 +494,20 @@ func (ss *session) record(plan *Plan, rows int64, latency time.Duration, failed 
 
 // prepare runs COM_STMT_PREPARE and remembers the statement's plan under the backend's statement id.
 func (ss *session) prepare(p []byte) error {
-	plan := ss.s.plans.Plan(string(p[1:]))
+	query := string(p[1:])
+	plan := ss.s.plans.Plan(query)
 	var id uint32
+	var params int
 	_, failed, err := ss.exchange(p, nil, func() (int64, bool, error) {
 		var e error
-		id, e = ss.relayPrepare()
+		id, params, e = ss.relayPrepare()
 		return 0, id == 0 && e == nil, e
 	}, toClient)
 	if err == nil && !failed {
 		if ss.stmts == nil {
 			ss.stmts = make(map[uint32]*prepared)
 		}
-		ss.stmts[id] = &prepared{be: ss.be, backendID: id, plan: plan}
+		ss.stmts[id] = &prepared{be: ss.be, backendID: id, plan: plan, query: query, params: params}
 	}
 	return err
 }
@@ -512,6 +522,13 @@ func (ss *session) execute(p []byte) error {
 	var plan *Plan
 	if st != nil {
 		plan = st.plan
+		params, cacheable := executeParams(st, p)
+		st.longData = false
+		if cacheable && ss.route(plan) == toCache {
+			rows, failed, err := ss.cachedExchange(p, plan, ss.cacheKey('E', st.query, params), ss.relayExecuteResults)
+			ss.record(plan, rows, time.Since(start), failed || err != nil)
+			return err
+		}
 	}
 	rows, failed, err := ss.exchange(p, plan, ss.relayExecuteResults, toClient)
 	if plan != nil {

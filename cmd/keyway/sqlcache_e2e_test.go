@@ -1,0 +1,160 @@
+package main
+
+// The SQL door's result cache end to end: point selects, text and prepared,
+// are answered from the cache with the bytes MariaDB sent, and never stale:
+// a write through keyway is read back at once, a direct write within
+// max_staleness, and nothing is served from the cache inside a transaction.
+
+import (
+	"database/sql"
+	"encoding/json"
+	"net/http"
+	"reflect"
+	"testing"
+	"time"
+)
+
+type sqlCacheStats struct {
+	Hits, Misses, Stores int64
+	Fresh                bool
+}
+
+func cacheStats(t *testing.T, admin string) sqlCacheStats {
+	t.Helper()
+	resp, err := http.Get("http://" + admin + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st struct {
+		SQLCache *sqlCacheStats `json:"sql_cache"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || st.SQLCache == nil {
+		t.Fatalf("/status sql_cache: %v %+v", err, st)
+	}
+	return *st.SQLCache
+}
+
+// rowsOf runs q on db and returns every row as strings (NULL as "<nil>").
+func rowsOf(t *testing.T, db interface {
+	Query(string, ...any) (*sql.Rows, error)
+}, q string, args ...any) [][]string {
+	t.Helper()
+	rows, err := db.Query(q, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	var out [][]string
+	for rows.Next() {
+		vals := make([]sql.NullString, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		row := make([]string, len(cols))
+		for i, v := range vals {
+			row[i] = "<nil>"
+			if v.Valid {
+				row[i] = v.String
+			}
+		}
+		out = append(out, row)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestSQLResultCache(t *testing.T) {
+	kw, direct, admin, sqlAddr := startCachingWithAdmin(t)
+	through, err := sql.Open("mysql", "app:secret@tcp("+sqlAddr+")/test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer through.Close()
+	through.SetMaxOpenConns(1) // one session, so the transaction below is the one the statements run in
+	for _, q := range []string{
+		"CREATE TABLE test.pt (id INT PRIMARY KEY, c VARCHAR(20) CHARACTER SET latin1, u VARCHAR(20) CHARACTER SET utf8mb4, d DECIMAL(10,3), ts DATETIME(3), n INT NULL)",
+		"INSERT INTO test.pt VALUES (1, 'a', 'ü€', 12.5, '2026-01-02 03:04:05.678', NULL), (2, 'b', 'x', -1, '2000-01-01', 7)",
+	} {
+		if _, err := direct.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for !cacheStats(t, admin).Fresh {
+		if time.Now().After(deadline) {
+			t.Fatalf("the cache never became fresh\n%s", kw.Output())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	const text = "SELECT * FROM pt WHERE id = 1"
+	const prepared = "SELECT * FROM pt WHERE id = ?"
+	want := rowsOf(t, direct, text)
+	before := cacheStats(t, admin)
+	for range 3 {
+		if got := rowsOf(t, through, text); !reflect.DeepEqual(got, want) {
+			t.Fatalf("text through keyway = %v, direct %v", got, want)
+		}
+		if got := rowsOf(t, through, prepared, 1); !reflect.DeepEqual(got, want) {
+			t.Fatalf("prepared through keyway = %v, direct %v", got, want)
+		}
+	}
+	after := cacheStats(t, admin)
+	if after.Hits-before.Hits < 4 || after.Stores-before.Stores < 2 {
+		t.Fatalf("cache before %+v after %+v: want the repeats answered from the cache", before, after)
+	}
+
+	// A write through keyway is read back at once.
+	if _, err := through.Exec("UPDATE pt SET c = 'w' WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := rowsOf(t, through, prepared, 1); got[0][1] != "w" {
+		t.Fatalf("after a write through keyway: %v", got)
+	}
+	if got := rowsOf(t, through, text); got[0][1] != "w" {
+		t.Fatalf("after a write through keyway (text): %v", got)
+	}
+	// A direct write is seen within max_staleness.
+	if _, err := direct.Exec("UPDATE pt SET c = 'z' WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(maxStaleness + 100*time.Millisecond)
+	if got := rowsOf(t, through, prepared, 1); got[0][1] != "z" {
+		t.Fatalf("after a direct write: %v", got)
+	}
+	if got := rowsOf(t, through, text); got[0][1] != "z" {
+		t.Fatalf("after a direct write (text): %v", got)
+	}
+
+	// Inside a transaction nothing comes from the cache: it sees its own uncommitted write, and others do not.
+	tx, err := through.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec("UPDATE pt SET c = 'tx' WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	}
+	hits := cacheStats(t, admin).Hits
+	if got := rowsOf(t, tx, text); got[0][1] != "tx" {
+		t.Fatalf("inside the transaction: %v", got)
+	}
+	if cacheStats(t, admin).Hits != hits {
+		t.Fatal("a statement inside a transaction was answered from the cache")
+	}
+	if got := rowsOf(t, direct, text); got[0][1] != "z" {
+		t.Fatalf("uncommitted data visible: %v", got)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if got := rowsOf(t, through, text); got[0][1] != "z" {
+		t.Fatalf("after rollback: %v", got)
+	}
+}

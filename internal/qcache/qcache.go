@@ -1,0 +1,197 @@
+// Package qcache is the SQL door's result cache: the reply packets of a cacheable SELECT, kept under a key that
+// says everything the reply depends on, and served again only while package validity says no table it read has
+// changed since.
+//
+// The rules (see package validity for the stamps):
+//   - A fill takes each table's Stamp before the statement goes to the backend (Begin); the reply is stored only
+//     if no table it read was invalidated meanwhile (Put checks, under the shard lock that also guards the
+//     entry), so a fill that raced a write is dropped.
+//   - A stored entry is served only while every table it read is TableValid at its stamp and the registry is
+//     Vouched (the binlog followers are within max_staleness). Entries depend on whole tables: any row write
+//     of a table (through either door, or in the binlog) invalidates every entry that read it.
+//   - Memory: entries are charged their key and reply bytes plus a fixed overhead, within Options.MemoryLimit,
+//     with least-recently-used eviction per shard.
+//
+// The key is the caller's: it must hold everything the reply bytes depend on (statement text or prepared
+// statement and its parameters, default database, user, character set and protocol capabilities).
+package qcache
+
+import (
+	"container/list"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+
+	"github.com/keywaydb/keyway/internal/validity"
+)
+
+// DefaultMemoryLimit is Options.MemoryLimit's default.
+const DefaultMemoryLimit = 64 << 20
+
+// MaxReply is the largest reply kept: bigger result sets are relayed and not cached.
+const MaxReply = 1 << 20
+
+// entryOverhead is what an entry costs beyond its key and reply: list element, map slot, dependency slice.
+const entryOverhead = 160
+
+const shards = 16
+
+// Options configure a Cache.
+type Options struct {
+	MemoryLimit int64 // bytes, for all entries together
+	Registry    *validity.Registry
+}
+
+// Cache is the result cache. It is safe for concurrent use.
+type Cache struct {
+	reg    *validity.Registry
+	seed   maphash.Seed
+	shards [shards]shard
+
+	hits, misses, stores, dropped, evictions atomic.Int64
+}
+
+type shard struct {
+	mu    sync.Mutex
+	limit int64
+	used  int64
+	m     map[string]*list.Element
+	lru   list.List // front = most recently used; values are *entry
+}
+
+// Dep is one table a reply read, with the table's stamp before the statement was sent.
+type Dep struct {
+	Table *validity.Table
+	Stamp uint64
+}
+
+type entry struct {
+	key   string
+	reply []byte
+	rows  int64
+	deps  []Dep
+	size  int64
+}
+
+// New returns an empty cache.
+func New(o Options) *Cache {
+	if o.MemoryLimit <= 0 {
+		o.MemoryLimit = DefaultMemoryLimit
+	}
+	c := &Cache{reg: o.Registry, seed: maphash.MakeSeed()}
+	for i := range c.shards {
+		c.shards[i].limit = o.MemoryLimit / shards
+		c.shards[i].m = map[string]*list.Element{}
+	}
+	return c
+}
+
+func (c *Cache) shard(key string) *shard {
+	return &c.shards[maphash.String(c.seed, key)%shards]
+}
+
+// Begin returns the dependencies of a fill of a statement that reads tables: each table's stamp now.
+func (c *Cache) Begin(ids []validity.TableID) []Dep {
+	deps := make([]Dep, 0, len(ids))
+	for _, id := range ids {
+		t := c.reg.Table(id) // registered, so the binlog follower invalidates it
+		deps = append(deps, Dep{Table: t, Stamp: t.Stamp()})
+	}
+	return deps
+}
+
+// Usable reports whether entries may be served (and filled) now: the binlog followers vouch for freshness.
+func (c *Cache) Usable() bool { return c.reg.Vouched() }
+
+func valid(deps []Dep) bool {
+	for _, d := range deps {
+		if !d.Table.TableValid(d.Stamp) {
+			return false
+		}
+	}
+	return true
+}
+
+// Get returns the reply stored under key and its row count, if it is still valid.
+func (c *Cache) Get(key string) (reply []byte, rows int64, ok bool) {
+	if !c.reg.Vouched() {
+		c.misses.Add(1)
+		return nil, 0, false
+	}
+	s := c.shard(key)
+	s.mu.Lock()
+	el := s.m[key]
+	if el != nil {
+		e := el.Value.(*entry)
+		if valid(e.deps) {
+			s.lru.MoveToFront(el)
+			s.mu.Unlock()
+			c.hits.Add(1)
+			return e.reply, e.rows, true
+		}
+		s.removeLocked(el)
+		c.dropped.Add(1)
+	}
+	s.mu.Unlock()
+	c.misses.Add(1)
+	return nil, 0, false
+}
+
+// Put stores reply under key unless a table in deps changed since Begin (then the reply may be stale) or the
+// reply is too large. The cache keeps reply: the caller must not change it.
+func (c *Cache) Put(key string, reply []byte, rows int64, deps []Dep) {
+	size := int64(len(key)+len(reply)) + entryOverhead
+	s := c.shard(key)
+	if len(reply) > MaxReply || size > s.limit {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !valid(deps) {
+		c.dropped.Add(1)
+		return
+	}
+	if el := s.m[key]; el != nil {
+		s.removeLocked(el)
+	}
+	for s.used+size > s.limit && s.lru.Len() > 0 {
+		s.removeLocked(s.lru.Back())
+		c.evictions.Add(1)
+	}
+	s.m[key] = s.lru.PushFront(&entry{key: key, reply: reply, rows: rows, deps: deps, size: size})
+	s.used += size
+	c.stores.Add(1)
+}
+
+func (s *shard) removeLocked(el *list.Element) {
+	e := el.Value.(*entry)
+	delete(s.m, e.key)
+	s.lru.Remove(el)
+	s.used -= e.size
+}
+
+// Stats are the cache's counters.
+type Stats struct {
+	Hits      int64 `json:"hits"`
+	Misses    int64 `json:"misses"`
+	Stores    int64 `json:"stores"`
+	Dropped   int64 `json:"dropped"` // fills that raced a write, and entries found invalid
+	Evictions int64 `json:"evictions"`
+	Entries   int   `json:"entries"`
+	Bytes     int64 `json:"bytes"`
+	Fresh     bool  `json:"fresh"` // the binlog followers vouch: entries may be served
+}
+
+// Stats returns a snapshot.
+func (c *Cache) Stats() Stats {
+	st := Stats{Hits: c.hits.Load(), Misses: c.misses.Load(), Stores: c.stores.Load(), Dropped: c.dropped.Load(),
+		Evictions: c.evictions.Load(), Fresh: c.reg.Vouched()}
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		st.Entries += s.lru.Len()
+		st.Bytes += s.used
+		s.mu.Unlock()
+	}
+	return st
+}

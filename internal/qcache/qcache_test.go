@@ -1,0 +1,59 @@
+package qcache
+
+import (
+	"testing"
+	"time"
+
+	"github.com/keywaydb/keyway/internal/validity"
+)
+
+func newCache(limit int64) (*Cache, *validity.Registry) {
+	reg := validity.NewRegistry()
+	return New(Options{MemoryLimit: limit, Registry: reg}), reg
+}
+
+var tbl = []validity.TableID{{Schema: "s", Name: "t"}}
+
+func TestFillRacingAWriteIsDropped(t *testing.T) {
+	c, reg := newCache(1 << 20)
+	deps := c.Begin(tbl)
+	reg.Table(tbl[0]).Wrote([]byte("any row")) // a write lands while the statement runs
+	c.Put("k", []byte("reply"), 1, deps)
+	if _, _, ok := c.Get("k"); ok {
+		t.Fatal("a fill that raced a write was stored")
+	}
+	deps = c.Begin(tbl)
+	c.Put("k", []byte("reply"), 1, deps)
+	if r, rows, ok := c.Get("k"); !ok || string(r) != "reply" || rows != 1 {
+		t.Fatalf("get = %q %d %v", r, rows, ok)
+	}
+	reg.Invalidate(tbl)
+	if _, _, ok := c.Get("k"); ok {
+		t.Fatal("an entry outlived its table's invalidation")
+	}
+}
+
+func TestServedOnlyWhileVouched(t *testing.T) {
+	c, reg := newCache(1 << 20)
+	v := reg.RequireVouch()
+	v.Vouch(time.Now().Add(time.Hour))
+	c.Put("k", []byte("reply"), 1, c.Begin(tbl))
+	if _, _, ok := c.Get("k"); !ok {
+		t.Fatal("miss while vouched")
+	}
+	reg.RequireVouch() // a second follower that has not caught up
+	if _, _, ok := c.Get("k"); ok || c.Usable() {
+		t.Fatal("served while a follower does not vouch")
+	}
+}
+
+func TestMemoryBound(t *testing.T) {
+	c, _ := newCache(shards * 4096)
+	for i := range 1000 {
+		c.Put(string(rune('a'+i%26))+string(rune(i)), make([]byte, 500), 1, c.Begin(tbl))
+	}
+	st := c.Stats()
+	if st.Bytes > shards*4096 || st.Evictions == 0 {
+		t.Fatalf("stats %+v: want at most %d bytes, with evictions", st, shards*4096)
+	}
+}

@@ -1,0 +1,109 @@
+package sqlproxy
+
+// The result cache's place in a session (route picked toCache; see pipeline.go and package qcache): a hit is
+// replayed to the client with the client's sequence ids and never reaches the backend; a miss goes to the
+// session's backend connection as any statement does, with a bounded copy of the reply kept, and stored if the
+// statement succeeded, left the session unpinned, and no table it read changed meanwhile.
+//
+// The key holds everything the reply bytes depend on: the statement text (or the prepared statement's text,
+// parameter types and values), the default database, the user (privileges), the connection's collation
+// (character_set_results) and the capabilities that change the reply's framing (CLIENT_DEPRECATE_EOF). Session
+// state that changes results (SET time_zone, sql_mode, …) pins the session, so it never reaches the cache.
+
+import (
+	"encoding/binary"
+	"strings"
+	"time"
+
+	"github.com/keywaydb/keyway/internal/qcache"
+)
+
+// cacheKey builds the key of a statement: kind 'Q' for text, 'E' for a prepared statement's execute.
+func (ss *session) cacheKey(kind byte, text string, params []byte) string {
+	var b strings.Builder
+	b.Grow(len(ss.hs.User) + len(ss.db) + len(text) + len(params) + 8)
+	b.WriteByte(kind)
+	b.WriteByte(ss.hs.Collation)
+	if ss.deprecateEOF {
+		b.WriteByte(1)
+	} else {
+		b.WriteByte(0)
+	}
+	b.WriteString(ss.hs.User)
+	b.WriteByte(0)
+	b.WriteString(ss.db)
+	b.WriteByte(0)
+	b.WriteString(text)
+	b.WriteByte(0)
+	b.Write(params)
+	return b.String()
+}
+
+// cachedExchange is exchange through the result cache (route chose toCache): a valid entry under key answers;
+// otherwise the statement runs on the backend and its reply fills the entry.
+func (ss *session) cachedExchange(p []byte, plan *Plan, key string, relay func() (int64, bool, error)) (int64, bool, error) {
+	c := ss.s.opts.Cache
+	if reply, rows, ok := c.Get(key); ok {
+		if err := ss.c.WriteCaptured(reply); err != nil {
+			return 0, true, err
+		}
+		return rows, false, ss.c.Flush()
+	}
+	ids := plan.TableIDs(ss.db)
+	for _, id := range ids {
+		if id.Schema == "" { // no default database: the server refuses it, and there is no table to depend on
+			return ss.exchange(p, plan, relay, toClient)
+		}
+	}
+	deps := c.Begin(ids)
+	ss.be.StartCapture(qcache.MaxReply)
+	rows, failed, err := ss.exchange(p, plan, relay, toClient)
+	reply, kept := ss.be.StopCapture()
+	if err == nil && !failed && kept {
+		if pinned, _ := ss.pinned(); !pinned {
+			c.Put(key, reply, rows, deps)
+		}
+	}
+	return rows, failed, err
+}
+
+// queryThroughCache runs a COM_QUERY that route sent to the cache.
+func (ss *session) queryThroughCache(p []byte, plan *Plan, start time.Time) error {
+	rows, failed, err := ss.cachedExchange(p, plan, ss.cacheKey('Q', string(p[1:]), nil), ss.relayQueryResults)
+	ss.record(plan, rows, time.Since(start), failed || err != nil)
+	return err
+}
+
+// executeParams returns the part of a COM_STMT_EXECUTE (p, its statement id already checked) that, with the
+// statement's text, determines its reply: null bitmap, parameter types and values. ok is false for an execute
+// the cache must not answer: a cursor, several iterations, long data, or types never bound. It records types
+// the client binds for later executes that omit them.
+func executeParams(st *prepared, p []byte) (params []byte, ok bool) {
+	// cmd(1) id(4) flags(1) iterations(4), then for a statement with parameters: null bitmap, new-params-bound
+	// flag, [types], values.
+	if len(p) < 10 || p[5] != 0 || binary.LittleEndian.Uint32(p[6:]) != 1 || st.longData {
+		return nil, false
+	}
+	if st.params == 0 {
+		return nil, true
+	}
+	nb := (st.params + 7) / 8
+	rest := p[10:]
+	if len(rest) < nb+1 {
+		return nil, false
+	}
+	nulls, bound, rest := rest[:nb], rest[nb], rest[nb+1:]
+	if bound == 1 {
+		if len(rest) < 2*st.params {
+			return nil, false
+		}
+		st.types = append(st.types[:0], rest[:2*st.params]...)
+		rest = rest[2*st.params:]
+	}
+	if st.types == nil {
+		return nil, false
+	}
+	params = make([]byte, 0, len(nulls)+len(st.types)+len(rest))
+	params = append(append(append(params, nulls...), st.types...), rest...)
+	return params, true
+}
