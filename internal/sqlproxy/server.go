@@ -49,8 +49,8 @@ import (
 
 	"github.com/keywaydb/keyway/internal/backend"
 	"github.com/keywaydb/keyway/internal/mysqlwire"
-	"github.com/keywaydb/keyway/internal/stats"
 	"github.com/keywaydb/keyway/internal/qcache"
+	"github.com/keywaydb/keyway/internal/stats"
 	"github.com/keywaydb/keyway/internal/validity"
 )
 
