@@ -39,8 +39,9 @@ type SQLOptions struct {
 
 // SQL benchmark targets, in run order. directTarget is the baseline.
 const (
-	directTarget = "direct" // sysbench straight to MariaDB
-	keywayTarget = "keyway" // sysbench through keyway's SQL door to the same MariaDB
+	directTarget  = "direct"     // sysbench straight to MariaDB
+	keywayTarget  = "keyway"     // sysbench through keyway's SQL door to the same MariaDB, result cache on
+	nocacheTarget = "kw-nocache" // the same with [cache] enabled = false: the relay alone
 )
 
 // The account sysbench logs in with, on MariaDB (peers creates it) and on
@@ -128,8 +129,9 @@ type SQLCase struct {
 	Threads  int
 	// Results are direct and keyway: queries/s, and P95 latency in ms.
 	Results []Result
-	// Ratio is keyway's median queries/s over direct's.
-	Ratio float64
+	// Ratio is keyway's median queries/s over direct's; Ratios has it for every target but direct.
+	Ratio  float64
+	Ratios map[string]float64
 	// P95Added is the latency keyway adds at the 95th percentile, in ms:
 	// keyway's median p95 minus direct's.
 	P95Added float64
@@ -170,13 +172,18 @@ func RunSQL(ctx context.Context, o SQLOptions) (*SQLReport, error) {
 	if o.BackendTCP {
 		primary = m.Addr
 	}
-	cfg, err := writeKeywaySQLConfig(primary)
+	cfg, err := writeKeywaySQLConfig(primary, true)
 	if err != nil {
 		return nil, err
 	}
 	defer os.Remove(cfg)
+	nocache, err := writeKeywaySQLConfig(primary, false)
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(nocache)
 
-	targets := []target{directStarter(m.Addr), keywaySQLStarter(bin, cfg)}
+	targets := []target{directStarter(m.Addr), keywaySQLStarter(keywayTarget, bin, cfg), keywaySQLStarter(nocacheTarget, bin, nocache)}
 	rep := &SQLReport{Load: sb.describe(), Server: "MariaDB " + version}
 	fmt.Fprintf(o.Out, "sql bench: %s\n", rep.Load)
 	for _, w := range o.Workloads {
@@ -207,7 +214,14 @@ func newSQLCase(workload string, threads int, results []Result) SQLCase {
 	if direct == nil || keyway == nil {
 		return c
 	}
-	c.Ratio = ratios(results, directTarget)[ratioKey(keywayTarget, directTarget)]
+	all := ratios(results, directTarget)
+	c.Ratio = all[ratioKey(keywayTarget, directTarget)]
+	c.Ratios = map[string]float64{}
+	for _, r := range results {
+		if r.Target != directTarget {
+			c.Ratios[r.Target] = all[ratioKey(r.Target, directTarget)]
+		}
+	}
 	if direct.P95 != nil && keyway.P95 != nil {
 		c.P95Added = keyway.P95.Median - direct.P95.Median
 	}
@@ -228,7 +242,7 @@ func (r *SQLReport) WriteText(w io.Writer) {
 	for _, c := range r.Cases {
 		ww = max(ww, len(c.Workload))
 	}
-	fmt.Fprintf(w, "%-*s  %7s  %-6s  %4s  %10s  %10s  %10s  %9s  %13s  %9s\n", ww, "workload", "threads", "target", "runs",
+	fmt.Fprintf(w, "%-*s  %7s  %-10s  %4s  %10s  %10s  %10s  %9s  %13s  %9s\n", ww, "workload", "threads", "target", "runs",
 		"min qps", "median qps", "max qps", "p95 ms", "keyway/direct", "p95 added")
 	for _, c := range r.Cases {
 		for _, res := range c.Results {
@@ -236,14 +250,16 @@ func (r *SQLReport) WriteText(w io.Writer) {
 			if res.P95 != nil {
 				p95 = strconv.FormatFloat(res.P95.Median, 'f', 2, 64)
 			}
+			if r := c.Ratios[res.Target]; r > 0 {
+				ratio = strconv.FormatFloat(r, 'f', 2, 64)
+			}
 			if res.Target == keywayTarget && c.Ratio > 0 {
-				ratio = strconv.FormatFloat(c.Ratio, 'f', 2, 64)
 				added = strconv.FormatFloat(c.P95Added, 'f', 2, 64) + " ms"
 				if c.P95Added >= 0 {
 					added = "+" + added
 				}
 			}
-			line := fmt.Sprintf("%-*s  %7d  %-6s  %4d  %10s  %10s  %10s  %9s  %13s  %9s", ww, c.Workload, c.Threads, res.Target,
+			line := fmt.Sprintf("%-*s  %7d  %-10s  %4d  %10s  %10s  %10s  %9s  %13s  %9s", ww, c.Workload, c.Threads, res.Target,
 				len(res.Runs), formatOps(res.Min), formatOps(res.Median), formatOps(res.Max), p95, ratio, added)
 			fmt.Fprintln(w, strings.TrimRight(line, " "))
 		}
@@ -279,9 +295,12 @@ func directStarter(addr string) target {
 // KeywaySQLConfig is the configuration `keyway bench sql` serves with: user
 // app (password secret, mysql_native_password, which every libmysqlclient
 // and libmariadb speaks without TLS) relayed to the backend primary as the
-// same account. It has no sql.listen: the caller passes --sql-listen.
-func KeywaySQLConfig(primary string) string {
+// same account. It has no sql.listen: the caller passes --sql-listen. With cache false the result cache is off.
+func KeywaySQLConfig(primary string, cache bool) string {
 	return fmt.Sprintf(`# keyway bench sql: the SQL door in front of one MariaDB.
+[cache]
+enabled = %[4]t
+
 [sql]
 
 [[sql.users]]
@@ -294,17 +313,17 @@ name = "main"
 primary = %[3]q
 user = %[1]q
 password = %[2]q
-`, sqlUser, sqlPassword, primary)
+`, sqlUser, sqlPassword, primary, cache)
 }
 
-// writeKeywaySQLConfig writes KeywaySQLConfig(primary) to a temporary file
+// writeKeywaySQLConfig writes KeywaySQLConfig(primary, cache) to a temporary file
 // and returns its path; the caller removes it.
-func writeKeywaySQLConfig(primary string) (string, error) {
+func writeKeywaySQLConfig(primary string, cache bool) (string, error) {
 	f, err := os.CreateTemp("", "keyway-bench-sql-*.toml")
 	if err != nil {
 		return "", fmt.Errorf("bench: keyway config: %w", err)
 	}
-	_, werr := f.WriteString(KeywaySQLConfig(primary))
+	_, werr := f.WriteString(KeywaySQLConfig(primary, cache))
 	if err := errors.Join(werr, f.Close()); err != nil {
 		_ = os.Remove(f.Name())
 		return "", fmt.Errorf("bench: keyway config: %w", err)
@@ -319,9 +338,9 @@ const sqlStartTimeout = 30 * time.Second
 // keywaySQLStarter starts `keyway serve --config cfg --sql-listen ADDR` on a
 // free port and waits until the SQL door accepts connections. A start that
 // lost its port to another process is retried on a new one.
-func keywaySQLStarter(bin, cfg string) target {
+func keywaySQLStarter(name, bin, cfg string) target {
 	return target{
-		name: keywayTarget,
+		name: name,
 		start: func(ctx context.Context) (string, func() error, error) {
 			var lastErr error
 			for attempt := 0; attempt < 3; attempt++ {

@@ -97,9 +97,12 @@ func TestSQLOptions(t *testing.T) {
 
 // The configuration keyway serves the bench with must stay valid as the config package evolves.
 func TestKeywaySQLConfig(t *testing.T) {
-	c, err := config.Parse([]byte(KeywaySQLConfig("127.0.0.1:3306")))
+	c, err := config.Parse([]byte(KeywaySQLConfig("127.0.0.1:3306", false)))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !c.Cache.Disabled {
+		t.Error("cache false must turn the result cache off")
 	}
 	if len(c.SQL.Users) != 1 || len(c.Groups) != 1 {
 		t.Fatalf("users %+v, groups %+v", c.SQL.Users, c.Groups)

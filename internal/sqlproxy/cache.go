@@ -7,7 +7,7 @@ package sqlproxy
 //
 // The key holds everything the reply bytes depend on: the statement text (or the prepared statement's text,
 // parameter types and values), the default database, the user (privileges), the connection's collation
-// (character_set_results) and the capabilities that change the reply's framing (CLIENT_DEPRECATE_EOF). Session
+// (character_set_results) and the negotiated capabilities (CLIENT_DEPRECATE_EOF changes the framing). Session
 // state that changes results (SET time_zone, sql_mode, …) pins the session, so it never reaches the cache.
 
 import (
@@ -22,13 +22,10 @@ import (
 func (ss *session) cacheKey(kind byte, text string, params []byte) string {
 	var b strings.Builder
 	b.Grow(len(ss.hs.User) + len(ss.db) + len(text) + len(params) + 8)
+	caps := ss.c.Capabilities // the negotiated flags: CLIENT_DEPRECATE_EOF and the like change the reply's framing
 	b.WriteByte(kind)
 	b.WriteByte(ss.hs.Collation)
-	if ss.deprecateEOF {
-		b.WriteByte(1)
-	} else {
-		b.WriteByte(0)
-	}
+	b.Write([]byte{byte(caps), byte(caps >> 8), byte(caps >> 16), byte(caps >> 24)})
 	b.WriteString(ss.hs.User)
 	b.WriteByte(0)
 	b.WriteString(ss.db)
