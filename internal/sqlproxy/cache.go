@@ -36,22 +36,28 @@ func (ss *session) cacheKey(kind byte, text string, params []byte) string {
 	return b.String()
 }
 
-// cachedExchange is exchange through the result cache (route chose toCache): a valid entry under key answers;
-// otherwise the statement runs on the backend and its reply fills the entry.
-func (ss *session) cachedExchange(p []byte, plan *Plan, key string, relay func() (int64, bool, error)) (int64, bool, error) {
-	c := ss.s.opts.Cache
-	if reply, rows, ok := c.Get(key); ok {
-		if err := ss.c.WriteCaptured(reply); err != nil {
-			return 0, true, err
-		}
-		return rows, false, ss.c.Flush()
+// replayCached answers from the result cache when a valid entry is under key; hit is false otherwise.
+func (ss *session) replayCached(key string) (rows int64, hit bool, err error) {
+	reply, rows, ok := ss.s.opts.Cache.Get(key)
+	if !ok {
+		return 0, false, nil
 	}
+	if err := ss.c.WriteCaptured(reply); err != nil {
+		return rows, true, err
+	}
+	return rows, true, ss.c.Flush()
+}
+
+// fillingExchange is exchange for a cache miss: the statement runs on the backend, and its reply fills the entry
+// under key if it succeeded, the session stays unpinned, and no table it read changed meanwhile.
+func (ss *session) fillingExchange(p []byte, plan *Plan, key string, relay func() (int64, bool, error)) (int64, bool, error) {
 	ids := plan.TableIDs(ss.db)
 	for _, id := range ids {
 		if id.Schema == "" { // no default database: the server refuses it, and there is no table to depend on
 			return ss.exchange(p, plan, relay, toClient)
 		}
 	}
+	c := ss.s.opts.Cache
 	deps := c.Begin(ids)
 	ss.be.StartCapture(qcache.MaxReply)
 	rows, failed, err := ss.exchange(p, plan, relay, toClient)
@@ -66,7 +72,12 @@ func (ss *session) cachedExchange(p []byte, plan *Plan, key string, relay func()
 
 // queryThroughCache runs a COM_QUERY that route sent to the cache.
 func (ss *session) queryThroughCache(p []byte, plan *Plan, start time.Time) error {
-	rows, failed, err := ss.cachedExchange(p, plan, ss.cacheKey('Q', string(p[1:]), nil), ss.relayQueryResults)
+	key := ss.cacheKey('Q', string(p[1:]), nil)
+	rows, hit, err := ss.replayCached(key)
+	failed := false
+	if !hit {
+		rows, failed, err = ss.fillingExchange(p, plan, key, ss.relayQueryResults)
+	}
 	ss.record(plan, rows, time.Since(start), failed || err != nil)
 	return err
 }
@@ -103,4 +114,27 @@ func executeParams(st *prepared, p []byte) (params []byte, ok bool) {
 	params = make([]byte, 0, len(nulls)+len(st.types)+len(rest))
 	params = append(append(append(params, nulls...), st.types...), rest...)
 	return params, true
+}
+
+// forBackend returns the execute p as the backend must get it. A client binds parameter types once (the first
+// execute) and omits them after; when the execute that carried them was answered from the cache, the backend has
+// never seen them, and the first execute it does see gets them added (new-params-bound set, types inserted).
+func (st *prepared) forBackend(p []byte) []byte {
+	if st.params == 0 {
+		return p
+	}
+	off := 10 + (st.params+7)/8 // cmd, id, flags, iterations, null bitmap: then the new-params-bound flag
+	switch {
+	case len(p) <= off:
+		return p
+	case p[off] == 1:
+		st.backendTyped = true
+		return p
+	case st.backendTyped || st.types == nil:
+		return p
+	}
+	q := make([]byte, 0, len(p)+len(st.types))
+	q = append(append(append(append(q, p[:off]...), 1), st.types...), p[off+1:]...)
+	st.backendTyped = true
+	return q
 }

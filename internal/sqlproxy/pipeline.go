@@ -106,8 +106,10 @@ type prepared struct {
 	params    int    // its parameter count
 	// types are the parameter types the client bound last (an execute may omit them); longData is set while
 	// parameters were sent with COM_STMT_SEND_LONG_DATA since the last execute. Both decide cacheability.
-	types    []byte
-	longData bool
+	// backendTyped: the backend has been sent types for this statement (see forBackend).
+	types        []byte
+	longData     bool
+	backendTyped bool
 }
 
 // stmt finds the prepared statement a COM_STMT_* packet names and rewrites p to carry its backend id. ok is false

@@ -525,10 +525,16 @@ func (ss *session) execute(p []byte) error {
 		params, cacheable := executeParams(st, p)
 		st.longData = false
 		if cacheable && ss.route(plan) == toCache {
-			rows, failed, err := ss.cachedExchange(p, plan, ss.cacheKey('E', st.query, params), ss.relayExecuteResults)
+			key := ss.cacheKey('E', st.query, params)
+			rows, hit, err := ss.replayCached(key)
+			failed := false
+			if !hit {
+				rows, failed, err = ss.fillingExchange(st.forBackend(p), plan, key, ss.relayExecuteResults)
+			}
 			ss.record(plan, rows, time.Since(start), failed || err != nil)
 			return err
 		}
+		p = st.forBackend(p)
 	}
 	rows, failed, err := ss.exchange(p, plan, ss.relayExecuteResults, toClient)
 	if plan != nil {

@@ -1,0 +1,93 @@
+package sqlproxy
+
+import (
+	"encoding/binary"
+	"strings"
+	"testing"
+
+	"github.com/keywaydb/keyway/internal/qcache"
+	"github.com/keywaydb/keyway/internal/validity"
+)
+
+// executeInt builds a COM_STMT_EXECUTE of statement id with one INT parameter v; typed sets
+// new-params-bound and sends the type, as a client does on the first execute only.
+func executeInt(id uint32, v int32, typed bool) []byte {
+	b := binary.LittleEndian.AppendUint32(nil, id)
+	b = append(b, 0)                           // no cursor
+	b = binary.LittleEndian.AppendUint32(b, 1) // iterations
+	b = append(b, 0)                           // null bitmap
+	if typed {
+		b = append(b, 1, 0x03, 0x00) // bound; MYSQL_TYPE_LONG, signed
+	} else {
+		b = append(b, 0)
+	}
+	return binary.LittleEndian.AppendUint32(b, uint32(v))
+}
+
+func (rc *rawClient) prepareStmt(q string) uint32 {
+	rc.t.Helper()
+	if err := rc.c.WriteCommand(0x16, []byte(q)); err != nil {
+		rc.t.Fatal(err)
+	}
+	p, err := rc.c.ReadPacket()
+	if err != nil || p[0] != 0 {
+		rc.t.Fatalf("prepare: %x %v", p, err)
+	}
+	id := binary.LittleEndian.Uint32(p[1:])
+	n := 0
+	for _, k := range []int{int(binary.LittleEndian.Uint16(p[5:])), int(binary.LittleEndian.Uint16(p[7:]))} {
+		if k > 0 {
+			n += k + eofCount(rc.c.Capabilities) // definitions, then an EOF unless deprecated
+		}
+	}
+	for range n {
+		if _, err := rc.c.ReadPacket(); err != nil {
+			rc.t.Fatal(err)
+		}
+	}
+	return id
+}
+
+func (rc *rawClient) executeOne(payload []byte) string {
+	rc.t.Helper()
+	if err := rc.c.WriteCommand(0x17, payload); err != nil {
+		rc.t.Fatal(err)
+	}
+	rows, err := rc.readResult(true)
+	if err != nil {
+		rc.t.Fatalf("execute: %v", err)
+	}
+	return strings.Join(rows, "|")
+}
+
+// TestCachedExecuteThenUntypedExecute: a client binds parameter types on its first execute only. When that
+// execute is answered from the cache the backend never sees the types, so the next execute keyway sends must
+// carry them (sysbench failed with 1210 "Incorrect arguments to mysqld_stmt_execute" before).
+func TestCachedExecuteThenUntypedExecute(t *testing.T) {
+	m := mariadb(t)
+	db := open(t, "app", "secret", m.Addr, "")
+	mustExec(t, db, "DROP TABLE IF EXISTS qc_types")
+	mustExec(t, db, "CREATE TABLE qc_types (id INT PRIMARY KEY, c VARCHAR(10))")
+	mustExec(t, db, "INSERT INTO qc_types VALUES (1, 'first'), (2, 'second')")
+	reg := validity.NewRegistry()
+	cache := qcache.New(qcache.Options{Registry: reg})
+	_, addr := startProxyOpts(t, testConfig(m.Addr).with(t, func(o *Options) { o.Validity, o.Cache = reg, cache }))
+	const q = "SELECT c FROM qc_types WHERE id = ?"
+
+	a := newRawClient(t, addr, "app", "secret", 0)
+	if got := a.executeOne(executeInt(a.prepareStmt(q), 1, true)); !strings.Contains(got, "first") {
+		t.Fatalf("fill: %q", got)
+	}
+	b := newRawClient(t, addr, "app", "secret", 0)
+	id := b.prepareStmt(q)
+	hits := cache.Stats().Hits
+	if got := b.executeOne(executeInt(id, 1, true)); !strings.Contains(got, "first") || cache.Stats().Hits != hits+1 {
+		t.Fatalf("hit: %q, hits %d → %d", got, hits, cache.Stats().Hits)
+	}
+	if got := b.executeOne(executeInt(id, 2, false)); !strings.Contains(got, "second") {
+		t.Fatalf("untyped execute after a cached typed one: %q", got)
+	}
+	if got := b.executeOne(executeInt(id, 2, false)); !strings.Contains(got, "second") {
+		t.Fatalf("the same again (now a hit): %q", got)
+	}
+}
