@@ -32,18 +32,7 @@ const maxStaleness = time.Second
 func TestDirectWriteReachesCachingContainer(t *testing.T) {
 	kw, db, admin, _ := startCachingWithAdmin(t)
 	mc := memcache.New(kw.Addr)
-	get := func(want string) {
-		t.Helper()
-		it, err := mc.Get("@@aaa.k")
-		if err != nil || string(it.Value) != want {
-			t.Fatalf("get = %v %v, want %q\nkeyway:\n%s", it, err, want, kw.Output())
-		}
-	}
-	if err := mc.Set(&memcache.Item{Key: "@@aaa.k", Value: []byte("v1")}); err != nil {
-		t.Fatal(err)
-	}
-	get("v1")
-	get("v1") // cached now
+	get := setAndCache(t, kw, mc, "@@aaa.k", "v1")
 	if _, err := db.Exec("UPDATE test.demo_test SET c2 = 'v2' WHERE c1 = 'k'"); err != nil {
 		t.Fatal(err)
 	}
@@ -77,6 +66,25 @@ func TestDirectWriteReachesCachingContainer(t *testing.T) {
 	if st.State != "following" || st.Commits == 0 {
 		t.Fatalf("binlog status %+v", st)
 	}
+}
+
+// setAndCache sets key to v through mc, reads it twice (so a caching container holds it) and returns a get
+// that fails the test unless key reads as want.
+func setAndCache(t *testing.T, kw *testenv.Process, mc *memcache.Client, key, v string) func(want string) {
+	t.Helper()
+	get := func(want string) {
+		t.Helper()
+		it, err := mc.Get(key)
+		if err != nil || string(it.Value) != want {
+			t.Fatalf("memcache get %s = %v %v, want %q\nkeyway:\n%s", key, it, err, want, kw.Output())
+		}
+	}
+	if err := mc.Set(&memcache.Item{Key: key, Value: []byte(v)}); err != nil {
+		t.Fatal(err)
+	}
+	get(v)
+	get(v) // now served from the local store
+	return get
 }
 
 // followerStatus is the part of /status's binlog entry the tests read.

@@ -137,18 +137,7 @@ func TestSQLDoorWriteInvalidatesMemcacheRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer through.Close()
-	get := func(want string) {
-		t.Helper()
-		it, err := mc.Get("@@aaa.k")
-		if err != nil || string(it.Value) != want {
-			t.Fatalf("memcache get = %v %v, want %q\nkeyway:\n%s", it, err, want, kw.Output())
-		}
-	}
-	if err := mc.Set(&memcache.Item{Key: "@@aaa.k", Value: []byte("v1")}); err != nil {
-		t.Fatal(err)
-	}
-	get("v1")
-	get("v1") // now served from the local store
+	get := setAndCache(t, kw, mc, "@@aaa.k", "v1")
 	if _, err := through.Exec("UPDATE demo_test SET c2 = 'v2' WHERE c1 = 'k'"); err != nil {
 		t.Fatal(err)
 	}
