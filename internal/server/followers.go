@@ -60,13 +60,14 @@ func startFollowers(cfg config.Config, topo *backend.Topology, reg *validity.Reg
 	return out, nil
 }
 
-// derivedServerID is a replica server_id for this keyway: a hash of the host name and the listeners, in the
-// upper half of the range (servers are usually numbered from 1), so two keyways on one host or on two hosts do
-// not collide and a restarted keyway keeps its id.
+// derivedServerID is a replica server_id for this keyway: a hash of the host name, the listeners and the process
+// id, in the upper half of the range (servers are usually numbered from 1), so that two keyways, on one host or
+// two, do not collide (a primary drops the older of two replicas with one id). The process id is in it because
+// listeners may be given as port 0.
 func derivedServerID(cfg config.Config) uint32 {
 	h := fnv.New32a()
 	host, _ := os.Hostname()
-	fmt.Fprintf(h, "%s|%s|%s|%s|%s", host, cfg.Memcache.Listen, cfg.SQL.Listen, cfg.Admin.Listen, cfg.Store.DataDir)
+	fmt.Fprintf(h, "%s|%s|%s|%s|%s|%d", host, cfg.Memcache.Listen, cfg.SQL.Listen, cfg.Admin.Listen, cfg.Store.DataDir, os.Getpid())
 	return 1<<31 | h.Sum32()&(1<<31-1)
 }
 
