@@ -66,6 +66,17 @@ func TestDirectWriteReachesCachingContainer(t *testing.T) {
 	if st.State != "following" || st.Commits == 0 {
 		t.Fatalf("binlog status %+v", st)
 	}
+	resp, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`keyway_binlog_following{group="main"} 1`, `keyway_binlog_commits_total{group="main"}`, "keyway_cache_fresh 1", "keyway_sql_cache_hits_total"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
 }
 
 // setAndCache sets key to v through mc, reads it twice (so a caching container holds it) and returns a get

@@ -12,6 +12,7 @@ import (
 	"github.com/keywaydb/keyway/internal/binlog"
 	"github.com/keywaydb/keyway/internal/config"
 	"github.com/keywaydb/keyway/internal/qcache"
+	"github.com/keywaydb/keyway/internal/stats"
 	"github.com/keywaydb/keyway/internal/validity"
 )
 
@@ -93,4 +94,45 @@ func newSQLCache(cfg config.Config, followers []*binlog.Follower, reg *validity.
 	log.Info("SQL result cache on: point selects are answered from the cache while the binlog followers are within max_staleness",
 		"memory_limit", cfg.Cache.MemoryLimit, "max_staleness", cfg.Cache.MaxStaleness.String())
 	return qcache.New(qcache.Options{MemoryLimit: cfg.Cache.MemoryLimit, Registry: reg})
+}
+
+// cacheSamples are the result cache's, the followers' and the caching containers' freshness figures for
+// /metrics.
+func (s *Server) cacheSamples() []stats.Sample {
+	var out []stats.Sample
+	add := func(name, help, group string, v float64) {
+		out = append(out, stats.Sample{Name: name, Help: help, Group: group, Value: v})
+	}
+	boolean := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	if c := s.sqlCache; c != nil {
+		st := c.Stats()
+		add("keyway_sql_cache_hits_total", "SQL statements answered from the result cache.", "", float64(st.Hits))
+		add("keyway_sql_cache_misses_total", "Cacheable SQL statements the result cache could not answer.", "", float64(st.Misses))
+		add("keyway_sql_cache_stores_total", "Replies stored in the result cache.", "", float64(st.Stores))
+		add("keyway_sql_cache_dropped_total", "Fills that raced a write, and entries found invalid.", "", float64(st.Dropped))
+		add("keyway_sql_cache_evictions_total", "Entries evicted for memory.", "", float64(st.Evictions))
+		add("keyway_sql_cache_entries", "Entries in the result cache.", "", float64(st.Entries))
+		add("keyway_sql_cache_bytes", "Bytes charged to the result cache.", "", float64(st.Bytes))
+	}
+	add("keyway_cache_bypasses_total", "Reads of caching containers sent to MySQL because no follower vouched for the cached rows.", "",
+		float64(s.engine.Counters().CacheBypasses.Load()))
+	add("keyway_cache_fresh", "1 while the binlog followers vouch for cached copies (within max_staleness).", "", boolean(s.validity.Vouched()))
+	for _, f := range s.followers {
+		st := f.Status()
+		g := st.Group
+		add("keyway_binlog_following", "1 while the binlog follower is connected and reading.", g, boolean(st.State == binlog.Following))
+		add("keyway_binlog_lag_seconds", "Time since the last instant up to which every commit is applied.", g, float64(st.LagMS)/1000)
+		add("keyway_binlog_events_total", "Binlog events read.", g, float64(st.Events))
+		add("keyway_binlog_commits_total", "Transactions applied.", g, float64(st.Commits))
+		add("keyway_binlog_key_invalidations_total", "(table, key) invalidations from the binlog.", g, float64(st.Keys))
+		add("keyway_binlog_table_invalidations_total", "Whole-table invalidations from the binlog (DDL, keys not logged).", g, float64(st.Tables))
+		add("keyway_binlog_gaps_total", "Binlog positions lost: every cached copy dropped.", g, float64(st.Gaps))
+		add("keyway_binlog_reconnects_total", "Reconnections of the binlog follower.", g, float64(st.Reconn))
+	}
+	return out
 }

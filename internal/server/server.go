@@ -244,6 +244,7 @@ func (s *Server) startSQLAndAdmin() error {
 	if s.memcache != nil {
 		metrics.SetMemcacheStatsFunc(s.memcache.Stats)
 	}
+	metrics.SetSamplesFunc(s.cacheSamples)
 	digests := stats.NewDigests(digestCapacity)
 	if cfg.SQL.Listen != "" {
 		opts, err := s.sqlOptions()

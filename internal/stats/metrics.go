@@ -34,6 +34,15 @@ type Metrics struct {
 
 	pools    atomic.Pointer[func() []PoolStat]
 	memcache atomic.Pointer[func() map[string]int64]
+	samples  atomic.Pointer[func() []Sample]
+}
+
+// Sample is one value a component reports at each scrape (see SetSamplesFunc).
+type Sample struct {
+	Name  string // the full metric name, keyway_…; names ending in _total are counters, others gauges
+	Help  string
+	Group string // the backend group, as the "group" label; "" for none
+	Value float64
 }
 
 type classObservers struct {
@@ -74,7 +83,7 @@ func NewMetrics() *Metrics {
 	// turned into a panic.
 	for _, c := range []prometheus.Collector{
 		m.sqlConnsOpen, m.sqlConnsTotal, m.queries, m.duration,
-		&poolCollector{m: m}, &memcacheCollector{m: m},
+		&poolCollector{m: m}, &memcacheCollector{m: m}, &sampleCollector{m: m},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {
@@ -134,6 +143,42 @@ func (m *Metrics) SetMemcacheStatsFunc(f func() map[string]int64) {
 		return
 	}
 	m.memcache.Store(&f)
+}
+
+// SetSamplesFunc installs the function called at each scrape for the values of components that keep their own
+// counters (the SQL result cache, the binlog followers). nil removes it.
+func (m *Metrics) SetSamplesFunc(f func() []Sample) {
+	if f == nil {
+		m.samples.Store(nil)
+		return
+	}
+	m.samples.Store(&f)
+}
+
+// sampleCollector is "unchecked" (Describe sends nothing): its names come from the samples.
+type sampleCollector struct{ m *Metrics }
+
+func (c *sampleCollector) Describe(chan<- *prometheus.Desc) {}
+
+func (c *sampleCollector) Collect(ch chan<- prometheus.Metric) {
+	fp := c.m.samples.Load()
+	if fp == nil {
+		return
+	}
+	for _, s := range (*fp)() {
+		t := prometheus.GaugeValue
+		if strings.HasSuffix(s.Name, "_total") {
+			t = prometheus.CounterValue
+		}
+		var labels []string
+		var values []string
+		if s.Group != "" {
+			labels, values = []string{"group"}, []string{s.Group}
+		}
+		if mt, err := prometheus.NewConstMetric(prometheus.NewDesc(s.Name, s.Help, labels, nil), t, s.Value, values...); err == nil {
+			ch <- mt
+		}
+	}
 }
 
 var (
