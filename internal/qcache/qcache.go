@@ -9,6 +9,8 @@
 //   - A stored entry is served only while every table it read is TableValid at its stamp and the registry is
 //     Vouched (the binlog followers are within max_staleness). Entries depend on whole tables: any row write
 //     of a table (through either door, or in the binlog) invalidates every entry that read it.
+//   - Concurrent misses of one key make one backend query (Lead/Done): the others wait for it, bounded, and are
+//     answered from what it stored.
 //   - Memory: entries are charged their key and reply bytes plus a fixed overhead, within Options.MemoryLimit,
 //     with least-recently-used eviction per shard.
 //
@@ -48,7 +50,7 @@ type Cache struct {
 	seed   maphash.Seed
 	shards [shards]shard
 
-	hits, misses, stores, dropped, evictions atomic.Int64
+	hits, misses, stores, dropped, evictions, joined atomic.Int64
 }
 
 type shard struct {
@@ -57,6 +59,8 @@ type shard struct {
 	used  int64
 	m     map[string]*list.Element
 	lru   list.List // front = most recently used; values are *entry
+	// fills are the keys being filled now, each with a channel closed when its fill ends (single-flight).
+	fills map[string]chan struct{}
 }
 
 // Dep is one table a reply read, with the table's stamp before the statement was sent.
@@ -82,6 +86,7 @@ func New(o Options) *Cache {
 	for i := range c.shards {
 		c.shards[i].limit = o.MemoryLimit / shards
 		c.shards[i].m = map[string]*list.Element{}
+		c.shards[i].fills = map[string]chan struct{}{}
 	}
 	return c
 }
@@ -170,6 +175,32 @@ func (s *shard) removeLocked(el *list.Element) {
 	s.used -= e.size
 }
 
+// Lead makes concurrent misses of key one backend query: the first caller leads (leader true) and must call
+// Done(key) when its fill ends, stored or not; the others get a channel that is closed then, after which they
+// ask Get again (and run the statement themselves if the leader stored nothing).
+func (c *Cache) Lead(key string) (leader bool, wait <-chan struct{}) {
+	s := c.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ch, ok := s.fills[key]; ok {
+		c.joined.Add(1)
+		return false, ch
+	}
+	s.fills[key] = make(chan struct{})
+	return true, nil
+}
+
+// Done ends the fill of key that Lead made this caller lead.
+func (c *Cache) Done(key string) {
+	s := c.shard(key)
+	s.mu.Lock()
+	if ch, ok := s.fills[key]; ok {
+		close(ch)
+		delete(s.fills, key)
+	}
+	s.mu.Unlock()
+}
+
 // Stats are the cache's counters.
 type Stats struct {
 	Hits      int64 `json:"hits"`
@@ -177,6 +208,7 @@ type Stats struct {
 	Stores    int64 `json:"stores"`
 	Dropped   int64 `json:"dropped"` // fills that raced a write, and entries found invalid
 	Evictions int64 `json:"evictions"`
+	Joined    int64 `json:"joined"` // misses that waited for another session's fill of the same key
 	Entries   int   `json:"entries"`
 	Bytes     int64 `json:"bytes"`
 	Fresh     bool  `json:"fresh"` // the binlog followers vouch: entries may be served
@@ -185,7 +217,7 @@ type Stats struct {
 // Stats returns a snapshot.
 func (c *Cache) Stats() Stats {
 	st := Stats{Hits: c.hits.Load(), Misses: c.misses.Load(), Stores: c.stores.Load(), Dropped: c.dropped.Load(),
-		Evictions: c.evictions.Load(), Fresh: c.reg.Vouched()}
+		Evictions: c.evictions.Load(), Joined: c.joined.Load(), Fresh: c.reg.Vouched()}
 	for i := range c.shards {
 		s := &c.shards[i]
 		s.mu.Lock()

@@ -36,6 +36,32 @@ func (ss *session) cacheKey(kind byte, text string, params []byte) string {
 	return b.String()
 }
 
+// fillWait bounds how long a miss waits for another session's fill of the same key before it runs the
+// statement itself.
+const fillWait = time.Second
+
+// throughCache answers from the result cache, or runs p on the backend (with send, the packet as the backend
+// must get it) and fills the cache with the reply. Concurrent misses of one key wait for one fill.
+func (ss *session) throughCache(p []byte, plan *Plan, key string, relay func() (int64, bool, error), send func([]byte) []byte) (int64, bool, error) {
+	c := ss.s.opts.Cache
+	if rows, hit, err := ss.replayCached(key); hit {
+		return rows, false, err
+	}
+	leader, wait := c.Lead(key)
+	if leader {
+		defer c.Done(key)
+	} else {
+		select {
+		case <-wait:
+			if rows, hit, err := ss.replayCached(key); hit {
+				return rows, false, err
+			}
+		case <-time.After(fillWait):
+		}
+	}
+	return ss.fillingExchange(send(p), plan, key, relay)
+}
+
 // replayCached answers from the result cache when a valid entry is under key; hit is false otherwise.
 func (ss *session) replayCached(key string) (rows int64, hit bool, err error) {
 	reply, rows, ok := ss.s.opts.Cache.Get(key)
@@ -73,11 +99,7 @@ func (ss *session) fillingExchange(p []byte, plan *Plan, key string, relay func(
 // queryThroughCache runs a COM_QUERY that route sent to the cache.
 func (ss *session) queryThroughCache(p []byte, plan *Plan, start time.Time) error {
 	key := ss.cacheKey('Q', string(p[1:]), nil)
-	rows, hit, err := ss.replayCached(key)
-	failed := false
-	if !hit {
-		rows, failed, err = ss.fillingExchange(p, plan, key, ss.relayQueryResults)
-	}
+	rows, failed, err := ss.throughCache(p, plan, key, ss.relayQueryResults, func(p []byte) []byte { return p })
 	ss.record(plan, rows, time.Since(start), failed || err != nil)
 	return err
 }

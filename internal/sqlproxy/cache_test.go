@@ -1,9 +1,11 @@
 package sqlproxy
 
 import (
+	"context"
 	"encoding/binary"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/keywaydb/keyway/internal/qcache"
 	"github.com/keywaydb/keyway/internal/validity"
@@ -89,5 +91,58 @@ func TestCachedExecuteThenUntypedExecute(t *testing.T) {
 	}
 	if got := b.executeOne(executeInt(id, 2, false)); !strings.Contains(got, "second") {
 		t.Fatalf("the same again (now a hit): %q", got)
+	}
+}
+
+// TestConcurrentMissesMakeOneQuery: sessions that miss the same entry while its fill runs wait for it and are
+// answered from it. The table is write-locked directly so the first fill blocks until every session has missed.
+func TestConcurrentMissesMakeOneQuery(t *testing.T) {
+	m := mariadb(t)
+	db := open(t, "app", "secret", m.Addr, "")
+	mustExec(t, db, "DROP TABLE IF EXISTS qc_flight")
+	mustExec(t, db, "CREATE TABLE qc_flight (id INT PRIMARY KEY, c VARCHAR(10))")
+	mustExec(t, db, "INSERT INTO qc_flight VALUES (1, 'one')")
+	reg := validity.NewRegistry()
+	cache := qcache.New(qcache.Options{Registry: reg})
+	_, addr := startProxyOpts(t, testConfig(m.Addr).with(t, func(o *Options) { o.Validity, o.Cache = reg, cache }))
+	through := open(t, "app", "secret", addr, "")
+	through.SetMaxOpenConns(8)
+
+	lock, err := db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if _, err := lock.ExecContext(context.Background(), "LOCK TABLES qc_flight WRITE"); err != nil {
+		t.Fatal(err)
+	}
+	const sessions = 6
+	results := make(chan string, sessions)
+	for range sessions {
+		go func() {
+			var c string
+			if err := through.QueryRow("SELECT c FROM qc_flight WHERE id = 1").Scan(&c); err != nil {
+				c = err.Error()
+			}
+			results <- c
+		}()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for cache.Stats().Joined < sessions-1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d sessions joined the fill in flight", cache.Stats().Joined, sessions-1)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := lock.ExecContext(context.Background(), "UNLOCK TABLES"); err != nil {
+		t.Fatal(err)
+	}
+	for range sessions {
+		if c := <-results; c != "one" {
+			t.Fatalf("a session got %q", c)
+		}
+	}
+	if st := cache.Stats(); st.Stores != 1 || st.Hits < sessions-1 {
+		t.Fatalf("stats %+v: want one fill answering every session", st)
 	}
 }

@@ -526,11 +526,7 @@ func (ss *session) execute(p []byte) error {
 		st.longData = false
 		if cacheable && ss.route(plan) == toCache {
 			key := ss.cacheKey('E', st.query, params)
-			rows, hit, err := ss.replayCached(key)
-			failed := false
-			if !hit {
-				rows, failed, err = ss.fillingExchange(st.forBackend(p), plan, key, ss.relayExecuteResults)
-			}
+			rows, failed, err := ss.throughCache(p, plan, key, ss.relayExecuteResults, st.forBackend)
 			ss.record(plan, rows, time.Since(start), failed || err != nil)
 			return err
 		}
