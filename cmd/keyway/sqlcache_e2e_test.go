@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -110,6 +111,36 @@ func TestSQLResultCache(t *testing.T) {
 	if after.Hits-before.Hits < 4 || after.Stores-before.Stores < 2 {
 		t.Fatalf("cache before %+v after %+v: want the repeats answered from the cache", before, after)
 	}
+
+	// SHOW KEYWAY CACHE and CANDIDATES answer through the SQL door, and /candidates on the admin listener.
+	report := map[string]string{}
+	for _, r := range rowsOf(t, through, "SHOW KEYWAY CACHE") {
+		report[r[0]] = r[1]
+	}
+	if report["sql_cache_hits_total"] == "" || report["sql_cache_hits_total"] == "0" || report[`binlog_following{group=main}`] != "1" {
+		t.Fatalf("SHOW KEYWAY CACHE = %v", report)
+	}
+	found := false
+	for _, r := range rowsOf(t, through, "SHOW KEYWAY CANDIDATES") {
+		if strings.Contains(r[1], "pt") && strings.Contains(r[1], "id") {
+			found = found || (r[5] == "yes" && r[6] == "yes")
+		}
+	}
+	if !found {
+		t.Fatalf("SHOW KEYWAY CANDIDATES lacks the point select as key-value and cached: %v", rowsOf(t, through, "SHOW KEYWAY CANDIDATES"))
+	}
+	resp, err := http.Get("http://" + admin + "/candidates")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cands []struct {
+		Query  string
+		Cached bool
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&cands); err != nil || len(cands) == 0 {
+		t.Fatalf("/candidates: %v %v", cands, err)
+	}
+	resp.Body.Close()
 
 	// A write through keyway is read back at once.
 	if _, err := through.Exec("UPDATE pt SET c = 'w' WHERE id = 1"); err != nil {

@@ -33,7 +33,9 @@ type Options struct {
 	Digests *stats.Digests // per-digest statistics; nil: /digests answers 404
 	Metrics *stats.Metrics // nil: /metrics answers 404
 	Status  func() any     // JSON-encoded at /status; nil: /status answers 404
-	Logger  *slog.Logger   // nil: slog.Default()
+	// Candidates is JSON-encoded at /candidates (the SQL door's SHOW KEYWAY CANDIDATES); nil: 404.
+	Candidates func() any
+	Logger     *slog.Logger // nil: slog.Default()
 }
 
 // Server is the admin HTTP server.
@@ -120,6 +122,9 @@ func (s *Server) routes() http.Handler {
 	if s.o.Status != nil {
 		mux.HandleFunc("GET /status", s.status)
 	}
+	if s.o.Candidates != nil {
+		mux.HandleFunc("GET /candidates", func(w http.ResponseWriter, r *http.Request) { s.writeJSON(w, s.o.Candidates()) })
+	}
 	return mux
 }
 
@@ -139,6 +144,9 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.o.Status != nil {
 		link("/status", "status (JSON)")
+	}
+	if s.o.Candidates != nil {
+		link("/candidates", "cache candidates (JSON)")
 	}
 	b.WriteString("</ul>\n</body></html>\n")
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")

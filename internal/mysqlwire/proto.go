@@ -84,6 +84,7 @@ const (
 	ERNotSupportedYet      = mysql.ER_NOT_SUPPORTED_YET        // 1235
 	ERUnsupportedPS        = mysql.ER_UNSUPPORTED_PS           // 1295
 	ERMalformedPacket      = mysql.ER_MALFORMED_PACKET         // 1835
+	ERParseError           = mysql.ER_PARSE_ERROR              // 1064
 	// CRConnHostError is the client library's "Can't connect to MySQL server" (2003), the code drivers show when a
 	// server is down; keyway sends it when a backend is unreachable.
 	CRConnHostError = 2003
@@ -249,4 +250,55 @@ func readLenEncString(p []byte) (s, rest []byte, ok bool) {
 		return nil, nil, false
 	}
 	return p[k : k+int(n)], p[k+int(n):], true
+}
+
+// WriteTextResult buffers a text result set of string columns (keyway's own answers, such as SHOW KEYWAY CACHE)
+// and flushes it: column count, definitions, rows, and the terminator, an EOF or, under CLIENT_DEPRECATE_EOF, an
+// OK with the EOF header. A nil value in a row is NULL.
+func (c *Conn) WriteTextResult(columns []string, rows [][]*string, status uint16) error {
+	deprecateEOF := c.Capabilities&ClientDeprecateEOF != 0
+	lenStr := func(b []byte, s string) []byte { return append(AppendLenEnc(b, uint64(len(s))), s...) }
+	if err := c.WritePacket(AppendLenEnc(nil, uint64(len(columns)))); err != nil {
+		return err
+	}
+	for _, name := range columns {
+		b := lenStr(c.Begin(), "def")
+		b = lenStr(lenStr(lenStr(b, ""), ""), "") // schema, table, org_table
+		b = lenStr(lenStr(b, name), name)
+		b = append(b, 0x0c, 45, 0) // fixed-length fields; utf8mb4_general_ci
+		b = append(b, 0, 4, 0, 0)  // column length 1024
+		b = append(b, 0xfd, 0, 0)  // MYSQL_TYPE_VAR_STRING, no flags
+		b = append(b, 0, 0, 0)     // decimals, filler
+		if err := c.Finish(b); err != nil {
+			return err
+		}
+	}
+	eof := []byte{HeaderEOF, 0, 0, byte(status), byte(status >> 8)}
+	if !deprecateEOF {
+		if err := c.WritePacket(eof); err != nil {
+			return err
+		}
+	}
+	for _, row := range rows {
+		b := c.Begin()
+		for _, v := range row {
+			if v == nil {
+				b = append(b, 0xfb)
+				continue
+			}
+			b = lenStr(b, *v)
+		}
+		if err := c.Finish(b); err != nil {
+			return err
+		}
+	}
+	if deprecateEOF {
+		ok := AppendOK(nil, c.Capabilities, 0, 0, status, 0)
+		ok[0] = HeaderEOF
+		eof = ok
+	}
+	if err := c.WritePacket(eof); err != nil {
+		return err
+	}
+	return c.Flush()
 }

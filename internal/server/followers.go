@@ -6,6 +6,8 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/keywaydb/keyway/internal/backend"
@@ -135,4 +137,18 @@ func (s *Server) cacheSamples() []stats.Sample {
 		add("keyway_binlog_reconnects_total", "Reconnections of the binlog follower.", g, float64(st.Reconn))
 	}
 	return out
+}
+
+// cacheReport is SHOW KEYWAY CACHE's rows: the /metrics samples of cacheSamples, named without the "keyway_"
+// prefix and with the group appended.
+func (s *Server) cacheReport() [][2]string {
+	var rows [][2]string
+	for _, smp := range s.cacheSamples() {
+		name := strings.TrimPrefix(smp.Name, "keyway_")
+		if smp.Group != "" {
+			name += "{group=" + smp.Group + "}"
+		}
+		rows = append(rows, [2]string{name, strconv.FormatFloat(smp.Value, 'f', -1, 64)})
+	}
+	return rows
 }

@@ -221,6 +221,8 @@ func (s *Server) sqlOptions() (sqlproxy.Options, error) {
 		// act after, every memcache write acknowledged before them, even one still queued for the table.
 		Validity: s.validity,
 		Cache:    s.sqlCache,
+		// SHOW KEYWAY CACHE: the same figures as /metrics.
+		CacheReport: s.cacheReport,
 	}
 	for _, u := range cfg.Users {
 		o.Users = append(o.Users, sqlproxy.User{Name: u.Name, Password: u.Password, AuthPlugin: u.AuthPlugin,
@@ -269,7 +271,7 @@ func (s *Server) startSQLAndAdmin() error {
 		if err != nil {
 			return fmt.Errorf("admin.listen %q: %w (change [admin] listen or --admin-listen)", cfg.Admin.Listen, err)
 		}
-		s.admin = admin.New(admin.Options{Listen: cfg.Admin.Listen, Digests: digests, Metrics: metrics, Status: s.status, Logger: s.log})
+		s.admin = admin.New(admin.Options{Listen: cfg.Admin.Listen, Digests: digests, Metrics: metrics, Status: s.status, Candidates: s.candidates, Logger: s.log})
 		s.adminLn = ln
 		go func() {
 			if err := s.admin.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -340,6 +342,14 @@ func (s *Server) status() any {
 		st.SQLCache = &cs
 	}
 	return st
+}
+
+// candidates is what /candidates shows: SHOW KEYWAY CANDIDATES's list, or nil without the SQL door.
+func (s *Server) candidates() any {
+	if s.sql == nil {
+		return []sqlproxy.Candidate{}
+	}
+	return s.sql.Candidates()
 }
 
 // SQLAddr is where the SQL door listens, or nil when it is off.

@@ -77,6 +77,8 @@ type Options struct {
 	// Cache, when set, answers cacheable reads (Plan.Cacheable) of unpinned sessions from the result cache and
 	// fills it from their replies (cache.go). It must share Validity.
 	Cache *qcache.Cache
+	// CacheReport, when set, gives SHOW KEYWAY CACHE its rows (name, value): the caches' and followers' figures.
+	CacheReport func() [][2]string
 
 	// MaxHandshakes bounds the connections still logging in (handshake and authentication); past it a new
 	// connection gets ER_CON_COUNT_ERROR and is closed. 0 = DefaultMaxHandshakes.

@@ -435,6 +435,9 @@ func (ss *session) exchange(p []byte, plan *Plan, relay func() (int64, bool, err
 func (ss *session) query(p []byte) error {
 	start := time.Now()
 	sql := string(p[1:])
+	if what, ok := showKeyway(sql); ok {
+		return ss.answerShowKeyway(what)
+	}
 	plan := ss.s.plans.Plan(sql)
 	if plan.Kill != KillNone {
 		return ss.kill(p, plan)
