@@ -188,4 +188,16 @@ func TestSQLResultCache(t *testing.T) {
 	if got := rowsOf(t, through, text); got[0][1] != "z" {
 		t.Fatalf("after rollback: %v", got)
 	}
+
+	// A session that changed its state (time_zone changes what TIMESTAMP columns read) is not answered from the
+	// cache: its statements go to its own connection.
+	if _, err := through.Exec("SET time_zone = '+05:00'"); err != nil {
+		t.Fatal(err)
+	}
+	hits = cacheStats(t, admin).Hits
+	rowsOf(t, through, text)
+	rowsOf(t, through, prepared, 1)
+	if cacheStats(t, admin).Hits != hits {
+		t.Fatal("a session with its own time_zone was answered from the cache")
+	}
 }
