@@ -18,15 +18,16 @@ import (
 const benchUsage = `usage: keyway bench memcache [flags]
        keyway bench sql [flags]
        keyway bench kv [flags]
+       keyway bench staleness [flags]
 
 memcache: runs keyway (memory-only, async, sync) and memcached 1.6 side by
 side under memcaslap and prints ops/s min/median/max and the ratios to
 memcached.
 
 sql: runs sysbench (oltp_point_select and oltp_read_only at 1, 4 and 8
-threads) against a private MariaDB, direct and through keyway's SQL door,
-alternating, and prints queries/s min/median/max, the ratio keyway/direct
-and the p95 latency keyway adds.
+threads) against a private MariaDB, direct and through keyway's SQL door
+with the result cache on and off, alternating, and prints queries/s
+min/median/max, the ratios to direct and the p95 latency keyway adds.
 
 kv: the InnoDB memcached plugin's experiment side by side: loads 10,000
 pairs with single-row autocommit INSERTs direct to a private MariaDB vs
@@ -35,8 +36,11 @@ and 16 clients, then fetches them with a prepared SELECT direct vs memcache
 gets through keyway (caching, warm) vs memcached 1.6; prints ops/s
 min/median/max, p50/p99 latency and the ratios.
 
-keyway bench memcache -h, keyway bench sql -h and keyway bench kv -h list
-the flags.
+staleness: commits writes directly to a private MariaDB while clients poll
+the row through keyway's SQL result cache, and prints p50/p99/max from each
+commit to the first read that returns it.
+
+keyway bench memcache -h, sql -h, kv -h and staleness -h list the flags.
 `
 
 func runBench(args []string, stdout, stderr io.Writer) int {
@@ -51,6 +55,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return benchSQL(args[1:], stdout, stderr)
 	case "kv":
 		return benchKV(args[1:], stdout, stderr)
+	case "staleness":
+		return benchStaleness(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, benchUsage)
 		return 0
@@ -122,6 +128,22 @@ func benchKV(args []string, stdout, stderr io.Writer) int {
 	return runReport(fs, *jsonOut, stdout, stderr, func(ctx context.Context, self string, progress io.Writer) (report, error) {
 		o.KeywayBinary, o.Out = self, progress
 		return bench.RunKV(ctx, o)
+	})
+}
+
+func benchStaleness(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("keyway bench staleness", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o := bench.StalenessOptions{}
+	fs.IntVar(&o.Writes, "writes", 0, "direct commits measured (default 300)")
+	fs.IntVar(&o.Readers, "readers", 0, "clients polling through keyway (default 4)")
+	jsonOut := fs.Bool("json", false, "print the report as JSON")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	return runReport(fs, *jsonOut, stdout, stderr, func(ctx context.Context, self string, progress io.Writer) (report, error) {
+		o.KeywayBinary, o.Out = self, progress
+		return bench.RunStaleness(ctx, o)
 	})
 }
 
