@@ -23,6 +23,7 @@ import (
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/keywaydb/keyway/internal/validity"
 )
@@ -70,11 +71,12 @@ type Dep struct {
 }
 
 type entry struct {
-	key   string
-	reply []byte
-	rows  int64
-	deps  []Dep
-	size  int64
+	key     string
+	reply   []byte
+	rows    int64
+	deps    []Dep
+	size    int64
+	expires int64 // Unix nanos after which the entry is not served; 0 never
 }
 
 // New returns an empty cache.
@@ -128,7 +130,7 @@ func (c *Cache) Get(key string) (reply []byte, rows int64, ok bool) {
 	el := s.m[key]
 	if el != nil {
 		e := el.Value.(*entry)
-		if valid(e.deps) {
+		if valid(e.deps) && (e.expires == 0 || time.Now().UnixNano() < e.expires) {
 			s.lru.MoveToFront(el)
 			s.mu.Unlock()
 			c.hits.Add(1)
@@ -143,8 +145,9 @@ func (c *Cache) Get(key string) (reply []byte, rows int64, ok bool) {
 }
 
 // Put stores reply under key unless a table in deps changed since Begin (then the reply may be stale) or the
-// reply is too large. The cache keeps reply: the caller must not change it.
-func (c *Cache) Put(key string, reply []byte, rows int64, deps []Dep) {
+// reply is too large; a ttl above 0 bounds the entry's life (a hint's ttl=N). The cache keeps reply: the caller
+// must not change it.
+func (c *Cache) Put(key string, reply []byte, rows int64, deps []Dep, ttl time.Duration) {
 	size := int64(len(key)+len(reply)) + entryOverhead
 	s := c.shard(key)
 	if len(reply) > MaxReply || size > s.limit {
@@ -163,7 +166,11 @@ func (c *Cache) Put(key string, reply []byte, rows int64, deps []Dep) {
 		s.removeLocked(s.lru.Back())
 		c.evictions.Add(1)
 	}
-	s.m[key] = s.lru.PushFront(&entry{key: key, reply: reply, rows: rows, deps: deps, size: size})
+	e := &entry{key: key, reply: reply, rows: rows, deps: deps, size: size}
+	if ttl > 0 {
+		e.expires = time.Now().Add(ttl).UnixNano()
+	}
+	s.m[key] = s.lru.PushFront(e)
 	s.used += size
 	c.stores.Add(1)
 }

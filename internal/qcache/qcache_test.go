@@ -18,12 +18,12 @@ func TestFillRacingAWriteIsDropped(t *testing.T) {
 	c, reg := newCache(1 << 20)
 	deps := c.Begin(tbl)
 	reg.Table(tbl[0]).Wrote([]byte("any row")) // a write lands while the statement runs
-	c.Put("k", []byte("reply"), 1, deps)
+	c.Put("k", []byte("reply"), 1, deps, 0)
 	if _, _, ok := c.Get("k"); ok {
 		t.Fatal("a fill that raced a write was stored")
 	}
 	deps = c.Begin(tbl)
-	c.Put("k", []byte("reply"), 1, deps)
+	c.Put("k", []byte("reply"), 1, deps, 0)
 	if r, rows, ok := c.Get("k"); !ok || string(r) != "reply" || rows != 1 {
 		t.Fatalf("get = %q %d %v", r, rows, ok)
 	}
@@ -37,7 +37,7 @@ func TestServedOnlyWhileVouched(t *testing.T) {
 	c, reg := newCache(1 << 20)
 	v := reg.RequireVouch()
 	v.Vouch(time.Now().Add(time.Hour))
-	c.Put("k", []byte("reply"), 1, c.Begin(tbl))
+	c.Put("k", []byte("reply"), 1, c.Begin(tbl), 0)
 	if _, _, ok := c.Get("k"); !ok {
 		t.Fatal("miss while vouched")
 	}
@@ -50,10 +50,19 @@ func TestServedOnlyWhileVouched(t *testing.T) {
 func TestMemoryBound(t *testing.T) {
 	c, _ := newCache(shards * 4096)
 	for i := range 1000 {
-		c.Put(string(rune('a'+i%26))+string(rune(i)), make([]byte, 500), 1, c.Begin(tbl))
+		c.Put(string(rune('a'+i%26))+string(rune(i)), make([]byte, 500), 1, c.Begin(tbl), 0)
 	}
 	st := c.Stats()
 	if st.Bytes > shards*4096 || st.Evictions == 0 {
 		t.Fatalf("stats %+v: want at most %d bytes, with evictions", st, shards*4096)
+	}
+}
+
+func TestTTL(t *testing.T) {
+	c, _ := newCache(1 << 20)
+	c.Put("k", []byte("reply"), 1, c.Begin(tbl), time.Millisecond)
+	time.Sleep(5 * time.Millisecond)
+	if _, _, ok := c.Get("k"); ok {
+		t.Fatal("an entry outlived its ttl")
 	}
 }

@@ -42,7 +42,7 @@ const fillWait = time.Second
 
 // throughCache answers from the result cache, or runs p on the backend (with send, the packet as the backend
 // must get it) and fills the cache with the reply. Concurrent misses of one key wait for one fill.
-func (ss *session) throughCache(p []byte, plan *Plan, key string, relay func() (int64, bool, error), send func([]byte) []byte) (int64, bool, error) {
+func (ss *session) throughCache(p []byte, plan *Plan, key string, ttl time.Duration, relay func() (int64, bool, error), send func([]byte) []byte) (int64, bool, error) {
 	c := ss.s.opts.Cache
 	if rows, hit, err := ss.replayCached(key); hit {
 		return rows, false, err
@@ -59,7 +59,7 @@ func (ss *session) throughCache(p []byte, plan *Plan, key string, relay func() (
 		case <-time.After(fillWait):
 		}
 	}
-	return ss.fillingExchange(send(p), plan, key, relay)
+	return ss.fillingExchange(send(p), plan, key, ttl, relay)
 }
 
 // replayCached answers from the result cache when a valid entry is under key; hit is false otherwise.
@@ -76,7 +76,7 @@ func (ss *session) replayCached(key string) (rows int64, hit bool, err error) {
 
 // fillingExchange is exchange for a cache miss: the statement runs on the backend, and its reply fills the entry
 // under key if it succeeded, the session stays unpinned, and no table it read changed meanwhile.
-func (ss *session) fillingExchange(p []byte, plan *Plan, key string, relay func() (int64, bool, error)) (int64, bool, error) {
+func (ss *session) fillingExchange(p []byte, plan *Plan, key string, ttl time.Duration, relay func() (int64, bool, error)) (int64, bool, error) {
 	ids := plan.TableIDs(ss.db)
 	for _, id := range ids {
 		if id.Schema == "" { // no default database: the server refuses it, and there is no table to depend on
@@ -90,16 +90,16 @@ func (ss *session) fillingExchange(p []byte, plan *Plan, key string, relay func(
 	reply, kept := ss.be.StopCapture()
 	if err == nil && !failed && kept {
 		if pinned, _ := ss.pinned(); !pinned {
-			c.Put(key, reply, rows, deps)
+			c.Put(key, reply, rows, deps, ttl)
 		}
 	}
 	return rows, failed, err
 }
 
-// queryThroughCache runs a COM_QUERY that route sent to the cache.
-func (ss *session) queryThroughCache(p []byte, plan *Plan, start time.Time) error {
+// queryThroughCache runs a COM_QUERY that route sent to the cache; ttl, when not 0, bounds the entry's life.
+func (ss *session) queryThroughCache(p []byte, plan *Plan, ttl time.Duration, start time.Time) error {
 	key := ss.cacheKey('Q', string(p[1:]), nil)
-	rows, failed, err := ss.throughCache(p, plan, key, ss.relayQueryResults, func(p []byte) []byte { return p })
+	rows, failed, err := ss.throughCache(p, plan, key, ttl, ss.relayQueryResults, func(p []byte) []byte { return p })
 	ss.record(plan, rows, time.Since(start), failed || err != nil)
 	return err
 }

@@ -146,3 +146,50 @@ func TestConcurrentMissesMakeOneQuery(t *testing.T) {
 		t.Fatalf("stats %+v: want one fill answering every session", st)
 	}
 }
+
+// TestCacheHints: /*+ keyway nocache */ keeps a point select out of the cache, /*+ keyway cache */ puts in a read
+// that is not a point select, and ttl=N bounds its life.
+func TestCacheHints(t *testing.T) {
+	m := mariadb(t)
+	db := open(t, "app", "secret", m.Addr, "")
+	mustExec(t, db, "DROP TABLE IF EXISTS qc_hints")
+	mustExec(t, db, "CREATE TABLE qc_hints (id INT PRIMARY KEY, c VARCHAR(10))")
+	mustExec(t, db, "INSERT INTO qc_hints VALUES (1, 'one'), (2, 'two')")
+	reg := validity.NewRegistry()
+	cache := qcache.New(qcache.Options{Registry: reg})
+	_, addr := startProxyOpts(t, testConfig(m.Addr).with(t, func(o *Options) { o.Validity, o.Cache = reg, cache }))
+	through := open(t, "app", "secret", addr, "")
+	hits := func(q string) int64 {
+		t.Helper()
+		before := cache.Stats().Hits
+		for range 3 {
+			rows, err := through.Query(q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows.Close()
+		}
+		return cache.Stats().Hits - before
+	}
+	if n := hits("SELECT /*+ keyway nocache */ c FROM qc_hints WHERE id = 1"); n != 0 {
+		t.Errorf("nocache: %d hits", n)
+	}
+	if n := hits("SELECT c FROM qc_hints WHERE id > 0"); n != 0 {
+		t.Errorf("a range read without a hint: %d hits", n)
+	}
+	if n := hits("SELECT /*+ keyway cache */ c FROM qc_hints WHERE id > 0"); n != 2 {
+		t.Errorf("a range read with the cache hint: %d hits, want 2", n)
+	}
+	q := "SELECT /*+ keyway cache ttl=1 */ c FROM qc_hints WHERE id < 9"
+	hits(q)
+	time.Sleep(1100 * time.Millisecond)
+	before := cache.Stats().Hits
+	rows, err := through.Query(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows.Close()
+	if cache.Stats().Hits != before {
+		t.Error("an entry was served past its ttl")
+	}
+}

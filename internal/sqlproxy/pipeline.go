@@ -18,6 +18,9 @@ package sqlproxy
 
 import (
 	"encoding/binary"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/keywaydb/keyway/internal/backend"
 	"github.com/keywaydb/keyway/internal/mysqlwire"
@@ -65,17 +68,57 @@ const (
 )
 
 // route picks the statement's target: the result cache for a cacheable read of an unpinned session while the
-// binlog followers vouch for freshness, else the session's backend connection. Replicas come here next.
-func (ss *session) route(plan *Plan) target {
+// binlog followers vouch for freshness, else the session's backend connection. Replicas come here next. Point
+// selects (one equality on one column of one table) are cached without configuration; h, the statement's own
+// hint, can ask for any cacheable read to be cached, or for none.
+func (ss *session) route(plan *Plan, h hint) target {
 	c := ss.s.opts.Cache
-	// Cached without configuration: point selects (one equality on one column of one table); rules come next.
-	if c == nil || plan == nil || !plan.Cacheable || plan.Key == nil || !c.Usable() {
+	if c == nil || plan == nil || !plan.Cacheable || h.nocache || (plan.Key == nil && !h.cache) || !c.Usable() {
 		return toSession
 	}
 	if pinned, _ := ss.pinned(); pinned {
 		return toSession
 	}
 	return toCache
+}
+
+// hint is what a statement's "/*+ keyway … */" comment asks of the cache: "nocache", or "cache" with an optional
+// "ttl=N" (seconds) after which the entry is dropped even if nothing invalidated it.
+type hint struct {
+	nocache, cache bool
+	ttl            time.Duration
+}
+
+// hintOf reads the keyway hint of sql, if any. The digest erases comments, so this is read per statement text;
+// it costs one substring search for statements without "/*+".
+func hintOf(sql string) hint {
+	var h hint
+	i := strings.Index(sql, "/*+")
+	if i < 0 {
+		return h
+	}
+	body, _, ok := strings.Cut(sql[i+3:], "*/")
+	if !ok {
+		return h
+	}
+	f := strings.Fields(strings.ToLower(body))
+	if len(f) < 2 || f[0] != "keyway" {
+		return h
+	}
+	switch f[1] {
+	case "nocache":
+		h.nocache = true
+	case "cache":
+		h.cache = true
+		for _, a := range f[2:] {
+			if v, ok := strings.CutPrefix(a, "ttl="); ok {
+				if n, err := strconv.Atoi(v); err == nil && n > 0 {
+					h.ttl = time.Duration(n) * time.Second
+				}
+			}
+		}
+	}
+	return h
 }
 
 // sink is where a relayed reply goes.

@@ -442,8 +442,8 @@ func (ss *session) query(p []byte) error {
 	if plan.Kill != KillNone {
 		return ss.kill(p, plan)
 	}
-	if ss.route(plan) == toCache {
-		return ss.queryThroughCache(p, plan, start)
+	if h := hintOf(sql); ss.route(plan, h) == toCache {
+		return ss.queryThroughCache(p, plan, h.ttl, start)
 	}
 	rows, failed, err := ss.exchange(p, plan, ss.relayQueryResults, toClient)
 	if err == nil && !failed {
@@ -527,9 +527,9 @@ func (ss *session) execute(p []byte) error {
 		plan = st.plan
 		params, cacheable := executeParams(st, p)
 		st.longData = false
-		if cacheable && ss.route(plan) == toCache {
+		if h := hintOf(st.query); cacheable && ss.route(plan, h) == toCache {
 			key := ss.cacheKey('E', st.query, params)
-			rows, failed, err := ss.throughCache(p, plan, key, ss.relayExecuteResults, st.forBackend)
+			rows, failed, err := ss.throughCache(p, plan, key, h.ttl, ss.relayExecuteResults, st.forBackend)
 			ss.record(plan, rows, time.Since(start), failed || err != nil)
 			return err
 		}

@@ -104,7 +104,7 @@ func (s *Server) Candidates() []Candidate {
 		case !plan.Cacheable:
 			c.WhyNot = plan.NotCacheable
 		case plan.Key == nil:
-			c.WhyNot = "not a point select (one equality on one column): not cached without a rule"
+			c.WhyNot = "not a point select (one equality on one column): cached only with /*+ keyway cache */"
 		case s.opts.Cache == nil:
 			c.WhyNot = "the result cache is off (no binlog follower on every group, or [cache] enabled = false)"
 		default:
