@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -71,6 +72,18 @@ type Cache struct {
 	Disabled bool
 	// "memory_limit": the SQL result cache's memory, in bytes (default 64 MiB).
 	MemoryLimit int64
+	// "default_ttl": the life of entries a rule caches when the rule gives no ttl (default 0: until invalidated).
+	DefaultTTL time.Duration
+	Rules      []CacheRule // [[cache.rules]]
+}
+
+// CacheRule makes the SQL door cache reads that are not point selects (a cacheable read: see the README). Exactly
+// one of Digest, Table and Regex is set.
+type CacheRule struct {
+	Digest string        // "digest": the statement digest (as /digests and SHOW KEYWAY CANDIDATES list it)
+	Table  string        // "table": any read of this table ("schema.table" or "table")
+	Regex  string        // "regex": matched against the normalized statement
+	TTL    time.Duration // "ttl": the entries' life; 0 = cache.default_ttl
 }
 
 // The values of Group.Invalidate.
@@ -338,6 +351,7 @@ const (
 	wantFlushInterval  = `want a duration like "1s" or "250ms", more than 0 and at most 1h`
 
 	wantSQLListen    = `want "host:port", e.g. "127.0.0.1:3306" (empty host = all interfaces, port 0 = any free port), or "" for no SQL door`
+	wantRule         = `want exactly one of digest = "…", table = "schema.table" or regex = "…", and an optional ttl = "30s"`
 	wantServerID     = `want an integer from 1 to 4294967295 that no server or other replica uses, or 0 to derive one`
 	wantStaleness    = `want a positive duration, e.g. "1s" or "200ms"`
 	wantInvalidate   = `want "binlog", "ttl", "none", or no key (binlog when the server has a usable one)`
@@ -535,6 +549,26 @@ func (c *Config) validate() problems {
 		p.add("admin.listen (--admin-listen)", strconv.Quote(c.Admin.Listen), wantAdminListen)
 	}
 	c.validateContainers(&p)
+	for i, r := range c.Cache.Rules {
+		key := "cache.rules[" + strconv.Itoa(i) + "]"
+		n := 0
+		for _, f := range []string{r.Digest, r.Table, r.Regex} {
+			if f != "" {
+				n++
+			}
+		}
+		if n != 1 {
+			p.add(key, fmt.Sprintf("%d of digest, table, regex", n), wantRule)
+		}
+		if r.Regex != "" {
+			if _, err := regexp.Compile(r.Regex); err != nil {
+				p.add(key+".regex", strconv.Quote(r.Regex), "want a Go regular expression: "+err.Error())
+			}
+		}
+		if r.TTL < 0 {
+			p.add(key+".ttl", strconv.Quote(r.TTL.String()), wantStaleness)
+		}
+	}
 	if c.Cache.MemoryLimit < 0 {
 		p.add("cache.memory_limit", strconv.FormatInt(c.Cache.MemoryLimit, 10), wantMemoryLimit)
 	}

@@ -1302,11 +1302,18 @@ func TestCacheAndInvalidate(t *testing.T) {
 [cache]
 max_staleness = "250ms"
 binlog_server_id = 77
+default_ttl = "30s"
+[[cache.rules]]
+table = "shop.products"
+[[cache.rules]]
+regex = "from .reports."
+ttl = "5s"
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Cache.MaxStaleness != 250*time.Millisecond || c.Cache.BinlogServerID != 77 || c.Groups[0].Invalidate != InvalidateAuto {
+	if c.Cache.MaxStaleness != 250*time.Millisecond || c.Cache.BinlogServerID != 77 || c.Groups[0].Invalidate != InvalidateAuto ||
+		len(c.Cache.Rules) != 2 || c.Cache.Rules[0].Table != "shop.products" || c.Cache.Rules[1].TTL != 5*time.Second || c.Cache.DefaultTTL != 30*time.Second {
 		t.Fatalf("cache %+v, invalidate %q", c.Cache, c.Groups[0].Invalidate)
 	}
 	_, err = Parse([]byte(`
@@ -1318,9 +1325,13 @@ invalidate = "sometimes"
 [cache]
 max_staleness = "0s"
 binlog_server_id = -3
+[[cache.rules]]
+table = "t"
+regex = "x"
 `))
 	wantErrors(t, err,
 		[]string{"cache.binlog_server_id = -3", "4294967295"},
+		[]string{"cache.rules[0]", "exactly one of digest"},
 		[]string{"cache.max_staleness", "positive duration"},
 		[]string{`groups[0].invalidate = "sometimes"`, `want "binlog", "ttl", "none"`},
 	)

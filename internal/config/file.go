@@ -31,10 +31,19 @@ type fileConfig struct {
 }
 
 type cacheFile struct {
-	MaxStaleness   any `toml:"max_staleness"`
-	BinlogServerID any `toml:"binlog_server_id"`
-	Enabled        any `toml:"enabled"`
-	MemoryLimit    any `toml:"memory_limit"`
+	MaxStaleness   any             `toml:"max_staleness"`
+	BinlogServerID any             `toml:"binlog_server_id"`
+	Enabled        any             `toml:"enabled"`
+	MemoryLimit    any             `toml:"memory_limit"`
+	DefaultTTL     any             `toml:"default_ttl"`
+	Rules          []cacheRuleFile `toml:"rules"`
+}
+
+type cacheRuleFile struct {
+	Digest any `toml:"digest"`
+	Table  any `toml:"table"`
+	Regex  any `toml:"regex"`
+	TTL    any `toml:"ttl"`
 }
 
 type memcacheFile struct {
@@ -140,6 +149,16 @@ func (f *fileConfig) applyTo(c *Config, d *decoder) {
 	d.boolean("cache.enabled", f.Cache.Enabled, wantBool, &enabled)
 	c.Cache.Disabled = !enabled
 	d.size("cache.memory_limit", f.Cache.MemoryLimit, mib, wantMemoryLimit, &c.Cache.MemoryLimit)
+	d.duration("cache.default_ttl", f.Cache.DefaultTTL, wantStaleness, &c.Cache.DefaultTTL)
+	for i, r := range f.Cache.Rules {
+		key := "cache.rules[" + strconv.Itoa(i) + "]."
+		var rule CacheRule
+		d.str(key+"digest", r.Digest, wantRule, &rule.Digest)
+		d.str(key+"table", r.Table, wantRule, &rule.Table)
+		d.str(key+"regex", r.Regex, wantRule, &rule.Regex)
+		d.duration(key+"ttl", r.TTL, wantStaleness, &rule.TTL)
+		c.Cache.Rules = append(c.Cache.Rules, rule)
+	}
 	serverID := -1
 	d.integer("cache.binlog_server_id", f.Cache.BinlogServerID, wantServerID, &serverID)
 	switch {

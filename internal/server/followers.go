@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/keywaydb/keyway/internal/binlog"
 	"github.com/keywaydb/keyway/internal/config"
 	"github.com/keywaydb/keyway/internal/qcache"
+	"github.com/keywaydb/keyway/internal/sqlproxy"
 	"github.com/keywaydb/keyway/internal/stats"
 	"github.com/keywaydb/keyway/internal/validity"
 )
@@ -151,4 +153,23 @@ func (s *Server) cacheReport() [][2]string {
 		rows = append(rows, [2]string{name, strconv.FormatFloat(smp.Value, 'f', -1, 64)})
 	}
 	return rows
+}
+
+// cacheRules are the SQL door's rules from [[cache.rules]] (validated by config), with default_ttl applied.
+func cacheRules(c config.Cache) []sqlproxy.CacheRule {
+	var out []sqlproxy.CacheRule
+	for _, r := range c.Rules {
+		rule := sqlproxy.CacheRule{Digest: r.Digest, TTL: r.TTL}
+		if rule.TTL == 0 {
+			rule.TTL = c.DefaultTTL
+		}
+		if r.Table != "" {
+			rule.Table = validity.ParseTableID("", r.Table)
+		}
+		if r.Regex != "" {
+			rule.Regex = regexp.MustCompile(r.Regex) // config checked that it compiles
+		}
+		out = append(out, rule)
+	}
+	return out
 }

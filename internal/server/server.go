@@ -223,6 +223,7 @@ func (s *Server) sqlOptions() (sqlproxy.Options, error) {
 		Cache:    s.sqlCache,
 		// SHOW KEYWAY CACHE: the same figures as /metrics.
 		CacheReport: s.cacheReport,
+		CacheRules:  cacheRules(s.cfg.Cache),
 	}
 	for _, u := range cfg.Users {
 		o.Users = append(o.Users, sqlproxy.User{Name: u.Name, Password: u.Password, AuthPlugin: u.AuthPlugin,

@@ -3,6 +3,7 @@ package sqlproxy
 import (
 	"context"
 	"encoding/binary"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -191,5 +192,49 @@ func TestCacheHints(t *testing.T) {
 	rows.Close()
 	if cache.Stats().Hits != before {
 		t.Error("an entry was served past its ttl")
+	}
+}
+
+// TestCacheRules: [[cache.rules]] cache reads that are not point selects, by table or by regex; a hint still
+// wins.
+func TestCacheRules(t *testing.T) {
+	m := mariadb(t)
+	db := open(t, "app", "secret", m.Addr, "")
+	mustExec(t, db, "DROP TABLE IF EXISTS qc_rules")
+	mustExec(t, db, "CREATE TABLE qc_rules (id INT PRIMARY KEY, c VARCHAR(10))")
+	mustExec(t, db, "INSERT INTO qc_rules VALUES (1, 'one'), (2, 'two')")
+	reg := validity.NewRegistry()
+	cache := qcache.New(qcache.Options{Registry: reg})
+	rules := []CacheRule{
+		{Table: validity.TableID{Name: "qc_rules"}},
+		{Regex: regexp.MustCompile(`seq_1_to_10`)},
+	}
+	_, addr := startProxyOpts(t, testConfig(m.Addr).with(t, func(o *Options) { o.Validity, o.Cache, o.CacheRules = reg, cache, rules }))
+	through := open(t, "app", "secret", addr, "")
+	hits := func(q string) int64 {
+		t.Helper()
+		before := cache.Stats().Hits
+		for range 3 {
+			rows, err := through.Query(q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows.Close()
+		}
+		return cache.Stats().Hits - before
+	}
+	if n := hits("SELECT c FROM qc_rules WHERE id > 0"); n != 2 {
+		t.Errorf("table rule: %d hits, want 2", n)
+	}
+	if n := hits("SELECT /*+ keyway nocache */ c FROM qc_rules WHERE id > 0"); n != 0 {
+		t.Errorf("a nocache hint under a table rule: %d hits", n)
+	}
+	if n := hits("SELECT count(*) FROM seq_1_to_10 WHERE seq > 3"); n != 2 {
+		t.Errorf("regex rule: %d hits, want 2", n)
+	}
+	mustExec(t, through, "UPDATE qc_rules SET c = 'uno' WHERE id = 1")
+	var c string
+	if err := through.QueryRow("SELECT c FROM qc_rules WHERE id > 0 ORDER BY id LIMIT 1").Scan(&c); err != nil || c != "uno" {
+		t.Fatalf("after a write through keyway: %q %v", c, err)
 	}
 }

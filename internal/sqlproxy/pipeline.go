@@ -18,12 +18,14 @@ package sqlproxy
 
 import (
 	"encoding/binary"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/keywaydb/keyway/internal/backend"
 	"github.com/keywaydb/keyway/internal/mysqlwire"
+	"github.com/keywaydb/keyway/internal/validity"
 )
 
 // pinState is the session state, beyond the backend's own status flags, that ties a session to its backend
@@ -87,6 +89,62 @@ func (ss *session) route(plan *Plan, h hint) target {
 type hint struct {
 	nocache, cache bool
 	ttl            time.Duration
+}
+
+// CacheRule is a [[cache.rules]] entry: reads it matches are cached as if they carried /*+ keyway cache */, with
+// TTL as their ttl. Exactly one of Digest, Table and Regex is set.
+type CacheRule struct {
+	Digest string
+	Table  validity.TableID // Schema "" matches the name in every schema
+	Regex  *regexp.Regexp   // matched against the normalized statement
+	TTL    time.Duration
+}
+
+// hintFor is the cache hint of a statement: its own "/*+ keyway … */" comment, else the first rule that matches
+// it. Digest and regex rules are decided once per digest; table rules per statement, since the default database
+// decides what an unqualified name means.
+func (ss *session) hintFor(sql string, plan *Plan) hint {
+	h := hintOf(sql)
+	rules := ss.s.opts.CacheRules
+	if h.cache || h.nocache || len(rules) == 0 || plan == nil || !plan.Cacheable {
+		return h
+	}
+	for i := range rules {
+		r := &rules[i]
+		var match bool
+		switch {
+		case r.Digest != "":
+			match = r.Digest == plan.Digest
+		case r.Regex != nil:
+			v, ok := ss.s.regexMatches.Load(regexKey{i, plan.Digest})
+			if !ok {
+				v = r.Regex.MatchString(plan.Normalized)
+				if ss.s.regexCount.Add(1) > maxRegexMemo { // forget, rather than grow with every digest ever seen
+					ss.s.regexMatches.Clear()
+					ss.s.regexCount.Store(0)
+				}
+				ss.s.regexMatches.Store(regexKey{i, plan.Digest}, v)
+			}
+			match = v.(bool)
+		default:
+			for _, id := range plan.TableIDs(ss.db) {
+				match = match || id.Name == r.Table.Name && (r.Table.Schema == "" || r.Table.Schema == id.Schema)
+			}
+		}
+		if match {
+			return hint{cache: true, ttl: r.TTL}
+		}
+	}
+	return h
+}
+
+// maxRegexMemo bounds the memoized regex verdicts.
+const maxRegexMemo = 1 << 16
+
+// regexKey memoizes a regex rule's verdict on a digest.
+type regexKey struct {
+	rule   int
+	digest string
 }
 
 // hintOf reads the keyway hint of sql, if any. The digest erases comments, so this is read per statement text;

@@ -77,6 +77,8 @@ type Options struct {
 	// Cache, when set, answers cacheable reads (Plan.Cacheable) of unpinned sessions from the result cache and
 	// fills it from their replies (cache.go). It must share Validity.
 	Cache *qcache.Cache
+	// CacheRules make the cache take reads that are not point selects (see CacheRule).
+	CacheRules []CacheRule
 	// CacheReport, when set, gives SHOW KEYWAY CACHE its rows (name, value): the caches' and followers' figures.
 	CacheReport func() [][2]string
 
@@ -129,12 +131,15 @@ type user struct {
 
 // Server is the SQL door.
 type Server struct {
-	opts   Options
-	log    *slog.Logger
-	plans  *PlanCache
-	users  map[string]*user
-	groups []*backend.Group
-	tls    *tls.Config
+	opts  Options
+	log   *slog.Logger
+	plans *PlanCache
+	// regexMatches memoizes regex cache rules per digest (regexKey → bool); regexCount bounds it.
+	regexMatches sync.Map
+	regexCount   atomic.Int64
+	users        map[string]*user
+	groups       []*backend.Group
+	tls          *tls.Config
 
 	maxConns int64
 	conns    atomic.Int64

@@ -442,7 +442,7 @@ func (ss *session) query(p []byte) error {
 	if plan.Kill != KillNone {
 		return ss.kill(p, plan)
 	}
-	if h := hintOf(sql); ss.route(plan, h) == toCache {
+	if h := ss.hintFor(sql, plan); ss.route(plan, h) == toCache {
 		return ss.queryThroughCache(p, plan, h.ttl, start)
 	}
 	rows, failed, err := ss.exchange(p, plan, ss.relayQueryResults, toClient)
@@ -527,7 +527,7 @@ func (ss *session) execute(p []byte) error {
 		plan = st.plan
 		params, cacheable := executeParams(st, p)
 		st.longData = false
-		if h := hintOf(st.query); cacheable && ss.route(plan, h) == toCache {
+		if h := ss.hintFor(st.query, plan); cacheable && ss.route(plan, h) == toCache {
 			key := ss.cacheKey('E', st.query, params)
 			rows, failed, err := ss.throughCache(p, plan, key, h.ttl, ss.relayExecuteResults, st.forBackend)
 			ss.record(plan, rows, time.Since(start), failed || err != nil)
