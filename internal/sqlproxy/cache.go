@@ -104,38 +104,47 @@ func (ss *session) queryThroughCache(p []byte, plan *Plan, ttl time.Duration, st
 	return err
 }
 
+// paramsAt locates the parameter part of a COM_STMT_EXECUTE of st: cmd(1) id(4) flags(1) iterations(4), then
+// the null bitmap, the new-params-bound flag, [types], values. ok is false for a statement without parameters
+// or a packet too short to hold them.
+func paramsAt(st *prepared, p []byte) (nulls []byte, bound bool, types, values []byte, ok bool) {
+	nb := (st.params + 7) / 8
+	if st.params == 0 || len(p) < 10+nb+1 {
+		return nil, false, nil, nil, false
+	}
+	nulls, rest := p[10:10+nb], p[10+nb:]
+	if bound = rest[0] == 1; bound {
+		if len(rest) < 1+2*st.params {
+			return nil, false, nil, nil, false
+		}
+		return nulls, true, rest[1 : 1+2*st.params], rest[1+2*st.params:], true
+	}
+	return nulls, false, nil, rest[1:], true
+}
+
+// noteTypes records the parameter types an execute binds, for later executes that omit them (see forBackend).
+func (st *prepared) noteTypes(p []byte) {
+	if _, bound, types, _, ok := paramsAt(st, p); ok && bound {
+		st.types = append(st.types[:0], types...)
+	}
+}
+
 // executeParams returns the part of a COM_STMT_EXECUTE (p, its statement id already checked) that, with the
 // statement's text, determines its reply: null bitmap, parameter types and values. ok is false for an execute
-// the cache must not answer: a cursor, several iterations, long data, or types never bound. It records types
-// the client binds for later executes that omit them.
+// the cache must not answer: a cursor, several iterations, long data, or types never bound.
 func executeParams(st *prepared, p []byte) (params []byte, ok bool) {
-	// cmd(1) id(4) flags(1) iterations(4), then for a statement with parameters: null bitmap, new-params-bound
-	// flag, [types], values.
 	if len(p) < 10 || p[5] != 0 || binary.LittleEndian.Uint32(p[6:]) != 1 || st.longData {
 		return nil, false
 	}
 	if st.params == 0 {
 		return nil, true
 	}
-	nb := (st.params + 7) / 8
-	rest := p[10:]
-	if len(rest) < nb+1 {
+	nulls, _, _, values, ok := paramsAt(st, p)
+	if !ok || st.types == nil {
 		return nil, false
 	}
-	nulls, bound, rest := rest[:nb], rest[nb], rest[nb+1:]
-	if bound == 1 {
-		if len(rest) < 2*st.params {
-			return nil, false
-		}
-		st.types = append(st.types[:0], rest[:2*st.params]...)
-		rest = rest[2*st.params:]
-	}
-	if st.types == nil {
-		return nil, false
-	}
-	params = make([]byte, 0, len(nulls)+len(st.types)+len(rest))
-	params = append(append(append(params, nulls...), st.types...), rest...)
-	return params, true
+	params = make([]byte, 0, len(nulls)+len(st.types)+len(values))
+	return append(append(append(params, nulls...), st.types...), values...), true
 }
 
 // forBackend returns the execute p as the backend must get it. A client binds parameter types once (the first

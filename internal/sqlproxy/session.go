@@ -525,15 +525,20 @@ func (ss *session) execute(p []byte) error {
 	var plan *Plan
 	if st != nil {
 		plan = st.plan
-		params, cacheable := executeParams(st, p)
-		st.longData = false
-		if h := ss.hintFor(st.query, plan); cacheable && ss.route(plan, h) == toCache {
-			key := ss.cacheKey('E', st.query, params)
-			rows, failed, err := ss.throughCache(p, plan, key, h.ttl, ss.relayExecuteResults, st.forBackend)
-			ss.record(plan, rows, time.Since(start), failed || err != nil)
-			return err
+		if ss.s.opts.Cache != nil {
+			st.noteTypes(p)
+			if h := ss.hintFor(st.query, plan); ss.route(plan, h) == toCache {
+				if params, ok := executeParams(st, p); ok {
+					st.longData = false
+					key := ss.cacheKey('E', st.query, params)
+					rows, failed, err := ss.throughCache(p, plan, key, h.ttl, ss.relayExecuteResults, st.forBackend)
+					ss.record(plan, rows, time.Since(start), failed || err != nil)
+					return err
+				}
+			}
+			p = st.forBackend(p)
 		}
-		p = st.forBackend(p)
+		st.longData = false
 	}
 	rows, failed, err := ss.exchange(p, plan, ss.relayExecuteResults, toClient)
 	if plan != nil {

@@ -16,6 +16,11 @@ import (
 
 // showKeyway recognises "SHOW KEYWAY <what>" and returns what, upper-cased.
 func showKeyway(sql string) (string, bool) {
+	// Every query passes here: refuse cheaply what does not start with "show ".
+	t := strings.TrimLeft(sql, " \t\r\n")
+	if len(t) < 11 || !strings.EqualFold(t[:5], "show ") {
+		return "", false
+	}
 	f := strings.Fields(strings.TrimSuffix(strings.TrimSpace(sql), ";"))
 	if len(f) != 3 || !strings.EqualFold(f[0], "show") || !strings.EqualFold(f[1], "keyway") {
 		return "", false
