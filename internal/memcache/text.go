@@ -48,17 +48,7 @@ func (c *conn) textRequest(buf []byte) (int, error) {
 	}
 	eol := bytes.IndexByte(buf, '\n')
 	if eol < 0 {
-		limit := maxLine
-		if isRetrieval(buf) {
-			limit = maxGetLine
-		}
-		if len(buf) > limit {
-			c.out = append(c.out, replyLineTooLong...)
-			c.closeAfterWrite = true
-			return len(buf), nil
-		}
-		c.need = len(buf) + 1
-		return needMore, nil
+		return c.unfinishedLine(buf)
 	}
 	line := buf[:eol]
 	if len(line) > 0 && line[len(line)-1] == '\r' {
@@ -81,6 +71,34 @@ func (c *conn) textRequest(buf []byte) (int, error) {
 		return needMore, nil
 	}
 	return eol + 1 + n, nil
+}
+
+// unfinishedLine decides on a line whose end has not arrived: it may grow
+// up to maxLine, and up to maxGetLine if it is a get or gets (multi-key
+// gets are long). Past that memcached closes the connection without a word,
+// and so does keyway, except past maxGetLine, keyway's own limit, which it
+// names before closing.
+func (c *conn) unfinishedLine(buf []byte) (int, error) {
+	if len(buf) > maxLine {
+		if !mayBeLongGet(buf) {
+			c.closeAfterWrite = true
+			return len(buf), nil
+		}
+		if len(buf) > maxGetLine {
+			c.out = append(c.out, replyLineTooLong...)
+			c.closeAfterWrite = true
+			return len(buf), nil
+		}
+	}
+	c.need = len(buf) + 1
+	return needMore, nil
+}
+
+// mayBeLongGet reports whether an unfinished line is one memcached lets grow
+// past maxLine: get or gets after at most 100 spaces.
+func mayBeLongGet(buf []byte) bool {
+	cmd := bytes.TrimLeft(buf, " ")
+	return len(buf)-len(cmd) <= 100 && (hasWord(cmd, "get") || hasWord(cmd, "gets"))
 }
 
 // tokenize splits line on spaces, skipping empty tokens. It returns nil when
