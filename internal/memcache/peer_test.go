@@ -34,6 +34,16 @@ var peerCases = []peerCase{
 	{name: "long gat line", send: "gat 0 " + strings.Repeat("k ", 1500)},
 	{name: "long line after spaces", send: strings.Repeat(" ", 101) + "get " + strings.Repeat("k ", 1500)},
 	{name: "long line complete", send: "incr " + strings.Repeat(" ", 3000) + "lk 1\r\nmn\r\n"},
+
+	// HTTP (a browser, a health check on the wrong port): an unknown command
+	// whose last token starts with HTTP/ is hung up on without a reply.
+	{name: "http get", send: "GET / HTTP/1.0\r\n\r\n"},
+	{name: "http put", send: "PUT /a HTTP/1.1\r\nmn\r\n"},
+	{name: "http delete", send: "DELETE HTTP/1.1\r\nmn\r\n"},
+	{name: "http after a command", send: "mn\r\nfoo HTTP/\r\nmn\r\n"},
+	{name: "http in a known command", send: "delete HTTP/1.1\r\nget / HTTP/1.0\r\nmn\r\n"},
+	{name: "http not last", send: "foo HTTP/1.1 x\r\nmn\r\n"},
+	{name: "leading spaces", setup: "set ls 0 0 1\r\nx\r\n", send: "   get ls\r\n  get  ls\r\nmn\r\n"},
 }
 
 // peerEnd is how long a case may take at most; replies normally end at the

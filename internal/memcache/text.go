@@ -55,6 +55,8 @@ func (c *conn) textRequest(buf []byte) (int, error) {
 		line = line[:len(line)-1]
 	}
 	rest := buf[eol+1:]
+	// Leading spaces are not part of the command (" get k" is a get).
+	line = bytes.TrimLeft(line, " ")
 	if isRetrieval(line) {
 		c.retrieval(line)
 		return eol + 1, nil
@@ -200,6 +202,12 @@ func (c *conn) command(toks [][]byte, rest []byte) int {
 	case "quit":
 		c.closeAfterWrite = true
 	default:
+		if bytes.HasPrefix(toks[len(toks)-1], []byte("HTTP/")) {
+			// An HTTP request (a browser, a health check on the wrong
+			// port): memcached hangs up without a word.
+			c.closeAfterWrite = true
+			break
+		}
 		c.out = append(c.out, replyUnknownCommand...)
 	}
 	return 0
