@@ -43,6 +43,12 @@ var peerCases = []peerCase{
 	{name: "http after a command", send: "mn\r\nfoo HTTP/\r\nmn\r\n"},
 	{name: "http in a known command", send: "delete HTTP/1.1\r\nget / HTTP/1.0\r\nmn\r\n"},
 	{name: "http not last", send: "foo HTTP/1.1 x\r\nmn\r\n"},
+	// delete: noreply silences the usage error too; it counts only after the key.
+	{name: "delete hold noreply", send: "delete dk 10 noreply\r\ndelete dk x noreply\r\ndelete dk 00 noreply\r\nmn\r\n"},
+	{name: "delete noreply twice", send: "delete dk noreply noreply\r\nmn\r\n"},
+	{name: "delete hold twice", send: "delete dk 0 0\r\ndelete dk 10\r\ndelete dk 0 noreply x\r\nmn\r\n"},
+	{name: "delete long key noreply", send: "delete " + strings.Repeat("k", 251) + " noreply\r\ndelete " + strings.Repeat("k", 251) + " 10\r\nmn\r\n"},
+	{name: "delete key noreply", setup: "set noreply 0 0 1\r\nx\r\n", send: "delete noreply\r\ndelete noreply\r\nmn\r\n"},
 	{name: "leading spaces", setup: "set ls 0 0 1\r\nx\r\n", send: "   get ls\r\n  get  ls\r\nmn\r\n"},
 }
 

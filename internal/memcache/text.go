@@ -491,23 +491,23 @@ func nextToken(b []byte) (tok, rest []byte) {
 	return b[i:j], b[j:]
 }
 
-// delete <key> [0] [noreply]
+// delete <key> [0] [noreply], as memcached reads it: noreply counts only
+// after the key ("delete noreply" deletes the key "noreply"), and it silences
+// every reply, the errors too, so a pipelining client stays in step.
 func (c *conn) delete(toks [][]byte) {
-	quiet := noreply(toks)
 	n := len(toks)
-	if quiet {
-		n--
+	if n < 2 || n > 4 {
+		c.out = append(c.out, replyError...)
+		return
 	}
-	if n < 2 || n > 3 || (n == 3 && string(toks[2]) != "0") {
-		if n == 3 {
-			c.out = append(c.out, replyDeleteUsage...)
-		} else {
-			c.out = append(c.out, replyError...)
-		}
+	quiet := n > 2 && noreply(toks)
+	holdZero := n > 2 && string(toks[2]) == "0"
+	if n == 3 && !holdZero && !quiet || n == 4 && !(holdZero && quiet) {
+		c.reply(quiet, replyDeleteUsage)
 		return
 	}
 	if !validKey(toks[1]) {
-		c.out = append(c.out, replyBadFormat...)
+		c.reply(quiet, replyBadFormat)
 		return
 	}
 	status, err := c.eng.Delete(toks[1], engine.DeleteRequest{})
