@@ -349,6 +349,11 @@ func (c *conn) retrieval(line []byte) {
 		}
 		exptime, rest = e, after
 	}
+	if !allKeysValid(rest) {
+		// memcached refuses the whole request: the error alone, no values.
+		c.out = append(c.out, replyBadFormat...)
+		return
+	}
 	if !touch && c.eng.HasContainers() {
 		c.multiGet(rest, withCAS)
 		return
@@ -360,10 +365,6 @@ func (c *conn) retrieval(line []byte) {
 			break
 		}
 		rest = after
-		if !validKey(key) {
-			c.out = append(c.out, replyBadFormat...)
-			return
-		}
 		any = true
 		var item store.Item
 		var found bool
@@ -390,6 +391,20 @@ func (c *conn) retrieval(line []byte) {
 	c.out = append(c.out, replyEnd...)
 }
 
+// allKeysValid reports whether every key of a retrieval's key list is legal.
+func allKeysValid(keys []byte) bool {
+	for {
+		key, rest := nextToken(keys)
+		if key == nil {
+			return true
+		}
+		if !validKey(key) {
+			return false
+		}
+		keys = rest
+	}
+}
+
 // multiGetBatch is how many keys of a multi-key get are looked up together,
 // in the text door (one get line) and the binary door (a run of pipelined
 // gets, binGetRun): a container answers each batch with one query, and a
@@ -399,27 +414,22 @@ const multiGetBatch = 1024
 
 // multiGet answers a get/gets whose keys may live in containers: the keys are
 // looked up together, so each container's rows are one query per batch. As
-// memcached, an invalid key ends the reply with an error after the values
-// before it, and so does a failed lookup.
+// memcached, a failed lookup ends the reply with an error after the values
+// before it. The keys are valid (retrieval checked them).
 func (c *conn) multiGet(rest []byte, withCAS bool) {
 	any := false
 	for {
 		keys := c.keys[:0]
-		badKey := false
 		for len(keys) < multiGetBatch {
 			key, after := nextToken(rest)
 			if key == nil {
 				break
 			}
 			rest = after
-			if !validKey(key) {
-				badKey = true
-				break
-			}
 			keys = append(keys, key)
 		}
 		c.keys = keys[:0]
-		if len(keys) == 0 && !badKey {
+		if len(keys) == 0 {
 			if !any {
 				c.out = append(c.out, replyError...)
 			} else {
@@ -428,12 +438,7 @@ func (c *conn) multiGet(rest []byte, withCAS bool) {
 			return
 		}
 		any = true
-		var items []store.Item
-		var found []bool
-		var err error
-		if len(keys) > 0 {
-			items, found, err = c.eng.GetMulti(keys)
-		}
+		items, found, err := c.eng.GetMulti(keys)
 		for i, key := range keys {
 			if found[i] {
 				c.appendValue(key, itemView{items[i].Value, items[i].Flags, items[i].CAS}, withCAS)
@@ -443,11 +448,7 @@ func (c *conn) multiGet(rest []byte, withCAS bool) {
 			}
 		}
 		clear(keys) // they point into the read buffer, which may be released
-		switch {
-		case badKey:
-			c.out = append(c.out, replyBadFormat...)
-			return
-		case err != nil:
+		if err != nil {
 			c.serverError(err)
 			return
 		}
