@@ -26,7 +26,7 @@ type peerCase struct {
 // peerCases are the edge cases where memcached's exact reply, or its silence,
 // matters to clients: a pipelining client that gets one reply too many or too
 // few reads every later reply as the answer to the wrong request. A case ends
-// with "mn" unless the connection is expected to close first.
+// with "mn" unless the connection is expected to close.
 var peerCases = []peerCase{
 	// A line past 2048 bytes with no end in sight closes the connection
 	// without a reply, unless it is a get or gets (multi-key gets are long).
@@ -55,6 +55,25 @@ var peerCases = []peerCase{
 	{name: "get one long key", setup: "set gk 0 0 1\r\nx\r\n", send: "get gk " + strings.Repeat("k", 251) + " gk\r\nmn\r\n"},
 	{name: "gets last key long", setup: "set gk 0 0 1\r\nx\r\n", send: "gets gk " + strings.Repeat("k", 251) + "\r\nmn\r\n"},
 	{name: "gat one long key", setup: "set gk 0 0 1\r\nx\r\n", send: "gat 0 gk " + strings.Repeat("k", 251) + "\r\nget gk " + strings.Repeat("k", 250) + "\r\nmn\r\n"},
+	// Numbers are read as C's strtol/strtoull: a sign is allowed, 64-bit
+	// range, and a 32-bit field (flags, exptime, length) keeps the low 32
+	// bits: 2^31 is -2^31 (expired), -2^31-1 is 2^31-1, 2^32 is 0.
+	{name: "exptime 2^31", send: "set ex1 0 2147483648 1\r\na\r\nget ex1\r\nmn\r\n"},
+	{name: "exptime -2^31-1", send: "set ex2 0 -2147483649 1\r\na\r\nget ex2\r\nmn\r\n"},
+	{name: "exptime 2^32", send: "set ex3 0 4294967296 1\r\na\r\nget ex3\r\nmn\r\n"},
+	{name: "exptime out of 64 bits", send: "set ex4 0 9223372036854775808 1\r\na\r\nset ex4 0 -9223372036854775809 1\r\na\r\nmn\r\n"},
+	{name: "exptime signed", send: "set ex5 0 +100 1\r\na\r\nget ex5\r\nmn\r\n"},
+	{name: "touch 2^31", setup: "set ex6 0 0 1\r\na\r\n", send: "touch ex6 2147483648\r\nget ex6\r\nmn\r\n"},
+	{name: "touch -2^31-1", setup: "set ex7 0 0 1\r\na\r\n", send: "touch ex7 -2147483649\r\nget ex7\r\nmn\r\n"},
+	{name: "gat 2^31", setup: "set ex8 0 0 1\r\na\r\n", send: "gat 2147483648 ex8\r\nget ex8\r\nmn\r\n"},
+	{name: "gat 2^32", setup: "set ex9 0 0 1\r\na\r\n", send: "gat 4294967296 ex9\r\nget ex9\r\nmn\r\n"},
+	{name: "flags 2^32+1", send: "set fl1 4294967297 0 1\r\na\r\nget fl1\r\nmn\r\n"},
+	{name: "flags signed", send: "set fl2 +5 0 1\r\na\r\nset fl2 -1 0 1\r\nget fl2\r\nset fl2 -0 0 1\r\nb\r\nget fl2\r\nmn\r\n"},
+	{name: "length 2^32+1", send: "set ln1 0 0 4294967297\r\na\r\nget ln1\r\nmn\r\n"},
+	{name: "length signed", send: "set ln2 0 0 +1\r\na\r\nget ln2\r\nmn\r\n"},
+	{name: "incr delta signed", setup: "set in1 0 0 1\r\n1\r\n", send: "incr in1 +5\r\nincr in1 -0\r\ndecr in1 +1\r\nincr in1 -5\r\nincr in1 5x\r\nmn\r\n"},
+	{name: "incr delta range", setup: "set in2 0 0 1\r\n1\r\n", send: "incr in2 18446744073709551616\r\nincr in2 -18446744073709551615\r\nmn\r\n"},
+	{name: "meta numbers", send: "ms mn1 +1 F4294967297 T4294967296\r\nx\r\nmg mn1 f t v\r\nms mn2 4294967297 T2147483648\r\nx\r\nmg mn2 v\r\nmn\r\n"},
 	{name: "leading spaces", setup: "set ls 0 0 1\r\nx\r\n", send: "   get ls\r\n  get  ls\r\nmn\r\n"},
 }
 
@@ -63,7 +82,8 @@ var peerCases = []peerCase{
 const peerEnd = 10 * time.Second
 
 // exchange sends in on a fresh connection to addr and returns every reply
-// byte until the meta no-op's MN or the server's close, which it marks.
+// byte until as many MN as in has mn (no-ops), or the server's close, which
+// it marks.
 func exchange(t *testing.T, addr, in string) string {
 	t.Helper()
 	nc, err := net.Dial("tcp", addr)
@@ -77,7 +97,8 @@ func exchange(t *testing.T, addr, in string) string {
 	}
 	var got bytes.Buffer
 	buf := make([]byte, 64<<10)
-	for !bytes.HasSuffix(got.Bytes(), []byte("MN\r\n")) {
+	noops := strings.Count(in, "mn\r\n")
+	for noops == 0 || bytes.Count(got.Bytes(), []byte("MN\r\n")) < noops {
 		n, err := nc.Read(buf)
 		got.Write(buf[:n])
 		switch {

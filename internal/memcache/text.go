@@ -622,45 +622,73 @@ func (c *conn) flushAll(toks [][]byte) {
 	c.reply(quiet, replyOK)
 }
 
-// Number parsing as memcached's safe_strto*: decimal, whole token, in range.
+// Number parsing as memcached's safe_strto* over C's strtol/strtoull, base
+// 10: blanks before, an optional sign, digits, then the token's end or a
+// blank; out of the 64-bit range fails. A 32-bit field keeps the low 32 bits
+// of the 64-bit number, as memcached's int32 and uint32 fields do, so
+// "4294967297" is 1 and "2147483648" is -2147483648, not an error.
 
+// parseUint64 is safe_strtoull: a '-' is accepted only when the (wrapped)
+// result is below 2^63, so "-0" is 0 and "-5" fails.
 func parseUint64(b []byte) (uint64, bool) {
-	if len(b) == 0 || len(b) > 20 {
+	neg, mag, ok := parseDecimal(b)
+	if !ok {
 		return 0, false
 	}
-	var n uint64
-	for _, ch := range b {
-		if ch < '0' || ch > '9' {
+	if neg {
+		mag = -mag // strtoull negates in the unsigned type
+		if int64(mag) < 0 {
 			return 0, false
 		}
-		d := uint64(ch - '0')
-		if n > (1<<64-1-d)/10 {
-			return 0, false
-		}
-		n = n*10 + d
 	}
-	return n, true
+	return mag, true
 }
 
+// parseUint32 is safe_strtoul into a uint32 field.
 func parseUint32(b []byte) (uint32, bool) {
 	n, ok := parseUint64(b)
-	if !ok || n > 1<<32-1 {
-		return 0, false
-	}
-	return uint32(n), true
+	return uint32(n), ok
 }
 
+// parseInt32 is safe_strtol into an int32 field (exptimes, lengths).
 func parseInt32(b []byte) (int64, bool) {
-	neg := len(b) > 0 && b[0] == '-'
-	if neg {
-		b = b[1:]
-	}
-	n, ok := parseUint64(b)
-	if !ok || n > 1<<31 || (!neg && n == 1<<31) {
+	neg, mag, ok := parseDecimal(b)
+	if !ok || mag > 1<<63 || !neg && mag == 1<<63 {
 		return 0, false
 	}
+	n := int64(mag)
 	if neg {
-		return -int64(n), true
+		n = -n
 	}
-	return int64(n), true
+	return int64(int32(n)), true
+}
+
+// parseDecimal reads blanks, a sign and at least one digit, the magnitude
+// fitting 64 bits, followed by nothing or a blank.
+func parseDecimal(b []byte) (neg bool, mag uint64, ok bool) {
+	i := 0
+	for i < len(b) && isBlank(b[i]) {
+		i++
+	}
+	if i < len(b) && (b[i] == '+' || b[i] == '-') {
+		neg = b[i] == '-'
+		i++
+	}
+	start := i
+	for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
+		d := uint64(b[i] - '0')
+		if mag > (1<<64-1-d)/10 {
+			return false, 0, false
+		}
+		mag = mag*10 + d
+	}
+	if i == start || i < len(b) && !isBlank(b[i]) {
+		return false, 0, false
+	}
+	return neg, mag, true
+}
+
+// isBlank is C's isspace.
+func isBlank(b byte) bool {
+	return b == ' ' || b >= '\t' && b <= '\r'
 }
