@@ -74,6 +74,9 @@ var peerCases = []peerCase{
 	{name: "incr delta signed", setup: "set in1 0 0 1\r\n1\r\n", send: "incr in1 +5\r\nincr in1 -0\r\ndecr in1 +1\r\nincr in1 -5\r\nincr in1 5x\r\nmn\r\n"},
 	{name: "incr delta range", setup: "set in2 0 0 1\r\n1\r\n", send: "incr in2 18446744073709551616\r\nincr in2 -18446744073709551615\r\nmn\r\n"},
 	{name: "meta numbers", send: "ms mn1 +1 F4294967297 T4294967296\r\nx\r\nmg mn1 f t v\r\nms mn2 4294967297 T2147483648\r\nx\r\nmg mn2 v\r\nmn\r\n"},
+	// A length whose data block and "\r\n" overflow an int32 is a bad line,
+	// not a value too large (whose data would be swallowed).
+	{name: "length 2^31-1", send: "set ln3 0 0 2147483647\r\ncas ln3 0 0 2147483646 1\r\nappend ln3 0 0 2147483647\r\nmn\r\n"},
 	{name: "leading spaces", setup: "set ls 0 0 1\r\nx\r\n", send: "   get ls\r\n  get  ls\r\nmn\r\n"},
 }
 

@@ -2,6 +2,7 @@ package memcache
 
 import (
 	"bytes"
+	"math"
 	"strconv"
 
 	"github.com/keywaydb/keyway/internal/engine"
@@ -242,13 +243,13 @@ func (c *conn) storage(mode engine.Mode, toks [][]byte, rest []byte) int {
 	key := toks[1]
 	flags, ok1 := parseUint32(toks[2])
 	exptime, ok2 := parseInt32(toks[3])
-	vlen, ok3 := parseInt32(toks[4])
+	vlen, ok3 := parseDataLen(toks[4])
 	var casID uint64
 	ok4 := true
 	if mode == engine.CAS {
 		casID, ok4 = parseUint64(toks[5])
 	}
-	if len(key) > maxKeyLen || !validKey(key) || !ok1 || !ok2 || !ok3 || !ok4 || vlen < 0 {
+	if len(key) > maxKeyLen || !validKey(key) || !ok1 || !ok2 || !ok3 || !ok4 {
 		// memcached does not swallow the data here: it will be read as a command.
 		c.out = append(c.out, replyBadFormat...)
 		return 0
@@ -686,6 +687,13 @@ func parseDecimal(b []byte) (neg bool, mag uint64, ok bool) {
 		return false, 0, false
 	}
 	return neg, mag, true
+}
+
+// parseDataLen reads a data block's announced length: with its "\r\n" it
+// must fit an int32, as in memcached, else the command line is malformed.
+func parseDataLen(b []byte) (int64, bool) {
+	n, ok := parseInt32(b)
+	return n, ok && n >= 0 && n <= math.MaxInt32-2
 }
 
 // isBlank is C's isspace.
