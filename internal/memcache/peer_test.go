@@ -77,6 +77,20 @@ var peerCases = []peerCase{
 	// A length whose data block and "\r\n" overflow an int32 is a bad line,
 	// not a value too large (whose data would be swallowed).
 	{name: "length 2^31-1", send: "set ln3 0 0 2147483647\r\ncas ln3 0 0 2147483646 1\r\nappend ln3 0 0 2147483647\r\nmn\r\n"},
+	// flush_all: any int32 delay (by strtol, low 32 bits), 0 or less is now;
+	// a third token that is not noreply is ignored; noreply silences errors.
+	// Each case stores a key, flushes, and looks.
+	{name: "flush_all invalid", setup: "set fa 0 0 1\r\na\r\n", send: "flush_all invalid\r\nflush_all 0x10\r\nflush_all 99999999999999999999\r\nget fa\r\nmn\r\n"},
+	{name: "flush_all -1", setup: "set fa 0 0 1\r\na\r\n", send: "flush_all -1\r\nget fa\r\nmn\r\n"},
+	{name: "flush_all 2^31", setup: "set fa 0 0 1\r\na\r\n", send: "flush_all 2147483648\r\nget fa\r\nmn\r\n"},
+	{name: "flush_all 2^32", setup: "set fa 0 0 1\r\na\r\n", send: "flush_all 4294967296\r\nget fa\r\nmn\r\n"},
+	{name: "flush_all 0 0", setup: "set fa 0 0 1\r\na\r\n", send: "flush_all 0 0\r\nget fa\r\nmn\r\n"},
+	{name: "flush_all 0 x", setup: "set fa 0 0 1\r\na\r\n", send: "flush_all 0 x\r\nget fa\r\nmn\r\n"},
+	{name: "flush_all too many", setup: "set fa 0 0 1\r\na\r\n", send: "flush_all 0 0 0\r\nflush_all 0 0 noreply\r\nget fa\r\nmn\r\n"},
+	{name: "flush_all noreply", setup: "set fa 0 0 1\r\na\r\n", send: "flush_all noreply\r\nget fa\r\nmn\r\n"},
+	{name: "flush_all 0 noreply", setup: "set fa 0 0 1\r\na\r\n", send: "flush_all 0 noreply\r\nget fa\r\nmn\r\n"},
+	{name: "flush_all noreply 0", setup: "set fa 0 0 1\r\na\r\n", send: "flush_all noreply 0\r\nget fa\r\nmn\r\n"},
+	{name: "flush_all bad noreply", setup: "set fa 0 0 1\r\na\r\n", send: "flush_all invalid noreply\r\nflush_all noreply noreply\r\nget fa\r\nmn\r\n"},
 	{name: "leading spaces", setup: "set ls 0 0 1\r\nx\r\n", send: "   get ls\r\n  get  ls\r\nmn\r\n"},
 }
 

@@ -594,22 +594,21 @@ func (c *conn) touch(toks [][]byte) {
 	}
 }
 
-// flush_all [delay] [noreply]
+// flush_all [delay] [noreply], as memcached reads it: a third token that is
+// not noreply is ignored, a delay of 0 or less flushes now, and noreply
+// silences the error too.
 func (c *conn) flushAll(toks [][]byte) {
-	quiet := noreply(toks)
 	n := len(toks)
-	if quiet {
-		n--
-	}
-	if n > 2 {
+	if n > 3 {
 		c.out = append(c.out, replyError...)
 		return
 	}
+	quiet := noreply(toks)
 	var delay int64
-	if n == 2 {
+	if n > 1 && !(n == 2 && quiet) {
 		d, ok := parseInt32(toks[1])
-		if !ok || d < 0 {
-			c.out = append(c.out, replyBadFormat...)
+		if !ok {
+			c.reply(quiet, replyBadExptime)
 			return
 		}
 		delay = d
