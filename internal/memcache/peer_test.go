@@ -91,6 +91,10 @@ var peerCases = []peerCase{
 	{name: "flush_all 0 noreply", setup: "set fa 0 0 1\r\na\r\n", send: "flush_all 0 noreply\r\nget fa\r\nmn\r\n"},
 	{name: "flush_all noreply 0", setup: "set fa 0 0 1\r\na\r\n", send: "flush_all noreply 0\r\nget fa\r\nmn\r\n"},
 	{name: "flush_all bad noreply", setup: "set fa 0 0 1\r\na\r\n", send: "flush_all invalid noreply\r\nflush_all noreply noreply\r\nget fa\r\nmn\r\n"},
+	// A NUL ends the command line (memcached reads it as a C string).
+	{name: "nul in set key", send: "set nk\x00b 0 0 1\r\nx\r\nget nk\r\nmn\r\n"},
+	{name: "nul in get key", setup: "set nk2 0 0 1\r\nx\r\n", send: "get nk2\x00b\r\ndelete nk2\x00b\r\nincr nk2\x00b 1\r\nmn\r\n"},
+	{name: "nul after length", send: "set nk3 0 0 1\x00junk\r\nx\r\nget nk3\r\nmn\r\n"},
 	{name: "leading spaces", setup: "set ls 0 0 1\r\nx\r\n", send: "   get ls\r\n  get  ls\r\nmn\r\n"},
 }
 

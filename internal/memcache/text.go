@@ -56,6 +56,11 @@ func (c *conn) textRequest(buf []byte) (int, error) {
 		line = line[:len(line)-1]
 	}
 	rest := buf[eol+1:]
+	// memcached reads the line as a C string: a NUL ends it, so "set a\0b 0 0 1"
+	// is "set a", an incomplete command.
+	if i := bytes.IndexByte(line, 0); i >= 0 {
+		line = line[:i]
+	}
 	// Leading spaces are not part of the command (" get k" is a get).
 	line = bytes.TrimLeft(line, " ")
 	if isRetrieval(line) {
