@@ -95,6 +95,11 @@ var peerCases = []peerCase{
 	{name: "nul in set key", send: "set nk\x00b 0 0 1\r\nx\r\nget nk\r\nmn\r\n"},
 	{name: "nul in get key", setup: "set nk2 0 0 1\r\nx\r\n", send: "get nk2\x00b\r\ndelete nk2\x00b\r\nincr nk2\x00b 1\r\nmn\r\n"},
 	{name: "nul after length", send: "set nk3 0 0 1\x00junk\r\nx\r\nget nk3\r\nmn\r\n"},
+	// Binary verbosity is an unknown command to memcached 1.6. (With a body,
+	// the usual extras, memcached then swallows too much and loses step with
+	// the client; keyway swallows exactly the body, so only the bodiless form
+	// is compared.)
+	{name: "binary verbosity", send: string(req(opVerbosity, "", "").bytes()) + string(req(opNoop, "", "").bytes())},
 	{name: "leading spaces", setup: "set ls 0 0 1\r\nx\r\n", send: "   get ls\r\n  get  ls\r\nmn\r\n"},
 }
 
@@ -102,9 +107,18 @@ var peerCases = []peerCase{
 // "mn" sentinel or the close, long before.
 const peerEnd = 10 * time.Second
 
+// The no-ops that end a case, text and binary (the binary header up to the
+// body length, all zero), and their replies.
+const (
+	textNoop      = "mn\r\n"
+	textNoopReply = "MN\r\n"
+	binNoop       = "\x80\x0a\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+	binNoopReply  = "\x81\x0a\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+)
+
 // exchange sends in on a fresh connection to addr and returns every reply
-// byte until as many MN as in has mn (no-ops), or the server's close, which
-// it marks.
+// byte until each no-op in it is answered, or the server's close, which it
+// marks. Without a no-op it reads until the close.
 func exchange(t *testing.T, addr, in string) string {
 	t.Helper()
 	nc, err := net.Dial("tcp", addr)
@@ -118,8 +132,11 @@ func exchange(t *testing.T, addr, in string) string {
 	}
 	var got bytes.Buffer
 	buf := make([]byte, 64<<10)
-	noops := strings.Count(in, "mn\r\n")
-	for noops == 0 || bytes.Count(got.Bytes(), []byte("MN\r\n")) < noops {
+	noops := strings.Count(in, textNoop) + strings.Count(in, binNoop)
+	answered := func() int {
+		return strings.Count(got.String(), textNoopReply) + strings.Count(got.String(), binNoopReply)
+	}
+	for noops == 0 || answered() < noops {
 		n, err := nc.Read(buf)
 		got.Write(buf[:n])
 		switch {
