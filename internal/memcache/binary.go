@@ -62,12 +62,14 @@ const (
 	opFlushQ     = 0x18
 	opAppendQ    = 0x19
 	opPrependQ   = 0x1a
-	opVerbosity  = 0x1b
-	opTouch      = 0x1c
-	opGAT        = 0x1d
-	opGATQ       = 0x1e
-	opGATK       = 0x23
-	opGATKQ      = 0x24
+	// opVerbosity is an unknown command to memcached 1.6's binary protocol
+	// (it answers 0x81 and swallows the body), so keyway does not know it.
+	opVerbosity = 0x1b
+	opTouch     = 0x1c
+	opGAT       = 0x1d
+	opGATQ      = 0x1e
+	opGATK      = 0x23
+	opGATKQ     = 0x24
 	// SASL (0x20 list mechs, 0x21 auth, 0x22 step) is in auth.go; without
 	// users configured it is an unknown command, as memcached without -S.
 )
@@ -222,10 +224,6 @@ func (c *conn) binaryRequest(buf []byte) (int, error) {
 	case opQuit, opQuitQ:
 		c.binSuccess(h, quiet, 0)
 		c.closeAfterWrite = true
-	case opVerbosity:
-		// keyway has no verbosity levels to set; the request is acknowledged
-		// as the text protocol's "verbosity" is.
-		c.binSuccess(h, false, 0)
 	case opStat:
 		c.binStats(h, key)
 	}
@@ -240,7 +238,7 @@ func binQuiet(op byte) (quiet, known bool) {
 		return true, true
 	case opGet, opGetK, opGAT, opGATK, opTouch, opSet, opAdd, opReplace, opDelete,
 		opIncrement, opDecrement, opQuit, opFlush, opNoop, opVersion, opAppend,
-		opPrepend, opStat, opVerbosity:
+		opPrepend, opStat:
 		return false, true
 	}
 	return false, false
@@ -266,8 +264,6 @@ func binShapeOK(h binHeader) bool {
 		return e == 20 && k > 0 && b == k+e
 	case opTouch, opGAT, opGATQ, opGATK, opGATKQ:
 		return e == 4 && k > 0 && b == k+e
-	case opVerbosity:
-		return e == 4 && k == 0 && b == 4
 	case opStat:
 		return e == 0 && b == k
 	}

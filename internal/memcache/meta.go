@@ -2,7 +2,6 @@ package memcache
 
 import (
 	"encoding/base64"
-	"math"
 	"strconv"
 
 	"github.com/keywaydb/keyway/internal/engine"
@@ -329,8 +328,8 @@ func (c *conn) metaSet(toks [][]byte, rest []byte) int {
 		c.out = append(c.out, replyBadFormat...)
 		return 0
 	}
-	vlen, ok := parseInt32(toks[2])
-	if !ok || vlen < 0 || vlen > math.MaxInt32-2 {
+	vlen, ok := parseDataLen(toks[2])
+	if !ok {
 		c.out = append(c.out, replyBadFormat...)
 		return 0
 	}

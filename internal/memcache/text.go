@@ -2,6 +2,7 @@ package memcache
 
 import (
 	"bytes"
+	"math"
 	"strconv"
 
 	"github.com/keywaydb/keyway/internal/engine"
@@ -48,23 +49,20 @@ func (c *conn) textRequest(buf []byte) (int, error) {
 	}
 	eol := bytes.IndexByte(buf, '\n')
 	if eol < 0 {
-		limit := maxLine
-		if isRetrieval(buf) {
-			limit = maxGetLine
-		}
-		if len(buf) > limit {
-			c.out = append(c.out, replyLineTooLong...)
-			c.closeAfterWrite = true
-			return len(buf), nil
-		}
-		c.need = len(buf) + 1
-		return needMore, nil
+		return c.unfinishedLine(buf)
 	}
 	line := buf[:eol]
 	if len(line) > 0 && line[len(line)-1] == '\r' {
 		line = line[:len(line)-1]
 	}
 	rest := buf[eol+1:]
+	// memcached reads the line as a C string: a NUL ends it, so "set a\0b 0 0 1"
+	// is "set a", an incomplete command.
+	if i := bytes.IndexByte(line, 0); i >= 0 {
+		line = line[:i]
+	}
+	// Leading spaces are not part of the command (" get k" is a get).
+	line = bytes.TrimLeft(line, " ")
 	if isRetrieval(line) {
 		c.retrieval(line)
 		return eol + 1, nil
@@ -81,6 +79,34 @@ func (c *conn) textRequest(buf []byte) (int, error) {
 		return needMore, nil
 	}
 	return eol + 1 + n, nil
+}
+
+// unfinishedLine decides on a line whose end has not arrived: it may grow
+// up to maxLine, and up to maxGetLine if it is a get or gets (multi-key
+// gets are long). Past that memcached closes the connection without a word,
+// and so does keyway, except past maxGetLine, keyway's own limit, which it
+// names before closing.
+func (c *conn) unfinishedLine(buf []byte) (int, error) {
+	if len(buf) > maxLine {
+		if !mayBeLongGet(buf) {
+			c.closeAfterWrite = true
+			return len(buf), nil
+		}
+		if len(buf) > maxGetLine {
+			c.out = append(c.out, replyLineTooLong...)
+			c.closeAfterWrite = true
+			return len(buf), nil
+		}
+	}
+	c.need = len(buf) + 1
+	return needMore, nil
+}
+
+// mayBeLongGet reports whether an unfinished line is one memcached lets grow
+// past maxLine: get or gets after at most 100 spaces.
+func mayBeLongGet(buf []byte) bool {
+	cmd := bytes.TrimLeft(buf, " ")
+	return len(buf)-len(cmd) <= 100 && (hasWord(cmd, "get") || hasWord(cmd, "gets"))
 }
 
 // tokenize splits line on spaces, skipping empty tokens. It returns nil when
@@ -182,6 +208,12 @@ func (c *conn) command(toks [][]byte, rest []byte) int {
 	case "quit":
 		c.closeAfterWrite = true
 	default:
+		if bytes.HasPrefix(toks[len(toks)-1], []byte("HTTP/")) {
+			// An HTTP request (a browser, a health check on the wrong
+			// port): memcached hangs up without a word.
+			c.closeAfterWrite = true
+			break
+		}
 		c.out = append(c.out, replyUnknownCommand...)
 	}
 	return 0
@@ -216,13 +248,13 @@ func (c *conn) storage(mode engine.Mode, toks [][]byte, rest []byte) int {
 	key := toks[1]
 	flags, ok1 := parseUint32(toks[2])
 	exptime, ok2 := parseInt32(toks[3])
-	vlen, ok3 := parseInt32(toks[4])
+	vlen, ok3 := parseDataLen(toks[4])
 	var casID uint64
 	ok4 := true
 	if mode == engine.CAS {
 		casID, ok4 = parseUint64(toks[5])
 	}
-	if len(key) > maxKeyLen || !validKey(key) || !ok1 || !ok2 || !ok3 || !ok4 || vlen < 0 {
+	if len(key) > maxKeyLen || !validKey(key) || !ok1 || !ok2 || !ok3 || !ok4 {
 		// memcached does not swallow the data here: it will be read as a command.
 		c.out = append(c.out, replyBadFormat...)
 		return 0
@@ -323,6 +355,11 @@ func (c *conn) retrieval(line []byte) {
 		}
 		exptime, rest = e, after
 	}
+	if !allKeysValid(rest) {
+		// memcached refuses the whole request: the error alone, no values.
+		c.out = append(c.out, replyBadFormat...)
+		return
+	}
 	if !touch && c.eng.HasContainers() {
 		c.multiGet(rest, withCAS)
 		return
@@ -334,10 +371,6 @@ func (c *conn) retrieval(line []byte) {
 			break
 		}
 		rest = after
-		if !validKey(key) {
-			c.out = append(c.out, replyBadFormat...)
-			return
-		}
 		any = true
 		var item store.Item
 		var found bool
@@ -364,6 +397,20 @@ func (c *conn) retrieval(line []byte) {
 	c.out = append(c.out, replyEnd...)
 }
 
+// allKeysValid reports whether every key of a retrieval's key list is legal.
+func allKeysValid(keys []byte) bool {
+	for {
+		key, rest := nextToken(keys)
+		if key == nil {
+			return true
+		}
+		if !validKey(key) {
+			return false
+		}
+		keys = rest
+	}
+}
+
 // multiGetBatch is how many keys of a multi-key get are looked up together,
 // in the text door (one get line) and the binary door (a run of pipelined
 // gets, binGetRun): a container answers each batch with one query, and a
@@ -373,27 +420,22 @@ const multiGetBatch = 1024
 
 // multiGet answers a get/gets whose keys may live in containers: the keys are
 // looked up together, so each container's rows are one query per batch. As
-// memcached, an invalid key ends the reply with an error after the values
-// before it, and so does a failed lookup.
+// memcached, a failed lookup ends the reply with an error after the values
+// before it. The keys are valid (retrieval checked them).
 func (c *conn) multiGet(rest []byte, withCAS bool) {
 	any := false
 	for {
 		keys := c.keys[:0]
-		badKey := false
 		for len(keys) < multiGetBatch {
 			key, after := nextToken(rest)
 			if key == nil {
 				break
 			}
 			rest = after
-			if !validKey(key) {
-				badKey = true
-				break
-			}
 			keys = append(keys, key)
 		}
 		c.keys = keys[:0]
-		if len(keys) == 0 && !badKey {
+		if len(keys) == 0 {
 			if !any {
 				c.out = append(c.out, replyError...)
 			} else {
@@ -402,12 +444,7 @@ func (c *conn) multiGet(rest []byte, withCAS bool) {
 			return
 		}
 		any = true
-		var items []store.Item
-		var found []bool
-		var err error
-		if len(keys) > 0 {
-			items, found, err = c.eng.GetMulti(keys)
-		}
+		items, found, err := c.eng.GetMulti(keys)
 		for i, key := range keys {
 			if found[i] {
 				c.appendValue(key, itemView{items[i].Value, items[i].Flags, items[i].CAS}, withCAS)
@@ -417,11 +454,7 @@ func (c *conn) multiGet(rest []byte, withCAS bool) {
 			}
 		}
 		clear(keys) // they point into the read buffer, which may be released
-		switch {
-		case badKey:
-			c.out = append(c.out, replyBadFormat...)
-			return
-		case err != nil:
+		if err != nil {
 			c.serverError(err)
 			return
 		}
@@ -465,23 +498,23 @@ func nextToken(b []byte) (tok, rest []byte) {
 	return b[i:j], b[j:]
 }
 
-// delete <key> [0] [noreply]
+// delete <key> [0] [noreply], as memcached reads it: noreply counts only
+// after the key ("delete noreply" deletes the key "noreply"), and it silences
+// every reply, the errors too, so a pipelining client stays in step.
 func (c *conn) delete(toks [][]byte) {
-	quiet := noreply(toks)
 	n := len(toks)
-	if quiet {
-		n--
+	if n < 2 || n > 4 {
+		c.out = append(c.out, replyError...)
+		return
 	}
-	if n < 2 || n > 3 || (n == 3 && string(toks[2]) != "0") {
-		if n == 3 {
-			c.out = append(c.out, replyDeleteUsage...)
-		} else {
-			c.out = append(c.out, replyError...)
-		}
+	quiet := n > 2 && noreply(toks)
+	holdZero := n > 2 && string(toks[2]) == "0"
+	if n == 3 && !holdZero && !quiet || n == 4 && !(holdZero && quiet) {
+		c.reply(quiet, replyDeleteUsage)
 		return
 	}
 	if !validKey(toks[1]) {
-		c.out = append(c.out, replyBadFormat...)
+		c.reply(quiet, replyBadFormat)
 		return
 	}
 	status, err := c.eng.Delete(toks[1], engine.DeleteRequest{})
@@ -566,22 +599,21 @@ func (c *conn) touch(toks [][]byte) {
 	}
 }
 
-// flush_all [delay] [noreply]
+// flush_all [delay] [noreply], as memcached reads it: a third token that is
+// not noreply is ignored, a delay of 0 or less flushes now, and noreply
+// silences the error too.
 func (c *conn) flushAll(toks [][]byte) {
-	quiet := noreply(toks)
 	n := len(toks)
-	if quiet {
-		n--
-	}
-	if n > 2 {
+	if n > 3 {
 		c.out = append(c.out, replyError...)
 		return
 	}
+	quiet := noreply(toks)
 	var delay int64
-	if n == 2 {
+	if n > 1 && !(n == 2 && quiet) {
 		d, ok := parseInt32(toks[1])
-		if !ok || d < 0 {
-			c.out = append(c.out, replyBadFormat...)
+		if !ok {
+			c.reply(quiet, replyBadExptime)
 			return
 		}
 		delay = d
@@ -595,45 +627,80 @@ func (c *conn) flushAll(toks [][]byte) {
 	c.reply(quiet, replyOK)
 }
 
-// Number parsing as memcached's safe_strto*: decimal, whole token, in range.
+// Number parsing as memcached's safe_strto* over C's strtol/strtoull, base
+// 10: blanks before, an optional sign, digits, then the token's end or a
+// blank; out of the 64-bit range fails. A 32-bit field keeps the low 32 bits
+// of the 64-bit number, as memcached's int32 and uint32 fields do, so
+// "4294967297" is 1 and "2147483648" is -2147483648, not an error.
 
+// parseUint64 is safe_strtoull: a '-' is accepted only when the (wrapped)
+// result is below 2^63, so "-0" is 0 and "-5" fails.
 func parseUint64(b []byte) (uint64, bool) {
-	if len(b) == 0 || len(b) > 20 {
+	neg, mag, ok := parseDecimal(b)
+	if !ok {
 		return 0, false
 	}
-	var n uint64
-	for _, ch := range b {
-		if ch < '0' || ch > '9' {
+	if neg {
+		mag = -mag // strtoull negates in the unsigned type
+		if int64(mag) < 0 {
 			return 0, false
 		}
-		d := uint64(ch - '0')
-		if n > (1<<64-1-d)/10 {
-			return 0, false
-		}
-		n = n*10 + d
 	}
-	return n, true
+	return mag, true
 }
 
+// parseUint32 is safe_strtoul into a uint32 field.
 func parseUint32(b []byte) (uint32, bool) {
 	n, ok := parseUint64(b)
-	if !ok || n > 1<<32-1 {
-		return 0, false
-	}
-	return uint32(n), true
+	return uint32(n), ok
 }
 
+// parseInt32 is safe_strtol into an int32 field (exptimes, lengths).
 func parseInt32(b []byte) (int64, bool) {
-	neg := len(b) > 0 && b[0] == '-'
-	if neg {
-		b = b[1:]
-	}
-	n, ok := parseUint64(b)
-	if !ok || n > 1<<31 || (!neg && n == 1<<31) {
+	neg, mag, ok := parseDecimal(b)
+	if !ok || mag > 1<<63 || !neg && mag == 1<<63 {
 		return 0, false
 	}
+	n := int64(mag)
 	if neg {
-		return -int64(n), true
+		n = -n
 	}
-	return int64(n), true
+	return int64(int32(n)), true
+}
+
+// parseDecimal reads blanks, a sign and at least one digit, the magnitude
+// fitting 64 bits, followed by nothing or a blank.
+func parseDecimal(b []byte) (neg bool, mag uint64, ok bool) {
+	i := 0
+	for i < len(b) && isBlank(b[i]) {
+		i++
+	}
+	if i < len(b) && (b[i] == '+' || b[i] == '-') {
+		neg = b[i] == '-'
+		i++
+	}
+	start := i
+	for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
+		d := uint64(b[i] - '0')
+		if mag > (1<<64-1-d)/10 {
+			return false, 0, false
+		}
+		mag = mag*10 + d
+	}
+	if i == start || i < len(b) && !isBlank(b[i]) {
+		return false, 0, false
+	}
+	return neg, mag, true
+}
+
+// parseDataLen reads a data block's announced length: with its "\r\n" it
+// must fit an int32, as in memcached, else the command line is malformed.
+func parseDataLen(b []byte) (int64, bool) {
+	n, ok := parseInt32(b)
+	return n, ok && n >= 0 && n <= math.MaxInt32-2
+}
+
+// isBlank is C's isspace.
+func isBlank(b byte) bool {
+	return b == ' ' || b >= '\t' && b <= '\r'
 }
