@@ -419,19 +419,57 @@ func addDelta(old []byte, delta uint64, decr bool) (value []byte, n uint64, ok b
 	return value, n, true
 }
 
-// ParseCounter reads a stored value as memcached's incr does: decimal digits,
-// optionally followed by spaces (left by an earlier in-place decr).
-func ParseCounter(v []byte) (uint64, bool) {
-	end := len(v)
-	for end > 0 && v[end-1] == ' ' {
-		end--
+// Numbers are read as memcached's safe_strto* read them over C's strtol/strtoull, base 10: blanks before, an
+// optional sign, digits, then the end or a blank (what follows is ignored); out of the 64-bit range fails. The
+// memcache door reads command arguments with these, and incr/decr read stored values with ParseUint64, so
+// " 12", "+5" and "0012" are numbers both ways, as in memcached.
+
+// ParseDecimal reads the sign and magnitude of a decimal number.
+func ParseDecimal(b []byte) (neg bool, mag uint64, ok bool) {
+	i := 0
+	for i < len(b) && isBlank(b[i]) {
+		i++
 	}
-	if end == 0 || end > 20 {
+	if i < len(b) && (b[i] == '+' || b[i] == '-') {
+		neg = b[i] == '-'
+		i++
+	}
+	start := i
+	for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
+		d := uint64(b[i] - '0')
+		if mag > (1<<64-1-d)/10 {
+			return false, 0, false
+		}
+		mag = mag*10 + d
+	}
+	if i == start || i < len(b) && !isBlank(b[i]) {
+		return false, 0, false
+	}
+	return neg, mag, true
+}
+
+// ParseUint64 is safe_strtoull: a '-' is accepted only when the (wrapped) result is below 2^63, so "-0" is 0 and
+// "-5" fails.
+func ParseUint64(b []byte) (uint64, bool) {
+	neg, mag, ok := ParseDecimal(b)
+	if !ok {
 		return 0, false
 	}
-	n, err := strconv.ParseUint(string(v[:end]), 10, 64)
-	return n, err == nil
+	if neg {
+		mag = -mag // strtoull negates in the unsigned type
+		if int64(mag) < 0 {
+			return 0, false
+		}
+	}
+	return mag, true
 }
+
+// ParseCounter reads a stored value as memcached's incr does (ParseUint64): " 12", "+5", or digits followed by
+// the spaces an earlier in-place decr left.
+func ParseCounter(v []byte) (uint64, bool) { return ParseUint64(v) }
+
+// isBlank is C's isspace.
+func isBlank(b byte) bool { return b == ' ' || b >= '\t' && b <= '\r' }
 
 // FlushAll is memcached's flush_all: with delay <= 0 it removes every item
 // now; otherwise every item stored (or fetched) before the deadline is gone

@@ -282,3 +282,27 @@ func TestClassicCommandsAsMemcached(t *testing.T) {
 		t.Errorf("incr_hits %d incr_misses %d, want 0 and 1 (memcached counts only the missing key)", hits, misses)
 	}
 }
+
+// TestIncrReadsValuesAsMemcached: stored values are numbers as memcached's strtoull reads them.
+func TestIncrReadsValuesAsMemcached(t *testing.T) {
+	e, _ := newMetaEngine(t)
+	for _, c := range []struct {
+		stored, want string
+		ok           bool
+	}{
+		{" 12", "13 ", true}, {"+5", "6 ", true}, {"0012", "13  ", true}, {"\t3", "4 ", true},
+		{"7 trailing", "8         ", true}, {"12a", "", false}, {"-5", "", false}, {"-0", "1 ", true}, {"", "", false},
+	} {
+		if _, _, err := e.StoreValue([]byte("n"), []byte(c.stored), StoreRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := e.IncrDecr([]byte("n"), Arith{Delta: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _, _ := e.Get([]byte("n"))
+		if (res.Status == Stored) != c.ok || c.ok && string(got.Value) != c.want {
+			t.Errorf("incr of %q: %v %q, want ok=%v %q", c.stored, res.Status, got.Value, c.ok, c.want)
+		}
+	}
+}

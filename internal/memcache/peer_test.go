@@ -72,6 +72,8 @@ var peerCases = []peerCase{
 	{name: "length 2^32+1", send: "set ln1 0 0 4294967297\r\na\r\nget ln1\r\nmn\r\n"},
 	{name: "length signed", send: "set ln2 0 0 +1\r\na\r\nget ln2\r\nmn\r\n"},
 	{name: "incr delta signed", setup: "set in1 0 0 1\r\n1\r\n", send: "incr in1 +5\r\nincr in1 -0\r\ndecr in1 +1\r\nincr in1 -5\r\nincr in1 5x\r\nmn\r\n"},
+	{name: "incr stored values", setup: "set iv1 0 0 3\r\n 12\r\nset iv2 0 0 2\r\n+5\r\nset iv3 0 0 3\r\n12a\r\nset iv4 0 0 2\r\n-5\r\n",
+		send: "incr iv1 1\r\nget iv1\r\nincr iv2 1\r\nget iv2\r\nincr iv3 1\r\nincr iv4 1\r\nmn\r\n"},
 	{name: "incr delta range", setup: "set in2 0 0 1\r\n1\r\n", send: "incr in2 18446744073709551616\r\nincr in2 -18446744073709551615\r\nmn\r\n"},
 	{name: "meta numbers", send: "ms mn1 +1 F4294967297 T4294967296\r\nx\r\nmg mn1 f t v\r\nms mn2 4294967297 T2147483648\r\nx\r\nmg mn2 v\r\nmn\r\n"},
 	// A length whose data block and "\r\n" overflow an int32 is a bad line,

@@ -633,21 +633,8 @@ func (c *conn) flushAll(toks [][]byte) {
 // of the 64-bit number, as memcached's int32 and uint32 fields do, so
 // "4294967297" is 1 and "2147483648" is -2147483648, not an error.
 
-// parseUint64 is safe_strtoull: a '-' is accepted only when the (wrapped)
-// result is below 2^63, so "-0" is 0 and "-5" fails.
-func parseUint64(b []byte) (uint64, bool) {
-	neg, mag, ok := parseDecimal(b)
-	if !ok {
-		return 0, false
-	}
-	if neg {
-		mag = -mag // strtoull negates in the unsigned type
-		if int64(mag) < 0 {
-			return 0, false
-		}
-	}
-	return mag, true
-}
+// parseUint64 is safe_strtoull (engine.ParseUint64).
+func parseUint64(b []byte) (uint64, bool) { return engine.ParseUint64(b) }
 
 // parseUint32 is safe_strtoul into a uint32 field.
 func parseUint32(b []byte) (uint32, bool) {
@@ -657,7 +644,7 @@ func parseUint32(b []byte) (uint32, bool) {
 
 // parseInt32 is safe_strtol into an int32 field (exptimes, lengths).
 func parseInt32(b []byte) (int64, bool) {
-	neg, mag, ok := parseDecimal(b)
+	neg, mag, ok := engine.ParseDecimal(b)
 	if !ok || mag > 1<<63 || !neg && mag == 1<<63 {
 		return 0, false
 	}
@@ -668,31 +655,6 @@ func parseInt32(b []byte) (int64, bool) {
 	return int64(int32(n)), true
 }
 
-// parseDecimal reads blanks, a sign and at least one digit, the magnitude
-// fitting 64 bits, followed by nothing or a blank.
-func parseDecimal(b []byte) (neg bool, mag uint64, ok bool) {
-	i := 0
-	for i < len(b) && isBlank(b[i]) {
-		i++
-	}
-	if i < len(b) && (b[i] == '+' || b[i] == '-') {
-		neg = b[i] == '-'
-		i++
-	}
-	start := i
-	for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
-		d := uint64(b[i] - '0')
-		if mag > (1<<64-1-d)/10 {
-			return false, 0, false
-		}
-		mag = mag*10 + d
-	}
-	if i == start || i < len(b) && !isBlank(b[i]) {
-		return false, 0, false
-	}
-	return neg, mag, true
-}
-
 // parseDataLen reads a data block's announced length: with its "\r\n" it
 // must fit an int32, as in memcached, else the command line is malformed.
 func parseDataLen(b []byte) (int64, bool) {
@@ -700,7 +662,3 @@ func parseDataLen(b []byte) (int64, bool) {
 	return n, ok && n >= 0 && n <= math.MaxInt32-2
 }
 
-// isBlank is C's isspace.
-func isBlank(b byte) bool {
-	return b == ' ' || b >= '\t' && b <= '\r'
-}
