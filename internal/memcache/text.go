@@ -661,4 +661,3 @@ func parseDataLen(b []byte) (int64, bool) {
 	n, ok := parseInt32(b)
 	return n, ok && n >= 0 && n <= math.MaxInt32-2
 }
-
