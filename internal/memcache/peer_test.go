@@ -102,6 +102,14 @@ var peerCases = []peerCase{
 	// the client; keyway swallows exactly the body, so only the bodiless form
 	// is compared.)
 	{name: "binary verbosity", send: string(req(opVerbosity, "", "").bytes()) + string(req(opNoop, "", "").bytes())},
+	// noreply silences a malformed storage, incr/decr or touch line too. A
+	// refused storage line's data block is not swallowed: it is read as a
+	// command (here "ab" and "a" are answered ERROR, "mn" MN).
+	{name: "storage bad format noreply", send: "set nr1 0 0 -1 noreply\r\nab\r\nset nr1 x 0 1 noreply\r\nmn\r\nadd nr1 0 0 x noreply\r\n" +
+		"replace nr1 0 0 2147483647 noreply\r\nappend nr1 0 x 1 noreply\r\nprepend nr1 0 0 noreply\r\ncas nr1 0 0 1 x noreply\r\nmn\r\n" +
+		"set " + strings.Repeat("k", 251) + " 0 0 1 noreply\r\na\r\nget nr1\r\nmn\r\n"},
+	{name: "arith bad format noreply", send: "incr nr2 x noreply\r\ndecr nr2 x noreply\r\nincr nr2 noreply\r\nincr " + strings.Repeat("k", 251) + " 1 noreply\r\nmn\r\n"},
+	{name: "touch bad format noreply", send: "touch nr3 x noreply\r\ntouch nr3 noreply\r\ntouch " + strings.Repeat("k", 251) + " 1 noreply\r\nmn\r\n"},
 	{name: "leading spaces", setup: "set ls 0 0 1\r\nx\r\n", send: "   get ls\r\n  get  ls\r\nmn\r\n"},
 }
 

@@ -255,8 +255,9 @@ func (c *conn) storage(mode engine.Mode, toks [][]byte, rest []byte) int {
 		casID, ok4 = parseUint64(toks[5])
 	}
 	if len(key) > maxKeyLen || !validKey(key) || !ok1 || !ok2 || !ok3 || !ok4 {
-		// memcached does not swallow the data here: it will be read as a command.
-		c.out = append(c.out, replyBadFormat...)
+		// memcached does not swallow the data here: it will be read as a
+		// command. noreply silences the error too.
+		c.reply(quiet, replyBadFormat)
 		return 0
 	}
 	total := int(vlen) + 2
@@ -532,16 +533,18 @@ func (c *conn) delete(toks [][]byte) {
 
 // keyAndArgument checks a "<cmd> <key> <arg> [noreply]" line, answering a
 // malformed one; it reports whether noreply was given and whether to go on.
+// As in memcached, noreply silences the errors after the token count too.
 func (c *conn) keyAndArgument(toks [][]byte) (quiet, ok bool) {
 	if len(toks) != 3 && !(len(toks) == 4 && noreply(toks)) {
 		c.out = append(c.out, replyError...)
 		return false, false
 	}
+	quiet = noreply(toks)
 	if !validKey(toks[1]) {
-		c.out = append(c.out, replyBadFormat...)
-		return false, false
+		c.reply(quiet, replyBadFormat)
+		return quiet, false
 	}
-	return noreply(toks), true
+	return quiet, true
 }
 
 // incr|decr <key> <value> [noreply]
@@ -552,7 +555,7 @@ func (c *conn) arith(toks [][]byte, decr bool) {
 	}
 	delta, ok := parseUint64(toks[2])
 	if !ok {
-		c.out = append(c.out, replyBadDelta...)
+		c.reply(quiet, replyBadDelta)
 		return
 	}
 	res, err := c.eng.IncrDecr(toks[1], engine.Arith{Delta: delta, Decr: decr})
@@ -583,7 +586,7 @@ func (c *conn) touch(toks [][]byte) {
 	}
 	exptime, ok := parseInt32(toks[2])
 	if !ok {
-		c.out = append(c.out, replyBadExptime...)
+		c.reply(quiet, replyBadExptime)
 		return
 	}
 	_, status, err := c.eng.Touch(toks[1], exptime)
