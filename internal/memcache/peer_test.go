@@ -110,6 +110,9 @@ var peerCases = []peerCase{
 		"set " + strings.Repeat("k", 251) + " 0 0 1 noreply\r\na\r\nget nr1\r\nmn\r\n"},
 	{name: "arith bad format noreply", send: "incr nr2 x noreply\r\ndecr nr2 x noreply\r\nincr nr2 noreply\r\nincr " + strings.Repeat("k", 251) + " 1 noreply\r\nmn\r\n"},
 	{name: "touch bad format noreply", send: "touch nr3 x noreply\r\ntouch nr3 noreply\r\ntouch " + strings.Repeat("k", 251) + " 1 noreply\r\nmn\r\n"},
+	// A last token that is not noreply is ignored (one token too many is
+	// still an unknown command).
+	{name: "storage extra token", send: "set xt1 0 0 1 x\r\na\r\nget xt1\r\nadd xt1 0 0 1 x\r\nb\r\ncas xt2 0 0 1 1 x\r\nb\r\nset xt1 0 0 1 noreply x\r\na\r\nmn\r\n"},
 	{name: "leading spaces", setup: "set ls 0 0 1\r\nx\r\n", send: "   get ls\r\n  get  ls\r\nmn\r\n"},
 }
 

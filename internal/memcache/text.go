@@ -235,12 +235,14 @@ func (c *conn) reply(quiet bool, s string) {
 //
 //	<cmd> <key> <flags> <exptime> <bytes> [noreply]
 //	cas <key> <flags> <exptime> <bytes> <cas unique> [noreply]
+//
+// As in memcached, a last token that is not noreply is ignored.
 func (c *conn) storage(mode engine.Mode, toks [][]byte, rest []byte) int {
 	want := 5
 	if mode == engine.CAS {
 		want = 6
 	}
-	if len(toks) != want && !(len(toks) == want+1 && noreply(toks)) {
+	if len(toks) != want && len(toks) != want+1 {
 		c.out = append(c.out, replyError...)
 		return 0
 	}
