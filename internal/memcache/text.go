@@ -535,9 +535,10 @@ func (c *conn) delete(toks [][]byte) {
 
 // keyAndArgument checks a "<cmd> <key> <arg> [noreply]" line, answering a
 // malformed one; it reports whether noreply was given and whether to go on.
-// As in memcached, noreply silences the errors after the token count too.
+// As in memcached, a fourth token that is not noreply is ignored, and
+// noreply silences the errors after the token count too.
 func (c *conn) keyAndArgument(toks [][]byte) (quiet, ok bool) {
-	if len(toks) != 3 && !(len(toks) == 4 && noreply(toks)) {
+	if len(toks) != 3 && len(toks) != 4 {
 		c.out = append(c.out, replyError...)
 		return false, false
 	}
