@@ -114,6 +114,8 @@ var peerCases = []peerCase{
 	// still an unknown command).
 	{name: "storage extra token", send: "set xt1 0 0 1 x\r\na\r\nget xt1\r\nadd xt1 0 0 1 x\r\nb\r\ncas xt2 0 0 1 1 x\r\nb\r\nset xt1 0 0 1 noreply x\r\na\r\nmn\r\n"},
 	{name: "arith touch extra token", setup: "set xt3 0 0 1\r\n1\r\n", send: "incr xt3 1 x\r\ndecr xt3 1 x\r\ntouch xt3 0 x\r\nincr xt3 1 x noreply\r\nmn\r\n"},
+	// verbosity takes an unsigned level (as safe_strtoul); noreply silences the error.
+	{name: "verbosity bad level", send: "verbosity x\r\nverbosity -1\r\nverbosity 1x\r\nverbosity noreply\r\nverbosity x noreply\r\nverbosity 1 x\r\nverbosity 0\r\nmn\r\n"},
 	{name: "leading spaces", setup: "set ls 0 0 1\r\nx\r\n", send: "   get ls\r\n  get  ls\r\nmn\r\n"},
 }
 

@@ -204,6 +204,12 @@ func (c *conn) command(toks [][]byte, rest []byte) int {
 			c.out = append(c.out, replyError...)
 			break
 		}
+		// The level is read as memcached's safe_strtoul (keyway has no
+		// levels to set); a third token that is not noreply is ignored.
+		if _, ok := parseUint32(toks[1]); !ok {
+			c.reply(noreply(toks), replyBadFormat)
+			break
+		}
 		c.reply(noreply(toks), replyOK)
 	case "quit":
 		c.closeAfterWrite = true
