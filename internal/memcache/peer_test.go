@@ -116,6 +116,8 @@ var peerCases = []peerCase{
 	{name: "arith touch extra token", setup: "set xt3 0 0 1\r\n1\r\n", send: "incr xt3 1 x\r\ndecr xt3 1 x\r\ntouch xt3 0 x\r\nincr xt3 1 x noreply\r\nmn\r\n"},
 	// verbosity takes an unsigned level (as safe_strtoul); noreply silences the error.
 	{name: "verbosity bad level", send: "verbosity x\r\nverbosity -1\r\nverbosity 1x\r\nverbosity noreply\r\nverbosity x noreply\r\nverbosity 1 x\r\nverbosity 0\r\nmn\r\n"},
+	// gat/gats with an exptime and no key is an empty retrieval.
+	{name: "gat no keys", send: "gat 0\r\ngats 0\r\ngat 0 \r\ngat \r\nmn\r\n"},
 	{name: "leading spaces", setup: "set ls 0 0 1\r\nx\r\n", send: "   get ls\r\n  get  ls\r\nmn\r\n"},
 }
 

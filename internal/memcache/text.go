@@ -357,6 +357,11 @@ func (c *conn) retrieval(line []byte) {
 	var exptime int64
 	if touch {
 		tok, after := nextToken(rest)
+		if tok == nil {
+			// "gat " with no exptime: memcached's unknown command.
+			c.out = append(c.out, replyError...)
+			return
+		}
 		e, ok := parseInt32(tok)
 		if !ok {
 			c.out = append(c.out, replyBadExptime...)
@@ -399,7 +404,9 @@ func (c *conn) retrieval(line []byte) {
 			c.flushIfFull()
 		}
 	}
-	if !any {
+	if !any && !touch {
+		// A gat/gats with an exptime and no key is an empty retrieval
+		// (END) in memcached; a get without a key is an unknown command.
 		c.out = append(c.out, replyError...)
 		return
 	}
