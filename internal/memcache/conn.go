@@ -116,6 +116,7 @@ func (c *conn) serve() {
 		n, err := c.nc.Read(c.rbuf[c.rend:])
 		c.rend += n
 		if n > 0 {
+			c.srv.bytesRead.Add(int64(n))
 			if perr := c.process(); perr != nil {
 				c.flush()
 				return
@@ -296,7 +297,8 @@ func (c *conn) flush() error {
 		return c.werr
 	}
 	c.setWriteDeadline()
-	_, err := c.nc.Write(c.out)
+	n, err := c.nc.Write(c.out)
+	c.srv.bytesWritten.Add(int64(n))
 	c.out = c.out[:0]
 	c.werr = err
 	return err
@@ -326,7 +328,8 @@ func (c *conn) appendData(v []byte) {
 	c.setWriteDeadline()
 	c.vec[0], c.vec[1] = c.out, v
 	c.bufs = c.vec[:]
-	_, err := c.bufs.WriteTo(c.nc)
+	n, err := c.bufs.WriteTo(c.nc)
+	c.srv.bytesWritten.Add(n)
 	c.vec, c.bufs = [2][]byte{}, nil
 	c.out = c.out[:0]
 	c.werr = err

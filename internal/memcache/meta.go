@@ -589,6 +589,7 @@ func (c *conn) metaDebug(toks [][]byte) {
 			return
 		}
 	}
+	c.srv.metaCmds.Add(1) // memcached's cmd_meta counts "me" only
 	it, size, now, ok := c.eng.MetaDebug(key)
 	if !ok {
 		c.out = append(c.out, "EN\r\n"...)

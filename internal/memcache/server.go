@@ -107,6 +107,11 @@ type Server struct {
 	totalConns atomic.Int64
 	rejected   atomic.Int64
 
+	// bytesRead and bytesWritten count what the door reads from and writes
+	// to client sockets, one add per read or write call; metaCmds counts
+	// "me" commands, as memcached's cmd_meta does.
+	bytesRead, bytesWritten, metaCmds atomic.Int64
+
 	// inflight is what connections hold of the opts.MaxInflightBytes
 	// budget (see conn.reserve).
 	inflight atomic.Int64
@@ -178,6 +183,9 @@ func (s *Server) Serve(ln net.Listener) error {
 				time.Sleep(backoff)
 				continue
 			}
+			s.mu.Lock()
+			delete(s.mu.listeners, ln)
+			s.mu.Unlock()
 			return err
 		}
 		backoff = 0
@@ -187,7 +195,8 @@ func (s *Server) Serve(ln net.Listener) error {
 			// hold up the accept loop: the connection is just closed.
 			s.rejected.Add(1)
 			if s.opts.TLS == nil {
-				nc.Write([]byte("ERROR Too many open connections\r\n"))
+				n, _ := nc.Write([]byte("ERROR Too many open connections\r\n"))
+				s.bytesWritten.Add(int64(n))
 			}
 			nc.Close()
 			continue

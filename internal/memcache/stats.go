@@ -78,6 +78,7 @@ func (s *Server) generalStats(w statWriter) {
 	w.int("cmd_set", k.CmdSet.Load())
 	w.int("cmd_flush", k.CmdFlush.Load())
 	w.int("cmd_touch", k.CmdTouch.Load())
+	w.int("cmd_meta", s.metaCmds.Load())
 	w.int("get_hits", k.GetHits.Load())
 	w.int("get_misses", k.GetMisses.Load())
 	w.int("get_expired", st.Expired)
@@ -94,13 +95,34 @@ func (s *Server) generalStats(w statWriter) {
 	w.int("touch_misses", k.TouchMisses.Load())
 	w.int("auth_cmds", s.authCmds.Load())
 	w.int("auth_errors", s.authErrors.Load())
-	w.int("threads", int64(s.threads()))
+	w.int("bytes_read", s.bytesRead.Load())
+	w.int("bytes_written", s.bytesWritten.Load())
 	w.int("limit_maxbytes", st.Limit)
+	w.int("accepting_conns", s.accepting())
+	// keyway never stops listening: past max_connections it accepts and
+	// rejects (rejected_connections), so listening is never disabled.
+	w.int("listen_disabled_num", 0)
+	w.int("time_in_listen_disabled_us", 0)
+	w.int("threads", int64(s.threads()))
 	w.int("bytes", st.Bytes)
 	w.int("curr_items", st.CurrItems)
 	w.int("total_items", st.TotalItems)
-	w.int("evictions", st.Evictions)
 	w.int("expired_unfetched", 0)
+	w.int("evictions", st.Evictions)
+	// keyway's store has no slabs: an expired item is removed, and a store
+	// never reuses its memory as memcached's reclaim does.
+	w.int("reclaimed", 0)
+}
+
+// accepting is memcached's accepting_conns: 1 while a listener is being
+// served and the server is not shutting down.
+func (s *Server) accepting() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.closed || len(s.mu.listeners) == 0 {
+		return 0
+	}
+	return 1
 }
 
 func (s *Server) threads() int {
