@@ -67,7 +67,7 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	setMemoryLimit(cfg.Memcache.MemoryLimit)
+	setMemoryLimit(cfg.Memcache.MemoryLimit + sqlCacheBudget(cfg))
 	durName := cfg.Store.Durability
 	if cfg.Store.DataDir == "" {
 		durName = config.DurabilityNone
@@ -408,6 +408,16 @@ func (s *Server) close() error {
 	return errors.Join(errs...)
 }
 
+// sqlCacheBudget is what the SQL result cache may hold ([cache] memory_limit) when it can be on: the SQL door
+// and groups configured, and the cache not turned off. Whether a follower will vouch is known only later, so
+// the budget is counted whenever the cache might run.
+func sqlCacheBudget(cfg config.Config) int64 {
+	if cfg.SQL.Listen == "" || len(cfg.Groups) == 0 || cfg.Cache.Disabled {
+		return 0
+	}
+	return cfg.Cache.MemoryLimit
+}
+
 // durabilities maps the config's durability names to the store's.
 var durabilities = map[string]store.Durability{
 	config.DurabilityNone:  store.DurabilityNone,
@@ -416,9 +426,10 @@ var durabilities = map[string]store.Durability{
 }
 
 // setMemoryLimit tells the Go runtime to collect before the heap outgrows the
-// item limit by much: items are charged with overhead already, and the rest
-// covers connections, Pebble's caches and garbage between cycles. Without it
-// the default GOGC lets the heap reach twice the live items.
+// item limit by much: items (the store's, and the SQL result cache's) are
+// charged with overhead already, and the rest covers connections, Pebble's
+// caches and garbage between cycles. Without it the default GOGC lets the heap
+// reach twice the live items.
 func setMemoryLimit(items int64) {
 	debug.SetMemoryLimit(items + items/4 + 48<<20)
 }
