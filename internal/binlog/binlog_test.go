@@ -110,12 +110,7 @@ func TestFollowerInvalidatesCommits(t *testing.T) {
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	committed := time.Now()
 	r.waitFor(t, "the commit to invalidate a", func() bool { return !r.kv.KeyValid(a, stamp) })
-	// Freshness: any instant the gate is open after the commit plus max_staleness has the commit applied.
-	if r.kv.KeyValid(a, stamp) && time.Since(committed) > r.options.MaxStaleness && r.reg.Vouched() {
-		t.Fatal("vouched while the commit was not applied")
-	}
 	if !r.kv.KeyValid(b, stamp) {
 		t.Fatal("the write of a invalidated b")
 	}

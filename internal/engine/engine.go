@@ -400,7 +400,7 @@ func joinValues(mode Mode, old, add []byte) []byte {
 // stops at 0 on decr. The new value is padded with spaces to the old length,
 // as memcached does in place. ok is false when old is not a number.
 func addDelta(old []byte, delta uint64, decr bool) (value []byte, n uint64, ok bool) {
-	n, ok = ParseCounter(old)
+	n, ok = ParseUint64(old)
 	if !ok {
 		return nil, 0, false
 	}
@@ -463,10 +463,6 @@ func ParseUint64(b []byte) (uint64, bool) {
 	}
 	return mag, true
 }
-
-// ParseCounter reads a stored value as memcached's incr does (ParseUint64): " 12", "+5", or digits followed by
-// the spaces an earlier in-place decr left.
-func ParseCounter(v []byte) (uint64, bool) { return ParseUint64(v) }
 
 // isBlank is C's isspace.
 func isBlank(b byte) bool { return b == ' ' || b >= '\t' && b <= '\r' }

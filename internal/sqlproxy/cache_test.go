@@ -2,6 +2,7 @@ package sqlproxy
 
 import (
 	"context"
+	"database/sql"
 	"encoding/binary"
 	"regexp"
 	"strings"
@@ -67,14 +68,8 @@ func (rc *rawClient) executeOne(payload []byte) string {
 // execute is answered from the cache the backend never sees the types, so the next execute keyway sends must
 // carry them (sysbench failed with 1210 "Incorrect arguments to mysqld_stmt_execute" before).
 func TestCachedExecuteThenUntypedExecute(t *testing.T) {
-	m := mariadb(t)
-	db := open(t, "app", "secret", m.Addr, "")
-	mustExec(t, db, "DROP TABLE IF EXISTS qc_types")
-	mustExec(t, db, "CREATE TABLE qc_types (id INT PRIMARY KEY, c VARCHAR(10))")
-	mustExec(t, db, "INSERT INTO qc_types VALUES (1, 'first'), (2, 'second')")
-	reg := validity.NewRegistry()
-	cache := qcache.New(qcache.Options{Registry: reg})
-	_, addr := startProxyOpts(t, testConfig(m.Addr).with(t, func(o *Options) { o.Validity, o.Cache = reg, cache }))
+	r := newCacheRig(t, "qc_types", "(1, 'first'), (2, 'second')")
+	addr := r.start(t, nil)
 	const q = "SELECT c FROM qc_types WHERE id = ?"
 
 	a := newRawClient(t, addr, "app", "secret", 0)
@@ -83,9 +78,9 @@ func TestCachedExecuteThenUntypedExecute(t *testing.T) {
 	}
 	b := newRawClient(t, addr, "app", "secret", 0)
 	id := b.prepareStmt(q)
-	hits := cache.Stats().Hits
-	if got := b.executeOne(executeInt(id, 1, true)); !strings.Contains(got, "first") || cache.Stats().Hits != hits+1 {
-		t.Fatalf("hit: %q, hits %d → %d", got, hits, cache.Stats().Hits)
+	hits := r.cache.Stats().Hits
+	if got := b.executeOne(executeInt(id, 1, true)); !strings.Contains(got, "first") || r.cache.Stats().Hits != hits+1 {
+		t.Fatalf("hit: %q, hits %d → %d", got, hits, r.cache.Stats().Hits)
 	}
 	if got := b.executeOne(executeInt(id, 2, false)); !strings.Contains(got, "second") {
 		t.Fatalf("untyped execute after a cached typed one: %q", got)
@@ -98,18 +93,12 @@ func TestCachedExecuteThenUntypedExecute(t *testing.T) {
 // TestConcurrentMissesMakeOneQuery: sessions that miss the same entry while its fill runs wait for it and are
 // answered from it. The table is write-locked directly so the first fill blocks until every session has missed.
 func TestConcurrentMissesMakeOneQuery(t *testing.T) {
-	m := mariadb(t)
-	db := open(t, "app", "secret", m.Addr, "")
-	mustExec(t, db, "DROP TABLE IF EXISTS qc_flight")
-	mustExec(t, db, "CREATE TABLE qc_flight (id INT PRIMARY KEY, c VARCHAR(10))")
-	mustExec(t, db, "INSERT INTO qc_flight VALUES (1, 'one')")
-	reg := validity.NewRegistry()
-	cache := qcache.New(qcache.Options{Registry: reg})
-	_, addr := startProxyOpts(t, testConfig(m.Addr).with(t, func(o *Options) { o.Validity, o.Cache = reg, cache }))
+	r := newCacheRig(t, "qc_flight", "(1, 'one')")
+	addr := r.start(t, nil)
 	through := open(t, "app", "secret", addr, "")
 	through.SetMaxOpenConns(8)
 
-	lock, err := db.Conn(context.Background())
+	lock, err := r.db.Conn(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,9 +118,9 @@ func TestConcurrentMissesMakeOneQuery(t *testing.T) {
 		}()
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for cache.Stats().Joined < sessions-1 {
+	for r.cache.Stats().Joined < sessions-1 {
 		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d sessions joined the fill in flight", cache.Stats().Joined, sessions-1)
+			t.Fatalf("only %d of %d sessions joined the fill in flight", r.cache.Stats().Joined, sessions-1)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -143,7 +132,7 @@ func TestConcurrentMissesMakeOneQuery(t *testing.T) {
 			t.Fatalf("a session got %q", c)
 		}
 	}
-	if st := cache.Stats(); st.Stores != 1 || st.Hits < sessions-1 {
+	if st := r.cache.Stats(); st.Stores != 1 || st.Hits < sessions-1 {
 		t.Fatalf("stats %+v: want one fill answering every session", st)
 	}
 }
@@ -151,27 +140,10 @@ func TestConcurrentMissesMakeOneQuery(t *testing.T) {
 // TestCacheHints: /*+ keyway nocache */ keeps a point select out of the cache, /*+ keyway cache */ puts in a read
 // that is not a point select, and ttl=N bounds its life.
 func TestCacheHints(t *testing.T) {
-	m := mariadb(t)
-	db := open(t, "app", "secret", m.Addr, "")
-	mustExec(t, db, "DROP TABLE IF EXISTS qc_hints")
-	mustExec(t, db, "CREATE TABLE qc_hints (id INT PRIMARY KEY, c VARCHAR(10))")
-	mustExec(t, db, "INSERT INTO qc_hints VALUES (1, 'one'), (2, 'two')")
-	reg := validity.NewRegistry()
-	cache := qcache.New(qcache.Options{Registry: reg})
-	_, addr := startProxyOpts(t, testConfig(m.Addr).with(t, func(o *Options) { o.Validity, o.Cache = reg, cache }))
+	r := newCacheRig(t, "qc_hints", "(1, 'one'), (2, 'two')")
+	addr := r.start(t, nil)
 	through := open(t, "app", "secret", addr, "")
-	hits := func(q string) int64 {
-		t.Helper()
-		before := cache.Stats().Hits
-		for range 3 {
-			rows, err := through.Query(q)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rows.Close()
-		}
-		return cache.Stats().Hits - before
-	}
+	hits := func(q string) int64 { t.Helper(); return r.hits(t, through, q) }
 	if n := hits("SELECT /*+ keyway nocache */ c FROM qc_hints WHERE id = 1"); n != 0 {
 		t.Errorf("nocache: %d hits", n)
 	}
@@ -184,13 +156,13 @@ func TestCacheHints(t *testing.T) {
 	q := "SELECT /*+ keyway cache ttl=1 */ c FROM qc_hints WHERE id < 9"
 	hits(q)
 	time.Sleep(1100 * time.Millisecond)
-	before := cache.Stats().Hits
+	before := r.cache.Stats().Hits
 	rows, err := through.Query(q)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rows.Close()
-	if cache.Stats().Hits != before {
+	if r.cache.Stats().Hits != before {
 		t.Error("an entry was served past its ttl")
 	}
 }
@@ -198,31 +170,14 @@ func TestCacheHints(t *testing.T) {
 // TestCacheRules: [[cache.rules]] cache reads that are not point selects, by table or by regex; a hint still
 // wins.
 func TestCacheRules(t *testing.T) {
-	m := mariadb(t)
-	db := open(t, "app", "secret", m.Addr, "")
-	mustExec(t, db, "DROP TABLE IF EXISTS qc_rules")
-	mustExec(t, db, "CREATE TABLE qc_rules (id INT PRIMARY KEY, c VARCHAR(10))")
-	mustExec(t, db, "INSERT INTO qc_rules VALUES (1, 'one'), (2, 'two')")
-	reg := validity.NewRegistry()
-	cache := qcache.New(qcache.Options{Registry: reg})
+	r := newCacheRig(t, "qc_rules", "(1, 'one'), (2, 'two')")
 	rules := []CacheRule{
 		{Table: validity.TableID{Name: "qc_rules"}},
 		{Regex: regexp.MustCompile(`seq_1_to_10`)},
 	}
-	_, addr := startProxyOpts(t, testConfig(m.Addr).with(t, func(o *Options) { o.Validity, o.Cache, o.CacheRules = reg, cache, rules }))
+	addr := r.start(t, rules)
 	through := open(t, "app", "secret", addr, "")
-	hits := func(q string) int64 {
-		t.Helper()
-		before := cache.Stats().Hits
-		for range 3 {
-			rows, err := through.Query(q)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rows.Close()
-		}
-		return cache.Stats().Hits - before
-	}
+	hits := func(q string) int64 { t.Helper(); return r.hits(t, through, q) }
 	if n := hits("SELECT c FROM qc_rules WHERE id > 0"); n != 2 {
 		t.Errorf("table rule: %d hits, want 2", n)
 	}
@@ -237,4 +192,45 @@ func TestCacheRules(t *testing.T) {
 	if err := through.QueryRow("SELECT c FROM qc_rules WHERE id > 0 ORDER BY id LIMIT 1").Scan(&c); err != nil || c != "uno" {
 		t.Fatalf("after a write through keyway: %q %v", c, err)
 	}
+}
+
+// cacheRig is a table (id INT PRIMARY KEY, c VARCHAR(10)) on the shared MariaDB and the SQL door in front of it
+// with a result cache.
+type cacheRig struct {
+	addr  string  // MariaDB's
+	db    *sql.DB // direct
+	reg   *validity.Registry
+	cache *qcache.Cache
+}
+
+func newCacheRig(t *testing.T, table, rows string) *cacheRig {
+	t.Helper()
+	m := mariadb(t)
+	r := &cacheRig{addr: m.Addr, db: open(t, "app", "secret", m.Addr, ""), reg: validity.NewRegistry()}
+	r.cache = qcache.New(qcache.Options{Registry: r.reg})
+	mustExec(t, r.db, "DROP TABLE IF EXISTS "+table)
+	mustExec(t, r.db, "CREATE TABLE "+table+" (id INT PRIMARY KEY, c VARCHAR(10))")
+	mustExec(t, r.db, "INSERT INTO "+table+" VALUES "+rows)
+	return r
+}
+
+// start serves the SQL door with the rig's cache and rules, and returns its address.
+func (r *cacheRig) start(t *testing.T, rules []CacheRule) string {
+	t.Helper()
+	_, addr := startProxyOpts(t, testConfig(r.addr).with(t, func(o *Options) { o.Validity, o.Cache, o.CacheRules = r.reg, r.cache, rules }))
+	return addr
+}
+
+// hits runs q three times through db and returns how many of the runs the cache answered.
+func (r *cacheRig) hits(t *testing.T, db *sql.DB, q string) int64 {
+	t.Helper()
+	before := r.cache.Stats().Hits
+	for range 3 {
+		rows, err := db.Query(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows.Close()
+	}
+	return r.cache.Stats().Hits - before
 }

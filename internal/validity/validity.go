@@ -199,9 +199,9 @@ type Registry struct {
 	}
 	settles atomic.Bool // some table has a settle function: Settle has work to do
 
-	// vouchers are the freshness gate (see RequireVouch); vouch publishes them to readers without the lock.
-	vouchers []*Voucher
-	vouch    atomic.Pointer[[]*Voucher]
+	// vouch is the freshness gate (see RequireVouch): the vouchers, replaced whole (under mu) when one is added,
+	// so readers load them without the lock.
+	vouch atomic.Pointer[[]*Voucher]
 }
 
 // NewRegistry returns an empty registry.
@@ -329,9 +329,13 @@ func (v *Voucher) Fresh() bool { return v != nil && time.Now().UnixNano() < v.fr
 func (r *Registry) RequireVouch() *Voucher {
 	v := &Voucher{}
 	r.mu.Lock()
-	r.vouchers = append(r.vouchers, v)
+	var vs []*Voucher
+	if old := r.vouch.Load(); old != nil {
+		vs = slices.Clone(*old)
+	}
+	vs = append(vs, v)
+	r.vouch.Store(&vs)
 	r.mu.Unlock()
-	r.vouch.Store(&r.vouchers)
 	return v
 }
 
