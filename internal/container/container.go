@@ -757,6 +757,39 @@ func (c *Container) Check(key []byte, it Item) error {
 	return err
 }
 
+// AsStored returns it as a SELECT of key's row returns it right after it was written with CAS cas (what Set, Add,
+// Replace or CompareAndSwap returned): each value column's bytes as the column keeps them (CHAR drops trailing
+// spaces, BINARY(n) pads, integers read back canonical) and, without a cas column, the CAS a read computes from
+// them. ok is false when keyway cannot tell what the table returns (a column type it does not model): then only a
+// read of the row knows. it must have passed Check (every write does).
+func (c *Container) AsStored(it Item, cas uint64) (stored Item, ok bool) {
+	stored = it
+	if len(c.valCols) == 1 {
+		if stored.Value, ok = c.valCols[0].asStored(it.Value); !ok {
+			return Item{}, false
+		}
+		stored.Value = nonNil(stored.Value)
+	} else {
+		parts := strings.Split(string(it.Value), c.sep)
+		out := make([][]byte, len(c.valCols))
+		for i, f := range c.valCols {
+			var part []byte
+			if i < len(parts) {
+				part = []byte(parts[i])
+			}
+			if out[i], ok = f.asStored(part); !ok {
+				return Item{}, false
+			}
+		}
+		stored.Value = joinBytes(out, c.sep)
+	}
+	stored.CAS = cas
+	if c.qCAS == "" {
+		stored.CAS = hashCAS(stored.Value, stored.Flags)
+	}
+	return stored, true
+}
+
 func nonNil(b []byte) []byte {
 	if b == nil {
 		return []byte{}
