@@ -229,6 +229,7 @@ type Container struct {
 	qFlags string // "" when none
 	qCAS   string
 	qExp   string
+	stmt   statements // built once by Open from the names above
 	// The checked fields: set once by check, before checked turns true, and
 	// read only after notLive returned nil (see Open).
 	keyChars int64 // CHARACTER_MAXIMUM_LENGTH of the key column
@@ -309,6 +310,7 @@ func Open(ctx context.Context, db *sql.DB, def Def, o Options) (*Container, erro
 	if def.ExpiryColumn != "" {
 		c.qExp = quoteIdent(def.ExpiryColumn)
 	}
+	c.stmt = c.buildStatements()
 	c.checkDone = make(chan struct{})
 	c.stopCheck = make(chan struct{})
 	switch err := c.check(ctx); {
