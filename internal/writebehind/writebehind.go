@@ -113,6 +113,9 @@ type Queue struct {
 	norm    func(string) string // the container's key rule; nil until it is live (see goLive)
 	byRow   map[string]string   // until live: the row as written → its key in pending
 	bytes   int64               // size of pending (see entry.size)
+	// queued is len(pending), stored under mu after each change, so Drain can see "nothing pending" without the
+	// lock: the SQL door settles before every statement that names the table.
+	queued atomic.Int64
 	seq     uint64              // the last Put's number
 	lastErr error               // the last failure to reach the table; nil once a round succeeds
 	closed  bool
@@ -196,6 +199,7 @@ func New(c *container.Container, j Journal, prefix string, o Options) *Queue {
 		q.byRow[string(row)] = k[len(prefix):]
 		q.bytes += e.size()
 	}
+	q.queued.Store(int64(len(q.pending)))
 	if n := len(q.pending); n > 0 {
 		o.Logger.Info("write-behind: writes acknowledged before the last stop are written first", "container", q.name, "rows", n)
 	}
@@ -237,6 +241,7 @@ func (q *Queue) goLive(norm func(string) string) {
 		}
 		q.pending[nk] = e
 	}
+	q.queued.Store(int64(len(q.pending)))
 	for nk := range moved {
 		e := q.pending[nk]
 		waits = append(waits, q.j.JournalPut(q.journalKey(nk), encode(e.row, e.item)))
@@ -303,6 +308,7 @@ func (q *Queue) Put(row []byte, item container.Item, queued func()) error {
 		q.bytes -= old.size()
 	}
 	q.pending[k] = e
+	q.queued.Store(int64(len(q.pending)))
 	if q.byRow != nil {
 		q.byRow[string(e.row)] = k
 	}
@@ -393,7 +399,12 @@ func (q *Queue) Sync(row []byte) error {
 
 // Drain returns once every write waiting when it was called is in the table,
 // or fails after WaitTimeout.
-func (q *Queue) Drain() error { return q.drainUntil(time.Now().Add(q.o.WaitTimeout)) }
+func (q *Queue) Drain() error {
+	if q.queued.Load() == 0 {
+		return nil // every acknowledged write has left the queue: its removal stored 0 after its Put stored more
+	}
+	return q.drainUntil(time.Now().Add(q.o.WaitTimeout))
+}
 
 func (q *Queue) drainUntil(deadline time.Time) error {
 	q.mu.Lock()
@@ -563,6 +574,7 @@ func (q *Queue) send(rows []container.Row, seqs []uint64) bool {
 		if e := q.pending[d.k]; e != nil && e.seq == seqs[d.i] {
 			q.bytes -= e.size()
 			delete(q.pending, d.k)
+			q.queued.Store(int64(len(q.pending)))
 			if q.byRow != nil {
 				delete(q.byRow, string(e.row))
 			}
