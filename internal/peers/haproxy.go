@@ -1,0 +1,98 @@
+package peers
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"time"
+)
+
+// HAProxy is a real haproxy in TCP mode relaying a free loopback port to one backend: the plain relay the SQL door
+// is measured against (a proxy that adds nothing but a hop).
+type HAProxy struct {
+	Addr string // "127.0.0.1:port", the relay's front
+	Port int
+
+	proc *Process
+	dir  string
+}
+
+// haproxyStartTimeout bounds how long StartHAProxy waits for the port.
+const haproxyStartTimeout = 15 * time.Second
+
+// haproxyConfig is a minimal TCP relay: no health checks (they would show in the backend's connection counts), no
+// logging, timeouts long enough for any benchmark's idle connections, and maxconn above any client count used here.
+const haproxyConfig = `global
+    maxconn 4096
+    nbthread %d
+defaults
+    mode tcp
+    timeout connect 5s
+    timeout client 1h
+    timeout server 1h
+frontend front
+    bind 127.0.0.1:%d
+    default_backend back
+backend back
+    server s1 %s
+`
+
+// StartHAProxy starts haproxy relaying a free loopback port to backend ("host:port") with threads worker threads
+// (0: one per CPU, as haproxy's default) and waits until it accepts connections. ctx bounds the start only.
+func StartHAProxy(ctx context.Context, backend string, threads int) (*HAProxy, error) {
+	path, err := LookPath("haproxy")
+	if err != nil {
+		return nil, err
+	}
+	if threads <= 0 {
+		threads = runtime.NumCPU()
+	}
+	dir, err := os.MkdirTemp("", "keyway-haproxy-")
+	if err != nil {
+		return nil, err
+	}
+	var lastErr error
+	for attempt := 0; attempt < bindAttempts; attempt++ {
+		port, err := FreePort()
+		if err != nil {
+			break
+		}
+		cfg := filepath.Join(dir, "haproxy.cfg")
+		if err := os.WriteFile(cfg, fmt.Appendf(nil, haproxyConfig, threads, port, backend), 0o600); err != nil {
+			lastErr = err
+			break
+		}
+		// -db: stay in the foreground, so the process is ours to stop.
+		p, err := startProcess("haproxy", path, "-db", "-f", cfg)
+		if err != nil {
+			lastErr = err
+			break
+		}
+		p.Addr, p.Port = listenAddr(port), port
+		wctx, cancel := context.WithTimeout(ctx, haproxyStartTimeout)
+		err = waitAccept(wctx, "tcp", p.Addr, p)
+		cancel()
+		if err == nil {
+			return &HAProxy{Addr: p.Addr, Port: port, proc: p, dir: dir}, nil
+		}
+		_ = p.Kill()
+		lastErr = fmt.Errorf("peers: start haproxy on port %d: %w%s", port, err, outputTail(p.out))
+		if !isBindRace(p.Output()) || ctx.Err() != nil {
+			break
+		}
+	}
+	os.RemoveAll(dir)
+	return nil, lastErr
+}
+
+// Stop terminates haproxy and removes its configuration. It is safe to call more than once.
+func (h *HAProxy) Stop() error {
+	err := h.proc.Stop()
+	os.RemoveAll(h.dir)
+	return err
+}
+
+// Process returns the underlying child process.
+func (h *HAProxy) Process() *Process { return h.proc }
