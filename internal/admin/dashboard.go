@@ -375,7 +375,7 @@ func (s *Server) apiChart(w http.ResponseWriter, r *http.Request) {
 	}
 	ring, _, seq := s.sampler.snapshot()
 	s.charts.mu.Lock()
-	if s.charts.seq != seq {
+	if s.charts.seq != seq || s.charts.svg == nil {
 		s.charts.seq, s.charts.svg = seq, map[string][]byte{}
 	}
 	svg := s.charts.svg[def.name]

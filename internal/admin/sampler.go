@@ -223,9 +223,16 @@ func derive(prev, cur *gathered) map[string]float64 {
 		}
 		return nan
 	}
-	var ops float64
+	// The memcache door's operations: the counters it reports (a door that never counted one kind lacks it).
+	ops, counted := 0.0, false
 	for _, n := range memcacheOps {
-		ops += delta(memcacheMetric(n))
+		if _, ok := cur.sum(memcacheMetric(n)); ok {
+			ops += delta(memcacheMetric(n)) // NaN after a reset: the interval has no figure
+			counted = true
+		}
+	}
+	if !counted {
+		ops = nan
 	}
 	out[seriesMCOps] = rate(ops)
 	out[seriesMCHit] = ratio(delta(memcacheMetric("get_hits")), delta(memcacheMetric("get_misses")))
