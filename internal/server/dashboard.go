@@ -2,6 +2,8 @@ package server
 
 import (
 	"fmt"
+	"log/slog"
+	"net"
 	"strconv"
 
 	"github.com/keywaydb/keyway/internal/admin"
@@ -103,4 +105,14 @@ func (s *Server) readiness() []admin.Part {
 		parts = append(parts, p)
 	}
 	return parts
+}
+
+// warnOpenAdmin says loudly when the admin listener is reachable from other hosts with no token: its endpoints
+// show the server's state and digests (never a password) and let anyone reset the digest statistics.
+func warnOpenAdmin(log *slog.Logger, addr net.Addr, token bool) {
+	tcp, ok := addr.(*net.TCPAddr)
+	if token || !ok || tcp.IP.IsLoopback() {
+		return
+	}
+	log.Warn("the admin listener is open to other hosts without a token: set [admin] token, or listen on 127.0.0.1", "admin", addr.String())
 }

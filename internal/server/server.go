@@ -288,6 +288,7 @@ func (s *Server) startSQLAndAdmin() error {
 			}
 		}()
 		s.log.Info("admin serving", "admin", ln.Addr().String())
+		warnOpenAdmin(s.log, ln.Addr(), cfg.Admin.Token != "")
 	}
 	return nil
 }
