@@ -31,6 +31,7 @@ import (
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	"github.com/keywaydb/keyway/internal/testenv"
 )
@@ -403,8 +404,16 @@ func TestAdminAuthAndNoSecrets(t *testing.T) {
 	_, dash := adminGet(t, k.adminURL+"/api/dashboard", dashAdminToken)
 	t.Logf("/api/dashboard:\n%s", dash)
 
-	// /metrics carries backend, container and store figures.
+	// /metrics carries backend, container and store figures, and every family passes client_golang's linter
+	// (counters end in _total, base units, help).
 	_, metrics := adminGet(t, k.adminURL+"/metrics", dashAdminToken)
+	problems, err := promlint.New(strings.NewReader(metrics)).Lint()
+	if err != nil {
+		t.Fatalf("linting /metrics: %v", err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
 	for _, want := range []string{
 		`keyway_backend_up{address="` + k.groupAddr + `",group="main",role="primary"} 1`,
 		`keyway_container_info{container="queue",delete="caching",flush=`,
