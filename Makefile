@@ -4,9 +4,9 @@
 GO       ?= go
 BIN      := bin/keyway
 # Debian packages the tests and benchmarks drive (real peers and clients).
-PACKAGES := mariadb-server memcached libmemcached-tools sysbench php-cli php-mysql php-memcached haproxy
+PACKAGES := mariadb-server memcached libmemcached-tools sysbench php-cli php-mysql php-memcached haproxy chromium
 # A command from each package, to see what is missing without asking apt.
-COMMANDS := mariadbd memcached memccapable memcaslap sysbench php haproxy
+COMMANDS := mariadbd memcached memccapable memcaslap sysbench php haproxy chromium
 
 .PHONY: all build run test bench deps vet clean
 

@@ -1,9 +1,14 @@
-// Package admin is keyway's HTTP admin listener: Prometheus /metrics, per-digest SQL statistics at /digests, the
-// server's /status, and a small index page linking them.
+// Package admin is keyway's HTTP admin listener: the live dashboard (GET /, with its JSON at /api/dashboard and
+// charts at /api/chart/{name}.svg), Prometheus /metrics, per-digest SQL statistics at /digests, the server's
+// /status, cache /candidates, and the probes /healthz (liveness) and /readyz (readiness).
 //
 // Invariants:
 //   - GET never changes state. Only POST /digests/reset (the table, then emptied in one step) and DELETE /digests
 //     change anything: digest statistics.
+//   - With Options.Token set, every endpoint asks for it (see authorize), /metrics excepted only with
+//     Options.MetricsPublic. No endpoint shows a password or token: bodies come from typed snapshots that carry
+//     none, and the metrics' labels name groups, addresses, users and containers only.
+//   - The dashboard page is embedded and fetches nothing from elsewhere; it works with no internet.
 //   - Nothing is logged per request at the default level (Info); HTTP server errors go to the logger at Debug.
 //   - Every connection is bounded by read, write and idle timeouts, so a stuck scraper cannot pin resources.
 //   - Missing parts are tolerated: with no Digests, Metrics or Status in Options the matching path answers 404.
@@ -14,7 +19,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"html"
 	"log/slog"
 	"net"
 	"net/http"
@@ -23,6 +27,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/keywaydb/keyway/internal/stats"
 )
@@ -35,8 +40,25 @@ type Options struct {
 	Status  func() any     // JSON-encoded at /status; nil: /status answers 404
 	// Candidates is JSON-encoded at /candidates (the SQL door's SHOW KEYWAY CANDIDATES); nil: 404.
 	Candidates func() any
-	Logger     *slog.Logger // nil: slog.Default()
+	// Ready lists the parts /readyz checks (doors, store, groups); nil: /readyz has no parts and answers 200.
+	Ready  func() []Part
+	Logger *slog.Logger // nil: slog.Default()
+
+	// Token, when set, is asked of every request (bearer token, or basic-auth password with any user name).
+	Token string
+	// MetricsPublic leaves /metrics open without the token.
+	MetricsPublic bool
+
+	// SampleInterval and SampleWindow are how often the dashboard's sampler reads Metrics and how much it keeps;
+	// 0 means 1s and 10m.
+	SampleInterval, SampleWindow time.Duration
 }
+
+// Defaults of Options.SampleInterval and SampleWindow.
+const (
+	DefaultSampleInterval = time.Second
+	DefaultSampleWindow   = 10 * time.Minute
+)
 
 // Server is the admin HTTP server.
 type Server struct {
@@ -44,6 +66,8 @@ type Server struct {
 	log     *slog.Logger
 	handler http.Handler
 	srv     *http.Server
+	sampler *sampler // nil without Metrics
+	charts  chartCache
 }
 
 // Timeouts of the admin server's connections.
@@ -60,7 +84,25 @@ func New(o Options) *Server {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	s.handler = s.routes()
+	if o.Metrics != nil {
+		if o.SampleInterval <= 0 {
+			o.SampleInterval = DefaultSampleInterval
+		}
+		if o.SampleWindow <= 0 {
+			o.SampleWindow = DefaultSampleWindow
+		}
+		reg := o.Metrics.Registry()
+		s.sampler = newSampler(func() (*gathered, error) {
+			fams, err := reg.Gather() // a partial result is still worth keeping
+			g := &gathered{at: time.Now(), families: make(map[string]*dto.MetricFamily, len(fams))}
+			for _, f := range fams {
+				g.families[f.GetName()] = f
+			}
+			return g, err
+		}, o.SampleInterval, o.SampleWindow)
+		go s.sampler.run()
+	}
+	s.handler = s.authorize(s.routes())
 	s.srv = &http.Server{
 		Addr:              o.Listen,
 		Handler:           s.handler,
@@ -91,11 +133,14 @@ func (s *Server) ListenAndServe() error {
 	return s.Serve(ln)
 }
 
-// Handler returns the admin routes, for tests or for mounting elsewhere.
+// Handler returns the admin routes, behind the token check, for tests or for mounting elsewhere.
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Shutdown stops accepting, waits for requests in flight until ctx ends, then closes everything.
 func (s *Server) Shutdown(ctx context.Context) error {
+	if s.sampler != nil {
+		s.sampler.close()
+	}
 	if err := s.srv.Shutdown(ctx); err != nil {
 		_ = s.srv.Close()
 		return fmt.Errorf("admin: shutdown: %w", err)
@@ -106,7 +151,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	// "GET" patterns also match HEAD; other methods get 405 with an Allow header from the mux.
-	mux.HandleFunc("GET /{$}", s.index)
+	mux.HandleFunc("GET /{$}", s.page)
+	mux.HandleFunc("GET /api/dashboard", s.apiDashboard)
+	mux.HandleFunc("GET /api/chart/{name}", s.apiChart)
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /readyz", s.readyz)
 	if s.o.Metrics != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.o.Metrics.Registry(), promhttp.HandlerOpts{
 			// One bad collector must not blank the whole scrape.
@@ -126,31 +175,6 @@ func (s *Server) routes() http.Handler {
 		mux.HandleFunc("GET /candidates", func(w http.ResponseWriter, r *http.Request) { s.writeJSON(w, s.o.Candidates()) })
 	}
 	return mux
-}
-
-func (s *Server) index(w http.ResponseWriter, r *http.Request) {
-	var b strings.Builder
-	b.WriteString("<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>keyway admin</title></head><body>\n")
-	b.WriteString("<h1>keyway</h1>\n<ul>\n")
-	link := func(href, text string) {
-		fmt.Fprintf(&b, "<li><a href=\"%s\">%s</a></li>\n", html.EscapeString(href), html.EscapeString(text))
-	}
-	if s.o.Metrics != nil {
-		link("/metrics", "metrics (Prometheus)")
-	}
-	if s.o.Digests != nil {
-		link("/digests?format=text", "query digests (table)")
-		link("/digests", "query digests (JSON)")
-	}
-	if s.o.Status != nil {
-		link("/status", "status (JSON)")
-	}
-	if s.o.Candidates != nil {
-		link("/candidates", "cache candidates (JSON)")
-	}
-	b.WriteString("</ul>\n</body></html>\n")
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	_, _ = w.Write([]byte(b.String()))
 }
 
 // digests serves the digest table: JSON by default, a ProxySQL-like text table with ?format=text; ?limit=N returns

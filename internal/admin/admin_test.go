@@ -70,7 +70,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		`keyway_backend_pool_connections{address="db:3306",group="g",state="in_use",user="app"} 1`,
 		"keyway_backend_pool_waits_total",
 		"keyway_backend_pool_errors_total",
-		"keyway_memcache_cmd_get 7",
+		"keyway_memcache_cmd_get_total 7",
 		"keyway_memcache_curr_items 3",
 		"go_goroutines",
 		"process_resident_memory_bytes",

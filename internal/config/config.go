@@ -214,10 +214,19 @@ const (
 	TLSVerify    = "verify"    // TLS or fail; chain against tls_ca and name (VERIFY_IDENTITY; VERIFY_CA on a socket)
 )
 
-// Admin configures the admin HTTP listener (/metrics, /digests, /status).
+// Admin configures the admin HTTP listener (the dashboard, /api, /metrics, /digests, /status, /healthz, /readyz).
 type Admin struct {
-	Listen string // "listen": host:port; "" = off
+	Listen string // "listen": host:port; "" = off (the default); examples and docs bind loopback
+	// "token": when set, every admin endpoint asks for it, as "Authorization: Bearer <token>" or as the password
+	// of HTTP basic auth (any user name). "" = no authentication, fit only for a loopback listener.
+	Token string
+	// "metrics_public": /metrics answers without the token, for a Prometheus that cannot send one. Nothing else
+	// is opened by it.
+	MetricsPublic bool
 }
+
+// minAdminToken is the shortest admin token accepted: a token is a shared secret, not a password someone types.
+const minAdminToken = 16
 
 // Memcache configures the memcache door.
 type Memcache struct {
@@ -356,6 +365,7 @@ const (
 	wantStaleness    = `want a positive duration, e.g. "1s" or "200ms"`
 	wantInvalidate   = `want "binlog", "ttl", "none", or no key (binlog when the server has a usable one)`
 	wantAdminListen  = `want "host:port", e.g. "127.0.0.1:9104" (empty host = all interfaces, port 0 = any free port), or "" for no admin listener`
+	wantAdminToken   = `want at least 16 printable ASCII characters without spaces (e.g. the output of "openssl rand -hex 24"), or "" for no authentication`
 	wantTLSFile      = `want the path of a PEM file`
 	wantTLSPair      = `want both sql.tls_cert and sql.tls_key (a PEM certificate chain and its PEM private key) to offer TLS, or neither`
 	wantBool         = `want true or false`
@@ -547,6 +557,10 @@ func (c *Config) validate() problems {
 	c.validateSQL(&p)
 	if c.Admin.Listen != "" && !validListen(c.Admin.Listen) {
 		p.add("admin.listen (--admin-listen)", strconv.Quote(c.Admin.Listen), wantAdminListen)
+	}
+	if c.Admin.Token != "" && !validAdminToken(c.Admin.Token) {
+		// The value itself is never shown: it is a secret.
+		p.add("admin.token", "(hidden)", wantAdminToken)
 	}
 	c.validateContainers(&p)
 	for i, r := range c.Cache.Rules {
@@ -1035,4 +1049,18 @@ func formatBytes(n int64) string {
 		return strconv.FormatInt(n/kib, 10) + " KiB"
 	}
 	return strconv.FormatInt(n, 10) + " bytes"
+}
+
+// validAdminToken: long enough to resist guessing, and only characters that pass unchanged through an
+// Authorization header and a basic-auth password.
+func validAdminToken(t string) bool {
+	if len(t) < minAdminToken {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		if t[i] <= ' ' || t[i] > '~' {
+			return false
+		}
+	}
+	return true
 }

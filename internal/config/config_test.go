@@ -1336,3 +1336,26 @@ regex = "x"
 		[]string{`groups[0].invalidate = "sometimes"`, `want "binlog", "ttl", "none"`},
 	)
 }
+
+func TestAdminTokenAndMetricsPublic(t *testing.T) {
+	c, err := Parse([]byte("[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"0123456789abcdef-token\"\nmetrics_public = true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Admin.Token != "0123456789abcdef-token" || !c.Admin.MetricsPublic {
+		t.Fatalf("admin = %+v", c.Admin)
+	}
+	if c, err := Parse([]byte("[admin]\nlisten = \"127.0.0.1:0\"\n")); err != nil || c.Admin.Token != "" || c.Admin.MetricsPublic {
+		t.Fatalf("defaults: admin = %+v, %v", c.Admin, err)
+	}
+	// A bad token is reported without showing it: the message may reach a log.
+	for _, bad := range []string{`"short-Secret"`, `"has a Secret space in it"`, `1234567890123456789`} {
+		_, err := Parse([]byte("[admin]\ntoken = " + bad + "\n"))
+		wantErrors(t, err, []string{"admin.token = (hidden)", "at least 16 printable"})
+		if err != nil && (strings.Contains(err.Error(), "Secret") || strings.Contains(err.Error(), "123456789")) {
+			t.Errorf("the error shows the token: %v", err)
+		}
+	}
+	_, err = Parse([]byte("[admin]\nmetrics_public = \"yes\"\n"))
+	wantErrors(t, err, []string{`admin.metrics_public = "yes"`, "true or false"})
+}

@@ -105,7 +105,9 @@ type groupFile struct {
 }
 
 type adminFile struct {
-	Listen any `toml:"listen"`
+	Listen        any `toml:"listen"`
+	Token         any `toml:"token"`
+	MetricsPublic any `toml:"metrics_public"`
 }
 
 type containerFile struct {
@@ -144,6 +146,12 @@ func (f *fileConfig) applyTo(c *Config, d *decoder) {
 	}
 	f.SQL.applyTo(c, d)
 	d.str("admin.listen", f.Admin.Listen, wantAdminListen, &c.Admin.Listen)
+	if t, ok := f.Admin.Token.(string); ok || f.Admin.Token == nil {
+		c.Admin.Token = t
+	} else {
+		d.problems.add("admin.token", "(hidden)", wantAdminToken) // a secret: never echoed, even malformed
+	}
+	d.boolean("admin.metrics_public", f.Admin.MetricsPublic, wantBool, &c.Admin.MetricsPublic)
 	d.duration("cache.max_staleness", f.Cache.MaxStaleness, wantStaleness, &c.Cache.MaxStaleness)
 	enabled := true
 	d.boolean("cache.enabled", f.Cache.Enabled, wantBool, &enabled)

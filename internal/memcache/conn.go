@@ -115,7 +115,11 @@ func (c *conn) serve() {
 		}
 		n, err := c.nc.Read(c.rbuf[c.rend:])
 		c.rend += n
+		var began time.Time
 		if n > 0 {
+			if c.srv.opts.Observe != nil {
+				began = time.Now()
+			}
 			c.srv.bytesRead.Add(int64(n))
 			if perr := c.process(); perr != nil {
 				c.flush()
@@ -125,6 +129,9 @@ func (c *conn) serve() {
 		if len(c.out) > 0 {
 			if werr := c.flush(); werr != nil {
 				return
+			}
+			if !began.IsZero() {
+				c.srv.opts.Observe(time.Since(began))
 			}
 		}
 		if cap(c.out) > keepBuffer {

@@ -82,6 +82,9 @@ type Options struct {
 	Users []User
 	// TLS, when set, makes the door speak TLS only (memcached -Z).
 	TLS *tls.Config
+	// Observe, when set, is told how long each batch of requests (one request, or a pipeline read at once) took
+	// from its read to the write of its replies.
+	Observe func(time.Duration)
 }
 
 // DefaultMaxConnections is Options.MaxConnections' default (memcached's -c).

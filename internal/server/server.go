@@ -51,6 +51,7 @@ type Server struct {
 	sql        *sqlproxy.Server // nil when the SQL door is off
 	sqlLn      net.Listener
 	admin      *admin.Server // nil when the admin listener is off
+	metrics    *stats.Metrics
 	adminLn    net.Listener
 	errc       chan error
 }
@@ -84,7 +85,7 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, store: st, errc: make(chan error, 3)}
+	s := &Server{cfg: cfg, log: log, store: st, errc: make(chan error, 3), metrics: stats.NewMetrics()}
 	fail := func(err error) (*Server, error) {
 		if s.sql != nil {
 			s.sql.Shutdown(context.Background())
@@ -122,7 +123,12 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 		if s.mcLn, err = net.Listen("tcp", cfg.Memcache.Listen); err != nil {
 			return fail(fmt.Errorf("memcache.listen %q: %w (is another memcached or keyway on that port? change -p or [memcache] listen)", cfg.Memcache.Listen, err))
 		}
+		var observe func(time.Duration) // only /metrics and the dashboard show it
+		if cfg.Admin.Listen != "" {
+			observe = s.metrics.ObserveMemcache
+		}
 		s.memcache = memcache.NewServer(s.engine, memcache.Options{
+			Observe:          observe,
 			MaxConnections:   cfg.Memcache.MaxConnections,
 			Version:          memcache.ProtocolVersion + "-keyway-" + o.Version,
 			WriteTimeout:     cfg.Memcache.WriteTimeout,
@@ -243,11 +249,11 @@ func (s *Server) sqlOptions() (sqlproxy.Options, error) {
 // startSQLAndAdmin opens the SQL door and the admin listener when configured.
 func (s *Server) startSQLAndAdmin() error {
 	cfg := s.cfg
-	metrics := stats.NewMetrics()
+	metrics := s.metrics
 	if s.memcache != nil {
 		metrics.SetMemcacheStatsFunc(s.memcache.Stats)
 	}
-	metrics.SetSamplesFunc(s.cacheSamples)
+	metrics.SetSamplesFunc(s.adminSamples)
 	digests := stats.NewDigests(digestCapacity)
 	if cfg.SQL.Listen != "" {
 		opts, err := s.sqlOptions()
@@ -272,7 +278,9 @@ func (s *Server) startSQLAndAdmin() error {
 		if err != nil {
 			return fmt.Errorf("admin.listen %q: %w (change [admin] listen or --admin-listen)", cfg.Admin.Listen, err)
 		}
-		s.admin = admin.New(admin.Options{Listen: cfg.Admin.Listen, Digests: digests, Metrics: metrics, Status: s.status, Candidates: s.candidates, Logger: s.log})
+		s.admin = admin.New(admin.Options{Listen: cfg.Admin.Listen, Digests: digests, Metrics: metrics, Status: s.status,
+			Candidates: s.candidates, Ready: s.readiness, Token: cfg.Admin.Token, MetricsPublic: cfg.Admin.MetricsPublic,
+			Logger: s.log})
 		s.adminLn = ln
 		go func() {
 			if err := s.admin.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -280,6 +288,7 @@ func (s *Server) startSQLAndAdmin() error {
 			}
 		}()
 		s.log.Info("admin serving", "admin", ln.Addr().String())
+		warnOpenAdmin(s.log, ln.Addr(), cfg.Admin.Token != "")
 	}
 	return nil
 }

@@ -29,6 +29,7 @@ type Metrics struct {
 	sqlConnsTotal prometheus.Counter
 	queries       *prometheus.CounterVec
 	duration      *prometheus.HistogramVec
+	mcDuration    prometheus.Histogram
 
 	perClass [len(queryClasses)]classObservers
 
@@ -42,7 +43,10 @@ type Sample struct {
 	Name  string // the full metric name, keyway_…; names ending in _total are counters, others gauges
 	Help  string
 	Group string // the backend group, as the "group" label; "" for none
-	Value float64
+	// Labels are further label pairs (name, value), such as {"container", "users"} or {"address", "db:3306"};
+	// every sample of one Name must carry the same label names.
+	Labels [][2]string
+	Value  float64
 }
 
 type classObservers struct {
@@ -72,6 +76,11 @@ func NewMetrics() *Metrics {
 		Help:    "Time from a statement's arrival to the end of its reply, by class.",
 		Buckets: latencyBuckets,
 	}, []string{"class"})
+	m.mcDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "keyway_memcache_request_duration_seconds",
+		Help:    "Time from reading a batch of memcache requests (one request, or a pipeline) to writing their replies.",
+		Buckets: latencyBuckets,
+	})
 	for i, c := range queryClasses {
 		m.perClass[i] = classObservers{
 			ok:       m.queries.WithLabelValues(c, "ok"),
@@ -82,7 +91,7 @@ func NewMetrics() *Metrics {
 	// Register cannot fail here: a fresh registry and distinct, valid names. The error is ignored rather than
 	// turned into a panic.
 	for _, c := range []prometheus.Collector{
-		m.sqlConnsOpen, m.sqlConnsTotal, m.queries, m.duration,
+		m.sqlConnsOpen, m.sqlConnsTotal, m.queries, m.duration, m.mcDuration,
 		&poolCollector{m: m}, &memcacheCollector{m: m}, &sampleCollector{m: m},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -126,6 +135,10 @@ func (m *Metrics) ObserveQuery(class string, latency time.Duration, failed bool)
 	m.duration.WithLabelValues(class).Observe(latency.Seconds())
 }
 
+// ObserveMemcache records the time the memcache door took from reading a batch of requests to writing their
+// replies.
+func (m *Metrics) ObserveMemcache(latency time.Duration) { m.mcDuration.Observe(latency.Seconds()) }
+
 // SetPoolStatsFunc installs the function called at each scrape to export backend pool state. nil removes it.
 func (m *Metrics) SetPoolStatsFunc(f func() []PoolStat) {
 	if f == nil {
@@ -135,8 +148,9 @@ func (m *Metrics) SetPoolStatsFunc(f func() []PoolStat) {
 	m.pools.Store(&f)
 }
 
-// SetMemcacheStatsFunc installs the function called at each scrape to export the memcache door's counters (the
-// names of memcached's "stats" reply) as keyway_memcache_<name>. nil removes it.
+// SetMemcacheStatsFunc installs the function called at each scrape to export the memcache door's figures (the
+// names of memcached's "stats" reply) as keyway_memcache_<name>, counters with a _total suffix (see
+// memcacheName). nil removes it.
 func (m *Metrics) SetMemcacheStatsFunc(f func() map[string]int64) {
 	if f == nil {
 		m.memcache.Store(nil)
@@ -174,6 +188,9 @@ func (c *sampleCollector) Collect(ch chan<- prometheus.Metric) {
 		var values []string
 		if s.Group != "" {
 			labels, values = []string{"group"}, []string{s.Group}
+		}
+		for _, l := range s.Labels {
+			labels, values = append(labels, l[0]), append(values, l[1])
 		}
 		if mt, err := prometheus.NewConstMetric(prometheus.NewDesc(s.Name, s.Help, labels, nil), t, s.Value, values...); err == nil {
 			ch <- mt
@@ -257,19 +274,40 @@ func (c *memcacheCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	for name, v := range (*fp)() {
-		n := metricName(name)
+		n, counter, div := memcacheName(name)
 		if n == "" {
 			continue
 		}
 		t, help := prometheus.CounterValue, "memcached stats counter "+name+" of the memcache door."
-		if memcacheGauges[n] || strings.HasPrefix(n, "curr_") {
+		if !counter {
 			t, help = prometheus.GaugeValue, "memcached stats value "+name+" of the memcache door."
 		}
-		desc := prometheus.NewDesc("keyway_memcache_"+n, help, nil, nil)
-		if mt, err := prometheus.NewConstMetric(desc, t, float64(v)); err == nil {
+		desc := prometheus.NewDesc(n, help, nil, nil)
+		if mt, err := prometheus.NewConstMetric(desc, t, float64(v)/div); err == nil {
 			ch <- mt
 		}
 	}
+}
+
+// memcacheName is the Prometheus name of memcached stat name, whether it is a counter, and the divisor to its
+// unit. Counters end in _total (memcached's own "total_x" becomes x_total), and a microsecond count becomes
+// seconds, as Prometheus conventions (and client_golang's promlint) ask.
+func memcacheName(name string) (metric string, counter bool, div float64) {
+	n := metricName(name)
+	if n == "" {
+		return "", false, 0
+	}
+	div = 1
+	if memcacheGauges[n] || strings.HasPrefix(n, "curr_") {
+		return "keyway_memcache_" + n, false, div
+	}
+	if base, ok := strings.CutSuffix(n, "_us"); ok {
+		n, div = base+"_seconds", 1e6
+	}
+	if base, ok := strings.CutPrefix(n, "total_"); ok {
+		n = base
+	}
+	return "keyway_memcache_" + strings.TrimSuffix(n, "_total") + "_total", true, div
 }
 
 // metricName lower-cases a stats name and replaces what Prometheus does not allow in a name with '_'.
