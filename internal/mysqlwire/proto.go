@@ -208,21 +208,45 @@ func ReadLenEnc(p []byte) (n uint64, size int, ok bool) {
 // OKStatus returns the status flags of an OK payload (header 0x00, or 0xfe under CLIENT_DEPRECATE_EOF) given its
 // leading bytes; ok is false when they are too short to hold them.
 func OKStatus(p []byte) (status uint16, ok bool) {
-	if len(p) < 1 {
+	p, ok = okTail(p)
+	if !ok || len(p) < 2 {
 		return 0, false
+	}
+	return binary.LittleEndian.Uint16(p), true
+}
+
+// okTail returns what follows an OK payload's header, affected rows and last insert id: status flags, warnings,
+// then the optional info.
+func okTail(p []byte) ([]byte, bool) {
+	if len(p) < 1 {
+		return nil, false
 	}
 	p = p[1:]
 	for i := 0; i < 2; i++ { // affected rows, last insert id
 		_, k, ok := ReadLenEnc(p)
 		if !ok {
-			return 0, false
+			return nil, false
 		}
 		p = p[k:]
 	}
-	if len(p) < 2 {
+	return p, true
+}
+
+// OKWarnings returns the warning count of an OK payload (header, affected rows, last insert id, status, warnings).
+func OKWarnings(p []byte) (warnings uint16, ok bool) {
+	p, ok = okTail(p)
+	if !ok || len(p) < 4 {
 		return 0, false
 	}
-	return binary.LittleEndian.Uint16(p), true
+	return binary.LittleEndian.Uint16(p[2:]), true
+}
+
+// EOFWarnings returns the warning count of an EOF payload (0xfe, warnings, status).
+func EOFWarnings(p []byte) (warnings uint16, ok bool) {
+	if len(p) < 5 {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint16(p[1:]), true
 }
 
 // EOFStatus returns the status flags of an EOF payload (0xfe, warnings, status).

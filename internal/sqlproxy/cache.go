@@ -75,7 +75,7 @@ func (ss *session) replayCached(key string) (rows int64, hit bool, err error) {
 }
 
 // fillingExchange is exchange for a cache miss: the statement runs on the backend, and its reply fills the entry
-// under key if it succeeded, the session stays unpinned, and no table it read changed meanwhile.
+// under key if it succeeded without warnings, the session stays unpinned, and no table it read changed meanwhile.
 func (ss *session) fillingExchange(p []byte, plan *Plan, key string, ttl time.Duration, relay func() (int64, bool, error)) (int64, bool, error) {
 	ids := plan.TableIDs(ss.db)
 	for _, id := range ids {
@@ -88,7 +88,7 @@ func (ss *session) fillingExchange(p []byte, plan *Plan, key string, ttl time.Du
 	ss.be.StartCapture(qcache.MaxReply)
 	rows, failed, err := ss.exchange(p, plan, relay, toClient)
 	reply, kept := ss.be.StopCapture()
-	if err == nil && !failed && kept {
+	if err == nil && !failed && kept && !ss.warned {
 		if pinned, _ := ss.pinned(); !pinned {
 			c.Put(key, reply, rows, deps, ttl)
 		}

@@ -234,3 +234,17 @@ func (r *cacheRig) hits(t *testing.T, db *sql.DB, q string) int64 {
 	}
 	return r.cache.Stats().Hits - before
 }
+
+// TestRepliesWithWarningsAreNotCached: a read whose reply carries warnings goes to the backend every time, so the
+// client's SHOW WARNINGS after it always shows what the backend said; the same read without warnings is cached.
+func TestRepliesWithWarningsAreNotCached(t *testing.T) {
+	r := newCacheRig(t, "qc_warn", "(1, 'one')")
+	addr := r.start(t, nil)
+	through := open(t, "app", "secret", addr, "")
+	if n := r.hits(t, through, "SELECT c + 0 FROM qc_warn WHERE id = 1"); n != 0 { // 'one' + 0: truncated DOUBLE
+		t.Errorf("a read with a warning: %d cache hits, want 0", n)
+	}
+	if n := r.hits(t, through, "SELECT c FROM qc_warn WHERE id = 1"); n != 2 {
+		t.Errorf("the same read without warnings: %d cache hits, want 2", n)
+	}
+}

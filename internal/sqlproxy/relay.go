@@ -41,14 +41,17 @@ func isErr(n int, first []byte) bool {
 	return len(first) > 0 && first[0] == mysqlwire.HeaderERR && n < mysqlwire.MaxPayload
 }
 
-// terminatorStatus reads the status flags of a terminator.
+// terminatorStatus reads the status flags of a terminator, and notes whether it carries warnings.
 func (ss *session) terminatorStatus(first []byte) uint16 {
-	var st uint16
+	var st, w uint16
 	if ss.deprecateEOF {
 		st, _ = mysqlwire.OKStatus(first)
+		w, _ = mysqlwire.OKWarnings(first)
 	} else {
 		st, _ = mysqlwire.EOFStatus(first)
+		w, _ = mysqlwire.EOFWarnings(first)
 	}
+	ss.warned = ss.warned || w > 0
 	return st
 }
 
@@ -76,6 +79,7 @@ func (ss *session) relayQueryResults() (int64, bool, error) { return ss.relayRes
 func (ss *session) relayExecuteResults() (int64, bool, error) { return ss.relayResults(false) }
 
 func (ss *session) relayResults(query bool) (rows int64, failed bool, err error) {
+	ss.warned = false
 	for {
 		if query {
 			n, hd, err := ss.be.PeekHead(1)
@@ -100,6 +104,9 @@ func (ss *session) relayResults(query bool) (rows int64, failed bool, err error)
 		switch {
 		case first[0] == mysqlwire.HeaderOK:
 			st, _ := mysqlwire.OKStatus(first)
+			if w, _ := mysqlwire.OKWarnings(first); w > 0 {
+				ss.warned = true
+			}
 			ss.be.Status = st
 			if st&mysqlwire.StatusMoreResultsExists != 0 {
 				continue

@@ -57,6 +57,9 @@ type session struct {
 	stmts  map[uint32]*prepared // client statement id → where it was prepared (pipeline.go)
 
 	deprecateEOF bool
+	// warned is set when the last reply relayResults passed ended with a warning count above zero: a reply the
+	// result cache must not keep, since a replay cannot give SHOW WARNINGS what the backend said.
+	warned bool
 	// dst is where relayed replies go: the client, or nil while draining a reply the client must not see.
 	dst *mysqlwire.Conn
 	// head receives the leading bytes of each relayed packet.
