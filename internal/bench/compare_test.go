@@ -1,0 +1,156 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// result is a Result summarized from runs.
+func result(target string, runs ...float64) Result {
+	r := Result{Target: target, Series: Series{Runs: runs}}
+	r.summarize()
+	return r
+}
+
+func writeJSONFile(t *testing.T, name string, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestCompare compares two memcache runs as `keyway bench memcache --json` writes them: keyway-sync fell below the
+// old min–max band (a regression), memcached's median fell but stayed inside its band (noise), keyway-memory rose
+// above its band, and keyway-async is new.
+func TestCompare(t *testing.T) {
+	old := &MemcacheReport{Concurrency: 8, Results: []Result{
+		result("memcached", 100000, 110000, 120000),
+		result("keyway-memory", 90000, 95000, 100000),
+		result("keyway-sync", 40000, 42000, 44000),
+	}}
+	new := &MemcacheReport{Concurrency: 8, Results: []Result{
+		result("memcached", 101000, 104000, 119000),     // median 104000 < 110000, inside [100000, 120000]
+		result("keyway-memory", 105000, 108000, 111000), // median above 100000
+		result("keyway-sync", 30000, 31000, 43000),      // median 31000 below 40000
+		result("keyway-async", 60000, 61000, 62000),
+	}}
+	oldR, err := ReadReports(writeJSONFile(t, "old.json", old))
+	if err != nil {
+		t.Fatal(err)
+	}
+	newR, err := ReadReports(writeJSONFile(t, "new.json", new))
+	if err != nil {
+		t.Fatal(err)
+	}
+	changes := Compare(oldR, newR)
+	want := map[string]Verdict{
+		"memcache clients=8 memcached ops/s":     WithinNoise,
+		"memcache clients=8 keyway-memory ops/s": Improvement,
+		"memcache clients=8 keyway-sync ops/s":   Regression,
+		"memcache clients=8 keyway-async ops/s":  OnlyNew,
+	}
+	if len(changes) != len(want) {
+		t.Errorf("%d changes, want %d: %+v", len(changes), len(want), changes)
+	}
+	for _, c := range changes {
+		if v, ok := want[c.Figure]; !ok || v != c.Verdict {
+			t.Errorf("%s: %s, want %q", c.Figure, c.Verdict, v)
+		}
+	}
+	if n := Regressions(changes); n != 1 {
+		t.Errorf("%d regressions, want 1", n)
+	}
+	var b bytes.Buffer
+	WriteChanges(&b, changes)
+	for _, line := range strings.Split(b.String(), "\n") {
+		if strings.Contains(line, "keyway-sync") && !strings.Contains(line, "REGRESSION") ||
+			strings.Contains(line, "memcached") && strings.Contains(line, "REGRESSION") {
+			t.Errorf("wrong mark: %s", line)
+		}
+	}
+	if !strings.Contains(b.String(), "-26.2%") { // keyway-sync: 31000 / 42000 - 1
+		t.Errorf("the change of keyway-sync's median is not printed:\n%s", b.String())
+	}
+}
+
+// TestCompareLatency: a latency regresses when it rises above the old band, and improves when it falls below it.
+func TestCompareLatency(t *testing.T) {
+	p95 := func(runs ...float64) *Series {
+		s := &Series{Runs: runs}
+		s.summarize()
+		return s
+	}
+	sqlReport := func(direct, keyway *Series) *SQLReport {
+		d, k := result("direct", 1000, 1000), result("keyway", 900, 900)
+		d.P95, k.P95 = direct, keyway
+		return &SQLReport{Cases: []SQLCase{{Workload: "oltp_point_select", Threads: 4, Results: []Result{d, k}}}}
+	}
+	oldR, err := ReadReports(writeJSONFile(t, "old.json", sqlReport(p95(1, 1.2), p95(2, 2.2))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	newR, err := ReadReports(writeJSONFile(t, "new.json", sqlReport(p95(0.5, 0.6), p95(3, 3.1))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Verdict{}
+	for _, c := range Compare(oldR, newR) {
+		got[c.Figure] = c.Verdict
+	}
+	if v := got["sql/oltp_point_select threads=4 keyway p95 ms"]; v != Regression {
+		t.Errorf("keyway p95 2.1 → 3.05 ms: %q, want a regression (%v)", v, got)
+	}
+	if v := got["sql/oltp_point_select threads=4 direct p95 ms"]; v != Improvement {
+		t.Errorf("direct p95 1.1 → 0.55 ms: %q, want an improvement (%v)", v, got)
+	}
+}
+
+// TestProgress checks the status line: drawn on Start, kept apart from log lines, with a time left once a run has
+// ended; and a nil Progress does nothing.
+func TestProgress(t *testing.T) {
+	var nilP *Progress
+	nilP.Plan(1, time.Second)
+	nilP.Start("x", 1, 1, "y")
+	nilP.Done()
+	nilP.Clear()
+	if w := nilP.Log(nil); w != nil {
+		t.Fatal("nil Progress wrapped a nil writer")
+	}
+
+	var screen, log bytes.Buffer
+	p := NewProgress(&screen)
+	clock := time.Unix(0, 0)
+	p.now = func() time.Time { return clock }
+	p.Plan(4, 8*time.Second)
+	p.Start("memcache, concurrency 8", 1, 2, "memcached")
+	if s := screen.String(); !strings.Contains(s, "memcache, concurrency 8 · round 1/2 · memcached · run 1/4 · about 8s left") {
+		t.Fatalf("status %q", s)
+	}
+	clock = clock.Add(3 * time.Second)
+	p.Done()
+	lw := p.Log(&log)
+	lw.Write([]byte("rep 1/2 memcached "))
+	lw.Write([]byte("1000 ops/s\n"))
+	if log.String() != "rep 1/2 memcached 1000 ops/s\n" {
+		t.Fatalf("log %q: lines must go out whole", log.String())
+	}
+	// One run took 3s, three are left.
+	if s := screen.String(); !strings.HasSuffix(s, "run 2/4 · about 9s left") || !strings.Contains(s, "\r\x1b[K") {
+		t.Fatalf("status after one run: %q", s)
+	}
+	p.Clear()
+	if !strings.HasSuffix(screen.String(), "\r\x1b[K") {
+		t.Fatalf("Clear left the status on screen: %q", screen.String())
+	}
+}
