@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 // result is a Result summarized from runs.
@@ -113,44 +112,5 @@ func TestCompareLatency(t *testing.T) {
 	}
 	if v := got["sql/oltp_point_select threads=4 direct p95 ms"]; v != Improvement {
 		t.Errorf("direct p95 1.1 → 0.55 ms: %q, want an improvement (%v)", v, got)
-	}
-}
-
-// TestProgress checks the status line: drawn on Start, kept apart from log lines, with a time left once a run has
-// ended; and a nil Progress does nothing.
-func TestProgress(t *testing.T) {
-	var nilP *Progress
-	nilP.Plan(1, time.Second)
-	nilP.Start("x", 1, 1, "y")
-	nilP.Done()
-	nilP.Clear()
-	if w := nilP.Log(nil); w != nil {
-		t.Fatal("nil Progress wrapped a nil writer")
-	}
-
-	var screen, log bytes.Buffer
-	p := NewProgress(&screen)
-	clock := time.Unix(0, 0)
-	p.now = func() time.Time { return clock }
-	p.Plan(4, 8*time.Second)
-	p.Start("memcache, concurrency 8", 1, 2, "memcached")
-	if s := screen.String(); !strings.Contains(s, "memcache, concurrency 8 · round 1/2 · memcached · run 1/4 · about 8s left") {
-		t.Fatalf("status %q", s)
-	}
-	clock = clock.Add(3 * time.Second)
-	p.Done()
-	lw := p.Log(&log)
-	lw.Write([]byte("rep 1/2 memcached "))
-	lw.Write([]byte("1000 ops/s\n"))
-	if log.String() != "rep 1/2 memcached 1000 ops/s\n" {
-		t.Fatalf("log %q: lines must go out whole", log.String())
-	}
-	// One run took 3s, three are left.
-	if s := screen.String(); !strings.HasSuffix(s, "run 2/4 · about 9s left") || !strings.Contains(s, "\r\x1b[K") {
-		t.Fatalf("status after one run: %q", s)
-	}
-	p.Clear()
-	if !strings.HasSuffix(screen.String(), "\r\x1b[K") {
-		t.Fatalf("Clear left the status on screen: %q", screen.String())
 	}
 }

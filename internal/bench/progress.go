@@ -57,7 +57,8 @@ func (p *Progress) Start(scenario string, round, rounds int, target string) {
 	p.drawLocked()
 }
 
-// Done says that the run Start announced has ended.
+// Done says that the run Start announced has ended. The line stays until the next Start redraws it, but log lines
+// written in between no longer bring back the finished run's status.
 func (p *Progress) Done() {
 	if p == nil {
 		return
@@ -65,7 +66,7 @@ func (p *Progress) Done() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.done++
-	p.drawLocked()
+	p.status = ""
 }
 
 // Clear removes the status line, for the end of the benchmark.
