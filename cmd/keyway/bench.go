@@ -332,6 +332,10 @@ func benchReport(args []string, stdout, stderr io.Writer) int {
 			cmd := shellJoin(append(append([]string{"keyway", "bench", p.name}, p.given.args...), "--json")) + " > " + p.name + ".json"
 			sr.SetCommand(cmd)
 			rep.Commands = append(rep.Commands, cmd)
+			prog.Clear()
+			fmt.Fprintf(stdout, "== %s\n", p.name)
+			sr.WriteText(stdout)
+			fmt.Fprintln(stdout)
 			if err := rep.Add(sr); err != nil {
 				prog.Clear()
 				fmt.Fprintf(stderr, "keyway bench report: %v\n", err)
