@@ -102,11 +102,11 @@ var suites = []suite{{"memcache", memcacheFlags}, {"sql", sqlFlags}, {"kv", kvFl
 
 func memcacheFlags(fs *flag.FlagSet) suiteRun {
 	o := &bench.MemcacheOptions{}
-	fs.DurationVar(&o.Duration, "duration", 0, "length of each run, whole seconds (default 10s)")
-	fs.IntVar(&o.Repetitions, "reps", 0, "runs per target, alternating between targets (default 3)")
-	fs.IntVar(&o.Concurrency, "c", 0, "memcaslap concurrency (default 8)")
-	fs.IntVar(&o.ValueSize, "value-size", 0, "value bytes (default 400)")
-	fs.IntVar(&o.MemoryMB, "m", 0, "memory limit of both servers in MB (default 1024)")
+	fs.DurationVar(&o.Duration, "duration", 0, "`length` of each run, whole seconds (default 10s)")
+	fs.IntVar(&o.Repetitions, "reps", 0, "`runs` per target, alternating between targets (default 3)")
+	fs.IntVar(&o.Concurrency, "c", 0, "memcaslap `concurrency` (default 8)")
+	fs.IntVar(&o.ValueSize, "value-size", 0, "value `bytes` (default 400)")
+	fs.IntVar(&o.MemoryMB, "m", 0, "memory limit of both servers in `MB` (default 1024)")
 	return suiteRun{func() (int, time.Duration) { return o.Plan() }, func(ctx context.Context, self string, out io.Writer, prog *bench.Progress) (report, error) {
 		o.KeywayBinary, o.Out, o.Progress = self, out, prog
 		return bench.RunMemcache(ctx, *o)
@@ -115,8 +115,8 @@ func memcacheFlags(fs *flag.FlagSet) suiteRun {
 
 func sqlFlags(fs *flag.FlagSet) suiteRun {
 	o := &bench.SQLOptions{}
-	fs.DurationVar(&o.Duration, "duration", 0, "length of each run, whole seconds (default 10s)")
-	fs.IntVar(&o.Repetitions, "reps", 0, "runs per target, alternating direct and keyway (default 3)")
+	fs.DurationVar(&o.Duration, "duration", 0, "`length` of each run, whole seconds (default 10s)")
+	fs.IntVar(&o.Repetitions, "reps", 0, "`runs` per target, alternating direct and keyway (default 3)")
 	fs.Func("threads", "comma-separated sysbench thread `counts`, one case each (default 1,4,8)", intList(&o.Threads))
 	fs.Func("workloads", "comma-separated sysbench `scripts` (default oltp_point_select,oltp_read_only)", func(s string) error {
 		for _, f := range strings.Split(s, ",") {
@@ -124,8 +124,8 @@ func sqlFlags(fs *flag.FlagSet) suiteRun {
 		}
 		return nil
 	})
-	fs.IntVar(&o.Tables, "tables", 0, "sysbench --tables (default 4)")
-	fs.IntVar(&o.TableSize, "table-size", 0, "sysbench --table-size, rows per table (default 10000)")
+	fs.IntVar(&o.Tables, "tables", 0, "`number` of sysbench tables, --tables (default 4)")
+	fs.IntVar(&o.TableSize, "table-size", 0, "sysbench --table-size, `rows` per table (default 10000)")
 	fs.BoolVar(&o.BackendTCP, "backend-tcp", false, "keyway reaches MariaDB over loopback TCP instead of its unix socket")
 	return suiteRun{func() (int, time.Duration) { return o.Plan() }, func(ctx context.Context, self string, out io.Writer, prog *bench.Progress) (report, error) {
 		o.KeywayBinary, o.Out, o.Progress = self, out, prog
@@ -135,13 +135,13 @@ func sqlFlags(fs *flag.FlagSet) suiteRun {
 
 func kvFlags(fs *flag.FlagSet) suiteRun {
 	o := &bench.KVOptions{}
-	fs.DurationVar(&o.Duration, "duration", 0, "length of each fetch run (default 5s); a load run is the pairs' writes")
-	fs.IntVar(&o.Repetitions, "reps", 0, "runs per target, alternating between targets (default 3)")
-	fs.IntVar(&o.Pairs, "pairs", 0, "key-value pairs (default 10000)")
-	fs.IntVar(&o.KeySize, "key-size", 0, "key bytes (default 10)")
-	fs.IntVar(&o.ValueSize, "value-size", 0, "value bytes (default 40)")
+	fs.DurationVar(&o.Duration, "duration", 0, "`length` of each fetch run (default 5s); a load run is the pairs' writes")
+	fs.IntVar(&o.Repetitions, "reps", 0, "`runs` per target, alternating between targets (default 3)")
+	fs.IntVar(&o.Pairs, "pairs", 0, "key-value `pairs` (default 10000)")
+	fs.IntVar(&o.KeySize, "key-size", 0, "key `bytes` (default 10)")
+	fs.IntVar(&o.ValueSize, "value-size", 0, "value `bytes` (default 40)")
 	fs.Func("c", "comma-separated load client `counts`, one case each (default 1,4,8,16)", intList(&o.LoadConcurrency))
-	fs.IntVar(&o.FetchConcurrency, "fetch-c", 0, "fetch clients (default 8)")
+	fs.IntVar(&o.FetchConcurrency, "fetch-c", 0, "fetch `clients` (default 8)")
 	return suiteRun{func() (int, time.Duration) { return o.Plan() }, func(ctx context.Context, self string, out io.Writer, prog *bench.Progress) (report, error) {
 		o.KeywayBinary, o.Out, o.Progress = self, out, prog
 		return bench.RunKV(ctx, *o)
@@ -150,8 +150,8 @@ func kvFlags(fs *flag.FlagSet) suiteRun {
 
 func stalenessFlags(fs *flag.FlagSet) suiteRun {
 	o := &bench.StalenessOptions{}
-	fs.IntVar(&o.Writes, "writes", 0, "direct commits measured (default 300)")
-	fs.IntVar(&o.Readers, "readers", 0, "clients polling through keyway (default 4)")
+	fs.IntVar(&o.Writes, "writes", 0, "direct `commits` measured (default 300)")
+	fs.IntVar(&o.Readers, "readers", 0, "`clients` polling through keyway (default 4)")
 	return suiteRun{func() (int, time.Duration) { return o.Plan() }, func(ctx context.Context, self string, out io.Writer, prog *bench.Progress) (report, error) {
 		o.KeywayBinary, o.Out, o.Progress = self, out, prog
 		return bench.RunStaleness(ctx, *o)
@@ -253,7 +253,10 @@ func benchReport(args []string, stdout, stderr io.Writer) int {
 		run := s.define(sfs)
 		given := recordFlags(sfs)
 		// Every suite flag is also a report flag, prefixed: --sql.threads 1,4 sets the sql suite's --threads.
-		sfs.VisitAll(func(f *flag.Flag) { fs.Var(f.Value, s.name+"."+f.Name, f.Usage) })
+		sfs.VisitAll(func(f *flag.Flag) {
+			fs.Var(f.Value, s.name+"."+f.Name, f.Usage)
+			fs.Lookup(s.name + "." + f.Name).DefValue = f.DefValue
+		})
 		all = append(all, prepared{s, sfs, run, given})
 	}
 	fs.Usage = func() {
@@ -397,16 +400,19 @@ type recorded struct {
 
 func (r *recorded) has(name string) bool { return r.names[name] }
 
-// recordFlags wraps every flag defined on fs so far to record its settings.
+// recordFlags wraps every flag defined on fs so far to record its settings. Every suite flag defaults to its zero
+// value (the suite applies its real defaults), so the wrapped flags' DefValue is "", which keeps `-h` from printing a
+// "(default …)" of its own.
 func recordFlags(fs *flag.FlagSet) *recorded {
 	r := &recorded{names: map[string]bool{}}
 	fs.VisitAll(func(f *flag.Flag) {
-		rv := recordingValue{Value: f.Value, name: f.Name, r: r}
+		rv := &recordingValue{Value: f.Value, name: f.Name, r: r}
 		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
-			f.Value = recordingBool{rv}
+			f.Value = &recordingBool{rv}
 		} else {
 			f.Value = rv
 		}
+		f.DefValue = ""
 	})
 	return r
 }
@@ -417,7 +423,15 @@ type recordingValue struct {
 	r    *recorded
 }
 
-func (v recordingValue) Set(s string) error {
+// String works on the zero recordingValue too, which flag.PrintDefaults makes to find a flag's zero value.
+func (v *recordingValue) String() string {
+	if v == nil || v.Value == nil {
+		return ""
+	}
+	return v.Value.String()
+}
+
+func (v *recordingValue) Set(s string) error {
 	if err := v.Value.Set(s); err != nil {
 		return err
 	}
@@ -427,9 +441,9 @@ func (v recordingValue) Set(s string) error {
 }
 
 // recordingBool keeps a boolean flag boolean (given without a value).
-type recordingBool struct{ recordingValue }
+type recordingBool struct{ *recordingValue }
 
-func (recordingBool) IsBoolFlag() bool { return true }
+func (*recordingBool) IsBoolFlag() bool { return true }
 
 // shellJoin quotes args for a POSIX shell where needed.
 func shellJoin(args []string) string {

@@ -15,6 +15,13 @@
 //   - Results are throughputs (and latency percentiles, where the load
 //     generator reports them) as the load generator reports them; ratios are
 //     taken between medians. Nothing here asserts a speed.
+//
+// Report gathers the suites' results (run now, or read back from their
+// --json) with the machine they ran on, and draws them as one self-contained
+// HTML page (charts from internal/chart, inline); Compare judges two reports
+// figure by figure. Both keep to what was measured: a latency percentile the
+// load generator did not report is neither charted nor compared, and a
+// difference inside the old min–max band is called noise, not a change.
 package bench
 
 import (
