@@ -299,25 +299,22 @@ func (c *Container) upsertRetry(ctx context.Context, rows [][]any) error {
 // upsert writes rows (each the key, then writeArgs) with one INSERT … ON
 // DUPLICATE KEY UPDATE under autocommit.
 func (c *Container) upsert(ctx context.Context, rows [][]any) error {
-	cols := c.writeCols()
+	if len(rows) == 1 {
+		_, err := c.db.ExecContext(ctx, c.stmt.upsert1, rows[0]...)
+		return err
+	}
 	var b strings.Builder
-	b.WriteString("INSERT INTO " + c.table + " (" + c.qKey + ", " + strings.Join(cols, ", ") + ") VALUES ")
-	tuple := "(?" + strings.Repeat(", ?", len(cols)) + ")"
-	args := make([]any, 0, len(rows)*(len(cols)+1))
+	b.Grow(len(c.stmt.upsert) + len(rows)*(len(c.stmt.tuple)+2) + len(c.stmt.onDup))
+	b.WriteString(c.stmt.upsert)
+	args := make([]any, 0, len(rows)*len(rows[0]))
 	for i, r := range rows {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString(tuple)
+		b.WriteString(c.stmt.tuple)
 		args = append(args, r...)
 	}
-	b.WriteString(" ON DUPLICATE KEY UPDATE ")
-	for i, col := range cols {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(col + " = VALUES(" + col + ")")
-	}
+	b.WriteString(c.stmt.onDup)
 	_, err := c.db.ExecContext(ctx, b.String(), args...)
 	return err
 }

@@ -229,6 +229,7 @@ type Container struct {
 	qFlags string // "" when none
 	qCAS   string
 	qExp   string
+	stmt   statements // built once by Open from the names above
 	// The checked fields: set once by check, before checked turns true, and
 	// read only after notLive returned nil (see Open).
 	keyChars int64 // CHARACTER_MAXIMUM_LENGTH of the key column
@@ -309,6 +310,7 @@ func Open(ctx context.Context, db *sql.DB, def Def, o Options) (*Container, erro
 	if def.ExpiryColumn != "" {
 		c.qExp = quoteIdent(def.ExpiryColumn)
 	}
+	c.stmt = c.buildStatements()
 	c.checkDone = make(chan struct{})
 	c.stopCheck = make(chan struct{})
 	switch err := c.check(ctx); {
@@ -755,6 +757,39 @@ func (c *Container) Check(key []byte, it Item) error {
 	}
 	_, err := c.writeArgs(it, 0)
 	return err
+}
+
+// AsStored returns it as a SELECT of key's row returns it right after it was written with CAS cas (what Set, Add,
+// Replace or CompareAndSwap returned): each value column's bytes as the column keeps them (CHAR drops trailing
+// spaces, BINARY(n) pads, integers read back canonical) and, without a cas column, the CAS a read computes from
+// them. ok is false when keyway cannot tell what the table returns (a column type it does not model): then only a
+// read of the row knows. it must have passed Check (every write does).
+func (c *Container) AsStored(it Item, cas uint64) (stored Item, ok bool) {
+	stored = it
+	if len(c.valCols) == 1 {
+		if stored.Value, ok = c.valCols[0].asStored(it.Value); !ok {
+			return Item{}, false
+		}
+		stored.Value = nonNil(stored.Value)
+	} else {
+		parts := strings.Split(string(it.Value), c.sep)
+		out := make([][]byte, len(c.valCols))
+		for i, f := range c.valCols {
+			var part []byte
+			if i < len(parts) {
+				part = []byte(parts[i])
+			}
+			if out[i], ok = f.asStored(part); !ok {
+				return Item{}, false
+			}
+		}
+		stored.Value = joinBytes(out, c.sep)
+	}
+	stored.CAS = cas
+	if c.qCAS == "" {
+		stored.CAS = hashCAS(stored.Value, stored.Flags)
+	}
+	return stored, true
 }
 
 func nonNil(b []byte) []byte {

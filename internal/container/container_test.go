@@ -20,14 +20,14 @@ func TestMain(m *testing.M) { os.Exit(testenv.RunWithSharedMariaDB(m)) }
 
 var ctx = context.Background()
 
-func openDB(t *testing.T) *sql.DB {
+func openDB(t testing.TB) *sql.DB {
 	t.Helper()
 	db := testenv.SharedDB(t)
 	db.SetMaxOpenConns(16)
 	return db
 }
 
-func exec(t *testing.T, db *sql.DB, q string, args ...any) {
+func exec(t testing.TB, db *sql.DB, q string, args ...any) {
 	t.Helper()
 	if _, err := db.Exec(q, args...); err != nil {
 		t.Fatalf("%s: %v", q, err)
@@ -35,7 +35,7 @@ func exec(t *testing.T, db *sql.DB, q string, args ...any) {
 }
 
 // demo creates the plugin's demo table under name and opens a container on it.
-func demo(t *testing.T, db *sql.DB, name string) *Container {
+func demo(t testing.TB, db *sql.DB, name string) *Container {
 	t.Helper()
 	exec(t, db, "DROP TABLE IF EXISTS test."+name)
 	exec(t, db, "CREATE TABLE test."+name+" (c1 VARCHAR(32) PRIMARY KEY, c2 VARCHAR(1024), c3 INT UNSIGNED, c4 BIGINT UNSIGNED, c5 INT UNSIGNED)")

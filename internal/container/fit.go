@@ -1,6 +1,7 @@
 package container
 
 import (
+	"bytes"
 	"database/sql"
 	"fmt"
 	"strconv"
@@ -22,22 +23,85 @@ type fit struct {
 	utf8      bool  // the column's character set is utf8/utf8mb3/utf8mb4: values must be valid UTF-8
 	intBits   int   // an integer column's width in bits; 0 for other types
 	unsigned  bool
+	// readBack is how a value written to the column comes back from a SELECT (see asStored).
+	readBack readBack
 }
+
+// readBack is how a column returns what was written to it, under the strict sql_mode containers run with.
+type readBack uint8
+
+const (
+	readUnknown   readBack = iota // a type keyway does not model (DECIMAL, dates, ENUM, JSON, …): read it back
+	readSame                      // the bytes written: VARCHAR, TEXT, VARBINARY, BLOB in utf8 or binary
+	readSameASCII                 // the bytes written when they are ASCII: text in another character set
+	readTrimmed                   // CHAR: trailing spaces removed (no PAD_CHAR_TO_FULL_LENGTH)
+	readPadded                    // BINARY(n): zero bytes appended up to n
+	readInteger                   // integers: the number in canonical decimal ("+5" and "007" read back as "5", "7")
+)
 
 var intBits = map[string]int{"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "integer": 32, "bigint": 64}
 
 func fitOf(name string, c column) fit {
 	f := fit{column: name, intBits: intBits[c.dataType], unsigned: strings.Contains(c.colType, "unsigned")}
 	if f.intBits != 0 {
+		f.readBack = readInteger
 		return f
 	}
 	f.maxChars, f.maxOctets = nullInt(c.maxChars), nullInt(c.maxOctets)
 	switch c.dataType {
 	case "char", "varchar", "tinytext", "text", "mediumtext", "longtext":
 		f.text = true
-		f.utf8 = c.collation.Valid && strings.HasPrefix(strings.ToLower(c.collation.String), "utf8")
+		coll := strings.ToLower(c.collation.String)
+		f.utf8 = c.collation.Valid && strings.HasPrefix(coll, "utf8")
+		// Values reach the server as utf8mb4 text and are converted to the column's character set; only UTF-8
+		// columns (and ASCII in any other, all of them ASCII supersets here) give the same bytes back.
+		f.readBack = readSameASCII
+		if f.utf8 {
+			f.readBack = readSame
+		}
+		if c.dataType == "char" {
+			f.readBack = readTrimmed
+			if !f.utf8 {
+				f.readBack = readUnknown // trimming and conversion together: not worth modelling
+			}
+		}
+	case "varbinary", "tinyblob", "blob", "mediumblob", "longblob":
+		f.readBack = readSame
+	case "binary":
+		f.readBack = readPadded
 	}
 	return f
+}
+
+// asStored returns v as a SELECT of the column returns it after v was written, and false when keyway does not
+// know (a type it does not model, or a conversion it does not reproduce). v has passed checkBytes.
+func (f fit) asStored(v []byte) ([]byte, bool) {
+	switch f.readBack {
+	case readSame:
+		return v, true
+	case readSameASCII:
+		for _, b := range v {
+			if b >= utf8.RuneSelf {
+				return nil, false
+			}
+		}
+		return v, true
+	case readTrimmed:
+		return bytes.TrimRight(v, " "), true
+	case readPadded:
+		if int64(len(v)) >= f.maxOctets {
+			return v, true
+		}
+		return append(bytes.Clone(v), make([]byte, f.maxOctets-int64(len(v)))...), true
+	case readInteger:
+		if f.unsigned {
+			n, err := strconv.ParseUint(string(v), 10, 64)
+			return strconv.AppendUint(nil, n, 10), err == nil
+		}
+		n, err := strconv.ParseInt(string(v), 10, 64)
+		return strconv.AppendInt(nil, n, 10), err == nil
+	}
+	return nil, false
 }
 
 func nullInt(n sql.NullInt64) int64 {

@@ -40,12 +40,46 @@ func now() int64 { return time.Now().Unix() }
 // live is the SQL condition "the row has not expired" and its arguments.
 func (c *Container) live() (string, []any) {
 	if c.qExp == "" {
-		return "1", nil
+		return c.stmt.liveCond, nil
 	}
-	return "(" + c.qExp + " IS NULL OR " + c.qExp + " = 0 OR " + c.qExp + " > ?)", []any{now()}
+	return c.stmt.liveCond, []any{now()}
 }
 
 func expired(exp int64, t int64) bool { return exp != 0 && exp <= t }
+
+// statements are the SQL texts of the hot operations, built once when the container opens (its columns are fixed
+// then), so a get or a set does not rebuild them.
+type statements struct {
+	get      string // SELECT selectList FROM table WHERE key = ?
+	getIn    string // the same up to "WHERE key IN (": GetMulti appends the placeholders
+	upsert   string // INSERT … VALUES (head, up to the tuples
+	tuple    string // one row's placeholders, "(?, …)"
+	onDup    string // " ON DUPLICATE KEY UPDATE col = VALUES(col), …"
+	upsert1  string // the whole one-row upsert: a lone writer's statement
+	delete   string // DELETE FROM table WHERE key = ?
+	liveCond string // the "not expired" condition (see live)
+}
+
+func (c *Container) buildStatements() statements {
+	var s statements
+	sel := "SELECT " + c.selectList() + " FROM " + c.table + " WHERE " + c.qKey
+	s.get, s.getIn = sel+" = ?", sel+" IN ("
+	cols := c.writeCols()
+	s.upsert = "INSERT INTO " + c.table + " (" + c.qKey + ", " + strings.Join(cols, ", ") + ") VALUES "
+	s.tuple = "(?" + strings.Repeat(", ?", len(cols)) + ")"
+	set := make([]string, len(cols))
+	for i, col := range cols {
+		set[i] = col + " = VALUES(" + col + ")"
+	}
+	s.onDup = " ON DUPLICATE KEY UPDATE " + strings.Join(set, ", ")
+	s.upsert1 = s.upsert + s.tuple + s.onDup
+	s.delete = "DELETE FROM " + c.table + " WHERE " + c.qKey + " = ?"
+	s.liveCond = "1"
+	if c.qExp != "" {
+		s.liveCond = "(" + c.qExp + " IS NULL OR " + c.qExp + " = 0 OR " + c.qExp + " > ?)"
+	}
+	return s
+}
 
 // selectList is key, value columns, then the optional flags, cas and expiry.
 func (c *Container) selectList() string {
@@ -61,21 +95,30 @@ func (c *Container) selectList() string {
 
 // scanItem reads one row in selectList order. ok is false for an expired row.
 func (c *Container) scanItem(sc interface{ Scan(...any) error }) (key string, it Item, ok bool, err error) {
-	vals := make([][]byte, len(c.qVals))
-	dest := []any{&key}
+	// One allocation for the scan targets that escape to Scan, one for the list of them.
+	var t struct {
+		flags, exp sql.NullInt64
+		cas        sql.Null[uint64]
+		one        [1][]byte // the value column's bytes when there is one column (the common case)
+	}
+	flags, exp, cas := &t.flags, &t.exp, &t.cas
+	vals := t.one[:]
+	if len(c.qVals) > 1 {
+		vals = make([][]byte, len(c.qVals))
+	}
+	dest := make([]any, 0, 1+len(vals)+3)
+	dest = append(dest, &key)
 	for i := range vals {
 		dest = append(dest, &vals[i])
 	}
-	var flags, exp sql.NullInt64
-	var cas sql.Null[uint64]
 	if c.qFlags != "" {
-		dest = append(dest, &flags)
+		dest = append(dest, flags)
 	}
 	if c.qCAS != "" {
-		dest = append(dest, &cas)
+		dest = append(dest, cas)
 	}
 	if c.qExp != "" {
-		dest = append(dest, &exp)
+		dest = append(dest, exp)
 	}
 	if err := sc.Scan(dest...); err != nil {
 		return "", Item{}, false, err
@@ -111,7 +154,7 @@ func (c *Container) Get(ctx context.Context, key []byte) (Item, bool, error) {
 	if err := c.checkKey(key); err != nil {
 		return Item{}, false, err
 	}
-	row := c.db.QueryRowContext(ctx, "SELECT "+c.selectList()+" FROM "+c.table+" WHERE "+c.qKey+" = ?", key)
+	row := c.db.QueryRowContext(ctx, c.stmt.get, key)
 	_, it, ok, err := c.scanItem(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Item{}, false, nil
@@ -198,7 +241,7 @@ func (c *Container) GetMulti(ctx context.Context, keys [][]byte) (map[string]Ite
 	if len(args) == 0 {
 		return out, nil
 	}
-	q := "SELECT " + c.selectList() + " FROM " + c.table + " WHERE " + c.qKey + " IN (?" + strings.Repeat(", ?", len(args)-1) + ")"
+	q := c.stmt.getIn + "?" + strings.Repeat(", ?", len(args)-1) + ")"
 	rows, err := c.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, c.mapErr(err)
@@ -600,14 +643,14 @@ func (c *Container) Delete(ctx context.Context, key []byte) (Status, error) {
 	var res sql.Result
 	var err error
 	if c.qExp == "" {
-		res, err = c.db.ExecContext(ctx, "DELETE FROM "+c.table+" WHERE "+c.qKey+" = ?", key)
+		res, err = c.db.ExecContext(ctx, c.stmt.delete, key)
 	} else {
 		// The row is read FOR UPDATE to learn whether it was live (DELETE …
 		// RETURNING would be MariaDB-only), then deleted, expired or not, in
 		// the same transaction.
 		var st Status
 		st, err = c.inTx(ctx, key, func(tx *sql.Tx, _ Item, found bool) (Status, error) {
-			if _, err := tx.ExecContext(ctx, "DELETE FROM "+c.table+" WHERE "+c.qKey+" = ?", key); err != nil {
+			if _, err := tx.ExecContext(ctx, c.stmt.delete, key); err != nil {
 				return 0, c.mapErr(err)
 			}
 			if found {

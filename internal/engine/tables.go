@@ -8,14 +8,18 @@ package engine
 //   - db_only:    the table every time.
 //   - caching:    reads are served by the local store and filled from the table
 //     on a miss (concurrent misses on one key make one query); writes go to the
-//     table and then invalidate the local copy.
+//     table and then either write through (the copy becomes the row as the
+//     table returns it, when keyway knows that: container.AsStored) or drop
+//     the local copy.
 //   - disabled:   refused.
 //
 // A fill that raced with a write is discarded, and a copy is served only while
 // it is valid, by the rules of package validity: a fill takes the table's stamp
 // before its query, the copy keeps it (the store item's Tag), and every write
 // (through either door, or seen in the binlog) invalidates copies stamped
-// before it. The store-time check runs under the store's shard lock, so an
+// before it. A write that keeps its own value checks, with
+// validity.Table.WroteThrough, that no other write overtook it between its
+// commit and its copy. The store-time check runs under the store's shard lock, so an
 // invalidation cannot slip between check and store. The row's key in validity
 // is the normalized row key without the container's prefix, so containers on
 // one table share it. While a binlog follower cannot vouch for freshness
@@ -308,23 +312,30 @@ func (e *Engine) writeBehind(t *Container, row []byte, item container.Item) (Sta
 	}
 	// Cache the write unless another write of the row was queued after it
 	// (that write caches its own) or a write of unknown rows (the SQL door)
-	// came since; then drop the copy instead, so the local copy is never older
-	// than the queue or the table.
-	local := fromRow(item)
+	// came since.
+	// The journal holds the write until the table does.
+	e.keepWritten(t, sk, fromRow(item), tick, t.Policies.Get == container.Caching)
+	return Stored, item.CAS, nil
+}
+
+// keepWritten makes the local copy of a row just written (under sk, the row's cache key) the row written, stamped
+// with the write's tick, when cache says the container keeps copies and no invalidation of the row came after the
+// tick; otherwise it drops the copy, so the local copy is never older than the queue or the table. The check runs
+// under the store's shard lock (see cacheRow). A copy is ephemeral: the table, or the write-behind journal, holds
+// the write.
+func (e *Engine) keepWritten(t *Container, sk []byte, local store.Item, tick uint64, cache bool) {
 	local.Tag = tick
-	local.Ephemeral = true // the journal holds the write until the table does
-	cache := t.Policies.Get == container.Caching
-	_, err = e.st.Update(sk, func(*store.Item) (store.Action, store.Item) {
-		if cache && t.v.KeyValid(vk, tick) {
+	local.Ephemeral = true
+	_, err := e.st.Update(sk, func(*store.Item) (store.Action, store.Item) {
+		if cache && t.v.KeyValid(validityKey(t, sk), tick) {
 			return store.Replace, local
 		}
 		return store.Remove, store.Item{}
 	})
 	if err != nil {
-		// Queued and journaled: the write stands; only the cached copy failed.
+		// The store refused the copy (too large, out of memory): the write stands; drop whatever copy is left.
 		e.st.Update(sk, func(*store.Item) (store.Action, store.Item) { return store.Remove, store.Item{} })
 	}
-	return Stored, item.CAS, nil
 }
 
 // DroppedWrite is told by a write-behind queue that the table refused a
@@ -340,9 +351,12 @@ func fromRow(it container.Item) store.Item {
 }
 
 // tableWrite runs a write under policy (the container's set or delete
-// policy): on the table, then, for caching, invalidating the local copy.
+// policy): on the table, then, for caching, it settles the local copy. A
+// write that knows the row it left (write returns it, as the table returns it:
+// see container.AsStored) writes through: the copy becomes that row, so the
+// next get is a hit. Any other write, or one that failed, drops the copy.
 // Keys whose policy is cache_only never get here (see Container.spaceFor).
-func (e *Engine) tableWrite(t *Container, row []byte, policy container.Policy, op string, write func(ctx context.Context) error) error {
+func (e *Engine) tableWrite(t *Container, row []byte, policy container.Policy, op string, write func(ctx context.Context) (*container.Item, error)) error {
 	if policy == container.Disabled {
 		return disabled(t, op)
 	}
@@ -352,17 +366,33 @@ func (e *Engine) tableWrite(t *Container, row []byte, policy container.Policy, o
 			return err
 		}
 	}
+	// The stamp before the write: WroteThrough checks that nothing else
+	// invalidated the row since (see validity.Table.WroteThrough).
+	since := t.v.Stamp()
 	ctx, cancel := context.WithTimeout(context.Background(), tableTimeout)
 	defer cancel()
-	err := write(ctx)
+	written, err := write(ctx)
+	if testHookAfterTableWrite != nil {
+		testHookAfterTableWrite(t, row)
+	}
 	if policy == container.Caching {
-		// Invalidate even after an error: the write may have committed.
 		sk := rowKey(t, row)
-		t.v.Wrote(validityKey(t, sk))
+		vk := validityKey(t, sk)
+		if err == nil && written != nil && t.Policies.Get == container.Caching {
+			tick, unchanged := t.v.WroteThrough(vk, since)
+			e.keepWritten(t, sk, fromRow(*written), tick, unchanged)
+			return nil
+		}
+		// Invalidate even after an error: the write may have committed.
+		t.v.Wrote(vk)
 		e.st.Update(sk, func(*store.Item) (store.Action, store.Item) { return store.Remove, store.Item{} })
 	}
 	return err
 }
+
+// testHookAfterTableWrite, when set by a test, runs between a table write's commit and its cache update: the window
+// in which another writer's commit and invalidation can overtake it.
+var testHookAfterTableWrite func(t *Container, row []byte)
 
 // statusOf maps a container status to the engine's.
 func statusOf(s container.Status) Status {
@@ -386,14 +416,17 @@ func statusOf(s container.Status) Status {
 }
 
 // tableStore runs a storage command on a table (a set policy other than
-// cache_only). The returned item is what was sent: the row is not read back.
+// cache_only). The returned item is the row as the table now returns it when
+// keyway knows that (see container.AsStored), else what was sent: the row is
+// not read back.
 func (e *Engine) tableStore(t *Container, row, value []byte, r StoreRequest) (status Status, it store.Item, err error) {
 	item := container.Item{Value: value, Flags: r.Flags, Exptime: e.Deadline(r.TTL)}
 	var newCAS uint64
+	var stored *container.Item
 	if t.Behind != nil && r.Mode == Set && t.Policies.Set != container.Disabled {
 		status, newCAS, err = e.writeBehind(t, row, item)
 	} else {
-		err = e.tableWrite(t, row, t.Policies.Set, "set", func(ctx context.Context) error {
+		err = e.tableWrite(t, row, t.Policies.Set, "set", func(ctx context.Context) (*container.Item, error) {
 			var s container.Status
 			var werr error
 			switch r.Mode {
@@ -412,7 +445,13 @@ func (e *Engine) tableStore(t *Container, row, value []byte, r StoreRequest) (st
 				newCAS, s, werr = t.C.Prepend(ctx, row, item)
 			}
 			status = statusOf(s)
-			return werr
+			if werr != nil || s != container.Stored || r.Mode == Append || r.Mode == Prepend {
+				return nil, werr // an append's row is not known without reading it
+			}
+			if as, ok := t.C.AsStored(item, newCAS); ok {
+				stored = &as
+			}
+			return stored, nil
 		})
 	}
 	if err != nil || status != Stored {
@@ -421,6 +460,9 @@ func (e *Engine) tableStore(t *Container, row, value []byte, r StoreRequest) (st
 		}
 		return status, store.Item{}, err
 	}
+	if stored != nil {
+		return status, fromRow(*stored), nil
+	}
 	return status, fromRow(container.Item{Value: value, Flags: item.Flags, Exptime: item.Exptime, CAS: newCAS}), nil
 }
 
@@ -428,21 +470,21 @@ func (e *Engine) tableStore(t *Container, row, value []byte, r StoreRequest) (st
 // row with a.Initial when it is missing.
 func (e *Engine) tableIncrDecr(t *Container, row []byte, a Arith, res ArithResult) (ArithResult, error) {
 	res.Status = Failed
-	err := e.tableWrite(t, row, t.Policies.Set, "incr/decr", func(ctx context.Context) error {
+	err := e.tableWrite(t, row, t.Policies.Set, "incr/decr", func(ctx context.Context) (*container.Item, error) {
 		for attempt := 0; attempt < 2; attempt++ {
 			v, s, err := t.C.IncrDecr(ctx, row, a.Delta, a.Decr)
 			if err != nil || s != container.NotFound || !a.Create {
 				res.Value, res.Status = v, statusOf(s)
-				return err
+				return nil, err
 			}
 			_, s, err = t.C.Add(ctx, row, container.Item{Value: strconv.AppendUint(nil, a.Initial, 10), Exptime: e.Deadline(a.CreateTTL)})
 			if err != nil || s == container.Stored {
 				res.Value, res.Status, res.Created = a.Initial, statusOf(s), s == container.Stored
-				return err
+				return nil, err
 			}
 			// Someone added it meanwhile: incr that.
 		}
-		return nil
+		return nil, nil
 	})
 	if err != nil {
 		res.Status = Failed
@@ -453,10 +495,10 @@ func (e *Engine) tableIncrDecr(t *Container, row []byte, a Arith, res ArithResul
 // tableDelete deletes a row under the container's delete policy.
 func (e *Engine) tableDelete(t *Container, row []byte) (Status, error) {
 	status := Deleted
-	err := e.tableWrite(t, row, t.Policies.Delete, "delete", func(ctx context.Context) error {
+	err := e.tableWrite(t, row, t.Policies.Delete, "delete", func(ctx context.Context) (*container.Item, error) {
 		s, err := t.C.Delete(ctx, row)
 		status = statusOf(s)
-		return err
+		return nil, err
 	})
 	if err != nil {
 		return Failed, err
@@ -468,10 +510,10 @@ func (e *Engine) tableDelete(t *Container, row []byte) (Status, error) {
 // returned item is empty: the row is not read back.
 func (e *Engine) tableTouch(t *Container, row []byte, exptime int64) (store.Item, Status, error) {
 	status := Failed
-	err := e.tableWrite(t, row, t.Policies.Set, "touch", func(ctx context.Context) error {
+	err := e.tableWrite(t, row, t.Policies.Set, "touch", func(ctx context.Context) (*container.Item, error) {
 		s, err := t.C.Touch(ctx, row, e.Deadline(exptime))
 		status = statusOf(s)
-		return err
+		return nil, err
 	})
 	count(status == Touched, &e.counters.TouchHits, &e.counters.TouchMisses)
 	if err != nil {

@@ -92,6 +92,9 @@ type Table struct {
 	// slots are the ticks of the last write of a key in each slot, indexed by a hash of the key as the table
 	// compares keys.
 	slots [keySlots]atomic.Uint64
+	// ticking orders invalidations: each takes its tick and records it before the next takes one, so WroteThrough
+	// sees every invalidation with an earlier tick. Readers never take it.
+	ticking sync.Mutex
 
 	mu      sync.Mutex
 	settle  []func() error
@@ -127,22 +130,42 @@ func (t *Table) TableValid(stamp uint64) bool {
 // Wrote records a write of key: copies of it stamped before now are invalid, and so are copies that depend on
 // the whole table. It returns the write's tick: a copy the writer stores itself carries it.
 func (t *Table) Wrote(key []byte) uint64 {
+	t.ticking.Lock()
+	defer t.ticking.Unlock()
+	return t.wrote(key)
+}
+
+func (t *Table) wrote(key []byte) uint64 {
 	tick := t.clock.Add(1)
 	raise(&t.slots[slot(key)], tick)
 	raise(&t.rows, tick)
 	return tick
 }
 
+// WroteThrough records a write of key, as Wrote does, by a writer that wants to cache the value it wrote: since is
+// the Stamp it took before it sent the write. unchanged reports whether key (or its slot, or the whole table) saw
+// no other invalidation after since. Only then may the writer store its value, with the returned tick, under the
+// usual KeyValid check: any write that committed after this one takes its tick after since, so it is either seen
+// here (unchanged is false) or comes later and invalidates the copy. Without that check a write committed after
+// this one, whose invalidation ran before this one's, would leave this older value cached.
+func (t *Table) WroteThrough(key []byte, since uint64) (tick uint64, unchanged bool) {
+	t.ticking.Lock()
+	defer t.ticking.Unlock()
+	unchanged = t.KeyValid(key, since)
+	return t.wrote(key), unchanged
+}
+
 // Invalidate records a write whose rows are not known (or DDL, or a gap in what the binlog follower saw): every
 // copy of the table stamped before now is invalid.
 func (t *Table) Invalidate() {
+	t.ticking.Lock()
+	defer t.ticking.Unlock()
 	tick := t.clock.Add(1)
 	raise(&t.rows, tick)
 	raise(&t.epoch, tick)
 }
 
-// raise sets m to tick unless it already holds a later one: concurrent writers may tick in one order and
-// record in the other.
+// raise sets m to tick unless it already holds a later one, so a mark never goes back whoever calls it.
 func raise(m *atomic.Uint64, tick uint64) {
 	for {
 		old := m.Load()

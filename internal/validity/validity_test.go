@@ -114,3 +114,30 @@ func TestSettle(t *testing.T) {
 		t.Fatalf("settle u and t: %v, calls %d", err, calls)
 	}
 }
+
+// TestWroteThroughSeesInvalidationsSinceItsStamp: a writer may keep its own value only when nothing else invalidated
+// the key (or the table) between its stamp and its write's record.
+func TestWroteThroughSeesInvalidationsSinceItsStamp(t *testing.T) {
+	tbl := NewRegistry().Table(TableID{Schema: "s", Name: "t"})
+	key := []byte("k")
+	since := tbl.Stamp()
+	tick, unchanged := tbl.WroteThrough(key, since)
+	if !unchanged || !tbl.KeyValid(key, tick) {
+		t.Fatalf("a lone write: unchanged %v, its own copy valid %v", unchanged, tbl.KeyValid(key, tick))
+	}
+	since = tbl.Stamp()
+	tbl.Wrote(key) // another writer, after the stamp
+	if _, unchanged := tbl.WroteThrough(key, since); unchanged {
+		t.Error("a write of the key after the stamp went unseen")
+	}
+	since = tbl.Stamp()
+	tbl.Invalidate() // a write of unknown rows
+	if _, unchanged := tbl.WroteThrough(key, since); unchanged {
+		t.Error("an invalidation of the table after the stamp went unseen")
+	}
+	since = tbl.Stamp()
+	tbl.Wrote([]byte("another key")) // a different row (unless it shares the slot, which only costs a copy)
+	if _, unchanged := tbl.WroteThrough(key, since); !unchanged && slot([]byte("another key")) != slot(key) {
+		t.Error("a write of another row counted against this one")
+	}
+}
