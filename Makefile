@@ -53,7 +53,7 @@ bench: deps build
 
 # docs/report.png, the README's picture of a report: the last `make bench`'s page, drawn by headless Chromium.
 report-png:
-	chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1200,1500 \
+	chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1200,1880 \
 		--screenshot=$(CURDIR)/docs/report.png file://$(CURDIR)/bench-report/index.html
 
 clean:
