@@ -384,6 +384,11 @@ func benchCompare(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "keyway bench compare: %v\n", err)
 		return 1
 	}
+	if !old.Machine.When.IsZero() && !cur.Machine.When.IsZero() {
+		if diff := bench.MachineDifferences(old.Machine, cur.Machine); len(diff) > 0 {
+			fmt.Fprintf(stdout, "note: the machines differ, which can move every figure: %s\n", strings.Join(diff, "; "))
+		}
+	}
 	changes := bench.Compare(old, cur)
 	bench.WriteChanges(stdout, changes)
 	if bench.Regressions(changes) > 0 {

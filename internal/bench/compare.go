@@ -148,3 +148,24 @@ func fmtFigure(v float64) string {
 	}
 	return strconv.FormatFloat(v, 'g', 3, 64)
 }
+
+// MachineDifferences names what differs between the machines of two reports, other than keyway itself: a change
+// there (CPUs, kernel, a peer's version) can move every figure, which compare cannot tell from keyway's doing.
+// Reports drawn from suite files alone carry the machine the report was drawn on, not the one they ran on.
+func MachineDifferences(old, new Machine) []string {
+	var out []string
+	for _, f := range []struct{ name, a, b string }{
+		{"CPUs", strconv.Itoa(old.CPUs), strconv.Itoa(new.CPUs)},
+		{"CPU", old.CPUModel, new.CPUModel},
+		{"kernel", old.Kernel, new.Kernel},
+		{"memcached", old.Memcached, new.Memcached},
+		{"MariaDB", old.MariaDB, new.MariaDB},
+		{"sysbench", old.Sysbench, new.Sysbench},
+		{"memcaslap", old.Memcaslap, new.Memcaslap},
+	} {
+		if f.a != f.b {
+			out = append(out, fmt.Sprintf("%s: %s → %s", f.name, f.a, f.b))
+		}
+	}
+	return out
+}

@@ -114,3 +114,16 @@ func TestCompareLatency(t *testing.T) {
 		t.Errorf("direct p95 1.1 → 0.55 ms: %q, want an improvement (%v)", v, got)
 	}
 }
+
+func TestMachineDifferences(t *testing.T) {
+	a := Machine{CPUs: 2, Kernel: "6.1", Keyway: "keyway 0.1", MariaDB: "10.11"}
+	b := a
+	b.Keyway = "keyway 0.2" // what compare is for: not a difference to warn about
+	if d := MachineDifferences(a, b); len(d) != 0 {
+		t.Errorf("differences %q, want none", d)
+	}
+	b.CPUs, b.MariaDB = 8, "11.4"
+	if d := MachineDifferences(a, b); len(d) != 2 || d[0] != "CPUs: 2 → 8" || d[1] != "MariaDB: 10.11 → 11.4" {
+		t.Errorf("differences %q", d)
+	}
+}
