@@ -310,12 +310,12 @@ func benchReport(args []string, stdout, stderr io.Writer) int {
 			chosen = append(chosen, all[i])
 		}
 		for _, p := range chosen {
-			for name, v := range map[string]string{"duration": *duration, "reps": *reps} {
-				if v == "" || p.fs.Lookup(name) == nil || p.given.has(name) {
-					continue
+			for _, f := range []struct{ name, v string }{{"duration", *duration}, {"reps", *reps}} {
+				if f.v == "" || p.fs.Lookup(f.name) == nil || p.given.has(f.name) {
+					continue // not given, not the suite's, or given to the suite itself
 				}
-				if err := p.fs.Set(name, v); err != nil {
-					fmt.Fprintf(stderr, "keyway bench report: --%s %s: %v\n", name, v, err)
+				if err := p.fs.Set(f.name, f.v); err != nil {
+					fmt.Fprintf(stderr, "keyway bench report: --%s %s: %v\n", f.name, f.v, err)
 					return 2
 				}
 			}
