@@ -265,7 +265,9 @@ type Win struct {
 	RunnerUpMedian       float64
 	Ratio                float64 // WinnerMedian / RunnerUpMedian
 	// Clear is true when the winner's slowest run beat the runner-up's fastest: the win is beyond the noise seen.
+	// It is false when either ran once, since one run shows no noise to be beyond.
 	Clear bool
+	Runs  int // the fewer runs of the two
 }
 
 // Wins is the "who wins" table: one row per scenario and concurrency with two targets or more.
@@ -280,7 +282,9 @@ func (r *Report) Wins() []Win {
 			slices.SortStableFunc(ranked, func(a, b Result) int { return -cmpFloat(a.Median, b.Median) })
 			w, u := ranked[0], ranked[1]
 			win := Win{ScenarioID: s.ID, Scenario: s.Title, Concurrency: c.Concurrency, Label: s.CaseLabel(c.Concurrency), Unit: s.Unit,
-				Winner: w.Target, WinnerMedian: w.Median, RunnerUp: u.Target, RunnerUpMedian: u.Median, Clear: w.Min > u.Max}
+				Winner: w.Target, WinnerMedian: w.Median, RunnerUp: u.Target, RunnerUpMedian: u.Median,
+				Runs: min(len(w.Runs), len(u.Runs))}
+			win.Clear = win.Runs > 1 && w.Min > u.Max
 			if u.Median > 0 {
 				win.Ratio = w.Median / u.Median
 			}
@@ -339,8 +343,11 @@ func (r *Report) WriteWins(w io.Writer) {
 	fmt.Fprintf(w, "%-*s  %11s  %-*s  %-*s  %6s  %s\n", sw, "scenario", "concurrency", ww, "winner", uw, "runner-up", "ratio", "beyond noise")
 	for _, x := range wins {
 		clear := "no"
-		if x.Clear {
+		switch {
+		case x.Clear:
 			clear = "yes"
+		case x.Runs < 2:
+			clear = "unknown: one run"
 		}
 		fmt.Fprintf(w, "%-*s  %11d  %-*s  %-*s  %5.2fx  %s\n", sw, x.ScenarioID, x.Concurrency, ww, x.Winner, uw, x.RunnerUp, x.Ratio, clear)
 	}

@@ -133,8 +133,16 @@ func WriteChanges(w io.Writer, changes []Change) {
 		line := fmt.Sprintf("%-*s  %26s  %26s  %8s  %s", width, c.Figure, old, new, change, c.Verdict)
 		fmt.Fprintln(w, strings.TrimRight(line, " "))
 	}
-	n := Regressions(changes)
+	n, single := Regressions(changes), 0
+	for _, c := range changes {
+		if c.Verdict != OnlyNew && len(c.Old.Runs) < 2 {
+			single++
+		}
+	}
 	fmt.Fprintf(w, "%d figures, %d regressions beyond the old min–max band\n", len(changes), n)
+	if single > 0 {
+		fmt.Fprintf(w, "%d figures had one old run: their band is that run, which shows no noise; run with --reps 3 or more to judge\n", single)
+	}
 }
 
 func band(s Series) string {

@@ -167,7 +167,7 @@ func checkReportPage(t *testing.T, dir string) {
 	}
 
 	// Who wins, computed here from the JSON, row by row.
-	type row struct{ scenario, concurrency, winner, runnerUp, ratio string }
+	type row struct{ scenario, concurrency, winner, runnerUp, ratio, noise string }
 	var want []row
 	for _, s := range scenarios {
 		for _, c := range s.Cases {
@@ -183,8 +183,16 @@ func checkReportPage(t *testing.T, dir string) {
 					next = i
 				}
 			}
-			want = append(want, row{s.ID, strconv.Itoa(c.Concurrency), c.Results[best].Target, c.Results[next].Target,
-				strconv.FormatFloat(c.Results[best].Median/c.Results[next].Median, 'f', 2, 64) + "×"})
+			w, u := c.Results[best], c.Results[next]
+			noise := "no: min–max bands overlap"
+			switch {
+			case len(w.Runs) < 2 || len(u.Runs) < 2:
+				noise = "unknown: one run"
+			case w.Min > u.Max:
+				noise = "yes"
+			}
+			want = append(want, row{s.ID, strconv.Itoa(c.Concurrency), w.Target, u.Target,
+				strconv.FormatFloat(w.Median/u.Median, 'f', 2, 64) + "×", noise})
 		}
 	}
 	table := find(doc, func(n *html.Node) bool { return n.Data == "table" && hasClass("wins")(n) })
@@ -199,7 +207,7 @@ func checkReportPage(t *testing.T, dir string) {
 			}
 			return ""
 		}
-		got = append(got, row{attr(tr, "data-scenario"), attr(tr, "data-concurrency"), cell("winner"), cell("runner-up"), cell("ratio")})
+		got = append(got, row{attr(tr, "data-scenario"), attr(tr, "data-concurrency"), cell("winner"), cell("runner-up"), cell("ratio"), cell("noise")})
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("who-wins table:\n got %q\nwant %q", got, want)
