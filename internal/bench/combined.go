@@ -117,6 +117,7 @@ func (r *Report) JSON() ([]byte, error) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // the commands hold "> file.json", to be read as written
 	if err := enc.Encode(r); err != nil {
 		return nil, err
 	}
