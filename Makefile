@@ -8,7 +8,7 @@ PACKAGES := mariadb-server memcached libmemcached-tools sysbench php-cli php-mys
 # A command from each package, to see what is missing without asking apt.
 COMMANDS := mariadbd memcached memccapable memcaslap sysbench php haproxy chromium
 
-.PHONY: all build run test bench deps vet clean
+.PHONY: all build run test bench report-png deps vet clean
 
 all: build
 
@@ -44,10 +44,17 @@ test: deps build vet
 		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $${n}x -timeout 5m ./$$pkg || exit 1; \
 	done
 
+# Every suite (memcache, sql, kv, staleness) side by side with its peers, then the report: bench-report/index.html
+# (one self-contained page: machine, charts, who wins, commands) and bench-report/report.json, which
+# `keyway bench compare OLD.json NEW.json` reads. BENCH_ARGS passes flags: BENCH_ARGS='--duration 2s --reps 1'.
+BENCH_ARGS ?=
 bench: deps build
-	./$(BIN) bench memcache
-	./$(BIN) bench sql
-	./$(BIN) bench kv
+	./$(BIN) bench report --out bench-report $(BENCH_ARGS)
+
+# docs/report.png, the README's picture of a report: the last `make bench`'s page, drawn by headless Chromium.
+report-png:
+	chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1200,1880 \
+		--screenshot=$(CURDIR)/docs/report.png file://$(CURDIR)/bench-report/index.html
 
 clean:
 	rm -rf bin

@@ -8,9 +8,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/keywaydb/keyway/internal/bench"
 )
@@ -19,6 +22,9 @@ const benchUsage = `usage: keyway bench memcache [flags]
        keyway bench sql [flags]
        keyway bench kv [flags]
        keyway bench staleness [flags]
+       keyway bench report --out DIR [--suites LIST] [--duration D] [--reps N] [--SUITE.FLAG V ...]
+       keyway bench report --out DIR --json FILE.json...
+       keyway bench compare OLD.json NEW.json
 
 memcache: runs keyway (memory-only, async, sync) and memcached 1.6 side by
 side under memcaslap and prints ops/s min/median/max and the ratios to
@@ -40,7 +46,20 @@ staleness: commits writes directly to a private MariaDB while clients poll
 the row through keyway's SQL result cache, and prints p50/p99/max from each
 commit to the first read that returns it.
 
-keyway bench memcache -h, sql -h, kv -h and staleness -h list the flags.
+report: runs the suites (default all four; --duration and --reps go to
+every suite that has them, --sql.threads 1,4 and the like to one) or reads
+their --json outputs, and writes DIR/index.html, one self-contained page
+with the machine, a chart of ops/s (min/median/max per target, grouped by
+concurrency) and of latency per scenario, a "who wins" table and the
+commands to reproduce, and DIR/report.json, the data behind it.
+
+compare: prints each figure's change between two reports (report.json or
+a suite's --json) and marks a regression when the new median lies outside
+the old min-max band on the bad side; exits 1 if any did.
+
+On a terminal, a status line shows the scenario, the round and the time left.
+
+keyway bench memcache -h, sql -h, kv -h, staleness -h and report -h list the flags.
 `
 
 func runBench(args []string, stdout, stderr io.Writer) int {
@@ -49,47 +68,55 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	switch args[0] {
-	case "memcache":
-		return benchMemcache(args[1:], stdout, stderr)
-	case "sql":
-		return benchSQL(args[1:], stdout, stderr)
-	case "kv":
-		return benchKV(args[1:], stdout, stderr)
-	case "staleness":
-		return benchStaleness(args[1:], stdout, stderr)
+	case "report":
+		return benchReport(args[1:], stdout, stderr)
+	case "compare":
+		return benchCompare(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, benchUsage)
 		return 0
+	}
+	for _, s := range suites {
+		if s.name == args[0] {
+			return benchSuite(s, args[1:], stdout, stderr)
+		}
 	}
 	fmt.Fprintf(stderr, "keyway bench: unknown benchmark %q\n\n%s", args[0], benchUsage)
 	return 2
 }
 
-func benchMemcache(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("keyway bench memcache", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	o := bench.MemcacheOptions{}
-	fs.DurationVar(&o.Duration, "duration", 0, "length of each run, whole seconds (default 10s)")
-	fs.IntVar(&o.Repetitions, "reps", 0, "runs per target, alternating between targets (default 3)")
-	fs.IntVar(&o.Concurrency, "c", 0, "memcaslap concurrency (default 8)")
-	fs.IntVar(&o.ValueSize, "value-size", 0, "value bytes (default 400)")
-	fs.IntVar(&o.MemoryMB, "m", 0, "memory limit of both servers in MB (default 1024)")
-	jsonOut := fs.Bool("json", false, "print the report as JSON")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	return runReport(fs, *jsonOut, stdout, stderr, func(ctx context.Context, self string, progress io.Writer) (report, error) {
-		o.KeywayBinary, o.Out = self, progress
-		return bench.RunMemcache(ctx, o)
-	})
+// suite is one benchmark of `keyway bench`: define adds its flags to a flag set and returns how to run it once they
+// are parsed.
+type suite struct {
+	name   string
+	define func(fs *flag.FlagSet) suiteRun
 }
 
-func benchSQL(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("keyway bench sql", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	o := bench.SQLOptions{}
-	fs.DurationVar(&o.Duration, "duration", 0, "length of each run, whole seconds (default 10s)")
-	fs.IntVar(&o.Repetitions, "reps", 0, "runs per target, alternating direct and keyway (default 3)")
+type suiteRun struct {
+	plan func() (runs int, hint time.Duration)
+	run  func(ctx context.Context, self string, out io.Writer, prog *bench.Progress) (report, error)
+}
+
+// suites in the order `keyway bench report` runs them.
+var suites = []suite{{"memcache", memcacheFlags}, {"sql", sqlFlags}, {"kv", kvFlags}, {"staleness", stalenessFlags}}
+
+func memcacheFlags(fs *flag.FlagSet) suiteRun {
+	o := &bench.MemcacheOptions{}
+	fs.DurationVar(&o.Duration, "duration", 0, "`length` of each run, whole seconds (default 10s)")
+	fs.IntVar(&o.Repetitions, "reps", 0, "`runs` per target, alternating between targets (default 3)")
+	fs.IntVar(&o.Concurrency, "c", 0, "memcaslap `concurrency` (default 8)")
+	fs.IntVar(&o.ValueSize, "value-size", 0, "value `bytes` (default 400)")
+	fs.IntVar(&o.MemoryMB, "m", 0, "memory limit of both servers in `MB` (default 1024)")
+	return suiteRun{func() (int, time.Duration) { return o.Plan() }, func(ctx context.Context, self string, out io.Writer, prog *bench.Progress) (report, error) {
+		o.KeywayBinary, o.Out, o.Progress = self, out, prog
+		return bench.RunMemcache(ctx, *o)
+	}}
+}
+
+func sqlFlags(fs *flag.FlagSet) suiteRun {
+	o := &bench.SQLOptions{}
+	fs.DurationVar(&o.Duration, "duration", 0, "`length` of each run, whole seconds (default 10s)")
+	fs.IntVar(&o.Repetitions, "reps", 0, "`runs` per target, alternating direct and keyway (default 3)")
 	fs.Func("threads", "comma-separated sysbench thread `counts`, one case each (default 1,4,8)", intList(&o.Threads))
 	fs.Func("workloads", "comma-separated sysbench `scripts` (default oltp_point_select,oltp_read_only)", func(s string) error {
 		for _, f := range strings.Split(s, ",") {
@@ -97,54 +124,83 @@ func benchSQL(args []string, stdout, stderr io.Writer) int {
 		}
 		return nil
 	})
-	fs.IntVar(&o.Tables, "tables", 0, "sysbench --tables (default 4)")
-	fs.IntVar(&o.TableSize, "table-size", 0, "sysbench --table-size, rows per table (default 10000)")
+	fs.IntVar(&o.Tables, "tables", 0, "`number` of sysbench tables, --tables (default 4)")
+	fs.IntVar(&o.TableSize, "table-size", 0, "sysbench --table-size, `rows` per table (default 10000)")
 	fs.BoolVar(&o.BackendTCP, "backend-tcp", false, "keyway reaches MariaDB over loopback TCP instead of its unix socket")
-	jsonOut := fs.Bool("json", false, "print the report as JSON")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	return runReport(fs, *jsonOut, stdout, stderr, func(ctx context.Context, self string, progress io.Writer) (report, error) {
-		o.KeywayBinary, o.Out = self, progress
-		return bench.RunSQL(ctx, o)
-	})
+	return suiteRun{func() (int, time.Duration) { return o.Plan() }, func(ctx context.Context, self string, out io.Writer, prog *bench.Progress) (report, error) {
+		o.KeywayBinary, o.Out, o.Progress = self, out, prog
+		return bench.RunSQL(ctx, *o)
+	}}
 }
 
-func benchKV(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("keyway bench kv", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	o := bench.KVOptions{}
-	fs.DurationVar(&o.Duration, "duration", 0, "length of each fetch run (default 5s); a load run is the pairs' writes")
-	fs.IntVar(&o.Repetitions, "reps", 0, "runs per target, alternating between targets (default 3)")
-	fs.IntVar(&o.Pairs, "pairs", 0, "key-value pairs (default 10000)")
-	fs.IntVar(&o.KeySize, "key-size", 0, "key bytes (default 10)")
-	fs.IntVar(&o.ValueSize, "value-size", 0, "value bytes (default 40)")
+func kvFlags(fs *flag.FlagSet) suiteRun {
+	o := &bench.KVOptions{}
+	fs.DurationVar(&o.Duration, "duration", 0, "`length` of each fetch run (default 5s); a load run is the pairs' writes")
+	fs.IntVar(&o.Repetitions, "reps", 0, "`runs` per target, alternating between targets (default 3)")
+	fs.IntVar(&o.Pairs, "pairs", 0, "key-value `pairs` (default 10000)")
+	fs.IntVar(&o.KeySize, "key-size", 0, "key `bytes` (default 10)")
+	fs.IntVar(&o.ValueSize, "value-size", 0, "value `bytes` (default 40)")
 	fs.Func("c", "comma-separated load client `counts`, one case each (default 1,4,8,16)", intList(&o.LoadConcurrency))
-	fs.IntVar(&o.FetchConcurrency, "fetch-c", 0, "fetch clients (default 8)")
-	jsonOut := fs.Bool("json", false, "print the report as JSON")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	return runReport(fs, *jsonOut, stdout, stderr, func(ctx context.Context, self string, progress io.Writer) (report, error) {
-		o.KeywayBinary, o.Out = self, progress
-		return bench.RunKV(ctx, o)
-	})
+	fs.IntVar(&o.FetchConcurrency, "fetch-c", 0, "fetch `clients` (default 8)")
+	return suiteRun{func() (int, time.Duration) { return o.Plan() }, func(ctx context.Context, self string, out io.Writer, prog *bench.Progress) (report, error) {
+		o.KeywayBinary, o.Out, o.Progress = self, out, prog
+		return bench.RunKV(ctx, *o)
+	}}
 }
 
-func benchStaleness(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("keyway bench staleness", flag.ContinueOnError)
+func stalenessFlags(fs *flag.FlagSet) suiteRun {
+	o := &bench.StalenessOptions{}
+	fs.IntVar(&o.Writes, "writes", 0, "direct `commits` measured (default 300)")
+	fs.IntVar(&o.Readers, "readers", 0, "`clients` polling through keyway (default 4)")
+	return suiteRun{func() (int, time.Duration) { return o.Plan() }, func(ctx context.Context, self string, out io.Writer, prog *bench.Progress) (report, error) {
+		o.KeywayBinary, o.Out, o.Progress = self, out, prog
+		return bench.RunStaleness(ctx, *o)
+	}}
+}
+
+// benchSuite runs one benchmark and prints its table, or its JSON with --json.
+func benchSuite(s suite, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("keyway bench "+s.name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	o := bench.StalenessOptions{}
-	fs.IntVar(&o.Writes, "writes", 0, "direct commits measured (default 300)")
-	fs.IntVar(&o.Readers, "readers", 0, "clients polling through keyway (default 4)")
+	sr := s.define(fs)
+	given := recordFlags(fs)
 	jsonOut := fs.Bool("json", false, "print the report as JSON")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	return runReport(fs, *jsonOut, stdout, stderr, func(ctx context.Context, self string, progress io.Writer) (report, error) {
-		o.KeywayBinary, o.Out = self, progress
-		return bench.RunStaleness(ctx, o)
-	})
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "%s: unexpected argument %q: it takes flags only\n", fs.Name(), fs.Arg(0))
+		return 2
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(stderr, "keyway bench: cannot find own binary: %v\n", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	prog := newProgress(stdout, stderr)
+	prog.Plan(sr.plan())
+	var out io.Writer = stderr // the per-run lines, except with --json
+	if *jsonOut {
+		out = nil
+	}
+	rep, err := sr.run(ctx, self, prog.Log(out), prog)
+	prog.Clear()
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
+		return 1
+	}
+	cmd := append([]string{"keyway", "bench", s.name}, given.args...)
+	if *jsonOut {
+		cmd = append(cmd, "--json")
+	}
+	rep.SetCommand(shellJoin(cmd))
+	if *jsonOut {
+		return writeJSON(stdout, rep)
+	}
+	rep.WriteText(stdout)
+	return 0
 }
 
 // intList parses a flag of comma-separated whole numbers into dst.
@@ -161,38 +217,10 @@ func intList(dst *[]int) func(string) error {
 	}
 }
 
-// report is what a benchmark returns: a table for people, JSON for machines.
-type report interface{ WriteText(io.Writer) }
-
-// runReport runs one benchmark with this binary as the keyway under test,
-// progress on stderr (unless JSON is asked for), and prints its report.
-func runReport(fs *flag.FlagSet, jsonOut bool, stdout, stderr io.Writer,
-	run func(ctx context.Context, self string, progress io.Writer) (report, error)) int {
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "%s: unexpected argument %q: it takes flags only\n", fs.Name(), fs.Arg(0))
-		return 2
-	}
-	self, err := os.Executable()
-	if err != nil {
-		fmt.Fprintf(stderr, "keyway bench: cannot find own binary: %v\n", err)
-		return 1
-	}
-	progress := stderr
-	if jsonOut {
-		progress = nil
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	rep, err := run(ctx, self, progress)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
-		return 1
-	}
-	if jsonOut {
-		return writeJSON(stdout, rep)
-	}
-	rep.WriteText(stdout)
-	return 0
+// report is what a benchmark returns: a table for people, JSON for machines, and the command that made it.
+type report interface {
+	WriteText(io.Writer)
+	SetCommand(string)
 }
 
 func writeJSON(w io.Writer, v any) int {
@@ -202,4 +230,254 @@ func writeJSON(w io.Writer, v any) int {
 		return 1
 	}
 	return 0
+}
+
+// benchReport runs the suites (or reads their JSON) and writes DIR/index.html and DIR/report.json.
+func benchReport(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("keyway bench report", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	outDir := fs.String("out", "", "directory to write index.html and report.json into (required)")
+	fromJSON := fs.Bool("json", false, "draw the report from the JSON files given as arguments instead of running the suites")
+	only := fs.String("suites", "memcache,sql,kv,staleness", "comma-separated suites to run")
+	duration := fs.String("duration", "", "passed to every suite that has --duration")
+	reps := fs.String("reps", "", "passed to every suite that has --reps")
+	type prepared struct {
+		suite
+		fs    *flag.FlagSet
+		run   suiteRun
+		given *recorded
+	}
+	var all []prepared
+	for _, s := range suites {
+		sfs := flag.NewFlagSet("keyway bench "+s.name, flag.ContinueOnError)
+		run := s.define(sfs)
+		given := recordFlags(sfs)
+		// Every suite flag is also a report flag, prefixed: --sql.threads 1,4 sets the sql suite's --threads.
+		sfs.VisitAll(func(f *flag.Flag) {
+			fs.Var(f.Value, s.name+"."+f.Name, f.Usage)
+			fs.Lookup(s.name + "." + f.Name).DefValue = f.DefValue
+		})
+		all = append(all, prepared{s, sfs, run, given})
+	}
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "usage: keyway bench report --out DIR [--suites memcache,sql,kv,staleness] [--duration D] [--reps N] [--SUITE.FLAG V ...]\n"+
+			"       keyway bench report --out DIR --json FILE.json...\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *outDir == "" {
+		fmt.Fprintln(stderr, "keyway bench report: --out DIR is required")
+		return 2
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(stderr, "keyway bench report: cannot find own binary: %v\n", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	reportCmd := shellJoin(append([]string{"keyway", "bench", "report"}, args...))
+
+	var rep *bench.Report
+	if *fromJSON {
+		if fs.NArg() == 0 {
+			fmt.Fprintln(stderr, "keyway bench report: --json needs the JSON files as arguments")
+			return 2
+		}
+		if rep, err = bench.ReadReports(fs.Args()...); err != nil {
+			fmt.Fprintf(stderr, "keyway bench report: %v\n", err)
+			return 1
+		}
+		if rep.Machine.When.IsZero() {
+			// Suite files carry no machine: describe this one, where they are most likely to have been made.
+			rep.Machine = bench.CollectMachine(ctx, self)
+		}
+		rep.Commands = append(rep.Commands, reportCmd)
+	} else {
+		if fs.NArg() > 0 {
+			fmt.Fprintf(stderr, "keyway bench report: unexpected argument %q (JSON files need --json)\n", fs.Arg(0))
+			return 2
+		}
+		var chosen []prepared
+		for _, name := range strings.Split(*only, ",") {
+			i := slices.IndexFunc(all, func(p prepared) bool { return p.name == strings.TrimSpace(name) })
+			if i < 0 {
+				fmt.Fprintf(stderr, "keyway bench report: unknown suite %q in --suites (have memcache, sql, kv, staleness)\n", name)
+				return 2
+			}
+			chosen = append(chosen, all[i])
+		}
+		for _, p := range chosen {
+			for _, f := range []struct{ name, v string }{{"duration", *duration}, {"reps", *reps}} {
+				if f.v == "" || p.fs.Lookup(f.name) == nil || p.given.has(f.name) {
+					continue // not given, not the suite's, or given to the suite itself
+				}
+				if err := p.fs.Set(f.name, f.v); err != nil {
+					fmt.Fprintf(stderr, "keyway bench report: --%s %s: %v\n", f.name, f.v, err)
+					return 2
+				}
+			}
+		}
+		rep = &bench.Report{Machine: bench.CollectMachine(ctx, self)}
+		prog := newProgress(stdout, stderr)
+		for _, p := range chosen {
+			prog.Plan(p.run.plan())
+		}
+		for _, p := range chosen {
+			sr, err := p.run.run(ctx, self, prog.Log(stderr), prog)
+			if err != nil {
+				prog.Clear()
+				fmt.Fprintf(stderr, "keyway bench report: %s: %v\n", p.name, err)
+				return 1
+			}
+			cmd := shellJoin(append(append([]string{"keyway", "bench", p.name}, p.given.args...), "--json")) + " > " + p.name + ".json"
+			sr.SetCommand(cmd)
+			rep.Commands = append(rep.Commands, cmd)
+			prog.Clear()
+			fmt.Fprintf(stdout, "== %s\n", p.name)
+			sr.WriteText(stdout)
+			fmt.Fprintln(stdout)
+			if err := rep.Add(sr); err != nil {
+				prog.Clear()
+				fmt.Fprintf(stderr, "keyway bench report: %v\n", err)
+				return 1
+			}
+		}
+		prog.Clear()
+		rep.Commands = append(rep.Commands, "# or all of the above, and this report, in one go:", reportCmd)
+	}
+	if err := rep.WriteFiles(*outDir); err != nil {
+		fmt.Fprintf(stderr, "keyway bench report: %v\n", err)
+		return 1
+	}
+	rep.WriteWins(stdout)
+	fmt.Fprintf(stdout, "report: %s (data: %s)\n", filepath.Join(*outDir, "index.html"), filepath.Join(*outDir, "report.json"))
+	return 0
+}
+
+// benchCompare prints every figure's change between two reports and exits 1 when one regressed beyond the old noise.
+func benchCompare(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("keyway bench compare", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "usage: keyway bench compare OLD.json NEW.json\n\n"+
+			"Each file is a report.json from `keyway bench report` or one suite's --json output.\n"+
+			"A figure regressed when its new median lies outside the old min–max band on the bad side\n"+
+			"(below it for a throughput, above it for a latency); the exit status is then 1.\n")
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 2 {
+		fs.Usage()
+		return 2
+	}
+	old, err := bench.ReadReports(fs.Arg(0))
+	if err != nil {
+		fmt.Fprintf(stderr, "keyway bench compare: %v\n", err)
+		return 1
+	}
+	cur, err := bench.ReadReports(fs.Arg(1))
+	if err != nil {
+		fmt.Fprintf(stderr, "keyway bench compare: %v\n", err)
+		return 1
+	}
+	if !old.Machine.When.IsZero() && !cur.Machine.When.IsZero() {
+		if diff := bench.MachineDifferences(old.Machine, cur.Machine); len(diff) > 0 {
+			fmt.Fprintf(stdout, "note: the machines differ, which can move every figure: %s\n", strings.Join(diff, "; "))
+		}
+	}
+	changes := bench.Compare(old, cur)
+	bench.WriteChanges(stdout, changes)
+	if bench.Regressions(changes) > 0 {
+		return 1
+	}
+	return 0
+}
+
+// recorded keeps the flags given on a flag set, as written, so the command can be printed for reproduction.
+type recorded struct {
+	args  []string
+	names map[string]bool
+}
+
+func (r *recorded) has(name string) bool { return r.names[name] }
+
+// recordFlags wraps every flag defined on fs so far to record its settings. Every suite flag defaults to its zero
+// value (the suite applies its real defaults), so the wrapped flags' DefValue is "", which keeps `-h` from printing a
+// "(default …)" of its own.
+func recordFlags(fs *flag.FlagSet) *recorded {
+	r := &recorded{names: map[string]bool{}}
+	fs.VisitAll(func(f *flag.Flag) {
+		rv := &recordingValue{Value: f.Value, name: f.Name, r: r}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			f.Value = &recordingBool{rv}
+		} else {
+			f.Value = rv
+		}
+		f.DefValue = ""
+	})
+	return r
+}
+
+type recordingValue struct {
+	flag.Value
+	name string
+	r    *recorded
+}
+
+// String works on the zero recordingValue too, which flag.PrintDefaults makes to find a flag's zero value.
+func (v *recordingValue) String() string {
+	if v == nil || v.Value == nil {
+		return ""
+	}
+	return v.Value.String()
+}
+
+func (v *recordingValue) Set(s string) error {
+	if err := v.Value.Set(s); err != nil {
+		return err
+	}
+	v.r.args = append(v.r.args, "--"+v.name+"="+s)
+	v.r.names[v.name] = true
+	return nil
+}
+
+// recordingBool keeps a boolean flag boolean (given without a value).
+type recordingBool struct{ *recordingValue }
+
+func (*recordingBool) IsBoolFlag() bool { return true }
+
+// shellJoin quotes args for a POSIX shell where needed.
+func shellJoin(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if a != "" && strings.IndexFunc(a, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_=.,/:@%+", r))
+		}) < 0 {
+			out[i] = a
+		} else {
+			out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+// newProgress is the status line on stderr when both stdout and stderr are terminals; nil (nothing shown) otherwise.
+func newProgress(stdout, stderr io.Writer) *bench.Progress {
+	if isTerminal(stdout) && isTerminal(stderr) {
+		return bench.NewProgress(stderr)
+	}
+	return nil
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

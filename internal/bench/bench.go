@@ -15,6 +15,13 @@
 //   - Results are throughputs (and latency percentiles, where the load
 //     generator reports them) as the load generator reports them; ratios are
 //     taken between medians. Nothing here asserts a speed.
+//
+// Report gathers the suites' results (run now, or read back from their
+// --json) with the machine they ran on, and draws them as one self-contained
+// HTML page (charts from internal/chart, inline); Compare judges two reports
+// figure by figure. Both keep to what was measured: a latency percentile the
+// load generator did not report is neither charted nor compared, and a
+// difference inside the old min–max band is called noise, not a change.
 package bench
 
 import (
@@ -45,8 +52,9 @@ type sample struct {
 type loadFunc func(ctx context.Context, addr string) (sample, error)
 
 // runTargets runs load reps times against every target, a fresh server per
-// run, alternating targets within each repetition. Progress lines go to out.
-func runTargets(ctx context.Context, targets []target, reps int, load loadFunc, out io.Writer) ([]Result, error) {
+// run, alternating targets within each repetition. Result lines go to out;
+// prog (nil for none) shows scenario, round and target while each runs.
+func runTargets(ctx context.Context, targets []target, reps int, load loadFunc, out io.Writer, prog *Progress, scenario string) ([]Result, error) {
 	results := make([]Result, len(targets))
 	for i, t := range targets {
 		results[i].Target = t.name
@@ -56,7 +64,9 @@ func runTargets(ctx context.Context, targets []target, reps int, load loadFunc, 
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
+			prog.Start(scenario, rep, reps, t.name)
 			s, err := runOne(ctx, t, load, out)
+			prog.Done()
 			if err != nil {
 				return nil, fmt.Errorf("bench: %s, repetition %d: %w", t.name, rep, err)
 			}

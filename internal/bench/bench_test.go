@@ -109,7 +109,7 @@ func TestMemcaslapAgainstMemcached(t *testing.T) {
 	}
 	defer ml.close()
 	var progress bytes.Buffer
-	results, err := runTargets(context.Background(), []target{memcachedStarter("64")}, 1, ml.run, &progress)
+	results, err := runTargets(context.Background(), []target{memcachedStarter("64")}, 1, ml.run, &progress, nil, "memcache")
 	if err != nil {
 		t.Fatal(err)
 	}

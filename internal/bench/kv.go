@@ -32,6 +32,14 @@ type KVOptions struct {
 	Duration         time.Duration // per fetch run; default 5s (a load run is the Pairs writes)
 	Repetitions      int           // default 3
 	Out              io.Writer     // progress lines; default io.Discard
+	Progress         *Progress     // the terminal's status line, or nil; the caller plans it with Plan
+}
+
+// Plan is how many runs RunKV makes and the time its fetch runs take (a load run lasts as long as its writes do).
+func (o KVOptions) Plan() (runs int, hint time.Duration) {
+	o.EnsureDefaults()
+	fetches := o.Repetitions * 3 // select, keyway-get, memcached
+	return len(o.LoadConcurrency)*o.Repetitions*4 + fetches, time.Duration(fetches) * o.Duration
 }
 
 // KV benchmark targets. insertTarget and selectTarget are the baselines.
@@ -120,6 +128,7 @@ func (o *KVOptions) Validate() error {
 
 // KVReport is the outcome of RunKV.
 type KVReport struct {
+	Command   string `json:",omitempty"` // the keyway command that made it, when the CLI ran it
 	Server    string // the MariaDB behind both doors: its version()
 	Pairs     int
 	KeySize   int
@@ -270,7 +279,9 @@ func (e *kvEnv) alternate(ctx context.Context, phase string, c int, targets []st
 			if err := ctx.Err(); err != nil {
 				return kc, err
 			}
+			e.o.Progress.Start(fmt.Sprintf("kv %s, concurrency %d", phase, c), rep, e.o.Repetitions, t)
 			s, err := e.run(ctx, t, c)
+			e.o.Progress.Done()
 			if err != nil {
 				return kc, fmt.Errorf("bench: %s, concurrency %d, %s, repetition %d: %w", phase, c, t, rep, err)
 			}

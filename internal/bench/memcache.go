@@ -29,6 +29,14 @@ type MemcacheOptions struct {
 	SetRatio     float64       // share of sets, the rest gets; default 0.1
 	MemoryMB     int           // -m for memcached and keyway; default 1024
 	Out          io.Writer     // progress lines; default io.Discard
+	Progress     *Progress     // the terminal's status line, or nil; the caller plans it with Plan
+}
+
+// Plan is how many runs RunMemcache makes and the time its load generator runs in all.
+func (o MemcacheOptions) Plan() (runs int, hint time.Duration) {
+	o.EnsureDefaults()
+	runs = o.Repetitions * 4 // memcached and three keyways
+	return runs, time.Duration(runs) * o.Duration
 }
 
 // Memcache benchmark targets, in run order. memcachedTarget is the baseline.
@@ -100,7 +108,9 @@ func (o *MemcacheOptions) Validate() error {
 
 // MemcacheReport is the outcome of RunMemcache.
 type MemcacheReport struct {
-	Results []Result // memcached, keyway-memory, keyway-async, keyway-sync
+	Command     string   `json:",omitempty"` // the keyway command that made it, when the CLI ran it
+	Concurrency int      // memcaslap -c
+	Results     []Result // memcached, keyway-memory, keyway-async, keyway-sync
 	// Ratios of medians against memcached: "memory/memcached",
 	// "async/memcached", "sync/memcached".
 	Ratios map[string]float64
@@ -133,14 +143,16 @@ func RunMemcache(ctx context.Context, o MemcacheOptions) (*MemcacheReport, error
 		keywayStarter(keywaySync, bin, true, "-m", mb, "--durability", "sync"),
 	}
 	fmt.Fprintf(o.Out, "memcache bench: %s\n", ml.describe())
-	results, err := runTargets(ctx, targets, o.Repetitions, ml.run, o.Out)
+	results, err := runTargets(ctx, targets, o.Repetitions, ml.run, o.Out, o.Progress,
+		fmt.Sprintf("memcache, concurrency %d", o.Concurrency))
 	if err != nil {
 		return nil, err
 	}
 	return &MemcacheReport{
-		Results: results,
-		Ratios:  ratios(results, memcachedTarget),
-		Load:    ml.describe(),
+		Concurrency: o.Concurrency,
+		Results:     results,
+		Ratios:      ratios(results, memcachedTarget),
+		Load:        ml.describe(),
 	}, nil
 }
 

@@ -35,6 +35,14 @@ type SQLOptions struct {
 	// the server, and a socket hop costs less CPU than a TCP one.
 	BackendTCP bool
 	Out        io.Writer // progress lines; default io.Discard
+	Progress   *Progress // the terminal's status line, or nil; the caller plans it with Plan
+}
+
+// Plan is how many runs RunSQL makes and the time sysbench runs in all.
+func (o SQLOptions) Plan() (runs int, hint time.Duration) {
+	o.EnsureDefaults()
+	runs = len(o.Workloads) * len(o.Threads) * o.Repetitions * 3 // direct, keyway, kw-nocache
+	return runs, time.Duration(runs) * o.Duration
 }
 
 // SQL benchmark targets, in run order. directTarget is the baseline.
@@ -117,9 +125,10 @@ func (o *SQLOptions) Validate() error {
 
 // SQLReport is the outcome of RunSQL.
 type SQLReport struct {
-	Load   string    // the sysbench command line, for the record
-	Server string    // the MariaDB both targets reach: its version()
-	Cases  []SQLCase // per workload, per thread count
+	Command string    `json:",omitempty"` // the keyway command that made it, when the CLI ran it
+	Load    string    // the sysbench command line, for the record
+	Server  string    // the MariaDB both targets reach: its version()
+	Cases   []SQLCase // per workload, per thread count
 }
 
 // SQLCase is one workload at one thread count, measured direct and through
@@ -189,7 +198,8 @@ func RunSQL(ctx context.Context, o SQLOptions) (*SQLReport, error) {
 	for _, w := range o.Workloads {
 		for _, n := range o.Threads {
 			fmt.Fprintf(o.Out, "%s, %d threads:\n", w, n)
-			results, err := runTargets(ctx, targets, o.Repetitions, sb.load(w, n), o.Out)
+			results, err := runTargets(ctx, targets, o.Repetitions, sb.load(w, n), o.Out, o.Progress,
+				fmt.Sprintf("sql %s, %d threads", w, n))
 			if err != nil {
 				return nil, fmt.Errorf("%s, %d threads: %w", w, n, err)
 			}

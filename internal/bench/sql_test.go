@@ -155,7 +155,7 @@ func TestSysbenchDirect(t *testing.T) {
 		t.Fatal(err)
 	}
 	var progress bytes.Buffer
-	results, err := runTargets(ctx, []target{directStarter(m.Addr)}, 1, sb.load("oltp_point_select", 1), &progress)
+	results, err := runTargets(ctx, []target{directStarter(m.Addr)}, 1, sb.load("oltp_point_select", 1), &progress, nil, "sql")
 	if err != nil {
 		t.Fatal(err)
 	}

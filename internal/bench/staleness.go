@@ -19,10 +19,36 @@ type StalenessOptions struct {
 	Writes       int       // direct commits measured; default 300
 	Readers      int       // clients polling through keyway; default 4
 	Out          io.Writer // progress lines; default io.Discard
+	Progress     *Progress // the terminal's status line, or nil; the caller plans it with Plan
+}
+
+// Plan is RunStaleness's one run and about how long its writes take.
+func (o StalenessOptions) Plan() (runs int, hint time.Duration) {
+	o.ensureDefaults()
+	return 1, time.Duration(o.Writes)*stalenessPause + stalenessSettle
+}
+
+// Pacing of the writes: a pause after each commit, and a wait after the last for the readers to see it.
+const (
+	stalenessPause  = 20 * time.Millisecond
+	stalenessSettle = 2 * time.Second
+)
+
+func (o *StalenessOptions) ensureDefaults() {
+	if o.Writes <= 0 {
+		o.Writes = 300
+	}
+	if o.Readers <= 0 {
+		o.Readers = 4
+	}
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
 }
 
 // StalenessReport is how long a write made directly in MariaDB takes to be read through keyway's result cache.
 type StalenessReport struct {
+	Command   string  `json:"command,omitempty"` // the keyway command that made it, when the CLI ran it
 	Writes    int     `json:"writes"`
 	Reads     int64   `json:"reads"`
 	Hits      string  `json:"sql_cache_hits"` // SHOW KEYWAY CACHE's figure after the run
@@ -35,15 +61,7 @@ type StalenessReport struct {
 // RunStaleness measures, for writes made directly in MariaDB, the time from the commit to the first read through
 // keyway's SQL door (a cached point select, polled by Readers clients) that returns the write or a later one.
 func RunStaleness(ctx context.Context, o StalenessOptions) (*StalenessReport, error) {
-	if o.Writes <= 0 {
-		o.Writes = 300
-	}
-	if o.Readers <= 0 {
-		o.Readers = 4
-	}
-	if o.Out == nil {
-		o.Out = io.Discard
-	}
+	o.ensureDefaults()
 	bin, err := prepare(o.KeywayBinary, "mariadbd", "mariadb-install-db")
 	if err != nil {
 		return nil, err
@@ -115,6 +133,8 @@ func RunStaleness(ctx context.Context, o StalenessOptions) (*StalenessReport, er
 		}()
 	}
 	fmt.Fprintf(o.Out, "staleness bench: %d direct commits, %d readers through keyway\n", o.Writes, o.Readers)
+	o.Progress.Start("staleness", 1, 1, fmt.Sprintf("%d writes, %d readers", o.Writes, o.Readers))
+	defer o.Progress.Done()
 	for i := 1; i <= o.Writes; i++ {
 		if _, err := direct.ExecContext(ctx, "UPDATE fresh SET v = ? WHERE id = 1", i); err != nil {
 			close(done)
@@ -122,9 +142,9 @@ func RunStaleness(ctx context.Context, o StalenessOptions) (*StalenessReport, er
 			return nil, err
 		}
 		commits[i] = time.Now()
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(stalenessPause)
 	}
-	time.Sleep(2 * time.Second)
+	time.Sleep(stalenessSettle)
 	close(done)
 	wg.Wait()
 
