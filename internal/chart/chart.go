@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"image/color"
 	"math"
+	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -93,11 +94,46 @@ func newPlot(o Options) *plot.Plot {
 	}
 	p.Legend.TextStyle.Font.Size = vg.Points(8)
 	p.Legend.Top = true
+	p.Y.Tick.Marker = readableTicks{}
 	p.Add(plotter.NewGrid())
 	if o.YMin0 {
 		p.Y.Min = 0
 	}
 	return p
+}
+
+// readableTicks are gonum's default ticks labelled without trailing zeros and, from ten thousand up, in thousands
+// or millions ("25k", "1.5M"), so an axis reads "25k" rather than "25000.00".
+type readableTicks struct{}
+
+func (readableTicks) Ticks(min, max float64) []plot.Tick {
+	ticks := plot.DefaultTicks{}.Ticks(min, max)
+	for i := range ticks {
+		if ticks[i].Label != "" {
+			ticks[i].Label = compact(ticks[i].Value)
+		}
+	}
+	return ticks
+}
+
+// compact formats v for an axis label.
+func compact(v float64) string {
+	a := math.Abs(v)
+	switch {
+	case a >= 1e6:
+		return strconv.FormatFloat(v/1e6, 'f', -1, 64) + "M"
+	case a >= 1e4:
+		return strconv.FormatFloat(v/1e3, 'f', -1, 64) + "k"
+	}
+	return strconv.FormatFloat(math.Round(v*1e6)/1e6, 'f', -1, 64)
+}
+
+// headroom raises the Y axis' top to a quarter above top, so the legend (drawn in the top right corner) sits over
+// empty space, not over the tallest bar or line.
+func headroom(p *plot.Plot, top float64) {
+	if top > 0 && p.Y.Max < top*1.25 {
+		p.Y.Max = top * 1.25
+	}
 }
 
 // render writes p as SVG at o's size.
@@ -139,6 +175,9 @@ func Lines(o Options, series []Series) ([]byte, error) {
 				p.Legend.Add(s.Name, l)
 			}
 		}
+	}
+	if len(series) > 1 {
+		headroom(p, p.Y.Max)
 	}
 	if o.YMin0 && p.Y.Max <= 0 {
 		p.Y.Max = 1 // an all-zero series still gets a readable axis
@@ -236,6 +275,11 @@ func Bars(o Options, groups []Group) ([]byte, error) {
 			p.Add(offsetPlotter{errs, offset})
 		}
 	}
+	if len(groups) > 0 {
+		// Half a slot of room on either side, so the outer bars do not touch the frame.
+		p.X.Min, p.X.Max = -0.5, float64(len(groups))-0.5
+	}
+	headroom(p, p.Y.Max)
 	return render(p, o)
 }
 

@@ -112,17 +112,31 @@ func TestBarsGroupTargetsWithWhiskers(t *testing.T) {
 			t.Errorf("chart lacks text %q; has %q", w, texts)
 		}
 	}
-	// Three bars and three whiskers (each whisker a line and two caps) on top of the frame: far more paths than an
-	// empty chart has.
-	empty, _ := Bars(Options{Title: "oltp_point_select", YLabel: "qps"}, nil)
-	_, emptyElems := parseSVG(t, empty)
-	if elems["path"] < emptyElems["path"]+3*3 {
-		t.Errorf("chart has %d paths, an empty one %d: bars or whiskers missing", elems["path"], emptyElems["path"])
+	// Each target's bars are filled in its colour: the legend swatch plus one per group (a target missing from a
+	// group has a bar of height zero there: a gap).
+	for target, want := range map[int]int{0: 1 + 2, 1: 1 + 2} {
+		fill := "fill:" + strings.ToUpper(ColorHex(target))
+		if n := strings.Count(string(out), fill+`"`) + strings.Count(string(out), fill+";"); n != want {
+			t.Errorf("target %d: %d shapes filled %s, want %d (bars and legend swatch)", target, n, fill, want)
+		}
 	}
+	// One whisker per bar that exists (three), each a line and two caps, drawn thinner than the axes.
+	if n := strings.Count(string(out), "stroke-width:0.8"); n != 3*3 {
+		t.Errorf("%d whisker strokes, want 9", n)
+	}
+	_ = elems
 }
 
 func TestColorsAreStableByPosition(t *testing.T) {
 	if ColorHex(0) != "#1f77b4" || ColorHex(len(palette)) != ColorHex(0) {
 		t.Errorf("palette order changed: %s, %s", ColorHex(0), ColorHex(len(palette)))
+	}
+}
+
+func TestAxisLabelsAreCompact(t *testing.T) {
+	for v, want := range map[float64]string{25000: "25k", 1500000: "1.5M", 0.5: "0.5", 100: "100", 0: "0", 12.25: "12.25"} {
+		if got := compact(v); got != want {
+			t.Errorf("compact(%v) = %q, want %q", v, got, want)
+		}
 	}
 }
