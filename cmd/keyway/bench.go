@@ -140,8 +140,8 @@ func kvFlags(fs *flag.FlagSet) suiteRun {
 	fs.IntVar(&o.Pairs, "pairs", 0, "key-value `pairs` (default 10000)")
 	fs.IntVar(&o.KeySize, "key-size", 0, "key `bytes` (default 10)")
 	fs.IntVar(&o.ValueSize, "value-size", 0, "value `bytes` (default 40)")
-	fs.Func("c", "comma-separated load client `counts`, one case each (default 1,4,8,16)", intList(&o.LoadConcurrency))
-	fs.IntVar(&o.FetchConcurrency, "fetch-c", 0, "fetch `clients` (default 8)")
+	fs.Func("c", "comma-separated load client `counts`, one case each (default 1,8)", intList(&o.LoadConcurrency))
+	fs.Func("fetch-c", "comma-separated fetch client `counts`, one case each (default 1,8)", intList(&o.FetchConcurrency))
 	return suiteRun{func() (int, time.Duration) { return o.Plan() }, func(ctx context.Context, self string, out io.Writer, prog *bench.Progress) (report, error) {
 		o.KeywayBinary, o.Out, o.Progress = self, out, prog
 		return bench.RunKV(ctx, *o)

@@ -36,7 +36,7 @@ func TestReportFromShortRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := RunKV(ctx, KVOptions{KeywayBinary: bin, Pairs: 200, LoadConcurrency: []int{2}, FetchConcurrency: 2,
+	kv, err := RunKV(ctx, KVOptions{KeywayBinary: bin, Pairs: 200, LoadConcurrency: []int{2}, FetchConcurrency: []int{2},
 		Duration: time.Second, Repetitions: 1})
 	if err != nil {
 		t.Fatal(err)

@@ -27,8 +27,8 @@ type KVOptions struct {
 	Pairs            int           // key-value pairs; default 10000
 	KeySize          int           // key bytes; default 10
 	ValueSize        int           // value bytes; default 40
-	LoadConcurrency  []int         // clients loading the pairs, one case each; default 1, 4, 8, 16
-	FetchConcurrency int           // clients fetching; default 8
+	LoadConcurrency  []int         // clients loading the pairs, one case each; default 1, 8
+	FetchConcurrency []int         // clients fetching, one case each; default 1, 8
 	Duration         time.Duration // per fetch run; default 5s (a load run is the Pairs writes)
 	Repetitions      int           // default 3
 	Out              io.Writer     // progress lines; default io.Discard
@@ -38,8 +38,8 @@ type KVOptions struct {
 // Plan is how many runs RunKV makes and the time its fetch runs take (a load run lasts as long as its writes do).
 func (o KVOptions) Plan() (runs int, hint time.Duration) {
 	o.EnsureDefaults()
-	fetches := o.Repetitions * 3 // select, keyway-get, memcached
-	return len(o.LoadConcurrency)*o.Repetitions*4 + fetches, time.Duration(fetches) * o.Duration
+	fetches := len(o.FetchConcurrency) * o.Repetitions * len(fetchTargets)
+	return len(o.LoadConcurrency)*o.Repetitions*len(loadTargets) + fetches, time.Duration(fetches) * o.Duration
 }
 
 // KV benchmark targets. insertTarget and selectTarget are the baselines.
@@ -55,8 +55,18 @@ const (
 	// acknowledged sets.
 	kwAsyncLazyTarget = "keyway-async-1s"
 	selectTarget      = "select"     // SELECT c2 ... WHERE c1=? direct, prepared
-	kwGetTarget       = "keyway-get" // memcache get @@aaa.key through keyway, caching, warm
-	kvMemcachedName   = memcachedTarget
+	// memcache get @@aaa.key through keyway, caching, after every pair was set through keyway (so each get finds
+	// the copy the set wrote through, as the seed's loop reads what it loaded)
+	kwGetTarget     = "keyway-get"
+	kvMemcachedName = memcachedTarget
+	// memcached's own set, the peer of keyway's async set
+	kvMemcachedSetTarget = "memcached-set"
+)
+
+// The targets of each phase, in the order they alternate.
+var (
+	loadTargets  = []string{insertTarget, kwSetTarget, kwAsyncTarget, kwAsyncLazyTarget, kvMemcachedSetTarget}
+	fetchTargets = []string{selectTarget, kwGetTarget, kvMemcachedName}
 )
 
 // kvTable is the table both doors use: the InnoDB memcached plugin's demo
@@ -81,10 +91,10 @@ func (o *KVOptions) EnsureDefaults() {
 		o.ValueSize = 40
 	}
 	if len(o.LoadConcurrency) == 0 {
-		o.LoadConcurrency = []int{1, 4, 8, 16}
+		o.LoadConcurrency = []int{1, 8}
 	}
-	if o.FetchConcurrency == 0 {
-		o.FetchConcurrency = 8
+	if len(o.FetchConcurrency) == 0 {
+		o.FetchConcurrency = []int{1, 8}
 	}
 	if o.Duration == 0 {
 		o.Duration = 5 * time.Second
@@ -109,7 +119,7 @@ func (o *KVOptions) Validate() error {
 	if o.ValueSize < 1 || o.ValueSize > kvMaxValue {
 		errs = append(errs, fmt.Errorf("value size %d: use 1 to %d bytes", o.ValueSize, kvMaxValue))
 	}
-	for _, c := range append(slices.Clone(o.LoadConcurrency), o.FetchConcurrency) {
+	for _, c := range append(slices.Clone(o.LoadConcurrency), o.FetchConcurrency...) {
 		if c < 1 || c > 1024 {
 			errs = append(errs, fmt.Errorf("concurrency %d: use 1 to 1024", c))
 		}
@@ -211,7 +221,7 @@ func RunKV(ctx context.Context, o KVOptions) (*KVReport, error) {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	defer db.Close()
-	conc := slices.Max(append(slices.Clone(o.LoadConcurrency), o.FetchConcurrency))
+	conc := slices.Max(append(slices.Clone(o.LoadConcurrency), o.FetchConcurrency...))
 	db.SetMaxOpenConns(conc + 1)
 	db.SetMaxIdleConns(conc + 1)
 	if _, err := db.ExecContext(ctx, `CREATE TABLE `+kvTable+` (c1 VARCHAR(64) PRIMARY KEY, c2 VARCHAR(1024))`); err != nil {
@@ -231,28 +241,35 @@ func RunKV(ctx context.Context, o KVOptions) (*KVReport, error) {
 
 	for _, c := range o.LoadConcurrency {
 		fmt.Fprintf(o.Out, "load, concurrency %d:\n", c)
-		kc, err := e.alternate(ctx, "load", c, []string{insertTarget, kwSetTarget, kwAsyncTarget, kwAsyncLazyTarget})
+		kc, err := e.alternate(ctx, "load", c, loadTargets)
 		if err != nil {
 			return nil, err
 		}
 		kc.Ratios = pick(ratios(kc.Results, insertTarget), ratioKey(kwSetTarget, insertTarget),
 			ratioKey(kwAsyncTarget, insertTarget), ratioKey(kwAsyncLazyTarget, insertTarget))
+		for k, v := range pick(ratios(kc.Results, kvMemcachedSetTarget), ratioKey(kwAsyncTarget, kvMemcachedSetTarget),
+			ratioKey(kwAsyncLazyTarget, kvMemcachedSetTarget)) {
+			kc.Ratios[k] = v
+		}
 		rep.Cases = append(rep.Cases, kc)
 	}
 
-	fmt.Fprintf(o.Out, "fetch, concurrency %d: filling the table and memcached\n", o.FetchConcurrency)
+	fmt.Fprintf(o.Out, "fetch: filling the table and memcached\n")
 	if err := e.fill(ctx); err != nil {
 		return nil, err
 	}
-	kc, err := e.alternate(ctx, "fetch", o.FetchConcurrency, []string{selectTarget, kwGetTarget, kvMemcachedName})
-	if err != nil {
-		return nil, err
+	for _, c := range o.FetchConcurrency {
+		fmt.Fprintf(o.Out, "fetch, concurrency %d:\n", c)
+		kc, err := e.alternate(ctx, "fetch", c, fetchTargets)
+		if err != nil {
+			return nil, err
+		}
+		kc.Ratios = pick(ratios(kc.Results, selectTarget), ratioKey(kwGetTarget, selectTarget))
+		for k, v := range pick(ratios(kc.Results, kvMemcachedName), ratioKey(kwGetTarget, kvMemcachedName)) {
+			kc.Ratios[k] = v
+		}
+		rep.Cases = append(rep.Cases, kc)
 	}
-	kc.Ratios = pick(ratios(kc.Results, selectTarget), ratioKey(kwGetTarget, selectTarget))
-	for k, v := range pick(ratios(kc.Results, kvMemcachedName), ratioKey(kwGetTarget, kvMemcachedName)) {
-		kc.Ratios[k] = v
-	}
-	rep.Cases = append(rep.Cases, kc)
 	return rep, nil
 }
 
@@ -362,30 +379,49 @@ func (e *kvEnv) run(ctx context.Context, t string, c int) (kvSample, error) {
 		}
 		defer stmt.Close()
 		return drive(ctx, c, 0, e.o.Duration, func(int) error {
+			i := rand.IntN(len(e.keys))
 			var v []byte
-			return stmt.QueryRowContext(ctx, e.keys[rand.IntN(len(e.keys))]).Scan(&v)
+			if err := stmt.QueryRowContext(ctx, e.keys[i]).Scan(&v); err != nil {
+				return err
+			}
+			return e.check(i, v)
 		})
 	case kwGetTarget:
 		kw, client, err := e.startKeyway(ctx, c)
 		if err != nil {
 			return kvSample{}, err
 		}
-		get := func(i int) error {
-			_, err := client.Get("@@" + kvContainer + "." + e.keys[i])
-			return err
-		}
-		// Warm: one pass over every key fills keyway's local store.
-		_, err = drive(ctx, c, len(e.keys), 0, get)
+		// The seed's loop: every pair written through keyway (the same values the table holds), then read back;
+		// each get finds the copy its set wrote through.
+		_, err = drive(ctx, c, len(e.keys), 0, func(i int) error {
+			return client.Set(&memcache.Item{Key: "@@" + kvContainer + "." + e.keys[i], Value: e.values[i]})
+		})
 		var s kvSample
 		if err == nil {
-			s, err = drive(ctx, c, 0, e.o.Duration, func(int) error { return get(rand.IntN(len(e.keys))) })
+			s, err = drive(ctx, c, 0, e.o.Duration, func(int) error {
+				i := rand.IntN(len(e.keys))
+				it, err := client.Get("@@" + kvContainer + "." + e.keys[i])
+				if err != nil {
+					return err
+				}
+				return e.check(i, it.Value)
+			})
 		}
 		return s, errors.Join(err, kw.Stop())
 	case kvMemcachedName:
 		client := e.memcacheClient(e.mcAddr, c)
 		return drive(ctx, c, 0, e.o.Duration, func(int) error {
-			_, err := client.Get(e.keys[rand.IntN(len(e.keys))])
-			return err
+			i := rand.IntN(len(e.keys))
+			it, err := client.Get(e.keys[i])
+			if err != nil {
+				return err
+			}
+			return e.check(i, it.Value)
+		})
+	case kvMemcachedSetTarget:
+		client := e.memcacheClient(e.mcAddr, c)
+		return drive(ctx, c, len(e.keys), 0, func(i int) error {
+			return client.Set(&memcache.Item{Key: e.keys[i], Value: e.values[i]})
 		})
 	}
 	return kvSample{}, fmt.Errorf("unknown target %q", t)
@@ -405,6 +441,14 @@ func (e *kvEnv) memcacheClient(addr string, c int) *memcache.Client {
 	client.MaxIdleConns = c
 	client.Timeout = 10 * time.Second
 	return client
+}
+
+// check verifies that a fetch read pair i's value: a benchmark of wrong answers measures nothing.
+func (e *kvEnv) check(i int, v []byte) error {
+	if string(v) != string(e.values[i]) {
+		return fmt.Errorf("key %q read %q, want %q", e.keys[i], v, e.values[i])
+	}
+	return nil
 }
 
 // checkRows verifies that the table holds every pair after a load.
@@ -437,8 +481,9 @@ func (e *kvEnv) fill(ctx context.Context) error {
 			return fmt.Errorf("bench: fill table: %w", err)
 		}
 	}
-	client := e.memcacheClient(e.mcAddr, e.o.FetchConcurrency)
-	if _, err := drive(ctx, e.o.FetchConcurrency, len(e.keys), 0, func(i int) error {
+	c := slices.Max(e.o.FetchConcurrency)
+	client := e.memcacheClient(e.mcAddr, c)
+	if _, err := drive(ctx, c, len(e.keys), 0, func(i int) error {
 		return client.Set(&memcache.Item{Key: e.keys[i], Value: e.values[i]})
 	}); err != nil {
 		return fmt.Errorf("bench: fill memcached: %w", err)

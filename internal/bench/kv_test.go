@@ -31,7 +31,7 @@ func TestRunKV(t *testing.T) {
 		KeywayBinary:     bin,
 		Pairs:            100,
 		LoadConcurrency:  []int{1},
-		FetchConcurrency: 1,
+		FetchConcurrency: []int{1},
 		Duration:         300 * time.Millisecond,
 		Repetitions:      1,
 		Out:              &progress,
@@ -42,7 +42,7 @@ func TestRunKV(t *testing.T) {
 	if len(rep.Cases) != 2 {
 		t.Fatalf("cases = %d, want a load and a fetch", len(rep.Cases))
 	}
-	want := [][]string{{insertTarget, kwSetTarget, kwAsyncTarget, kwAsyncLazyTarget}, {selectTarget, kwGetTarget, memcachedTarget}}
+	want := [][]string{loadTargets, fetchTargets}
 	for i, c := range rep.Cases {
 		if len(c.Results) != len(want[i]) {
 			t.Fatalf("%s: %d results, want %v", c.Phase, len(c.Results), want[i])
@@ -56,7 +56,7 @@ func TestRunKV(t *testing.T) {
 			}
 		}
 	}
-	for _, k := range []string{"set/insert", "async/insert", "async-1s/insert"} {
+	for _, k := range []string{"set/insert", "async/insert", "async-1s/insert", "async/memcached-set"} {
 		if rep.Cases[0].Ratios[k] <= 0 {
 			t.Errorf("load ratio %s missing: %v", k, rep.Cases[0].Ratios)
 		}

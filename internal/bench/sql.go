@@ -41,7 +41,7 @@ type SQLOptions struct {
 // Plan is how many runs RunSQL makes and the time sysbench runs in all.
 func (o SQLOptions) Plan() (runs int, hint time.Duration) {
 	o.EnsureDefaults()
-	runs = len(o.Workloads) * len(o.Threads) * o.Repetitions * 3 // direct, keyway, kw-nocache
+	runs = len(o.Workloads) * len(o.Threads) * o.Repetitions * 4 // direct, haproxy, keyway, kw-nocache
 	return runs, time.Duration(runs) * o.Duration
 }
 
@@ -50,6 +50,7 @@ const (
 	directTarget  = "direct"     // sysbench straight to MariaDB
 	keywayTarget  = "keyway"     // sysbench through keyway's SQL door to the same MariaDB, result cache on
 	nocacheTarget = "kw-nocache" // the same with [cache] enabled = false: the relay alone
+	haproxyTarget = "haproxy"    // sysbench through haproxy in TCP mode to the same MariaDB: a plain relay, kw-nocache's peer
 )
 
 // The account sysbench logs in with, on MariaDB (peers creates it) and on
@@ -144,6 +145,8 @@ type SQLCase struct {
 	// P95Added is the latency keyway adds at the 95th percentile, in ms:
 	// keyway's median p95 minus direct's.
 	P95Added float64
+	// RelayRatio is kw-nocache's median queries/s over haproxy's: the SQL door as a relay against a plain one.
+	RelayRatio float64 `json:",omitempty"`
 }
 
 // RunSQL benchmarks keyway's SQL door against MariaDB direct with sysbench:
@@ -154,7 +157,7 @@ func RunSQL(ctx context.Context, o SQLOptions) (*SQLReport, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	bin, err := prepare(o.KeywayBinary, "sysbench", "mariadbd", "mariadb-install-db")
+	bin, err := prepare(o.KeywayBinary, "sysbench", "haproxy", "mariadbd", "mariadb-install-db")
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +195,8 @@ func RunSQL(ctx context.Context, o SQLOptions) (*SQLReport, error) {
 	}
 	defer os.Remove(nocache)
 
-	targets := []target{directStarter(m.Addr), keywaySQLStarter(keywayTarget, bin, cfg), keywaySQLStarter(nocacheTarget, bin, nocache)}
+	targets := []target{directStarter(m.Addr), haproxyStarter(primary), keywaySQLStarter(keywayTarget, bin, cfg),
+		keywaySQLStarter(nocacheTarget, bin, nocache)}
 	rep := &SQLReport{Load: sb.describe(), Server: "MariaDB " + version}
 	fmt.Fprintf(o.Out, "sql bench: %s\n", rep.Load)
 	for _, w := range o.Workloads {
@@ -235,6 +239,7 @@ func newSQLCase(workload string, threads int, results []Result) SQLCase {
 	if direct.P95 != nil && keyway.P95 != nil {
 		c.P95Added = keyway.P95.Median - direct.P95.Median
 	}
+	c.RelayRatio = ratios(results, haproxyTarget)[ratioKey(nocacheTarget, haproxyTarget)]
 	return c
 }
 
@@ -273,6 +278,9 @@ func (r *SQLReport) WriteText(w io.Writer) {
 				len(res.Runs), formatOps(res.Min), formatOps(res.Median), formatOps(res.Max), p95, ratio, added)
 			fmt.Fprintln(w, strings.TrimRight(line, " "))
 		}
+		if c.RelayRatio > 0 {
+			fmt.Fprintf(w, "%-*s  %7d  kw-nocache/haproxy (relay vs relay): %.2f\n", ww, c.Workload, c.Threads, c.RelayRatio)
+		}
 	}
 }
 
@@ -298,6 +306,21 @@ func directStarter(addr string) target {
 		name: directTarget,
 		start: func(context.Context) (string, func() error, error) {
 			return addr, func() error { return nil }, nil
+		},
+	}
+}
+
+// haproxyStarter is haproxy relaying to backend, the same address keyway's SQL door uses (MariaDB's socket unless
+// BackendTCP), so the relay and the door pay the same backend hop.
+func haproxyStarter(backend string) target {
+	return target{
+		name: haproxyTarget,
+		start: func(ctx context.Context) (string, func() error, error) {
+			h, err := peers.StartHAProxy(ctx, backend, 0)
+			if err != nil {
+				return "", nil, err
+			}
+			return h.Addr, h.Stop, nil
 		},
 	}
 }

@@ -117,9 +117,15 @@ func TestKeywaySQLConfig(t *testing.T) {
 func TestSQLCaseAndReport(t *testing.T) {
 	direct := Result{Target: directTarget, Series: Series{Runs: []float64{100, 300, 200}}, P95: &Series{Runs: []float64{0.5, 0.4, 0.6}}}
 	keyway := Result{Target: keywayTarget, Series: Series{Runs: []float64{150, 170, 160}}, P95: &Series{Runs: []float64{0.7, 0.9, 0.8}}}
-	direct.summarize()
-	keyway.summarize()
-	c := newSQLCase("oltp_point_select", 4, []Result{direct, keyway})
+	relay := Result{Target: haproxyTarget, Series: Series{Runs: []float64{100}}}
+	nocache := Result{Target: nocacheTarget, Series: Series{Runs: []float64{90}}}
+	for _, r := range []*Result{&direct, &keyway, &relay, &nocache} {
+		r.summarize()
+	}
+	c := newSQLCase("oltp_point_select", 4, []Result{direct, relay, keyway, nocache})
+	if c.RelayRatio != 0.9 {
+		t.Errorf("relay ratio = %v, want kw-nocache 90 / haproxy 100 = 0.9", c.RelayRatio)
+	}
 	if c.Ratio != 0.8 {
 		t.Errorf("ratio = %v, want 160/200 = 0.8", c.Ratio)
 	}
@@ -128,7 +134,7 @@ func TestSQLCaseAndReport(t *testing.T) {
 	}
 	var b bytes.Buffer
 	(&SQLReport{Load: "sysbench …", Server: "MariaDB x", Cases: []SQLCase{c}}).WriteText(&b)
-	for _, want := range []string{"oltp_point_select", "keyway/direct", "0.80", "+0.30 ms", "200", "160", "0.50", "0.80"} {
+	for _, want := range []string{"oltp_point_select", "keyway/direct", "0.80", "+0.30 ms", "kw-nocache/haproxy (relay vs relay): 0.90", "200", "160", "0.50", "0.80"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, b.String())
 		}
