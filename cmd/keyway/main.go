@@ -1,7 +1,7 @@
 // Command keyway is fast, consistent access to MySQL data: a memcache door
 // (memcached's protocols, on a persistent local store and on MySQL tables
 // through containers) and a SQL door (a MySQL-protocol proxy). Subcommands:
-// serve, bench, version.
+// serve, check, stats, bench, version.
 package main
 
 import (
@@ -31,6 +31,8 @@ const usage = `keyway — fast, consistent access to MySQL data
 
 usage:
   keyway serve [flags]       serve the memcache door (keyway serve -h for flags)
+  keyway check [flags]       check a configuration and its backends without serving (serve's flags)
+  keyway stats [--admin A]   live figures from a running keyway's admin listener
   keyway bench memcache      benchmark keyway against memcached side by side
   keyway bench sql           benchmark the SQL door against MariaDB direct (sysbench)
   keyway version             print the version
@@ -50,6 +52,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serve(args[1:], stderr)
 	case "bench":
 		return runBench(args[1:], stdout, stderr)
+	case "check":
+		return runCheck(args[1:], stdout, stderr)
 	case "version", "-v", "--version":
 		fmt.Fprintf(stdout, "keyway %s (memcached protocol %s)\n", version, memcache.ProtocolVersion)
 		return 0
