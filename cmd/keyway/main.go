@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/keywaydb/keyway/internal/config"
 	"github.com/keywaydb/keyway/internal/memcache"
 	"github.com/keywaydb/keyway/internal/server"
@@ -75,6 +77,9 @@ func serve(args []string, stderr io.Writer) int {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	// go-sql-driver's own lines ("closing bad idle connection: EOF") join keyway's log instead of going to stderr
+	// in the driver's format.
+	mysql.SetLogger(driverLogger{log.With("component", "mysql-driver")})
 	// KEYWAY_CPUPROFILE=FILE profiles the whole serve run, for finding where time goes under a benchmark;
 	// "%p" in FILE becomes the process id, so each keyway a benchmark starts keeps its own profile.
 	if path := os.Getenv("KEYWAY_CPUPROFILE"); path != "" {
@@ -92,8 +97,7 @@ func serve(args []string, stderr io.Writer) int {
 		return 1
 	}
 	sig := make(chan os.Signal, 1)
-	// SIGHUP is caught too: its default action would end keyway without a word. Until reload exists it is
-	// logged and ignored.
+	// SIGHUP reloads what can change while serving (see reload); its default action would end keyway silently.
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	code := 0
 wait:
@@ -101,7 +105,7 @@ wait:
 		select {
 		case s := <-sig:
 			if s == syscall.SIGHUP {
-				log.Warn("SIGHUP ignored: keyway does not reload its configuration yet; restart it to apply changes")
+				reload(srv, args, log)
 				continue
 			}
 			log.Info("stopping", "signal", s.String())
@@ -114,9 +118,34 @@ wait:
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := srv.Stop(ctx); err != nil {
-		log.Error("stop", "err", err)
+	if err := srv.Stop(ctx); err != nil { // Stop logs the last line, with its errors
 		code = 1
 	}
 	return code
 }
+
+// reload reads the configuration again with serve's own arguments (the same file, the same flags over it) and
+// applies what can change without a restart (server.Reload). An invalid file changes nothing.
+func reload(srv *server.Server, args []string, log *slog.Logger) {
+	cfg, err := config.ParseServeArgs(args, io.Discard)
+	if err != nil {
+		log.Error("SIGHUP: the configuration does not load; nothing changed", "err", err)
+		return
+	}
+	applied, restart, err := srv.Reload(cfg)
+	if err != nil {
+		log.Error("SIGHUP: reload failed; nothing changed", "err", err)
+	} else if len(applied) > 0 {
+		log.Info("SIGHUP: configuration reloaded", "applied", strings.Join(applied, " "))
+	} else {
+		log.Info("SIGHUP: configuration read again; nothing that reloads changed")
+	}
+	if len(restart) > 0 {
+		log.Warn("SIGHUP: these keys changed but take a restart; they keep their running values", "keys", strings.Join(restart, " "))
+	}
+}
+
+// driverLogger is go-sql-driver's Logger on slog: its lines are warnings (a dropped connection, a bad packet).
+type driverLogger struct{ log *slog.Logger }
+
+func (l driverLogger) Print(v ...any) { l.log.Warn(strings.TrimSpace(fmt.Sprint(v...))) }

@@ -225,10 +225,7 @@ func (s *Server) sqlOptions() (sqlproxy.Options, error) {
 		CacheReport: s.cacheReport,
 		CacheRules:  cacheRules(s.cfg.Cache),
 	}
-	for _, u := range cfg.Users {
-		o.Users = append(o.Users, sqlproxy.User{Name: u.Name, Password: u.Password, AuthPlugin: u.AuthPlugin,
-			BackendUser: u.BackendUser, BackendPassword: u.BackendPassword, Group: u.Group})
-	}
+	o.Users = s.sqlUsers(cfg.Users)
 	if cfg.TLSCert != "" {
 		// The config checked that the pair loads; it is loaded again here, where it is used.
 		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
@@ -238,6 +235,16 @@ func (s *Server) sqlOptions() (sqlproxy.Options, error) {
 		o.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 	return o, nil
+}
+
+// sqlUsers are the SQL door's users from [[sql.users]].
+func (s *Server) sqlUsers(users []config.SQLUser) []sqlproxy.User {
+	out := make([]sqlproxy.User, 0, len(users))
+	for _, u := range users {
+		out = append(out, sqlproxy.User{Name: u.Name, Password: u.Password, AuthPlugin: u.AuthPlugin,
+			BackendUser: u.BackendUser, BackendPassword: u.BackendPassword, Group: u.Group})
+	}
+	return out
 }
 
 // startSQLAndAdmin opens the SQL door and the admin listener when configured.
@@ -373,9 +380,21 @@ func (s *Server) MemcacheAddr() net.Addr {
 func (s *Server) Err() <-chan error { return s.errc }
 
 // Stop closes the doors, waits for clients up to ctx, then closes the containers, the backends and the store,
-// writing what is pending.
+// writing what is pending. Its last act is the log's last line: "stopped" and what was flushed (the write-behind
+// rows written to their tables while stopping, those left in the journal, the items kept in data_dir), or
+// "stopped with errors" and the errors.
 func (s *Server) Stop(ctx context.Context) error {
+	began := time.Now()
 	var errs []error
+	var writtenBefore, writtenAfter uint64
+	left := 0
+	behind := 0
+	for _, t := range s.containerTables() {
+		if t.Behind != nil {
+			behind++
+			writtenBefore += t.Behind.Stats().Written
+		}
+	}
 	if s.memcache != nil {
 		errs = append(errs, s.memcache.Shutdown(ctx))
 	}
@@ -385,8 +404,39 @@ func (s *Server) Stop(ctx context.Context) error {
 	if s.admin != nil {
 		errs = append(errs, s.admin.Shutdown(ctx))
 	}
+	items := s.store.Stats().CurrItems
 	errs = append(errs, s.close())
-	return errors.Join(errs...)
+	for _, t := range s.containerTables() {
+		if t.Behind != nil {
+			st := t.Behind.Stats()
+			writtenAfter += st.Written
+			left += st.Pending
+		}
+	}
+	attrs := []any{"took", time.Since(began).Round(time.Millisecond).String()}
+	if behind > 0 {
+		attrs = append(attrs, "write_behind_rows_written", writtenAfter-writtenBefore, "write_behind_rows_left_in_journal", left)
+	}
+	if s.store.Persistent() {
+		attrs = append(attrs, "store_items_kept", items, "data_dir", s.cfg.Store.DataDir, "durability", s.cfg.Store.Durability)
+	} else {
+		attrs = append(attrs, "store_items_dropped", items, "data_dir", "")
+	}
+	err := errors.Join(errs...)
+	if err != nil {
+		s.log.Error("stopped with errors", append(attrs, "err", err)...)
+	} else {
+		s.log.Info("stopped", attrs...)
+	}
+	return err
+}
+
+// containerTables are the containers served (none before they opened).
+func (s *Server) containerTables() []*engine.Container {
+	if s.containers == nil {
+		return nil
+	}
+	return s.containers.tables
 }
 
 // close closes what Start opened behind the doors, in order; it serves Stop and a failed Start.
