@@ -28,6 +28,7 @@ import (
 	"github.com/keywaydb/keyway/internal/config"
 	"github.com/keywaydb/keyway/internal/engine"
 	"github.com/keywaydb/keyway/internal/memcache"
+	"github.com/keywaydb/keyway/internal/mysqlwire"
 	"github.com/keywaydb/keyway/internal/qcache"
 	"github.com/keywaydb/keyway/internal/sqlproxy"
 	"github.com/keywaydb/keyway/internal/stats"
@@ -297,10 +298,13 @@ const (
 	digestCapacity = 10000
 )
 
-// Status is what /status shows: a snapshot from each component.
+// Status is what /status shows: a snapshot from each component. Every name in it is lower_snake_case, and every
+// value a number, a string, a boolean or a list of names (never a bit mask); the README's "/status" section lists
+// them. A section is absent when its component is off.
 type Status struct {
 	Memcache   MemcacheStatus                    `json:"memcache"`
 	Store      StoreStatus                       `json:"store"`
+	Groups     []GroupStatus                     `json:"groups,omitempty"`
 	SQL        *SQLStatus                        `json:"sql,omitempty"`
 	Containers map[string]engine.ContainerStatus `json:"containers,omitempty"`
 	Binlog     []binlog.Status                   `json:"binlog,omitempty"`
@@ -319,10 +323,61 @@ type StoreStatus struct {
 	Durability string `json:"durability"`
 }
 
+// GroupStatus is a backend group as its health check last saw it.
+type GroupStatus struct {
+	Name      string `json:"name"`
+	Primary   string `json:"primary"`
+	Up        bool   `json:"up"`                   // the last health check or dial succeeded
+	LastError string `json:"last_error,omitempty"` // why it is down
+}
+
 // SQLStatus is the SQL door's listener and its backend pools.
 type SQLStatus struct {
-	Listen string              `json:"listen"`
-	Pools  []backend.PoolStats `json:"pools"`
+	Listen string       `json:"listen"`
+	Pools  []PoolStatus `json:"pools"`
+}
+
+// PoolStatus is one pool of backend connections: one per group, backend user and protocol capabilities.
+type PoolStatus struct {
+	Group   string `json:"group"`
+	Address string `json:"address"`
+	User    string `json:"user"`
+	// Capabilities are the protocol-changing capability flags its connections negotiated (the pool's key), by
+	// their MySQL names.
+	Capabilities []string `json:"capabilities"`
+	Open         int      `json:"open"`   // connections, idle or in use
+	Idle         int      `json:"idle"`   // waiting in the pool
+	InUse        int      `json:"in_use"` // held by sessions
+	Waits        int64    `json:"waits"`  // checkouts that waited for a connection
+	Errors       int64    `json:"errors"` // failed dials and broken connections
+}
+
+// capabilityNames name the flags of mysqlwire.ProtocolCaps, the ones a pool's key holds.
+var capabilityNames = []struct {
+	flag uint32
+	name string
+}{
+	{mysqlwire.ClientFoundRows, "CLIENT_FOUND_ROWS"},
+	{mysqlwire.ClientLocalFiles, "CLIENT_LOCAL_FILES"},
+	{mysqlwire.ClientIgnoreSpace, "CLIENT_IGNORE_SPACE"},
+	{mysqlwire.ClientInteractive, "CLIENT_INTERACTIVE"},
+	{mysqlwire.ClientMultiStatements, "CLIENT_MULTI_STATEMENTS"},
+	{mysqlwire.ClientMultiResults, "CLIENT_MULTI_RESULTS"},
+	{mysqlwire.ClientPSMultiResults, "CLIENT_PS_MULTI_RESULTS"},
+	{mysqlwire.ClientSessionTrack, "CLIENT_SESSION_TRACK"},
+	{mysqlwire.ClientDeprecateEOF, "CLIENT_DEPRECATE_EOF"},
+}
+
+// poolStatus is p as /status shows it.
+func poolStatus(p backend.PoolStats) PoolStatus {
+	caps := []string{}
+	for _, c := range capabilityNames {
+		if p.Caps&c.flag != 0 {
+			caps = append(caps, c.name)
+		}
+	}
+	return PoolStatus{Group: p.Group, Address: p.Address, User: p.User, Capabilities: caps, Open: p.Open, Idle: p.Idle,
+		InUse: p.InUse, Waits: p.Waits, Errors: p.Errors}
 }
 
 // status is what /status shows.
@@ -333,8 +388,19 @@ func (s *Server) status() any {
 	if s.memcache != nil { // else the door is off: listen "" and no stats
 		st.Memcache = MemcacheStatus{Listen: s.mcLn.Addr().String(), Stats: s.memcache.Stats()}
 	}
+	for _, g := range s.topo.Groups() {
+		up, err := g.Healthy()
+		gs := GroupStatus{Name: g.Name(), Primary: g.Addr(), Up: up}
+		if !up && err != nil {
+			gs.LastError = err.Error()
+		}
+		st.Groups = append(st.Groups, gs)
+	}
 	if s.sql != nil {
-		st.SQL = &SQLStatus{Listen: s.sqlLn.Addr().String(), Pools: s.topo.Stats()}
+		st.SQL = &SQLStatus{Listen: s.sqlLn.Addr().String(), Pools: []PoolStatus{}}
+		for _, p := range s.topo.Stats() {
+			st.SQL.Pools = append(st.SQL.Pools, poolStatus(p))
+		}
 	}
 	if len(s.containers.tables) > 0 {
 		st.Containers = make(map[string]engine.ContainerStatus, len(s.containers.tables))
