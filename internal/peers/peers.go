@@ -42,6 +42,7 @@ var debianPackages = map[string]string{
 	"php":                "php-cli",
 	"go":                 "golang-go",
 	"make":               "make",
+	"systemd-analyze":    "systemd",
 }
 
 // sbinDirs are searched after $PATH: mariadbd lives in /usr/sbin, which an
