@@ -79,9 +79,7 @@ func serve(args []string, stderr io.Writer) int {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	// go-sql-driver's own lines ("closing bad idle connection: EOF") join keyway's log instead of going to stderr
-	// in the driver's format.
-	mysql.SetLogger(driverLogger{log.With("component", "mysql-driver")})
+	useDriverLogger(log)
 	// KEYWAY_CPUPROFILE=FILE profiles the whole serve run, for finding where time goes under a benchmark;
 	// "%p" in FILE becomes the process id, so each keyway a benchmark starts keeps its own profile.
 	if path := os.Getenv("KEYWAY_CPUPROFILE"); path != "" {
@@ -145,6 +143,12 @@ func reload(srv *server.Server, args []string, log *slog.Logger) {
 	if len(restart) > 0 {
 		log.Warn("SIGHUP: these keys changed but take a restart; they keep their running values", "keys", strings.Join(restart, " "))
 	}
+}
+
+// useDriverLogger sends go-sql-driver's own lines ("closing bad idle connection: EOF") to log, instead of to
+// stderr in the driver's format.
+func useDriverLogger(log *slog.Logger) {
+	_ = mysql.SetLogger(driverLogger{log.With("component", "mysql-driver")}) // fails only on a nil logger
 }
 
 // driverLogger is go-sql-driver's Logger on slog: its lines are warnings (a dropped connection, a bad packet).
