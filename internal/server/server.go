@@ -1,7 +1,9 @@
 // Package server wires keyway together: it fills each component's Options from the validated config, opens the
 // store (loading what the disk holds before any port opens), builds the backend topology, the engine and its
 // containers, the memcache door, the SQL door and the admin listener, and stops them gracefully so every
-// acknowledged write reaches the disk. It is the only package that reads config.Config.
+// acknowledged write reaches the disk. It is the only package that reads config.Config. Check (check.go) tries a
+// configuration against its backends without serving; Reload (reload.go) applies what of a re-read configuration
+// can change while serving.
 //
 // Invariants:
 //   - No listener accepts a connection before the store has finished loading.

@@ -26,6 +26,9 @@
 //     exchange).
 //   - With Options.MaxAuthFailures, an address past that many failed logins per minute is refused before the
 //     handshake (ER_HOST_IS_BLOCKED) until its failures age (throttle.go).
+//   - Users and cache rules can be replaced while serving (SetUsers, SetCacheRules, on a reload): each is swapped
+//     whole; a login authenticates against one snapshot of the users, and its session keeps the user it logged
+//     in as.
 //   - Connection ids in KILL are keyway's session ids (the ones clients got in the handshake), never MariaDB thread
 //     ids: KILL [CONNECTION | QUERY] id reaches the backend thread of session id only when that session is logged
 //     in as the same keyway user, else ER_NO_SUCH_THREAD; forms that cannot be mapped are refused (kill.go).
