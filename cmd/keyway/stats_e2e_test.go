@@ -78,6 +78,7 @@ values = ["v"]
 	if _, err := mc.Get("@@kv.nope"); err != memcache.ErrCacheMiss {
 		t.Fatalf("get of a missing key: %v", err)
 	}
+	mc.Close() // connections are counted when open; closed, the figure is settled
 	for range 2 {
 		if n := login(t, sqlAddr, "app", "secret"); n != 0 {
 			t.Fatalf("login: error %d", n)
@@ -90,7 +91,7 @@ values = ["v"]
 	}
 	want := strings.Join([]string{
 		"keyway at " + adminAddr,
-		"memcache   " + kw.Addr + "  connections 1  items 1  memory N of 64.0 MiB  evictions 0",
+		"memcache   " + kw.Addr + "  connections 0  items 1  memory N of 64.0 MiB  evictions 0",
 		"           gets 2  hits 50.0%  sets 1",
 		"store      memory only (nothing kept across a restart)",
 		"group      main  " + m.Addr + "  up",
@@ -101,7 +102,8 @@ values = ["v"]
 	}, "\n")
 	// --once, and no flag: stdout is a pipe here, so the view is one snapshot either way.
 	for _, args := range [][]string{{"--once"}, nil} {
-		// A SQL session ends (its backend connection back in the pool) shortly after its client left.
+		// A session of either door ends (a SQL session's backend connection back in the pool) shortly after its
+		// client left.
 		eventually(t, fmt.Sprintf("keyway stats %v", args), func() (bool, string) {
 			var stdout, stderr bytes.Buffer
 			cmd := exec.Command(bin, append([]string{"stats", "--admin", adminAddr}, args...)...)
