@@ -4,9 +4,9 @@
 GO       ?= go
 BIN      := bin/keyway
 # Debian packages the tests and benchmarks drive (real peers and clients).
-PACKAGES := mariadb-server memcached libmemcached-tools sysbench php-cli php-mysql php-memcached haproxy chromium
+PACKAGES := mariadb-server memcached libmemcached-tools sysbench php-cli php-mysql php-memcached haproxy chromium systemd
 # A command from each package, to see what is missing without asking apt.
-COMMANDS := mariadbd memcached memccapable memcaslap sysbench php haproxy chromium
+COMMANDS := mariadbd memcached memccapable memcaslap sysbench php haproxy chromium systemd-analyze
 
 .PHONY: all build run test bench report-png deps vet clean
 
@@ -16,9 +16,11 @@ build:
 	$(GO) build -o $(BIN) ./cmd/keyway
 
 # The embedded default: a persistent memcached on 127.0.0.1:11211 keeping its
-# data in ./data, written behind within a second.
+# data in ./data, written behind within a second. ARGS are passed to serve and
+# override it: make run ARGS='-p 11311', make run ARGS='--config keyway.toml'.
+ARGS ?=
 run: build
-	./$(BIN) serve --data-dir ./data --durability async
+	./$(BIN) serve --data-dir ./data --durability async $(ARGS)
 
 deps:
 	@./scripts/install-deps.sh $(PACKAGES) -- $(COMMANDS)

@@ -473,11 +473,3 @@ func newProgress(stdout, stderr io.Writer) *bench.Progress {
 	return nil
 }
 
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}

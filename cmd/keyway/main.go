@@ -1,7 +1,7 @@
 // Command keyway is fast, consistent access to MySQL data: a memcache door
 // (memcached's protocols, on a persistent local store and on MySQL tables
 // through containers) and a SQL door (a MySQL-protocol proxy). Subcommands:
-// serve, bench, version.
+// serve, check, stats, bench, version.
 package main
 
 import (
@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/keywaydb/keyway/internal/config"
 	"github.com/keywaydb/keyway/internal/memcache"
 	"github.com/keywaydb/keyway/internal/server"
@@ -31,6 +33,8 @@ const usage = `keyway — fast, consistent access to MySQL data
 
 usage:
   keyway serve [flags]       serve the memcache door (keyway serve -h for flags)
+  keyway check [flags]       check a configuration and its backends without serving (serve's flags)
+  keyway stats [--admin A]   live figures from a running keyway's admin listener
   keyway bench memcache      benchmark keyway against memcached side by side
   keyway bench sql           benchmark the SQL door against MariaDB direct (sysbench)
   keyway version             print the version
@@ -50,6 +54,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serve(args[1:], stderr)
 	case "bench":
 		return runBench(args[1:], stdout, stderr)
+	case "check":
+		return runCheck(args[1:], stdout, stderr)
+	case "stats":
+		return runStats(args[1:], stdout, stderr)
 	case "version", "-v", "--version":
 		fmt.Fprintf(stdout, "keyway %s (memcached protocol %s)\n", version, memcache.ProtocolVersion)
 		return 0
@@ -71,6 +79,7 @@ func serve(args []string, stderr io.Writer) int {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	useDriverLogger(log)
 	// KEYWAY_CPUPROFILE=FILE profiles the whole serve run, for finding where time goes under a benchmark;
 	// "%p" in FILE becomes the process id, so each keyway a benchmark starts keeps its own profile.
 	if path := os.Getenv("KEYWAY_CPUPROFILE"); path != "" {
@@ -88,8 +97,7 @@ func serve(args []string, stderr io.Writer) int {
 		return 1
 	}
 	sig := make(chan os.Signal, 1)
-	// SIGHUP is caught too: its default action would end keyway without a word. Until reload exists it is
-	// logged and ignored.
+	// SIGHUP reloads what can change while serving (see reload); its default action would end keyway silently.
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	code := 0
 wait:
@@ -97,7 +105,7 @@ wait:
 		select {
 		case s := <-sig:
 			if s == syscall.SIGHUP {
-				log.Warn("SIGHUP ignored: keyway does not reload its configuration yet; restart it to apply changes")
+				reload(srv, args, log)
 				continue
 			}
 			log.Info("stopping", "signal", s.String())
@@ -110,9 +118,51 @@ wait:
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := srv.Stop(ctx); err != nil {
-		log.Error("stop", "err", err)
+	if err := srv.Stop(ctx); err != nil { // Stop logs the last line, with its errors
 		code = 1
 	}
 	return code
+}
+
+// reload reads the configuration again with serve's own arguments (the same file, the same flags over it) and
+// applies what can change without a restart (server.Reload). An invalid file changes nothing.
+func reload(srv *server.Server, args []string, log *slog.Logger) {
+	cfg, err := config.ParseServeArgs(args, io.Discard)
+	if err != nil {
+		log.Error("SIGHUP: the configuration does not load; nothing changed", "err", err)
+		return
+	}
+	applied, restart, err := srv.Reload(cfg)
+	if err != nil {
+		log.Error("SIGHUP: reload failed; nothing changed", "err", err)
+	} else if len(applied) > 0 {
+		log.Info("SIGHUP: configuration reloaded", "applied", strings.Join(applied, " "))
+	} else {
+		log.Info("SIGHUP: configuration read again; nothing that reloads changed")
+	}
+	if len(restart) > 0 {
+		log.Warn("SIGHUP: these keys changed but take a restart; they keep their running values", "keys", strings.Join(restart, " "))
+	}
+}
+
+// useDriverLogger sends go-sql-driver's own lines ("closing bad idle connection: EOF") to log, instead of to
+// stderr in the driver's format.
+func useDriverLogger(log *slog.Logger) {
+	_ = mysql.SetLogger(driverLogger{log.With("component", "mysql-driver")}) // fails only on a nil logger
+}
+
+// driverLogger is go-sql-driver's Logger on slog: its lines are warnings (a dropped connection, a bad packet).
+type driverLogger struct{ log *slog.Logger }
+
+func (l driverLogger) Print(v ...any) { l.log.Warn(strings.TrimSpace(fmt.Sprint(v...))) }
+
+// isTerminal reports whether w is a terminal (a character device), for the commands that redraw a status line or a
+// screen there and print plain lines otherwise; no dependency is needed for it.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

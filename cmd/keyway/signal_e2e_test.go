@@ -12,9 +12,9 @@ import (
 	"github.com/keywaydb/keyway/internal/testenv"
 )
 
-// TestSIGHUPIgnored: SIGHUP does not stop keyway (its default action would,
-// silently); keyway logs it and keeps serving what it held.
-func TestSIGHUPIgnored(t *testing.T) {
+// TestSIGHUPKeepsServing: SIGHUP does not stop keyway (its default action would,
+// silently); keyway reloads, logs it and keeps serving what it held.
+func TestSIGHUPKeepsServing(t *testing.T) {
 	kw := testenv.NewKeyway(t)
 	mc := memcache.New(kw.Addr)
 	if err := mc.Set(&memcache.Item{Key: "k", Value: []byte("v")}); err != nil {

@@ -35,8 +35,15 @@ type serveFlags struct {
 // at once. It prints nothing but the usage, to stderr, for -h or --help, and then returns flag.ErrHelp; the
 // caller prints any other error.
 func ParseServeArgs(args []string, stderr io.Writer) (Config, error) {
+	return ParseArgs("serve", "Serves the memcache door, and the SQL door when sql.listen is set.", args, stderr)
+}
+
+// ParseArgs is ParseServeArgs for another command that takes serve's flags (`keyway check`): command names it in
+// the usage and errors, and about says what it does, in the usage.
+func ParseArgs(command, about string, args []string, stderr io.Writer) (Config, error) {
+	name := "keyway " + command
 	// Nothing is printed while parsing: a flag error is returned like any other, for the caller to print once.
-	fs := flag.NewFlagSet("keyway serve", flag.ContinueOnError)
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 
@@ -95,16 +102,15 @@ func ParseServeArgs(args []string, stderr io.Writer) (Config, error) {
 
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stderr, "Usage: keyway serve [flags]\n\n"+
-				"Serves the memcache door, and the SQL door when sql.listen is set. Flags override the file given with --config.\n\n")
+			fmt.Fprint(stderr, "Usage: "+name+" [flags]\n\n"+about+" Flags override the file given with --config.\n\n")
 			fs.SetOutput(stderr)
 			fs.PrintDefaults()
 			return Config{}, flag.ErrHelp
 		}
-		return Config{}, fmt.Errorf("keyway serve: %w (see keyway serve -h)", err)
+		return Config{}, fmt.Errorf("%s: %w (see %s -h)", name, err, name)
 	}
 	if fs.NArg() > 0 {
-		return Config{}, fmt.Errorf("keyway serve: unexpected argument %q: it takes flags only (see keyway serve -h)", fs.Arg(0))
+		return Config{}, fmt.Errorf("%s: unexpected argument %q: it takes flags only (see %s -h)", name, fs.Arg(0), name)
 	}
 
 	c := start()

@@ -37,6 +37,12 @@ func ParsePolicy(name string) (Policy, error) {
 // MarshalText makes a Policy show as its name in JSON status.
 func (p Policy) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
 
+// UnmarshalText reads a Policy back from its name (keyway stats decodes /status).
+func (p *Policy) UnmarshalText(b []byte) (err error) {
+	*p, err = ParsePolicy(string(b))
+	return err
+}
+
 // Policies are a container's policy per operation class.
 type Policies struct {
 	Get, Set, Delete, Flush Policy

@@ -43,6 +43,7 @@ var debianPackages = map[string]string{
 	"go":                 "golang-go",
 	"make":               "make",
 	"haproxy":            "haproxy",
+	"systemd-analyze":    "systemd",
 }
 
 // sbinDirs are searched after $PATH: mariadbd lives in /usr/sbin, which an

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 
 	"github.com/keywaydb/keyway/internal/backend"
 	"github.com/keywaydb/keyway/internal/config"
@@ -60,12 +59,7 @@ func openContainers(ctx context.Context, cfg config.Config, eng *engine.Engine, 
 		}
 	}
 	for _, c := range cfg.Containers {
-		schema, table, _ := strings.Cut(c.Table, ".")
-		p := planned{
-			def: container.Def{Name: c.Name, Schema: schema, Table: table, KeyColumn: c.Key, ValueColumns: c.Values,
-				Separator: c.Separator, FlagsColumn: c.Flags, CASColumn: c.CAS, ExpiryColumn: c.Expiry},
-			group: topo.Group(c.Group),
-		}
+		p := planned{def: containerDef(c), group: topo.Group(c.Group)}
 		// The config has validated the names; parsing cannot fail.
 		p.policies.Get, _ = container.ParsePolicy(c.Get)
 		p.policies.Set, _ = container.ParsePolicy(c.Set)

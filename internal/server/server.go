@@ -1,7 +1,9 @@
 // Package server wires keyway together: it fills each component's Options from the validated config, opens the
 // store (loading what the disk holds before any port opens), builds the backend topology, the engine and its
 // containers, the memcache door, the SQL door and the admin listener, and stops them gracefully so every
-// acknowledged write reaches the disk. It is the only package that reads config.Config.
+// acknowledged write reaches the disk. It is the only package that reads config.Config. Check (check.go) tries a
+// configuration against its backends without serving; Reload (reload.go) applies what of a re-read configuration
+// can change while serving.
 //
 // Invariants:
 //   - No listener accepts a connection before the store has finished loading.
@@ -28,6 +30,7 @@ import (
 	"github.com/keywaydb/keyway/internal/config"
 	"github.com/keywaydb/keyway/internal/engine"
 	"github.com/keywaydb/keyway/internal/memcache"
+	"github.com/keywaydb/keyway/internal/mysqlwire"
 	"github.com/keywaydb/keyway/internal/qcache"
 	"github.com/keywaydb/keyway/internal/sqlproxy"
 	"github.com/keywaydb/keyway/internal/stats"
@@ -231,10 +234,7 @@ func (s *Server) sqlOptions() (sqlproxy.Options, error) {
 		CacheReport: s.cacheReport,
 		CacheRules:  cacheRules(s.cfg.Cache),
 	}
-	for _, u := range cfg.Users {
-		o.Users = append(o.Users, sqlproxy.User{Name: u.Name, Password: u.Password, AuthPlugin: u.AuthPlugin,
-			BackendUser: u.BackendUser, BackendPassword: u.BackendPassword, Group: u.Group})
-	}
+	o.Users = s.sqlUsers(cfg.Users)
 	if cfg.TLSCert != "" {
 		// The config checked that the pair loads; it is loaded again here, where it is used.
 		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
@@ -244,6 +244,16 @@ func (s *Server) sqlOptions() (sqlproxy.Options, error) {
 		o.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 	return o, nil
+}
+
+// sqlUsers are the SQL door's users from [[sql.users]].
+func (s *Server) sqlUsers(users []config.SQLUser) []sqlproxy.User {
+	out := make([]sqlproxy.User, 0, len(users))
+	for _, u := range users {
+		out = append(out, sqlproxy.User{Name: u.Name, Password: u.Password, AuthPlugin: u.AuthPlugin,
+			BackendUser: u.BackendUser, BackendPassword: u.BackendPassword, Group: u.Group})
+	}
+	return out
 }
 
 // startSQLAndAdmin opens the SQL door and the admin listener when configured.
@@ -299,10 +309,13 @@ const (
 	digestCapacity = 10000
 )
 
-// Status is what /status shows: a snapshot from each component.
+// Status is what /status shows: a snapshot from each component. Every name in it is lower_snake_case, and every
+// value a number, a string, a boolean or a list of names (never a bit mask); the README's "/status" section lists
+// them. A section is absent when its component is off.
 type Status struct {
 	Memcache   MemcacheStatus                    `json:"memcache"`
 	Store      StoreStatus                       `json:"store"`
+	Groups     []GroupStatus                     `json:"groups,omitempty"`
 	SQL        *SQLStatus                        `json:"sql,omitempty"`
 	Containers map[string]engine.ContainerStatus `json:"containers,omitempty"`
 	Binlog     []binlog.Status                   `json:"binlog,omitempty"`
@@ -321,10 +334,61 @@ type StoreStatus struct {
 	Durability string `json:"durability"`
 }
 
+// GroupStatus is a backend group as its health check last saw it.
+type GroupStatus struct {
+	Name      string `json:"name"`
+	Primary   string `json:"primary"`
+	Up        bool   `json:"up"`                   // the last health check or dial succeeded
+	LastError string `json:"last_error,omitempty"` // why it is down
+}
+
 // SQLStatus is the SQL door's listener and its backend pools.
 type SQLStatus struct {
-	Listen string              `json:"listen"`
-	Pools  []backend.PoolStats `json:"pools"`
+	Listen string       `json:"listen"`
+	Pools  []PoolStatus `json:"pools"`
+}
+
+// PoolStatus is one pool of backend connections: one per group, backend user and protocol capabilities.
+type PoolStatus struct {
+	Group   string `json:"group"`
+	Address string `json:"address"`
+	User    string `json:"user"`
+	// Capabilities are the protocol-changing capability flags its connections negotiated (the pool's key), by
+	// their MySQL names.
+	Capabilities []string `json:"capabilities"`
+	Open         int      `json:"open"`   // connections, idle or in use
+	Idle         int      `json:"idle"`   // waiting in the pool
+	InUse        int      `json:"in_use"` // held by sessions
+	Waits        int64    `json:"waits"`  // checkouts that waited for a connection
+	Errors       int64    `json:"errors"` // failed dials and broken connections
+}
+
+// capabilityNames name the flags of mysqlwire.ProtocolCaps, the ones a pool's key holds.
+var capabilityNames = []struct {
+	flag uint32
+	name string
+}{
+	{mysqlwire.ClientFoundRows, "CLIENT_FOUND_ROWS"},
+	{mysqlwire.ClientLocalFiles, "CLIENT_LOCAL_FILES"},
+	{mysqlwire.ClientIgnoreSpace, "CLIENT_IGNORE_SPACE"},
+	{mysqlwire.ClientInteractive, "CLIENT_INTERACTIVE"},
+	{mysqlwire.ClientMultiStatements, "CLIENT_MULTI_STATEMENTS"},
+	{mysqlwire.ClientMultiResults, "CLIENT_MULTI_RESULTS"},
+	{mysqlwire.ClientPSMultiResults, "CLIENT_PS_MULTI_RESULTS"},
+	{mysqlwire.ClientSessionTrack, "CLIENT_SESSION_TRACK"},
+	{mysqlwire.ClientDeprecateEOF, "CLIENT_DEPRECATE_EOF"},
+}
+
+// poolStatus is p as /status shows it.
+func poolStatus(p backend.PoolStats) PoolStatus {
+	caps := []string{}
+	for _, c := range capabilityNames {
+		if p.Caps&c.flag != 0 {
+			caps = append(caps, c.name)
+		}
+	}
+	return PoolStatus{Group: p.Group, Address: p.Address, User: p.User, Capabilities: caps, Open: p.Open, Idle: p.Idle,
+		InUse: p.InUse, Waits: p.Waits, Errors: p.Errors}
 }
 
 // status is what /status shows.
@@ -335,8 +399,19 @@ func (s *Server) status() any {
 	if s.memcache != nil { // else the door is off: listen "" and no stats
 		st.Memcache = MemcacheStatus{Listen: s.mcLn.Addr().String(), Stats: s.memcache.Stats()}
 	}
+	for _, g := range s.topo.Groups() {
+		up, err := g.Healthy()
+		gs := GroupStatus{Name: g.Name(), Primary: g.Addr(), Up: up}
+		if !up && err != nil {
+			gs.LastError = err.Error()
+		}
+		st.Groups = append(st.Groups, gs)
+	}
 	if s.sql != nil {
-		st.SQL = &SQLStatus{Listen: s.sqlLn.Addr().String(), Pools: s.topo.Stats()}
+		st.SQL = &SQLStatus{Listen: s.sqlLn.Addr().String(), Pools: []PoolStatus{}}
+		for _, p := range s.topo.Stats() {
+			st.SQL.Pools = append(st.SQL.Pools, poolStatus(p))
+		}
 	}
 	if len(s.containers.tables) > 0 {
 		st.Containers = make(map[string]engine.ContainerStatus, len(s.containers.tables))
@@ -382,9 +457,21 @@ func (s *Server) MemcacheAddr() net.Addr {
 func (s *Server) Err() <-chan error { return s.errc }
 
 // Stop closes the doors, waits for clients up to ctx, then closes the containers, the backends and the store,
-// writing what is pending.
+// writing what is pending. Its last act is the log's last line: "stopped" and what was flushed (the write-behind
+// rows written to their tables while stopping, those left in the journal, the items kept in data_dir), or
+// "stopped with errors" and the errors.
 func (s *Server) Stop(ctx context.Context) error {
+	began := time.Now()
 	var errs []error
+	var writtenBefore, writtenAfter uint64
+	left := 0
+	behind := 0
+	for _, t := range s.containerTables() {
+		if t.Behind != nil {
+			behind++
+			writtenBefore += t.Behind.Stats().Written
+		}
+	}
 	if s.memcache != nil {
 		errs = append(errs, s.memcache.Shutdown(ctx))
 	}
@@ -394,8 +481,39 @@ func (s *Server) Stop(ctx context.Context) error {
 	if s.admin != nil {
 		errs = append(errs, s.admin.Shutdown(ctx))
 	}
+	items := s.store.Stats().CurrItems
 	errs = append(errs, s.close())
-	return errors.Join(errs...)
+	for _, t := range s.containerTables() {
+		if t.Behind != nil {
+			st := t.Behind.Stats()
+			writtenAfter += st.Written
+			left += st.Pending
+		}
+	}
+	attrs := []any{"took", time.Since(began).Round(time.Millisecond).String()}
+	if behind > 0 {
+		attrs = append(attrs, "write_behind_rows_written", writtenAfter-writtenBefore, "write_behind_rows_left_in_journal", left)
+	}
+	if s.store.Persistent() {
+		attrs = append(attrs, "store_items_kept", items, "data_dir", s.cfg.Store.DataDir, "durability", s.cfg.Store.Durability)
+	} else {
+		attrs = append(attrs, "store_items_dropped", items, "data_dir", "")
+	}
+	err := errors.Join(errs...)
+	if err != nil {
+		s.log.Error("stopped with errors", append(attrs, "err", err)...)
+	} else {
+		s.log.Info("stopped", attrs...)
+	}
+	return err
+}
+
+// containerTables are the containers served (none before they opened).
+func (s *Server) containerTables() []*engine.Container {
+	if s.containers == nil {
+		return nil
+	}
+	return s.containers.tables
 }
 
 // close closes what Start opened behind the doors, in order; it serves Stop and a failed Start.

@@ -194,6 +194,30 @@ func TestCacheRules(t *testing.T) {
 	}
 }
 
+// TestSetCacheRules: rules replaced while serving (a SIGHUP reload) take effect for the next statements, and a
+// regex verdict of a replaced rule is not reused for its successor.
+func TestSetCacheRules(t *testing.T) {
+	r := newCacheRig(t, "qc_reload", "(1, 'one'), (2, 'two')")
+	s, addr := startProxyOpts(t, testConfig(r.addr).with(t, func(o *Options) { o.Validity, o.Cache = r.reg, r.cache }))
+	through := open(t, "app", "secret", addr, "")
+	const q = "SELECT c FROM qc_reload WHERE id > 0"
+	if n := r.hits(t, through, q); n != 0 {
+		t.Fatalf("no rules: %d hits", n)
+	}
+	s.SetCacheRules([]CacheRule{{Regex: regexp.MustCompile(`qc_reload`)}})
+	if n := r.hits(t, through, q); n != 2 {
+		t.Fatalf("a regex rule set while serving: %d hits, want 2", n)
+	}
+	s.SetCacheRules([]CacheRule{{Regex: regexp.MustCompile(`no_such_table`)}})
+	if n := r.hits(t, through, q); n != 0 {
+		t.Fatalf("the rule replaced by one that does not match: %d hits", n)
+	}
+	s.SetCacheRules(nil)
+	if n := r.hits(t, through, q); n != 0 {
+		t.Fatalf("rules removed: %d hits", n)
+	}
+}
+
 // cacheRig is a table (id INT PRIMARY KEY, c VARCHAR(10)) on the shared MariaDB and the SQL door in front of it
 // with a result cache.
 type cacheRig struct {

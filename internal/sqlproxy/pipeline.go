@@ -105,7 +105,7 @@ type CacheRule struct {
 // decides what an unqualified name means.
 func (ss *session) hintFor(sql string, plan *Plan) hint {
 	h := hintOf(sql)
-	rules := ss.s.opts.CacheRules
+	rules := *ss.s.rules.Load()
 	if h.cache || h.nocache || len(rules) == 0 || plan == nil || !plan.Cacheable {
 		return h
 	}
@@ -116,14 +116,14 @@ func (ss *session) hintFor(sql string, plan *Plan) hint {
 		case r.Digest != "":
 			match = r.Digest == plan.Digest
 		case r.Regex != nil:
-			v, ok := ss.s.regexMatches.Load(regexKey{i, plan.Digest})
+			v, ok := ss.s.regexMatches.Load(regexKey{r.Regex, plan.Digest})
 			if !ok {
 				v = r.Regex.MatchString(plan.Normalized)
 				if ss.s.regexCount.Add(1) > maxRegexMemo { // forget, rather than grow with every digest ever seen
 					ss.s.regexMatches.Clear()
 					ss.s.regexCount.Store(0)
 				}
-				ss.s.regexMatches.Store(regexKey{i, plan.Digest}, v)
+				ss.s.regexMatches.Store(regexKey{r.Regex, plan.Digest}, v)
 			}
 			match = v.(bool)
 		default:
@@ -143,7 +143,7 @@ const maxRegexMemo = 1 << 16
 
 // regexKey memoizes a regex rule's verdict on a digest.
 type regexKey struct {
-	rule   int
+	rule   *regexp.Regexp // the rule's own, so a verdict never outlives its rule (SetCacheRules)
 	digest string
 }
 

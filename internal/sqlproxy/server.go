@@ -26,6 +26,9 @@
 //     exchange).
 //   - With Options.MaxAuthFailures, an address past that many failed logins per minute is refused before the
 //     handshake (ER_HOST_IS_BLOCKED) until its failures age (throttle.go).
+//   - Users and cache rules can be replaced while serving (SetUsers, SetCacheRules, on a reload): each is swapped
+//     whole; a login authenticates against one snapshot of the users, and its session keeps the user it logged
+//     in as.
 //   - Connection ids in KILL are keyway's session ids (the ones clients got in the handshake), never MariaDB thread
 //     ids: KILL [CONNECTION | QUERY] id reaches the backend thread of session id only when that session is logged
 //     in as the same keyway user, else ER_NO_SUCH_THREAD; forms that cannot be mapped are refused (kill.go).
@@ -137,9 +140,11 @@ type Server struct {
 	// regexMatches memoizes regex cache rules per digest (regexKey → bool); regexCount bounds it.
 	regexMatches sync.Map
 	regexCount   atomic.Int64
-	users        map[string]*user
-	groups       []*backend.Group
-	tls          *tls.Config
+	// accounts are the users and their decoy plugins; SetUsers replaces them whole, so a login sees one table.
+	accounts atomic.Pointer[accounts]
+	rules    atomic.Pointer[[]CacheRule] // Options.CacheRules; SetCacheRules replaces them
+	groups   []*backend.Group
+	tls      *tls.Config
 
 	maxConns int64
 	conns    atomic.Int64
@@ -150,9 +155,6 @@ type Server struct {
 	connID           atomic.Uint32
 
 	throttle *authThrottle
-
-	// decoyPlugins are the plugins the users have: an unknown user name looks like an account of one of them.
-	decoyPlugins []string
 
 	rsaOnce sync.Once
 	rsaKey  *rsa.PrivateKey
@@ -178,7 +180,7 @@ func New(o Options) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{opts: o, log: log, plans: o.Plans, users: make(map[string]*user), maxConns: int64(o.MaxConnections), tls: o.TLS}
+	s := &Server{opts: o, log: log, plans: o.Plans, maxConns: int64(o.MaxConnections), tls: o.TLS}
 	if s.plans == nil {
 		s.plans = NewPlanCache(DefaultPlanCapacity)
 	}
@@ -200,15 +202,39 @@ func New(o Options) (*Server, error) {
 	if o.Topology == nil {
 		return nil, fmt.Errorf("sql: %w", backend.ErrNoGroups)
 	}
-	def, err := o.Topology.Default()
-	if err != nil {
+	if _, err := o.Topology.Default(); err != nil {
 		return nil, fmt.Errorf("sql: the SQL door needs a backend group to relay to: %w", err)
 	}
 	if o.RequireTLS && s.tls == nil {
 		return nil, errors.New("sql.require_tls = true needs sql.tls_cert and sql.tls_key (PEM files): keyway cannot require TLS it does not offer")
 	}
 	s.groups = o.Topology.Groups()
-	for _, u := range o.Users {
+	if err := s.SetUsers(o.Users); err != nil {
+		return nil, err
+	}
+	s.SetCacheRules(o.CacheRules)
+	if o.Metrics != nil {
+		o.Metrics.SetPoolStatsFunc(s.poolStats)
+	}
+	return s, nil
+}
+
+// accounts are the users clients log in as.
+type accounts struct {
+	users map[string]*user
+	// decoyPlugins are the plugins the users have: an unknown user name looks like an account of one of them.
+	decoyPlugins []string
+}
+
+// SetUsers replaces the users new logins are checked against (a configuration reload). Sessions already logged in
+// keep their user. On an error (an unknown auth plugin or group) nothing changes.
+func (s *Server) SetUsers(users []User) error {
+	def, err := s.opts.Topology.Default()
+	if err != nil {
+		return fmt.Errorf("sql: the SQL door needs a backend group to relay to: %w", err)
+	}
+	a := &accounts{users: make(map[string]*user, len(users))}
+	for _, u := range users {
 		e := &user{
 			acct:            mysqlwire.Account{User: u.Name, Password: u.Password, Plugin: cmp.Or(u.AuthPlugin, mysqlwire.CachingSha2Password)},
 			backendUser:     cmp.Or(u.BackendUser, u.Name),
@@ -216,23 +242,29 @@ func New(o Options) (*Server, error) {
 			group:           def,
 		}
 		if e.acct.Plugin != mysqlwire.NativePassword && e.acct.Plugin != mysqlwire.CachingSha2Password {
-			return nil, fmt.Errorf("sql.users %q: auth_plugin = %q: want \"mysql_native_password\" or \"caching_sha2_password\"", u.Name, u.AuthPlugin)
+			return fmt.Errorf("sql.users %q: auth_plugin = %q: want \"mysql_native_password\" or \"caching_sha2_password\"", u.Name, u.AuthPlugin)
 		}
 		if u.Group != "" {
-			if e.group = o.Topology.Group(u.Group); e.group == nil {
-				return nil, fmt.Errorf("sql.users %q: group = %q: no [[groups]] has that name", u.Name, u.Group)
+			if e.group = s.opts.Topology.Group(u.Group); e.group == nil {
+				return fmt.Errorf("sql.users %q: group = %q: no [[groups]] has that name", u.Name, u.Group)
 			}
 		}
-		s.users[u.Name] = e
-		if !slices.Contains(s.decoyPlugins, e.acct.Plugin) {
-			s.decoyPlugins = append(s.decoyPlugins, e.acct.Plugin)
+		a.users[u.Name] = e
+		if !slices.Contains(a.decoyPlugins, e.acct.Plugin) {
+			a.decoyPlugins = append(a.decoyPlugins, e.acct.Plugin)
 		}
 	}
-	slices.Sort(s.decoyPlugins)
-	if o.Metrics != nil {
-		o.Metrics.SetPoolStatsFunc(s.poolStats)
-	}
-	return s, nil
+	slices.Sort(a.decoyPlugins)
+	s.accounts.Store(a)
+	return nil
+}
+
+// SetCacheRules replaces the cache rules (a configuration reload); statements planned from now on follow them.
+func (s *Server) SetCacheRules(rules []CacheRule) {
+	rules = slices.Clone(rules)
+	s.rules.Store(&rules)
+	s.regexMatches.Clear() // verdicts of the old rules' regexps; they are keyed by regexp, so this only frees memory
+	s.regexCount.Store(0)
 }
 
 // PoolStats returns the state of every backend pool.
@@ -360,8 +392,8 @@ func (s *Server) shuttingDown() bool {
 }
 
 // lookup finds a keyway user for the handshake.
-func (s *Server) lookup(name string) (mysqlwire.Account, bool) {
-	u, ok := s.users[name]
+func (a *accounts) lookup(name string) (mysqlwire.Account, bool) {
+	u, ok := a.users[name]
 	if !ok {
 		return mysqlwire.Account{}, false
 	}
@@ -376,8 +408,9 @@ func (s *Server) rsa() (*rsa.PrivateKey, error) {
 	return s.rsaKey, s.rsaErr
 }
 
-// serverConfig is the handshake offer for a new client.
-func (s *Server) serverConfig(remote string) *mysqlwire.ServerConfig {
+// serverConfig is the handshake offer for a new client, authenticating against a (the caller's snapshot of
+// s.accounts, so that the user it then looks up is the one that logged in).
+func (s *Server) serverConfig(remote string, a *accounts) *mysqlwire.ServerConfig {
 	version := defaultVersion
 	caps := uint32(offeredCaps)
 	// Offer what every backend group can also do, so the backend connection negotiates the same protocol whichever
@@ -396,13 +429,13 @@ func (s *Server) serverConfig(remote string) *mysqlwire.ServerConfig {
 		Status:              mysqlwire.StatusAutocommit,
 		TLS:                 s.tls,
 		DefaultPlugin:       mysqlwire.NativePassword,
-		Lookup:              s.lookup,
+		Lookup:              a.lookup,
 		RSAKey:              s.rsa,
 		CachingSha2FullAuth: s.cachingSha2FullAuth,
 		RemoteHost:          remote,
 		// A failed login counts against its address before the client can try again (throttle.go).
 		OnDenied:     func() { s.throttle.failed(remote) },
-		DecoyPlugins: s.decoyPlugins,
+		DecoyPlugins: a.decoyPlugins,
 		RequireTLS:   s.opts.RequireTLS,
 	}
 }

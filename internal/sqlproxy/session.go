@@ -48,13 +48,15 @@ type session struct {
 	nc net.Conn
 	id uint32
 
-	c      *mysqlwire.Conn // client side (keyway is the server)
-	hs     *mysqlwire.Handshake
-	user   *user
-	remote string
-	be     *backend.Conn        // owned for the session's life; nil while switching
-	db     string               // current default database as far as keyway knows
-	stmts  map[uint32]*prepared // client statement id → where it was prepared (pipeline.go)
+	c    *mysqlwire.Conn // client side (keyway is the server)
+	hs   *mysqlwire.Handshake
+	user *user
+	// accounts is the user table the session last authenticated against (login, COM_CHANGE_USER).
+	accounts *accounts
+	remote   string
+	be       *backend.Conn        // owned for the session's life; nil while switching
+	db       string               // current default database as far as keyway knows
+	stmts    map[uint32]*prepared // client statement id → where it was prepared (pipeline.go)
 
 	deprecateEOF bool
 	// warned is set when the last reply relayResults passed ended with a warning count above zero: a reply the
@@ -123,7 +125,7 @@ func (ss *session) run() {
 		return
 	}
 	ss.hs = hs
-	ss.user = s.users[hs.User]
+	ss.user = ss.accounts.users[hs.User]
 	ss.deprecateEOF = hs.Capabilities&mysqlwire.ClientDeprecateEOF != 0
 	if err := ss.attach(hs.DB); err != nil {
 		return
@@ -164,7 +166,8 @@ func (ss *session) login() (*mysqlwire.Handshake, error) {
 		return nil, errSessionEnd
 	}
 	_ = ss.nc.SetDeadline(time.Now().Add(s.handshakeTimeout))
-	cfg := s.serverConfig(ss.remote)
+	ss.accounts = s.accounts.Load()
+	cfg := s.serverConfig(ss.remote, ss.accounts)
 	cfg.ConnectionID = ss.id
 	hs, err := mysqlwire.ServerHandshake(ss.c, cfg)
 	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
@@ -595,7 +598,8 @@ func (ss *session) changeUser(p []byte) error {
 		ss.sendErr(ss.s.throttle.errHostBlocked(ss.remote))
 		return errSessionEnd
 	}
-	cfg := ss.s.serverConfig(ss.remote)
+	ss.accounts = ss.s.accounts.Load()
+	cfg := ss.s.serverConfig(ss.remote, ss.accounts)
 	acct, err := mysqlwire.ServerAuth(ss.c, cfg, userName, ss.hs.Scramble, pluginName, reply)
 	if err != nil {
 		return errSessionEnd // refused: ERR sent; MySQL also closes the connection
@@ -604,7 +608,7 @@ func (ss *session) changeUser(p []byte) error {
 	ss.releaseBackend()
 	ss.quit = false
 	ss.hs.User, ss.hs.Account, ss.hs.Collation = acct.User, acct, collation
-	ss.user = ss.s.users[acct.User]
+	ss.user = ss.accounts.users[acct.User]
 	ss.stmts, ss.pin = nil, pinState{}
 	if err := ss.attach(dbName); err != nil {
 		return err

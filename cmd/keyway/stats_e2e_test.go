@@ -1,0 +1,119 @@
+package main
+
+// keyway stats, one-shot, against a keyway serving both doors and a container in front of a private MariaDB.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+
+	"github.com/keywaydb/keyway/internal/testenv"
+)
+
+func TestStatsOnce(t *testing.T) {
+	m := testenv.NewMariaDB(t)
+	rootExec(t, m.RootDSN, "CREATE TABLE test.kv (k VARCHAR(64) PRIMARY KEY, v TEXT)")
+	free := func() string {
+		port, err := testenv.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	}
+	sqlAddr, adminAddr := free(), free()
+	path := filepath.Join(t.TempDir(), "keyway.toml")
+	if err := os.WriteFile(path, []byte(fmt.Sprintf(`
+[admin]
+listen = %q
+
+[sql]
+listen = %q
+
+[[sql.users]]
+name = "app"
+password = "secret"
+
+[[groups]]
+name = "main"
+primary = %q
+user = "app"
+password = "secret"
+invalidate = "none"
+
+[[containers]]
+name = "kv"
+table = "test.kv"
+key = "k"
+values = ["v"]
+`, adminAddr, sqlAddr, m.Addr)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kw := testenv.NewKeyway(t, "--config", path)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, a := range []string{sqlAddr, adminAddr} {
+		if err := testenv.WaitForPort(ctx, a); err != nil {
+			t.Fatalf("%s: %v\n%s", a, err, kw.Output())
+		}
+	}
+	// Traffic: one set, a hit and a miss on the memcache door; two logins and two statements on the SQL door.
+	mc := memcache.New(kw.Addr)
+	if err := mc.Set(&memcache.Item{Key: "@@kv.a", Value: []byte("1")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mc.Get("@@kv.a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mc.Get("@@kv.nope"); err != memcache.ErrCacheMiss {
+		t.Fatalf("get of a missing key: %v", err)
+	}
+	mc.Close() // connections are counted when open; closed, the figure is settled
+	for range 2 {
+		if n := login(t, sqlAddr, "app", "secret"); n != 0 {
+			t.Fatalf("login: error %d", n)
+		}
+	}
+
+	bin, err := testenv.KeywayBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Join([]string{
+		"keyway at " + adminAddr,
+		"memcache   " + kw.Addr + "  connections 0  items 1  memory N of 64.0 MiB  evictions 0",
+		"           gets 2  hits 50.0%  sets 1",
+		"store      memory only (nothing kept across a restart)",
+		"group      main  " + m.Addr + "  up",
+		"sql        " + sqlAddr + "  connections 0  queries 2",
+		"  pool     main  app  open 1  idle 1  in_use 0  waits 0  errors 0",
+		"container  kv  test.kv  checked  get caching  set caching  write sync  batches 1  rows 1",
+		"",
+	}, "\n")
+	// --once, and no flag: stdout is a pipe here, so the view is one snapshot either way.
+	for _, args := range [][]string{{"--once"}, nil} {
+		// A session of either door ends (a SQL session's backend connection back in the pool) shortly after its
+		// client left.
+		eventually(t, fmt.Sprintf("keyway stats %v", args), func() (bool, string) {
+			var stdout, stderr bytes.Buffer
+			cmd := exec.Command(bin, append([]string{"stats", "--admin", adminAddr}, args...)...)
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("keyway stats %v: %v\n%s", args, err, stderr.String())
+			}
+			// Memory figures depend on the item's overhead: they are checked for form only.
+			got := regexp.MustCompile(`memory \d+(\.\d)? [KMG]?i?B of 64\.0 MiB`).ReplaceAllString(stdout.String(), "memory N of 64.0 MiB")
+			return got == want, fmt.Sprintf("\n%s\nwant:\n%s", got, want)
+		})
+	}
+}

@@ -1,0 +1,201 @@
+package server
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/keywaydb/keyway/internal/backend"
+	"github.com/keywaydb/keyway/internal/binlog"
+	"github.com/keywaydb/keyway/internal/config"
+	"github.com/keywaydb/keyway/internal/container"
+	"github.com/keywaydb/keyway/internal/mysqlwire"
+)
+
+// Check connects to every backend group of cfg (a validated config) as keyway would when serving it, and returns
+// one line per problem it finds, without opening any listener:
+//   - a primary that cannot be reached, or that refuses the group's account or a SQL user's backend account;
+//   - a container table the group's account lacks SELECT, INSERT, UPDATE or DELETE on;
+//   - a container table that does not fit its definition (the same check as at startup: container.Open);
+//   - a binary log the follower cannot use, or an account without REPLICATION SLAVE and CLIENT (binlog.Check),
+//     for groups whose invalidate is "auto" or "binlog".
+//
+// A group whose primary cannot be reached, or refuses the group's account, is not checked further: every other
+// check of it would fail for the same reason. Privileges granted through roles are not seen (information_schema
+// lists the account's own), so such an account is reported as lacking them.
+func Check(ctx context.Context, cfg config.Config) []string {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	topo, err := backend.NewTopology(groupOptions(cfg, quiet))
+	if err != nil {
+		return []string{err.Error()}
+	}
+	defer topo.Close()
+	var out []string
+	for _, g := range cfg.Groups {
+		out = append(out, checkGroup(ctx, cfg, g, topo.Group(g.Name), quiet)...)
+	}
+	return out
+}
+
+// checkGroup checks one group: its account, its SQL users' backend accounts, its containers and its binlog.
+func checkGroup(ctx context.Context, cfg config.Config, g config.Group, grp *backend.Group, quiet *slog.Logger) []string {
+	var out []string
+	say := func(format string, args ...any) {
+		out = append(out, fmt.Sprintf("group %q: ", g.Name)+fmt.Sprintf(format, args...))
+	}
+	db := container.OpenDB(grp.SQLConfig())
+	defer db.Close()
+	if err := db.PingContext(ctx); err != nil {
+		say("%s", loginProblem(g.Primary, g.User, "the group's account (user, password)", err))
+		return out
+	}
+
+	for _, u := range cfg.SQL.Users {
+		if u.Group != g.Name || u.BackendUser == g.User && u.BackendPassword == g.Password {
+			continue
+		}
+		dc := grp.SQLConfig()
+		dc.User, dc.Passwd = u.BackendUser, u.BackendPassword
+		if err := pingAs(ctx, dc); err != nil {
+			say("%s", loginProblem(g.Primary, u.BackendUser, fmt.Sprintf("sql.users %q (backend_user, backend_password)", u.Name), err))
+		}
+	}
+
+	var defs []container.Def
+	if cfg.Migrate.InnodbMemcache == g.Name {
+		imported, err := container.ImportInnodbMemcache(ctx, db)
+		if err != nil {
+			say("migrate.innodb_memcache: %v", err)
+		}
+		for _, c := range imported {
+			defs = append(defs, c.Def)
+		}
+	}
+	for _, c := range cfg.Containers {
+		if c.Group == g.Name {
+			defs = append(defs, containerDef(c))
+		}
+	}
+	for _, def := range defs {
+		if missing, err := missingTablePrivileges(ctx, db, def.Schema, def.Table); err != nil {
+			say("container %q: reading the account's privileges: %v", def.Name, err)
+			continue
+		} else if missing != "" {
+			say("container %q (%s.%s): user %q lacks %s: GRANT SELECT, INSERT, UPDATE, DELETE ON %s.%s TO '%s'@'<host>'",
+				def.Name, def.Schema, def.Table, g.User, missing, def.Schema, def.Table, g.User)
+			continue // without SELECT the table looks absent: the fit check would only mislead
+		}
+		// The startup check itself: columns, types and the key's index.
+		ct, err := container.Open(ctx, db, def, container.Options{Backend: fmt.Sprintf("group %s (%s)", g.Name, g.Primary), Logger: quiet})
+		if err != nil {
+			say("%v", err)
+			continue
+		}
+		if err := ct.NotChecked(); err != nil {
+			say("%v", err)
+		}
+		ct.Close()
+	}
+
+	if g.Invalidate == config.InvalidateAuto || g.Invalidate == config.InvalidateBinlog {
+		user, password, dial, tc := grp.ReplicaLogin()
+		if g.BinlogUser != "" {
+			user, password = g.BinlogUser, g.BinlogPassword
+		}
+		if _, err := binlog.Check(ctx, binlog.Options{Group: g.Name, User: user, Password: password, Dial: dial, TLS: tc}); err != nil {
+			// binlog's connection errors name the group already.
+			say("binlog follower: %s", strings.TrimPrefix(err.Error(), fmt.Sprintf("group %q: ", g.Name)))
+		}
+	}
+	return out
+}
+
+// containerDef is a [[containers]] entry as package container takes it.
+func containerDef(c config.Container) container.Def {
+	schema, table, _ := strings.Cut(c.Table, ".")
+	return container.Def{Name: c.Name, Schema: schema, Table: table, KeyColumn: c.Key, ValueColumns: c.Values,
+		Separator: c.Separator, FlagsColumn: c.Flags, CASColumn: c.CAS, ExpiryColumn: c.Expiry}
+}
+
+// pingAs logs in once with dc.
+func pingAs(ctx context.Context, dc *mysql.Config) error {
+	connector, err := mysql.NewConnector(dc)
+	if err != nil {
+		return err
+	}
+	db := sql.OpenDB(connector)
+	defer db.Close()
+	return db.PingContext(ctx)
+}
+
+// loginProblem says why logging in to primary as user failed: the server refused the account (an error of the
+// server's, such as 1045 access denied: fix what) or it could not be reached at all.
+func loginProblem(primary, user, what string, err error) string {
+	// A refusal reaches here from go-sql-driver (the ping) or from mysqlwire (the group's health check, which
+	// marked the group down first); both are shown alike.
+	refused := func(code uint16, state, msg string) string {
+		return fmt.Sprintf("primary %s refuses user %q: Error %d (%s): %s: fix %s", primary, user, code, state, msg, what)
+	}
+	if me, ok := errors.AsType[*mysql.MySQLError](err); ok {
+		return refused(me.Number, string(me.SQLState[:]), me.Message)
+	}
+	if me, ok := errors.AsType[*mysqlwire.Error](err); ok {
+		return refused(me.Code, me.State, me.Message)
+	}
+	var ue *backend.UnavailableError
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return fmt.Sprintf("primary %s is unreachable: %v", primary, err)
+}
+
+// tablePrivileges are what a container needs on its table.
+var tablePrivileges = []string{"SELECT", "INSERT", "UPDATE", "DELETE"}
+
+// missingTablePrivileges names the privileges of tablePrivileges the connected account lacks on schema.table
+// ("" when it has them all), from its global, schema and table grants in information_schema.
+func missingTablePrivileges(ctx context.Context, db *sql.DB, schema, table string) (string, error) {
+	var current string
+	if err := db.QueryRowContext(ctx, "SELECT CURRENT_USER()").Scan(&current); err != nil {
+		return "", err
+	}
+	at := strings.LastIndexByte(current, '@')
+	if at < 0 {
+		return "", fmt.Errorf("CURRENT_USER() is %q, not user@host", current)
+	}
+	grantee := "'" + current[:at] + "'@'" + current[at+1:] + "'"
+	rows, err := db.QueryContext(ctx, `
+		SELECT PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES WHERE GRANTEE = ?
+		UNION SELECT PRIVILEGE_TYPE FROM information_schema.SCHEMA_PRIVILEGES WHERE GRANTEE = ? AND ? LIKE TABLE_SCHEMA
+		UNION SELECT PRIVILEGE_TYPE FROM information_schema.TABLE_PRIVILEGES
+			WHERE GRANTEE = ? AND TABLE_SCHEMA = ? AND TABLE_NAME = ?`,
+		grantee, grantee, schema, grantee, schema, table)
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	has := map[string]bool{}
+	for rows.Next() {
+		var p string
+		if err := rows.Scan(&p); err != nil {
+			return "", err
+		}
+		has[strings.ToUpper(p)] = true
+	}
+	if err := rows.Err(); err != nil {
+		return "", err
+	}
+	var missing []string
+	for _, p := range tablePrivileges {
+		if !has[p] {
+			missing = append(missing, p)
+		}
+	}
+	return strings.Join(missing, ", "), nil
+}
