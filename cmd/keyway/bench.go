@@ -472,4 +472,3 @@ func newProgress(stdout, stderr io.Writer) *bench.Progress {
 	}
 	return nil
 }
-

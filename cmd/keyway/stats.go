@@ -77,7 +77,6 @@ func runStats(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-
 // statsSnapshot is one reading: /status as the server types it, and /metrics summed by metric name.
 type statsSnapshot struct {
 	status  server.Status

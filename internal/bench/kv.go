@@ -54,7 +54,7 @@ const (
 	// within flush_interval (1s), so a crash of keyway may lose up to 1s of
 	// acknowledged sets.
 	kwAsyncLazyTarget = "keyway-async-1s"
-	selectTarget      = "select"     // SELECT c2 ... WHERE c1=? direct, prepared
+	selectTarget      = "select" // SELECT c2 ... WHERE c1=? direct, prepared
 	// memcache get @@aaa.key through keyway, caching, after every pair was set through keyway (so each get finds
 	// the copy the set wrote through, as the seed's loop reads what it loaded)
 	kwGetTarget     = "keyway-get"

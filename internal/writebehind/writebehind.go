@@ -115,9 +115,9 @@ type Queue struct {
 	bytes   int64               // size of pending (see entry.size)
 	// queued is len(pending), stored under mu after each change, so Drain can see "nothing pending" without the
 	// lock: the SQL door settles before every statement that names the table.
-	queued atomic.Int64
-	seq     uint64              // the last Put's number
-	lastErr error               // the last failure to reach the table; nil once a round succeeds
+	queued  atomic.Int64
+	seq     uint64 // the last Put's number
+	lastErr error  // the last failure to reach the table; nil once a round succeeds
 	closed  bool
 
 	kick chan struct{}
