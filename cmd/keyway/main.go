@@ -32,12 +32,16 @@ var version = "0.1.0-dev"
 const usage = `keyway — fast, consistent access to MySQL data
 
 usage:
-  keyway serve [flags]       serve the memcache door (keyway serve -h for flags)
-  keyway check [flags]       check a configuration and its backends without serving (serve's flags)
-  keyway stats [--admin A]   live figures from a running keyway's admin listener
-  keyway bench memcache      benchmark keyway against memcached side by side
-  keyway bench sql           benchmark the SQL door against MariaDB direct (sysbench)
-  keyway version             print the version
+  keyway serve [flags]          serve the memcache and SQL doors (keyway serve -h for flags)
+  keyway check [flags]          check a configuration and its backends without serving (serve's flags)
+  keyway stats [--admin A]      live figures from a running keyway's admin listener
+  keyway bench memcache         the memcache door against memcached (memcaslap)
+  keyway bench sql              the SQL door against MariaDB direct and haproxy (sysbench)
+  keyway bench kv               the InnoDB memcached plugin's experiment: SELECT/INSERT vs keyway vs memcached
+  keyway bench staleness        how long a direct write takes to reach reads through keyway
+  keyway bench report --out D   every suite, then one HTML report (D/index.html) and D/report.json
+  keyway bench compare OLD NEW  each figure's change between two report.json files, regressions marked
+  keyway version                print the version
 `
 
 func main() {
