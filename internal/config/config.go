@@ -364,7 +364,7 @@ const (
 	wantServerID     = `want an integer from 1 to 4294967295 that no server or other replica uses, or 0 to derive one`
 	wantStaleness    = `want a positive duration, e.g. "1s" or "200ms"`
 	wantInvalidate   = `want "binlog", "ttl", "none", or no key (binlog when the server has a usable one)`
-	wantAdminListen  = `want "host:port", e.g. "127.0.0.1:9104" (empty host = all interfaces, port 0 = any free port), or "" for no admin listener`
+	wantAdminListen  = `want "host:port", e.g. "127.0.0.1:9104" (empty host = loopback; "0.0.0.0:9104" = all interfaces; port 0 = any free port), or "" for no admin listener`
 	wantAdminToken   = `want at least 16 printable ASCII characters without spaces (e.g. the output of "openssl rand -hex 24"), or "" for no authentication`
 	wantTLSFile      = `want the path of a PEM file`
 	wantTLSPair      = `want both sql.tls_cert and sql.tls_key (a PEM certificate chain and its PEM private key) to offer TLS, or neither`

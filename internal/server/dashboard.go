@@ -107,6 +107,15 @@ func (s *Server) readiness() []admin.Part {
 	return parts
 }
 
+// adminBind is the address the admin listener binds for [admin] listen: a missing host means loopback, not every
+// interface, so exposing the admin endpoints to other hosts takes an explicit "0.0.0.0:port" (or a host's address).
+func adminBind(listen string) string {
+	if host, port, err := net.SplitHostPort(listen); err == nil && host == "" {
+		return net.JoinHostPort("127.0.0.1", port)
+	}
+	return listen
+}
+
 // warnOpenAdmin says loudly when the admin listener is reachable from other hosts with no token: its endpoints
 // show the server's state and digests (never a password) and let anyone reset the digest statistics.
 func warnOpenAdmin(log *slog.Logger, addr net.Addr, token bool) {

@@ -284,7 +284,7 @@ func (s *Server) startSQLAndAdmin() error {
 		s.log.Info("SQL door serving", "sql", ln.Addr().String(), "groups", len(cfg.Groups), "users", len(cfg.SQL.Users))
 	}
 	if cfg.Admin.Listen != "" {
-		ln, err := net.Listen("tcp", cfg.Admin.Listen)
+		ln, err := net.Listen("tcp", adminBind(cfg.Admin.Listen))
 		if err != nil {
 			return fmt.Errorf("admin.listen %q: %w (change [admin] listen or --admin-listen)", cfg.Admin.Listen, err)
 		}
