@@ -167,3 +167,41 @@ func (c *conn) cacheMemlimit(toks [][]byte) {
 		c.reply(quiet, replyOK)
 	}
 }
+
+// cachedump is memcached's "stats cachedump <class> <limit>", which
+// libmemcached's memcached_dump (and so php-memcached's getAllKeys) asks of
+// every class in turn: "ITEM <key> [<bytes> b; <expiry, 0 for none> s]" per
+// item, at most limit of them (0: all), then END. memcached lists only its
+// cold LRU and at most 2 MiB of lines; keyway lists every live item of its
+// one class, streamed.
+func (c *conn) cachedump(toks [][]byte) {
+	if len(toks) < 4 {
+		c.out = append(c.out, "CLIENT_ERROR bad command line\r\n"...)
+		return
+	}
+	class, ok1 := parseUint32(toks[2])
+	limit, ok2 := parseUint32(toks[3])
+	switch {
+	case !ok1 || !ok2:
+		c.out = append(c.out, replyBadFormat...)
+		return
+	case class > maxSlabClass:
+		c.out = append(c.out, "CLIENT_ERROR Illegal slab id\r\n"...)
+		return
+	}
+	if class == 1 { // itemClass
+		shown := uint32(0)
+		c.eng.Store().Walk(func(key string, it store.Item) bool {
+			c.out = append(c.out, "ITEM "...)
+			c.out = append(c.out, key...)
+			c.out = append(c.out, " ["...)
+			c.out = strconv.AppendInt(c.out, int64(len(it.Value)), 10)
+			c.out = append(c.out, " b; "...)
+			c.out = strconv.AppendInt(c.out, it.Exptime, 10)
+			c.out = append(c.out, " s]\r\n"...)
+			shown++
+			return (limit == 0 || shown < limit) && c.flushIfFull() == nil
+		})
+	}
+	c.out = append(c.out, replyEnd...)
+}

@@ -139,6 +139,8 @@ var peerCases = []peerCase{
 	{name: "cache_memlimit", send: "cache_memlimit\r\ncache_memlimit x\r\ncache_memlimit -1\r\ncache_memlimit 0\r\ncache_memlimit 7\r\n" +
 		"cache_memlimit 1000000001\r\ncache_memlimit x noreply\r\ncache_memlimit 1 noreply\r\ncache_memlimit 100 noreply\r\n" +
 		"cache_memlimit 64 x\r\ncache_memlimit 4294967360\r\ncache_memlimit 64 0 0\r\nmn\r\n"},
+	{name: "stats cachedump usage", send: "stats cachedump\r\nstats cachedump 1\r\nstats cachedump x 0\r\nstats cachedump 1 x\r\n" +
+		"stats cachedump 64 0\r\nstats cachedump 63 0\r\nstats cachedump -1 0\r\nmn\r\n"},
 	{name: "stats sizes", send: "stats sizes\r\nstats extstore\r\nstats detail\r\nstats detail x\r\nstats detailx\r\nmn\r\n"},
 }
 

@@ -12,7 +12,7 @@ import (
 
 // stats [group]: memcached's statistics, as "STAT name value" lines ending
 // in END. The groups are memcached 1.6.18's: settings, reset, detail,
-// conns, and the engine's items, slabs and sizes (engineStats).
+// conns, cachedump, and the engine's items, slabs and sizes (engineStats).
 func (c *conn) stats(toks [][]byte) {
 	w := statSink{c: c}
 	if len(toks) == 1 {
@@ -32,6 +32,9 @@ func (c *conn) stats(toks [][]byte) {
 		c.settingsStats(w)
 	case "conns":
 		c.srv.connStats(w)
+	case "cachedump":
+		c.cachedump(toks)
+		return
 	case "extstore":
 		// keyway has no external storage; memcached without one lists nothing.
 	default:
