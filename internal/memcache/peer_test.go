@@ -141,6 +141,11 @@ var peerCases = []peerCase{
 		"cache_memlimit 64 x\r\ncache_memlimit 4294967360\r\ncache_memlimit 64 0 0\r\nmn\r\n"},
 	{name: "stats cachedump usage", send: "stats cachedump\r\nstats cachedump 1\r\nstats cachedump x 0\r\nstats cachedump 1 x\r\n" +
 		"stats cachedump 64 0\r\nstats cachedump 63 0\r\nstats cachedump -1 0\r\nmn\r\n"},
+	// Binary stat groups are matched as memcached matches them: reset by
+	// prefix, the engine's groups exactly, conns not at all.
+	{name: "binary stat groups", send: string(req(opStat, "conns", "").bytes()) + string(req(opStat, "slabsx", "").bytes()) +
+		string(req(opStat, "sizes", "").bytes()) + string(req(opStat, "resetx", "").bytes()) + string(req(opStat, "bogus", "").bytes()) +
+		string(req(opNoop, "", "").bytes())},
 	{name: "stats sizes", send: "stats sizes\r\nstats extstore\r\nstats detail\r\nstats detail x\r\nstats detailx\r\nmn\r\n"},
 }
 
