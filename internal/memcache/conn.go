@@ -1,6 +1,7 @@
 package memcache
 
 import (
+	"bytes"
 	"errors"
 	"net"
 	"os"
@@ -173,11 +174,21 @@ func (c *conn) setWaitState() {
 	switch {
 	case c.swallow > 0:
 		c.state.Store(stateSwallow)
-	case c.need > 0:
+	case c.need > 0 && c.lineRead():
 		c.state.Store(stateNRead)
 	case c.state.Load() != stateNewCmd:
 		c.state.Store(stateRead)
 	}
+}
+
+// lineRead reports whether the unanswered input holds a whole command line
+// (text) or header (binary), so what is awaited is the data after it.
+func (c *conn) lineRead() bool {
+	buf := c.rbuf[c.rpos:c.rend]
+	if c.proto == protoBinary {
+		return len(buf) >= binaryHeaderLen
+	}
+	return bytes.IndexByte(buf, '\n') >= 0
 }
 
 // makeRoom makes sure there is space to read into: it moves unanswered input

@@ -144,7 +144,8 @@ var peerCases = []peerCase{
 	// Binary stat groups are matched as memcached matches them: reset by
 	// prefix, the engine's groups exactly, conns not at all.
 	{name: "binary stat groups", send: string(req(opStat, "conns", "").bytes()) + string(req(opStat, "slabsx", "").bytes()) +
-		string(req(opStat, "sizes", "").bytes()) + string(req(opStat, "resetx", "").bytes()) + string(req(opStat, "bogus", "").bytes()) +
+		string(req(opStat, "sizes", "").bytes()) + string(req(opStat, "resetx", "").bytes()) + string(req(opStat, "bogus", "").bytes()) + string(req(opStat, "extstore", "").bytes()) +
+		string(req(opStat, "cachedump 1 0", "").bytes()) +
 		string(req(opNoop, "", "").bytes())},
 	{name: "stats sizes", send: "stats sizes\r\nstats extstore\r\nstats detail\r\nstats detail x\r\nstats detailx\r\nmn\r\n"},
 }

@@ -136,8 +136,8 @@ func TestStatsGroups(t *testing.T) {
 
 // TestStatsConns checks stats conns shows the listener and every client
 // connection with memcached's state names: one that has sent nothing, one
-// waiting for its next command, one in the middle of a data block, and the
-// one asking.
+// waiting for its next command, one in the middle of a data block, one in
+// the middle of a line, and the one asking.
 func TestStatsConns(t *testing.T) {
 	addr := newTestServer(t)
 	fresh := dialTest(t, addr)
@@ -146,10 +146,12 @@ func TestStatsConns(t *testing.T) {
 	idle.expect("MN\r\n")
 	partial := dialTest(t, addr)
 	partial.send("set p 0 0 10\r\nabc")
+	halfLine := dialTest(t, addr)
+	halfLine.send("get abc")
 	c := dialTest(t, addr)
 	local := func(tc *testClient) string { return "tcp:" + tc.nc.LocalAddr().String() }
 	want := map[string]string{local(fresh): "conn_new_cmd", local(idle): "conn_read",
-		local(partial): "conn_nread", local(c): "conn_parse_cmd"}
+		local(partial): "conn_nread", local(halfLine): "conn_read", local(c): "conn_parse_cmd"}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		v := statsGroup(t, c, "conns")
