@@ -169,7 +169,12 @@ func (c *conn) binaryRequest(buf []byte) (int, error) {
 		if h.opcode == opSet || h.opcode == opSetQ {
 			mode = engine.Set // a refused set drops the old value, as memcached does
 		}
-		switch c.takeValue(mode, buf[binaryHeaderLen+h.extlen:head], int64(vlen), total, len(buf) >= total) {
+		verdict := c.takeValue(mode, buf[binaryHeaderLen+h.extlen:head], int64(vlen), total, len(buf) >= total)
+		if verdict != valueTaken {
+			// memcached counts the set before it finds no room for the value.
+			c.srv.prefixes.set(buf[binaryHeaderLen+h.extlen : head])
+		}
+		switch verdict {
 		case valueTooLarge:
 			c.binError(h, statusTooLarge)
 			c.swallow = int64(vlen)

@@ -1,6 +1,7 @@
 package memcache
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/keywaydb/keyway/internal/testenv"
@@ -41,6 +42,10 @@ var detailSteps = []detailStep{
 		string(req(opAdd, "i:1", "v", setExtras(0, 0)...).bytes()) + string(req(opReplaceQ, "i:2", "v", setExtras(0, 0)...).bytes()) +
 		string(req(opAppend, "i:1", "w").bytes()) + string(req(opIncrement, "i:3", "", arithExtras(1, 0, 0)...).bytes()) +
 		string(req(opDelete, "h:1", "").bytes()) + string(req(opDeleteQ, "i:9", "").bytes()) + binNoopReq},
+	// Values over the item size limit (1 MiB in both) are counted as sets.
+	{name: "too large", send: "set big:1 0 0 2000000\r\n" + strings.Repeat("x", 2000000) + "\r\nmn\r\n", compare: true},
+	{name: "binary too large", send: string(req(opSet, "big:2", strings.Repeat("x", 2000000), setExtras(0, 0)...).bytes()) +
+		string(req(opAppendQ, "big:3", strings.Repeat("x", 2000000)).bytes()) + binNoopReq},
 	{name: "dump text", send: "stats detail dump\r\nmn\r\n", compare: true},
 	{name: "dump binary", send: binStat("detail dump") + binNoopReq, compare: true},
 	{name: "binary usage", send: binStat("detail") + binStat("detailx") + binStat("details on") + binStat("detail  on") + binNoopReq, compare: true},
