@@ -76,6 +76,12 @@ func TestMetadumpMatchesMemcached(t *testing.T) {
 	}
 	for _, classes := range []string{"all", "hash", "1", "1,", "1,2"} {
 		want, got := metadumpShape(metadump(t, mc.Addr, classes)), metadumpShape(metadump(t, kw, classes))
+		// memcached's crawler can miss an item its LRU maintainer moves
+		// while it walks (here and there the one just fetched): it is
+		// asked again, a few times, for a whole listing.
+		for try := 0; try < 5 && !slices.Equal(got, want); try++ {
+			want = metadumpShape(metadump(t, mc.Addr, classes))
+		}
 		if !slices.Equal(got, want) {
 			t.Errorf("metadump %s:\nkeyway    %q\nmemcached %q", classes, got, want)
 		}
