@@ -2,6 +2,7 @@ package memcache
 
 import (
 	"encoding/binary"
+	"strings"
 
 	"github.com/keywaydb/keyway/internal/engine"
 	"github.com/keywaydb/keyway/internal/store"
@@ -168,7 +169,12 @@ func (c *conn) binaryRequest(buf []byte) (int, error) {
 		if h.opcode == opSet || h.opcode == opSetQ {
 			mode = engine.Set // a refused set drops the old value, as memcached does
 		}
-		switch c.takeValue(mode, buf[binaryHeaderLen+h.extlen:head], int64(vlen), total, len(buf) >= total) {
+		verdict := c.takeValue(mode, buf[binaryHeaderLen+h.extlen:head], int64(vlen), total, len(buf) >= total)
+		if verdict != valueTaken {
+			// memcached counts the set before it finds no room for the value.
+			c.srv.prefixes.set(buf[binaryHeaderLen+h.extlen : head])
+		}
+		switch verdict {
 		case valueTooLarge:
 			c.binError(h, statusTooLarge)
 			c.swallow = int64(vlen)
@@ -309,6 +315,7 @@ func (c *conn) binGet(h binHeader, quiet bool, extras, key []byte) {
 	if op == opTouch {
 		value = nil
 	}
+	c.srv.prefixes.get(key, found)
 	c.binGetReply(h, quiet, key, value, flags, cas, found)
 }
 
@@ -359,6 +366,7 @@ func (c *conn) binGetRun(buf []byte) int {
 			}
 		}
 		items[i] = store.Item{} // a value written out can go before the run ends
+		c.srv.prefixes.get(key, ok)
 		c.binGetReply(h, quiet, key, it.Value, it.Flags, it.CAS, ok)
 		if c.flushIfFull() != nil {
 			break // the write error closes the connection
@@ -433,6 +441,7 @@ func (c *conn) binStore(h binHeader, quiet bool, extras, key, value []byte) {
 	if h.cas != 0 {
 		mode = engine.CAS
 	}
+	c.srv.prefixes.set(key)
 	v := make([]byte, len(value)) // owned by the store from here on
 	copy(v, value)
 	status, it, err := c.eng.StoreValue(key, v, engine.StoreRequest{Mode: mode, Flags: flags, TTL: exptime, CAS: h.cas})
@@ -445,6 +454,7 @@ func (c *conn) binConcat(h binHeader, quiet bool, key, value []byte) {
 	if h.opcode == opPrepend || h.opcode == opPrependQ {
 		mode = engine.Prepend
 	}
+	c.srv.prefixes.set(key)
 	v := make([]byte, len(value))
 	copy(v, value)
 	status, it, err := c.eng.StoreValue(key, v, engine.StoreRequest{Mode: mode, CAS: h.cas})
@@ -472,6 +482,7 @@ func (c *conn) binStoreReply(h binHeader, quiet bool, mode engine.Mode, status e
 			c.binError(h, statusNotStored)
 		}
 	case engine.NoMemory:
+		c.srv.noMemory.Add(1)
 		c.binError(h, statusNoMemory)
 	default:
 		c.binServerError(h, err)
@@ -479,6 +490,7 @@ func (c *conn) binStoreReply(h binHeader, quiet bool, mode engine.Mode, status e
 }
 
 func (c *conn) binDelete(h binHeader, quiet bool, key []byte) {
+	c.srv.prefixes.del(key)
 	status, err := c.eng.Delete(key, engine.DeleteRequest{CompareCAS: h.cas != 0, CAS: h.cas})
 	switch status {
 	case engine.Deleted:
@@ -527,21 +539,38 @@ func (c *conn) binArith(h binHeader, quiet bool, extras, key []byte) {
 
 // binStats answers stat: one packet per statistic, key the name and value
 // the value, then a packet with neither. The key picks the group as the
-// text protocol's "stats <group>" does.
+// text protocol's "stats <group>" does, matched as memcached 1.6.18 matches
+// it: "reset", "settings" and "detail" by prefix, the engine's groups
+// (items, slabs, sizes) exactly; "conns" and anything else is not found.
 func (c *conn) binStats(h binHeader, group []byte) {
 	w := statSink{c: c, binary: true, opaque: h.opaque}
-	switch string(group) {
-	case "":
+	switch g := string(group); {
+	case g == "":
 		c.srv.generalStats(w)
-	case "settings":
+	case strings.HasPrefix(g, "reset"):
+		c.srv.resetStats()
+	case strings.HasPrefix(g, "settings"):
 		c.settingsStats(w)
-	case "reset":
-		// keyway's counters are cumulative; memcached acknowledges with the terminator.
-	case "items", "slabs", "sizes", "conns", "extstore":
-		// memcached groups keyway does not have: no statistics.
+	case strings.HasPrefix(g, "detail"):
+		// The word after "detail" is read by its prefix too ("detail
+		// onward" is on); a dump is one statistic named "detailed".
+		p := &c.srv.prefixes
+		switch word := g[len("detail"):]; {
+		case strings.HasPrefix(word, " dump"):
+			w.str("detailed", string(p.dump(nil)))
+		case strings.HasPrefix(word, " on"):
+			p.on.Store(true)
+		case strings.HasPrefix(word, " off"):
+			p.on.Store(false)
+		default:
+			c.binError(h, statusKeyNotFound)
+			return
+		}
 	default:
-		c.binError(h, statusKeyNotFound)
-		return
+		if !c.srv.engineStats(w, g) {
+			c.binError(h, statusKeyNotFound)
+			return
+		}
 	}
 	c.binHeader(h, statusOK, 0, 0, 0, 0)
 }

@@ -699,6 +699,7 @@ func FuzzBinary(f *testing.F) {
 		{req(opAppend, "k", "x"), req(opPrependQ, "k", "y"), req(opDelete, "k", "")},
 		{req(opTouch, "k", "", be32(10)...), req(opGATK, "k", "", be32(10)...), req(opGATQ, "k", "", be32(0)...)},
 		{req(opFlush, "", "", be32(0)...), req(opFlushQ, "", "")},
+		{req(opStat, "detail on", ""), req(opSet, "a:b", "v", ex...), req(opStat, "detail dump", ""), req(opStat, "items", ""), req(opStat, "slabs", "")},
 		{req(opStat, "", ""), req(opStat, "settings", ""), req(opStat, "x", "")},
 		{req(opVersion, "", ""), req(opVerbosity, "", "", be32(0)...), req(0x21, "PLAIN", "x")},
 		{req(opGet, "abc", "").lie(3, 0, 1)},

@@ -1,10 +1,12 @@
 package memcache
 
 import (
+	"bytes"
 	"errors"
 	"net"
 	"os"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/keywaydb/keyway/internal/engine"
@@ -42,6 +44,14 @@ type conn struct {
 	srv *Server
 	eng *engine.Engine
 	nc  net.Conn
+
+	// id, listenAddr, state and lastCmd are what stats conns shows; state
+	// and lastCmd (Unix seconds) are written by the connection's goroutine
+	// and read by any.
+	id         uint64
+	listenAddr net.Addr
+	state      atomic.Uint32
+	lastCmd    atomic.Int64
 
 	// rbuf[rpos:rend] is input not yet answered.
 	rbuf       []byte
@@ -87,8 +97,22 @@ const (
 )
 
 func newConn(s *Server, nc net.Conn) *conn {
-	return &conn{srv: s, eng: s.eng, nc: nc, rbuf: make([]byte, initialReadBuffer), authed: s.auth == nil}
+	c := &conn{srv: s, eng: s.eng, nc: nc, rbuf: make([]byte, initialReadBuffer), authed: s.auth == nil}
+	c.lastCmd.Store(time.Now().Unix())
+	return c
 }
+
+// A connection's state for stats conns, in memcached's words.
+const (
+	stateNewCmd   uint32 = iota // connected, nothing sent yet
+	stateRead                   // waiting for the next request
+	stateNRead                  // waiting for the rest of a data block
+	stateSwallow                // discarding a refused data block
+	stateParseCmd               // answering requests
+	stateWrite                  // writing replies out
+)
+
+var stateNames = [...]string{"conn_new_cmd", "conn_read", "conn_nread", "conn_swallow", "conn_parse_cmd", "conn_mwrite"}
 
 func (c *conn) serve() {
 	defer c.nc.Close()
@@ -113,6 +137,7 @@ func (c *conn) serve() {
 			c.flush()
 			return
 		}
+		c.setWaitState()
 		n, err := c.nc.Read(c.rbuf[c.rend:])
 		c.rend += n
 		var began time.Time
@@ -121,6 +146,8 @@ func (c *conn) serve() {
 				began = time.Now()
 			}
 			c.srv.bytesRead.Add(int64(n))
+			c.state.Store(stateParseCmd)
+			c.lastCmd.Store(time.Now().Unix())
 			if perr := c.process(); perr != nil {
 				c.flush()
 				return
@@ -147,6 +174,28 @@ func (c *conn) serve() {
 			return
 		}
 	}
+}
+
+// setWaitState records what the connection is about to wait for.
+func (c *conn) setWaitState() {
+	switch {
+	case c.swallow > 0:
+		c.state.Store(stateSwallow)
+	case c.need > 0 && c.lineRead():
+		c.state.Store(stateNRead)
+	case c.state.Load() != stateNewCmd:
+		c.state.Store(stateRead)
+	}
+}
+
+// lineRead reports whether the unanswered input holds a whole command line
+// (text) or header (binary), so what is awaited is the data after it.
+func (c *conn) lineRead() bool {
+	buf := c.rbuf[c.rpos:c.rend]
+	if c.proto == protoBinary {
+		return len(buf) >= binaryHeaderLen
+	}
+	return bytes.IndexByte(buf, '\n') >= 0
 }
 
 // makeRoom makes sure there is space to read into: it moves unanswered input
@@ -220,8 +269,10 @@ func (c *conn) takeValue(mode engine.Mode, key []byte, vlen int64, size int, com
 	switch {
 	case vlen > c.eng.MaxItemSize():
 		v = valueTooLarge
+		c.srv.tooLarge.Add(1)
 	case !complete && !c.reserve(size):
 		v = valueNoMemory
+		c.srv.noMemory.Add(1)
 	default:
 		return valueTaken
 	}
@@ -246,6 +297,7 @@ func (c *conn) releaseBuffer() {
 // this), as memcached does when it cannot grow a read buffer: an error, then
 // the connection closes.
 func (c *conn) noRoom() {
+	c.srv.readBufOOM.Add(1)
 	if c.proto != protoBinary {
 		c.out = append(c.out, replyNoMemoryReading...)
 	}
@@ -303,6 +355,8 @@ func (c *conn) flush() error {
 	if len(c.out) == 0 || c.werr != nil {
 		return c.werr
 	}
+	c.state.Store(stateWrite)
+	defer c.state.Store(stateParseCmd)
 	c.setWriteDeadline()
 	n, err := c.nc.Write(c.out)
 	c.srv.bytesWritten.Add(int64(n))

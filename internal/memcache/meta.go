@@ -417,6 +417,7 @@ func (c *conn) metaSet(toks [][]byte, rest []byte) int {
 		c.out = append(c.out, replyTooLarge...)
 		return total
 	case engine.NoMemory:
+		c.srv.noMemory.Add(1)
 		c.out = append(c.out, replyNoMemory...)
 		return total
 	default:

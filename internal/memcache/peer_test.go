@@ -119,6 +119,35 @@ var peerCases = []peerCase{
 	// gat/gats with an exptime and no key is an empty retrieval.
 	{name: "gat no keys", send: "gat 0\r\ngats 0\r\ngat 0 \r\ngat \r\nmn\r\n"},
 	{name: "leading spaces", setup: "set ls 0 0 1\r\nx\r\n", send: "   get ls\r\n  get  ls\r\nmn\r\n"},
+	// mg takes a C<cas> token and ignores it (only ms, md and ma compare);
+	// one that is not a number is a bad token.
+	{name: "mg C", setup: "set mc1 0 0 1\r\nx\r\n", send: "mg mc1 C1 v\r\nmg mc1 C99999 s v\r\nmg mc1 C0 k\r\nmg mc2 C5 v\r\nmn\r\n"},
+	{name: "mg C bad", setup: "set mc3 0 0 1\r\nx\r\n", send: "mg mc3 Cx v\r\nmg mc3 C\r\nmg mc3 C-1 v\r\nmg mc3 C1 q\r\nmg mc4 C1 q\r\nmn\r\n"},
+	// lru_crawler and cache_memlimit: their checks and replies.
+	// (memcached refuses a metadump with replies queued before it, a
+	// limit keyway does not copy: each metadump here comes first.)
+	{name: "lru_crawler usage", send: "lru_crawler\r\nlru_crawler foo\r\nlru_crawler metadump\r\nlru_crawler metadump all noreply\r\n" +
+		"lru_crawler enable\r\nlru_crawler enable x\r\nmn\r\n"},
+	{name: "lru_crawler metadump x", send: "lru_crawler metadump x\r\nmn\r\n"},
+	{name: "lru_crawler metadump 0", send: "lru_crawler metadump 0\r\nmn\r\n"},
+	{name: "lru_crawler metadump 64", send: "lru_crawler metadump 64\r\nmn\r\n"},
+	{name: "lru_crawler metadump 1,x", send: "lru_crawler metadump 1,x\r\nmn\r\n"},
+	// (A crawl while one runs is BUSY in memcached; keyway's crawler is
+	// never started on demand, so only one crawl is asked for.)
+	{name: "lru_crawler crawl", send: "lru_crawler crawl 0\r\nlru_crawler crawl 1,x\r\nlru_crawler crawl all\r\n" +
+		"lru_crawler tocrawl x\r\nlru_crawler tocrawl 0\r\nlru_crawler sleep 2000000\r\nlru_crawler sleep -1\r\nlru_crawler sleep 100\r\nmn\r\n"},
+	{name: "cache_memlimit", send: "cache_memlimit\r\ncache_memlimit x\r\ncache_memlimit -1\r\ncache_memlimit 0\r\ncache_memlimit 7\r\n" +
+		"cache_memlimit 1000000001\r\ncache_memlimit x noreply\r\ncache_memlimit 1 noreply\r\ncache_memlimit 100 noreply\r\n" +
+		"cache_memlimit 64 x\r\ncache_memlimit 4294967360\r\ncache_memlimit 64 0 0\r\nmn\r\n"},
+	{name: "stats cachedump usage", send: "stats cachedump\r\nstats cachedump 1\r\nstats cachedump x 0\r\nstats cachedump 1 x\r\n" +
+		"stats cachedump 64 0\r\nstats cachedump 63 0\r\nstats cachedump -1 0\r\nmn\r\n"},
+	// Binary stat groups are matched as memcached matches them: reset by
+	// prefix, the engine's groups exactly, conns not at all.
+	{name: "binary stat groups", send: string(req(opStat, "conns", "").bytes()) + string(req(opStat, "slabsx", "").bytes()) +
+		string(req(opStat, "sizes", "").bytes()) + string(req(opStat, "resetx", "").bytes()) + string(req(opStat, "bogus", "").bytes()) + string(req(opStat, "extstore", "").bytes()) +
+		string(req(opStat, "cachedump 1 0", "").bytes()) +
+		string(req(opNoop, "", "").bytes())},
+	{name: "stats sizes", send: "stats sizes\r\nstats extstore\r\nstats detail\r\nstats detail x\r\nstats detailx\r\nmn\r\n"},
 }
 
 // peerEnd is how long a case may take at most; replies normally end at the

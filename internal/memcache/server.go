@@ -119,16 +119,34 @@ type Server struct {
 	// budget (see conn.reserve).
 	inflight atomic.Int64
 
-	auth                 *authenticator // nil: no authentication
+	auth     *authenticator // nil: no authentication
+	prefixes prefixStats    // stats detail
+
+	// connIDs numbers listeners and connections for stats conns, where
+	// memcached shows file descriptors.
+	connIDs atomic.Uint64
+	// tooLarge and noMemory are memcached's store_too_large and
+	// store_no_memory: values refused as over the item size limit, and for
+	// want of memory (the store's or the in-flight budget's).
+	tooLarge, noMemory atomic.Int64
+	// readBufOOM is memcached's read_buf_oom: requests a read buffer could
+	// not be grown for (the in-flight budget was spent).
+	readBufOOM           atomic.Int64
 	authCmds, authErrors atomic.Int64
 
 	mu struct {
 		sync.Mutex
-		listeners map[net.Listener]struct{}
+		listeners map[net.Listener]listenerInfo
 		conns     map[*conn]struct{}
 		closed    bool
 	}
 	wg sync.WaitGroup
+}
+
+// listenerInfo is what stats conns shows of a listener.
+type listenerInfo struct {
+	id    uint64
+	since int64 // Unix seconds when serving began
 }
 
 // NewServer returns a door over eng.
@@ -149,7 +167,7 @@ func NewServer(eng *engine.Engine, o Options) *Server {
 		o.MaxInflightBytes = defaultInflightBytes(eng.Store().Stats().Limit, eng.MaxItemSize())
 	}
 	s := &Server{eng: eng, opts: o, log: o.Logger, auth: newAuthenticator(o.Users)}
-	s.mu.listeners = make(map[net.Listener]struct{})
+	s.mu.listeners = make(map[net.Listener]listenerInfo)
 	s.mu.conns = make(map[*conn]struct{})
 	return s
 }
@@ -167,7 +185,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		ln.Close()
 		return nil
 	}
-	s.mu.listeners[ln] = struct{}{}
+	s.mu.listeners[ln] = listenerInfo{id: s.connIDs.Add(1), since: time.Now().Unix()}
 	s.mu.Unlock()
 	var backoff time.Duration
 	for {
@@ -205,6 +223,8 @@ func (s *Server) Serve(ln net.Listener) error {
 			continue
 		}
 		c := newConn(s, nc)
+		c.id = s.connIDs.Add(1)
+		c.listenAddr = ln.Addr()
 		s.mu.Lock()
 		if s.mu.closed {
 			s.mu.Unlock()

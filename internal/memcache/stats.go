@@ -2,35 +2,57 @@ package memcache
 
 import (
 	"encoding/binary"
+	"net"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"time"
 )
 
-// stats [settings|reset]: memcached's general statistics and settings, as
-// "STAT name value" lines ending in END.
+// stats [group]: memcached's statistics, as "STAT name value" lines ending
+// in END. The groups are memcached 1.6.18's: settings, reset, detail,
+// conns, cachedump, and the engine's items, slabs and sizes (engineStats).
 func (c *conn) stats(toks [][]byte) {
 	w := statSink{c: c}
-	if len(toks) > 1 {
-		switch string(toks[1]) {
-		case "settings":
-			c.settingsStats(w)
-			c.out = append(c.out, replyEnd...)
-		case "reset":
-			// Counters are cumulative since start in keyway; memcached answers RESET.
-			c.out = append(c.out, "RESET\r\n"...)
-		case "items", "slabs", "sizes", "conns", "extstore":
-			// memcached subsystems keyway does not have: no lines.
-			c.out = append(c.out, replyEnd...)
-		default:
-			// memcached answers an unknown statistics group (and "stats noreply") with ERROR.
-			c.out = append(c.out, replyError...)
-		}
+	if len(toks) == 1 {
+		c.srv.generalStats(w)
+		c.out = append(c.out, replyEnd...)
 		return
 	}
-	c.srv.generalStats(w)
+	switch g := string(toks[1]); g {
+	case "reset":
+		c.srv.resetStats()
+		c.out = append(c.out, "RESET\r\n"...)
+		return
+	case "detail":
+		c.statsDetail(toks)
+		return
+	case "settings":
+		c.settingsStats(w)
+	case "conns":
+		c.srv.connStats(w)
+	case "cachedump":
+		c.cachedump(toks)
+		return
+	case "extstore":
+		// keyway has no external storage; memcached without one lists nothing.
+	default:
+		if !c.srv.engineStats(w, g) {
+			// memcached answers an unknown group (and "stats noreply") with ERROR.
+			c.out = append(c.out, replyError...)
+			return
+		}
+	}
 	c.out = append(c.out, replyEnd...)
+}
+
+// resetStats is `stats reset`: memcached zeroes its counters. keyway's
+// general counters are cumulative since start (the metrics exporter reads
+// them as counters), so only the per-prefix counts of `stats detail` are
+// cleared, as memcached clears them.
+func (s *Server) resetStats() {
+	s.prefixes.reset()
 }
 
 // statWriter receives statistics one by one.
@@ -53,8 +75,12 @@ type mapSink map[string]int64
 func (m mapSink) int(name string, v int64) { m[name] = v }
 func (m mapSink) str(string, string)       {}
 
-// generalStats writes memcached's general statistics ("stats" with no group);
-// the text and binary protocols share this one list.
+// generalStats writes memcached's general statistics ("stats" with no
+// group) in memcached 1.6.18's order; the text and binary protocols share
+// this one list. Fields for machinery keyway does not have (slab classes,
+// the segmented LRU and its maintainer, the hash table's expansion, the
+// logger, response objects) are honest zeros: that machinery never did
+// anything. The README lists them.
 func (s *Server) generalStats(w statWriter) {
 	e := s.eng
 	now := time.Now()
@@ -62,6 +88,7 @@ func (s *Server) generalStats(w statWriter) {
 	k := e.Counters()
 	var ru rusage
 	ru.read()
+	conns := s.currConns.Load()
 	w.int("pid", int64(os.Getpid()))
 	w.int("uptime", int64(now.Sub(e.Started())/time.Second))
 	w.int("time", now.Unix())
@@ -71,9 +98,21 @@ func (s *Server) generalStats(w statWriter) {
 	w.str("rusage_user", ru.user)
 	w.str("rusage_system", ru.system)
 	w.int("max_connections", int64(s.opts.MaxConnections))
-	w.int("curr_connections", s.currConns.Load())
+	w.int("curr_connections", conns)
 	w.int("total_connections", s.totalConns.Load())
 	w.int("rejected_connections", s.rejected.Load())
+	// memcached's connection structures include its listeners'.
+	w.int("connection_structures", conns+int64(s.listenerCount()))
+	w.int("response_obj_oom", 0)
+	w.int("response_obj_count", 0)
+	w.int("response_obj_bytes", 0)
+	// Every connection holds one read buffer of initialReadBuffer bytes;
+	// what buffers grow past that is charged to the in-flight budget.
+	w.int("read_buf_count", conns)
+	w.int("read_buf_bytes", conns*initialReadBuffer+s.inflight.Load())
+	w.int("read_buf_bytes_free", 0)
+	w.int("read_buf_oom", s.readBufOOM.Load())
+	w.int("reserved_fds", 0)
 	w.int("cmd_get", k.CmdGet.Load())
 	w.int("cmd_set", k.CmdSet.Load())
 	w.int("cmd_flush", k.CmdFlush.Load())
@@ -82,6 +121,9 @@ func (s *Server) generalStats(w statWriter) {
 	w.int("get_hits", k.GetHits.Load())
 	w.int("get_misses", k.GetMisses.Load())
 	w.int("get_expired", st.Expired)
+	// A get of an item a flush_all removed is a plain miss in keyway: the
+	// store does not tell flushed from absent.
+	w.int("get_flushed", 0)
 	w.int("delete_misses", k.DeleteMisses.Load())
 	w.int("delete_hits", k.DeleteHits.Load())
 	w.int("incr_misses", k.IncrMisses.Load())
@@ -93,6 +135,8 @@ func (s *Server) generalStats(w statWriter) {
 	w.int("cas_badval", k.CasBadval.Load())
 	w.int("touch_hits", k.TouchHits.Load())
 	w.int("touch_misses", k.TouchMisses.Load())
+	w.int("store_too_large", s.tooLarge.Load())
+	w.int("store_no_memory", s.noMemory.Load())
 	w.int("auth_cmds", s.authCmds.Load())
 	w.int("auth_errors", s.authErrors.Load())
 	w.int("bytes_read", s.bytesRead.Load())
@@ -104,14 +148,45 @@ func (s *Server) generalStats(w statWriter) {
 	w.int("listen_disabled_num", 0)
 	w.int("time_in_listen_disabled_us", 0)
 	w.int("threads", int64(s.threads()))
+	w.int("conn_yields", 0)
+	w.int("hash_power_level", 0)
+	w.int("hash_bytes", 0)
+	w.int("hash_is_expanding", 0)
+	for _, name := range noSlabStats {
+		w.int(name, 0)
+	}
 	w.int("bytes", st.Bytes)
 	w.int("curr_items", st.CurrItems)
 	w.int("total_items", st.TotalItems)
+	w.int("slab_global_page_pool", 0)
 	w.int("expired_unfetched", 0)
+	w.int("evicted_unfetched", 0)
+	w.int("evicted_active", 0)
 	w.int("evictions", st.Evictions)
 	// keyway's store has no slabs: an expired item is removed, and a store
 	// never reuses its memory as memcached's reclaim does.
 	w.int("reclaimed", 0)
+	for _, name := range noLRUStats {
+		w.int(name, 0)
+	}
+}
+
+// noSlabStats are general statistics of memcached's slab mover, LRU
+// crawler and maintainer, allocator and logger, which keyway does not have.
+var noSlabStats = []string{
+	"slab_reassign_rescues", "slab_reassign_chunk_rescues", "slab_reassign_evictions_nomem",
+	"slab_reassign_inline_reclaim", "slab_reassign_busy_items", "slab_reassign_busy_deletes",
+	"slab_reassign_running", "slabs_moved", "lru_crawler_running", "lru_crawler_starts",
+	"lru_maintainer_juggles", "malloc_fails", "log_worker_dropped", "log_worker_written",
+	"log_watcher_skipped", "log_watcher_sent", "log_watchers", "unexpected_napi_ids",
+	"round_robin_fallback",
+}
+
+// noLRUStats end the general statistics: memcached's segmented-LRU and
+// crawler counters; keyway's store has one SIEVE queue and moves nothing.
+var noLRUStats = []string{
+	"crawler_reclaimed", "crawler_items_checked", "lrutail_reflocked", "moves_to_cold",
+	"moves_to_warm", "moves_within_lru", "direct_reclaims", "lru_bumps_dropped",
 }
 
 // accepting is memcached's accepting_conns: 1 while a listener is being
@@ -123,6 +198,12 @@ func (s *Server) accepting() int64 {
 		return 0
 	}
 	return 1
+}
+
+func (s *Server) listenerCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.mu.listeners)
 }
 
 func (s *Server) threads() int {
@@ -145,6 +226,15 @@ func (c *conn) settingsStats(w statSink) {
 	w.int("num_threads", int64(s.threads()))
 	w.str("eviction_policy", "sieve")
 	w.str("persistent", strconv.FormatBool(e.Store().Persistent()))
+	w.str("stat_key_prefix", string(rune(prefixDelimiter)))
+	w.str("detail_enabled", yesNo(s.prefixes.on.Load()))
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
 }
 
 // statSink writes statistics in one protocol's framing: "STAT name value"
@@ -195,4 +285,140 @@ func (w statSink) end(start int) {
 		return
 	}
 	c.out = append(c.out, "\r\n"...)
+}
+
+// itemClass is the one slab class keyway reports in stats slabs and stats
+// items: its store has no size classes (an item takes what its key and value
+// need, plus store.ItemOverhead), so every item is in class 1, reported
+// only while there are items, as memcached reports classes in use.
+const itemClass = "1"
+
+// engineStats writes memcached's engine groups (items, slabs, sizes) and
+// reports whether group is one of them.
+func (s *Server) engineStats(w statWriter, group string) bool {
+	switch group {
+	case "items":
+		s.itemStats(w)
+	case "slabs":
+		s.slabStats(w)
+	case "sizes":
+		// keyway keeps no histogram of item sizes; memcached without
+		// one (its default) answers the same.
+		w.str("sizes_status", "disabled")
+	default:
+		return false
+	}
+	return true
+}
+
+// slabStats writes stats slabs for the one class. A "chunk" is an item:
+// its size is at most the item size limit, one per "page", and there are
+// no free ones (the store allocates each item as it is stored). The memory
+// allocated is what the store charges for its items.
+func (s *Server) slabStats(w statWriter) {
+	st := s.eng.Store().Stats()
+	k := s.eng.Counters()
+	active := int64(0)
+	if st.CurrItems > 0 {
+		active = 1
+		p := itemClass + ":"
+		w.int(p+"chunk_size", s.eng.MaxItemSize())
+		w.int(p+"chunks_per_page", 1)
+		w.int(p+"total_pages", st.CurrItems)
+		w.int(p+"total_chunks", st.CurrItems)
+		w.int(p+"used_chunks", st.CurrItems)
+		w.int(p+"free_chunks", 0)
+		w.int(p+"free_chunks_end", 0)
+		w.int(p+"get_hits", k.GetHits.Load())
+		w.int(p+"cmd_set", k.CmdSet.Load())
+		w.int(p+"delete_hits", k.DeleteHits.Load())
+		w.int(p+"incr_hits", k.IncrHits.Load())
+		w.int(p+"decr_hits", k.DecrHits.Load())
+		w.int(p+"cas_hits", k.CasHits.Load())
+		w.int(p+"cas_badval", k.CasBadval.Load())
+		w.int(p+"touch_hits", k.TouchHits.Load())
+	}
+	w.int("active_slabs", active)
+	w.int("total_malloced", st.Bytes)
+}
+
+// itemStats writes stats items for the one class. keyway's store keeps one
+// SIEVE queue per shard, not memcached's hot, warm and cold segments: every
+// item counts as cold (the segment memcached evicts from) and so does every
+// hit; age is the seconds since the last access of the oldest item at the
+// end of a queue. Counters of machinery keyway does not have are zeros.
+func (s *Server) itemStats(w statWriter) {
+	st := s.eng.Store().Stats()
+	if st.CurrItems == 0 {
+		return
+	}
+	k := s.eng.Counters()
+	age := int64(0)
+	if st.TailAccess > 0 {
+		age = max(0, s.eng.Store().Now()-st.TailAccess)
+	}
+	p := "items:" + itemClass + ":"
+	w.int(p+"number", st.CurrItems)
+	w.int(p+"number_hot", 0)
+	w.int(p+"number_warm", 0)
+	w.int(p+"number_cold", st.CurrItems)
+	w.int(p+"age_hot", 0)
+	w.int(p+"age_warm", 0)
+	w.int(p+"age", age)
+	w.int(p+"mem_requested", st.Bytes)
+	w.int(p+"evicted", st.Evictions)
+	for _, name := range []string{"evicted_nonzero", "evicted_time", "outofmemory", "tailrepairs",
+		"reclaimed", "expired_unfetched", "evicted_unfetched", "evicted_active", "crawler_reclaimed",
+		"crawler_items_checked", "lrutail_reflocked", "moves_to_cold", "moves_to_warm",
+		"moves_within_lru", "direct_reclaims", "hits_to_hot", "hits_to_warm"} {
+		w.int(p+name, 0)
+	}
+	w.int(p+"hits_to_cold", k.GetHits.Load())
+	w.int(p+"hits_to_temp", 0)
+}
+
+// connStats writes stats conns: each listener, then each client
+// connection, numbered in the order they opened (memcached numbers them by
+// file descriptor), with its address, state and the seconds since its last
+// request.
+func (s *Server) connStats(w statWriter) {
+	type line struct {
+		id               uint64
+		addr, listenAddr string
+		state            string
+		since            int64
+	}
+	var lines []line
+	s.mu.Lock()
+	for ln, li := range s.mu.listeners {
+		lines = append(lines, line{id: li.id, addr: addrName(ln.Addr()), state: "conn_listening", since: li.since})
+	}
+	for c := range s.mu.conns {
+		lines = append(lines, line{id: c.id, addr: addrName(c.nc.RemoteAddr()), listenAddr: addrName(c.listenAddr),
+			state: stateNames[c.state.Load()], since: c.lastCmd.Load()})
+	}
+	s.mu.Unlock()
+	slices.SortFunc(lines, func(a, b line) int { return compareUint64(a.id, b.id) })
+	now := time.Now().Unix()
+	for _, l := range lines {
+		p := strconv.FormatUint(l.id, 10) + ":"
+		w.str(p+"addr", l.addr)
+		if l.listenAddr != "" {
+			w.str(p+"listen_addr", l.listenAddr)
+		}
+		w.str(p+"state", l.state)
+		w.int(p+"secs_since_last_cmd", max(0, now-l.since))
+	}
+}
+
+// addrName writes an address as memcached does: "tcp:" and host:port
+// (TLS listeners too; memcached names the transport, not the encryption).
+func addrName(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	if a.Network() == "unix" {
+		return "unix:" + a.String()
+	}
+	return "tcp:" + a.String()
 }

@@ -195,6 +195,10 @@ func (c *conn) command(toks [][]byte, rest []byte) int {
 		c.stats(toks)
 	case "flush_all":
 		c.flushAll(toks)
+	case "lru_crawler":
+		c.lruCrawler(toks)
+	case "cache_memlimit":
+		c.cacheMemlimit(toks)
 	case "version":
 		c.out = append(c.out, "VERSION "...)
 		c.out = append(c.out, c.srv.opts.Version...)
@@ -269,7 +273,14 @@ func (c *conn) storage(mode engine.Mode, toks [][]byte, rest []byte) int {
 		return 0
 	}
 	total := int(vlen) + 2
-	switch c.takeValue(mode, key, vlen, c.head+total, len(rest) >= total) {
+	verdict := c.takeValue(mode, key, vlen, c.head+total, len(rest) >= total)
+	if verdict == valueTaken && len(rest) < total {
+		c.need = total
+		return needMore
+	}
+	// memcached counts the set once the line is read, whatever follows.
+	c.srv.prefixes.set(key)
+	switch verdict {
 	case valueTooLarge:
 		c.reply(quiet, replyTooLarge)
 		c.swallow = int64(total)
@@ -278,10 +289,6 @@ func (c *conn) storage(mode engine.Mode, toks [][]byte, rest []byte) int {
 		c.reply(quiet, replyNoMemory)
 		c.swallow = int64(total)
 		return 0
-	}
-	if len(rest) < total {
-		c.need = total
-		return needMore
 	}
 	if rest[vlen] != '\r' || rest[vlen+1] != '\n' {
 		c.reply(quiet, replyBadChunk)
@@ -307,6 +314,7 @@ func (c *conn) storeReply(quiet bool, status engine.Status, err error) {
 	case engine.TooLarge:
 		c.reply(quiet, replyTooLarge)
 	case engine.NoMemory:
+		c.srv.noMemory.Add(1)
 		c.reply(quiet, replyNoMemory)
 	default:
 		if !quiet {
@@ -399,6 +407,7 @@ func (c *conn) retrieval(line []byte) {
 			c.serverError(err)
 			return
 		}
+		c.srv.prefixes.get(key, found)
 		if found {
 			c.appendValue(key, itemView{item.Value, item.Flags, item.CAS}, withCAS)
 			c.flushIfFull()
@@ -462,6 +471,7 @@ func (c *conn) multiGet(rest []byte, withCAS bool) {
 		any = true
 		items, found, err := c.eng.GetMulti(keys)
 		for i, key := range keys {
+			c.srv.prefixes.get(key, found[i])
 			if found[i] {
 				c.appendValue(key, itemView{items[i].Value, items[i].Flags, items[i].CAS}, withCAS)
 				if c.flushIfFull() != nil {
@@ -533,6 +543,7 @@ func (c *conn) delete(toks [][]byte) {
 		c.reply(quiet, replyBadFormat)
 		return
 	}
+	c.srv.prefixes.del(toks[1])
 	status, err := c.eng.Delete(toks[1], engine.DeleteRequest{})
 	switch status {
 	case engine.Deleted:

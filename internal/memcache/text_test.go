@@ -161,6 +161,8 @@ func FuzzText(f *testing.F) {
 	}
 	f.Add([]byte("set a 0 0 5\r\nab"), uint8(1))
 	f.Add([]byte("gat -1 a b c\r\ngats 0\r\n"), uint8(3))
+	f.Add([]byte("stats detail on\r\nset a:b 0 0 1\r\nx\r\nget a:b\r\nstats detail dump\r\nlru_crawler metadump all\r\n"+
+		"stats cachedump 1 0\r\nstats conns\r\nstats items\r\nstats slabs\r\ncache_memlimit 8\r\nstats detail off\r\n"), uint8(5))
 	f.Add(append(req(opNoop, "", "").bytes(), req(opGet, "a", "").bytes()...), uint8(2)) // a binary conversation
 	f.Fuzz(func(t *testing.T, in []byte, split uint8) {
 		c, cc := newFedConn(t)

@@ -142,12 +142,15 @@ type Stats struct {
 	Evictions  int64
 	Expired    int64 // items removed because their time passed
 	Limit      int64
+	// TailAccess is the oldest LastAccess among the items at the end of
+	// each shard's SIEVE queue, where eviction looks first (0: no items).
+	TailAccess int64
 }
 
 // Store is the sharded in-memory item table. It is safe for concurrent use.
 type Store struct {
 	shards  [numShards]shard
-	limit   int64
+	limit   atomic.Int64 // changed only by SetLimit, under every shard's lock
 	nextCAS atomic.Uint64
 	now     func() int64
 	log     *slog.Logger
@@ -234,11 +237,11 @@ func Open(o Options) (*Store, error) {
 		o.FlushInterval = DefaultFlushInterval
 	}
 	s := &Store{
-		limit: o.MemoryLimit,
-		now:   o.Now,
-		log:   o.Logger,
-		stop:  make(chan struct{}),
+		now:  o.Now,
+		log:  o.Logger,
+		stop: make(chan struct{}),
 	}
+	s.limit.Store(o.MemoryLimit)
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.items = make(map[string]*node)
@@ -647,16 +650,69 @@ func (s *Store) Stats() Stats {
 		TotalItems: s.totalItems.Load(),
 		Evictions:  s.evictions.Load(),
 		Expired:    s.expired.Load(),
-		Limit:      s.limit,
+		Limit:      s.limit.Load(),
 	}
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		st.CurrItems += int64(len(sh.mu.items))
 		st.Bytes += sh.mu.used
+		if t := sh.mu.tail; t != nil && (st.TailAccess == 0 || t.item.LastAccess < st.TailAccess) {
+			st.TailAccess = t.item.LastAccess
+		}
 		sh.mu.Unlock()
 	}
 	return st
+}
+
+// SetLimit changes the memory limit (memcached's cache_memlimit). A lower
+// limit evicts at once, shard by shard, what no longer fits.
+func (s *Store) SetLimit(limit int64) error {
+	if limit <= 0 {
+		return errors.New("store: MemoryLimit must be positive")
+	}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		sh.limit = limit / numShards
+		for sh.mu.used > sh.limit && sh.mu.tail != nil {
+			s.evictLocked(sh)
+		}
+		sh.mu.Unlock()
+	}
+	s.limit.Store(limit)
+	return nil
+}
+
+// Walk calls fn with each live item (memcached's lru_crawler metadump), one
+// shard at a time: a shard's items are copied under its lock and fn runs
+// without it, so fn may block. It stops when fn returns false. Items
+// changed during the walk may be seen in either version, or not at all;
+// with sync durability, a change may be seen before it is durable.
+func (s *Store) Walk(fn func(key string, it Item) bool) {
+	type entry struct {
+		key string
+		it  Item
+	}
+	var batch []entry
+	for i := range s.shards {
+		sh := &s.shards[i]
+		now := s.now()
+		batch = batch[:0]
+		sh.mu.Lock()
+		for n := sh.mu.tail; n != nil; n = n.prev {
+			if !s.dead(&n.item, now) {
+				batch = append(batch, entry{n.key, n.item})
+			}
+		}
+		sh.mu.Unlock()
+		for j := range batch {
+			if !fn(batch[j].key, batch[j].it) {
+				return
+			}
+		}
+		clear(batch)
+	}
 }
 
 // linkLocked puts n at the head of the SIEVE list.

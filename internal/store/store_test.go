@@ -803,3 +803,42 @@ func TestJournalDeleteOnDiskWhateverDurability(t *testing.T) {
 		t.Fatalf("a removed journal record came back after a crash: %q", got)
 	}
 }
+
+// SetLimit (cache_memlimit) evicts at once down to a lower limit, and a
+// higher one lets more stay; Walk sees every live item, not expired ones.
+func TestSetLimitAndWalk(t *testing.T) {
+	s, err := Open(Options{MemoryLimit: 4 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	value := string(make([]byte, 1000))
+	for i := 0; i < 3000; i++ {
+		set(t, s, fmt.Sprintf("k%d", i), value, 0)
+	}
+	set(t, s, "gone", "x", 1)
+	if st := s.Stats(); st.Evictions != 0 || st.TailAccess == 0 {
+		t.Fatalf("before: %+v", st)
+	}
+	if err := s.SetLimit(1 << 20); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	if st.Limit != 1<<20 || st.Bytes > 1<<20 || st.Evictions == 0 {
+		t.Fatalf("after lowering: %+v", st)
+	}
+	seen := 0
+	s.Walk(func(key string, it Item) bool {
+		if key == "gone" || len(it.Value) != 1000 {
+			t.Errorf("walk saw %q (%d bytes)", key, len(it.Value))
+		}
+		seen++
+		return true
+	})
+	if int64(seen) != st.CurrItems-1 && int64(seen) != st.CurrItems {
+		t.Fatalf("walk saw %d items, store holds %d", seen, st.CurrItems)
+	}
+	if err := s.SetLimit(0); err == nil {
+		t.Fatal("SetLimit(0) accepted")
+	}
+}

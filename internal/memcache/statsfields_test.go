@@ -1,0 +1,195 @@
+package memcache
+
+import (
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keywaydb/keyway/internal/store"
+	"github.com/keywaydb/keyway/internal/testenv"
+)
+
+// statNames reads a text stats reply and returns its statistics' names in
+// order, with a class or connection number ("7:chunk_size",
+// "items:7:number", "23:addr") written as "N", each name once. For a
+// connection's state the value is kept too ("N:state conn_listening").
+func statNames(reply string) []string {
+	num := regexp.MustCompile(`^(items:)?[0-9]+:`)
+	var names []string
+	for _, line := range strings.Split(strings.TrimSuffix(reply, "END\r\nMN\r\n"), "\r\n") {
+		f := strings.SplitN(line, " ", 3)
+		if len(f) < 3 || f[0] != "STAT" {
+			continue
+		}
+		name := num.ReplaceAllString(f[1], "${1}N:")
+		if strings.HasSuffix(name, ":state") {
+			name += " " + f[2]
+		}
+		if !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// TestStatsFieldsMatchMemcached compares the statistics' names, in order,
+// of plain stats and the slabs, items and conns groups between memcached 1.6
+// and keyway, each holding one small item, so both report one class.
+// (The values differ: memcached's slab classes and ids are its own; keyway's
+// are checked by TestStatsGroups.)
+func TestStatsFieldsMatchMemcached(t *testing.T) {
+	mc := testenv.NewMemcached(t)
+	kw := newTestServer(t)
+	for _, addr := range []string{mc.Addr, kw} {
+		exchange(t, addr, "set sf 0 0 1\r\nx\r\nget sf\r\nmn\r\n")
+	}
+	for _, group := range []string{"", " slabs", " items", " conns"} {
+		send := "stats" + group + "\r\nmn\r\n"
+		want, got := statNames(exchange(t, mc.Addr, send)), statNames(exchange(t, kw, send))
+		// The setup's connection, closed by the client, may not be gone
+		// from a server yet: stats conns is asked again until it is.
+		for deadline := time.Now().Add(5 * time.Second); group == " conns" && !slices.Equal(got, want) && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+			want, got = statNames(exchange(t, mc.Addr, send)), statNames(exchange(t, kw, send))
+		}
+		if !slices.Equal(got, want) {
+			var missing, extra []string
+			for _, n := range want {
+				if !slices.Contains(got, n) {
+					missing = append(missing, n)
+				}
+			}
+			for _, n := range got {
+				if !slices.Contains(want, n) {
+					extra = append(extra, n)
+				}
+			}
+			t.Errorf("stats%s: names differ\nmissing in keyway: %v\nonly in keyway: %v\nkeyway    %v\nmemcached %v", group, missing, extra, got, want)
+		}
+	}
+}
+
+// statsGroup sends "stats <group>" on c and returns its values by name.
+func statsGroup(t *testing.T, c *testClient, group string) map[string]string {
+	t.Helper()
+	c.send("stats " + group + "\r\n")
+	c.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	vals := map[string]string{}
+	for {
+		line, err := c.br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if line == "END\r\n" {
+			return vals
+		}
+		f := strings.SplitN(strings.TrimSuffix(line, "\r\n"), " ", 3)
+		if len(f) != 3 || f[0] != "STAT" {
+			t.Fatalf("stats %s: bad line %q", group, line)
+		}
+		vals[f[1]] = f[2]
+	}
+}
+
+// TestStatsGroups checks keyway's values in stats slabs and stats items:
+// nothing while the store is empty, then one class whose counts are the
+// store's and the commands'; and that stats sizes and store_too_large say
+// what keyway does.
+func TestStatsGroups(t *testing.T) {
+	c := dialTest(t, newTestServer(t))
+	if v := statsGroup(t, c, "slabs"); len(v) != 2 || v["active_slabs"] != "0" || v["total_malloced"] != "0" {
+		t.Errorf("empty stats slabs: %v", v)
+	}
+	if v := statsGroup(t, c, "items"); len(v) != 0 {
+		t.Errorf("empty stats items: %v", v)
+	}
+	c.send("set a 0 0 5\r\nhello\r\nset bb 0 0 2\r\nhi\r\nget a\r\nget zz\r\nset big 0 0 2000000\r\n")
+	c.expect("STORED\r\nSTORED\r\nVALUE a 0 5\r\nhello\r\nEND\r\nEND\r\nSERVER_ERROR object too large for cache\r\n")
+	c.send(strings.Repeat("x", 2000000) + "\r\n")
+	mem := strconv.FormatInt(store.Size(1, 5)+store.Size(2, 2), 10)
+	want := map[string]string{"1:chunk_size": "1048576", "1:chunks_per_page": "1", "1:total_pages": "2",
+		"1:total_chunks": "2", "1:used_chunks": "2", "1:free_chunks": "0", "1:free_chunks_end": "0",
+		"1:get_hits": "1", "1:cmd_set": "3", "1:delete_hits": "0", "1:incr_hits": "0", "1:decr_hits": "0",
+		"1:cas_hits": "0", "1:cas_badval": "0", "1:touch_hits": "0", "active_slabs": "1", "total_malloced": mem}
+	if got := statsGroup(t, c, "slabs"); !maps.Equal(got, want) {
+		t.Errorf("stats slabs:\n got %v\nwant %v", got, want)
+	}
+	items := statsGroup(t, c, "items")
+	for name, want := range map[string]string{"number": "2", "number_hot": "0", "number_warm": "0",
+		"number_cold": "2", "mem_requested": mem, "evicted": "0", "hits_to_cold": "1", "outofmemory": "0"} {
+		if got := items["items:1:"+name]; got != want {
+			t.Errorf("items:1:%s = %q, want %q", name, got, want)
+		}
+	}
+	if age, err := strconv.Atoi(items["items:1:age"]); err != nil || age < 0 {
+		t.Errorf("items:1:age = %q", items["items:1:age"])
+	}
+	if len(items) != 28 {
+		t.Errorf("stats items has %d fields, memcached 1.6.18 has 28: %v", len(items), items)
+	}
+	if v := statsGroup(t, c, "sizes"); len(v) != 1 || v["sizes_status"] != "disabled" {
+		t.Errorf("stats sizes: %v", v)
+	}
+	_, vals, _ := readStats(t, c)
+	if statInt(t, vals, "store_too_large") != 1 || statInt(t, vals, "store_no_memory") != 0 {
+		t.Errorf("store_too_large %s, store_no_memory %s; want 1 and 0", vals["store_too_large"], vals["store_no_memory"])
+	}
+}
+
+// TestStatsConns checks stats conns shows the listener and every client
+// connection with memcached's state names: one that has sent nothing, one
+// waiting for its next command, one in the middle of a data block, one in
+// the middle of a line, and the one asking.
+func TestStatsConns(t *testing.T) {
+	addr := newTestServer(t)
+	fresh := dialTest(t, addr)
+	idle := dialTest(t, addr)
+	idle.send("mn\r\n")
+	idle.expect("MN\r\n")
+	partial := dialTest(t, addr)
+	partial.send("set p 0 0 10\r\nabc")
+	halfLine := dialTest(t, addr)
+	halfLine.send("get abc")
+	c := dialTest(t, addr)
+	local := func(tc *testClient) string { return "tcp:" + tc.nc.LocalAddr().String() }
+	want := map[string]string{local(fresh): "conn_new_cmd", local(idle): "conn_read",
+		local(partial): "conn_nread", local(halfLine): "conn_read", local(c): "conn_parse_cmd"}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		v := statsGroup(t, c, "conns")
+		got := map[string]string{}
+		listeners := 0
+		for name, val := range v {
+			id, field, _ := strings.Cut(name, ":")
+			switch field {
+			case "addr":
+				if v[id+":state"] == "conn_listening" {
+					listeners++
+					if val != "tcp:"+addr {
+						t.Errorf("listener addr %q, want tcp:%s", val, addr)
+					}
+					continue
+				}
+				got[val] = v[id+":state"]
+				if v[id+":listen_addr"] != "tcp:"+addr {
+					t.Errorf("%s: listen_addr %q", val, v[id+":listen_addr"])
+				}
+				if s, err := strconv.Atoi(v[id+":secs_since_last_cmd"]); err != nil || s < 0 {
+					t.Errorf("%s: secs_since_last_cmd %q", val, v[id+":secs_since_last_cmd"])
+				}
+			}
+		}
+		if listeners == 1 && maps.Equal(got, want) {
+			return
+		}
+		// Another connection's goroutine may not have reached its read yet.
+		if time.Now().After(deadline) {
+			t.Fatalf("stats conns: %d listeners, connections %v, want %v", listeners, got, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
