@@ -261,6 +261,9 @@ var memcacheGauges = map[string]bool{
 	"uptime": true, "time": true, "pid": true, "connection_structures": true, "max_connections": true,
 	"hash_power_level": true, "hash_bytes": true, "hash_is_expanding": true, "reserved_fds": true,
 	"accepting_conns": true, "pointer_size": true, "conn_yields_current": true,
+	"read_buf_count": true, "read_buf_bytes": true, "read_buf_bytes_free": true, "response_obj_count": true,
+	"response_obj_bytes": true, "slab_reassign_running": true, "lru_crawler_running": true, "log_watchers": true,
+	"slab_global_page_pool": true,
 }
 
 // memcacheCollector is "unchecked" (Describe sends nothing) because its metric names come from the stats map.
