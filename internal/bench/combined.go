@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -280,7 +281,7 @@ func (r *Report) Wins() []Win {
 				continue
 			}
 			ranked := slices.Clone(c.Results)
-			slices.SortStableFunc(ranked, func(a, b Result) int { return -cmpFloat(a.Median, b.Median) })
+			slices.SortStableFunc(ranked, func(a, b Result) int { return -cmp.Compare(a.Median, b.Median) })
 			w, u := ranked[0], ranked[1]
 			win := Win{ScenarioID: s.ID, Scenario: s.Title, Concurrency: c.Concurrency, Label: s.CaseLabel(c.Concurrency), Unit: s.Unit,
 				Winner: w.Target, WinnerMedian: w.Median, RunnerUp: u.Target, RunnerUpMedian: u.Median,
@@ -293,16 +294,6 @@ func (r *Report) Wins() []Win {
 		}
 	}
 	return wins
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // SetCommand records the keyway command that made the report.

@@ -1,6 +1,7 @@
 package memcache
 
 import (
+	"cmp"
 	"encoding/binary"
 	"math/bits"
 	"slices"
@@ -139,7 +140,7 @@ func (p *prefixStats) dump(dst []byte) []byte {
 		if a.bucket != b.bucket {
 			return int(a.bucket) - int(b.bucket)
 		}
-		return -compareUint64(a.seq, b.seq)
+		return -cmp.Compare(a.seq, b.seq)
 	})
 	for _, pc := range list {
 		dst = append(dst, "PREFIX "...)
@@ -155,16 +156,6 @@ func (p *prefixStats) dump(dst []byte) []byte {
 		dst = append(dst, "\r\n"...)
 	}
 	return append(dst, replyEnd...)
-}
-
-func compareUint64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // murmur3 is MurmurHash3_x86_32 with seed 0, memcached 1.6's default hash,

@@ -1,6 +1,7 @@
 package memcache
 
 import (
+	"cmp"
 	"encoding/binary"
 	"net"
 	"os"
@@ -398,7 +399,7 @@ func (s *Server) connStats(w statWriter) {
 			state: stateNames[c.state.Load()], since: c.lastCmd.Load()})
 	}
 	s.mu.Unlock()
-	slices.SortFunc(lines, func(a, b line) int { return compareUint64(a.id, b.id) })
+	slices.SortFunc(lines, func(a, b line) int { return cmp.Compare(a.id, b.id) })
 	now := time.Now().Unix()
 	for _, l := range lines {
 		p := strconv.FormatUint(l.id, 10) + ":"

@@ -53,38 +53,16 @@ func StartHAProxy(ctx context.Context, backend string, threads int) (*HAProxy, e
 	if err != nil {
 		return nil, err
 	}
-	var lastErr error
-	for attempt := 0; attempt < bindAttempts; attempt++ {
-		port, err := FreePort()
-		if err != nil {
-			break
-		}
-		cfg := filepath.Join(dir, "haproxy.cfg")
-		if err := os.WriteFile(cfg, fmt.Appendf(nil, haproxyConfig, threads, port, backend), 0o600); err != nil {
-			lastErr = err
-			break
-		}
-		// -db: stay in the foreground, so the process is ours to stop.
-		p, err := startProcess("haproxy", path, "-db", "-f", cfg)
-		if err != nil {
-			lastErr = err
-			break
-		}
-		p.Addr, p.Port = listenAddr(port), port
-		wctx, cancel := context.WithTimeout(ctx, haproxyStartTimeout)
-		err = waitAccept(wctx, "tcp", p.Addr, p)
-		cancel()
-		if err == nil {
-			return &HAProxy{Addr: p.Addr, Port: port, proc: p, dir: dir}, nil
-		}
-		_ = p.Kill()
-		lastErr = fmt.Errorf("peers: start haproxy on port %d: %w%s", port, err, outputTail(p.out))
-		if !isBindRace(p.Output()) || ctx.Err() != nil {
-			break
-		}
+	cfg := filepath.Join(dir, "haproxy.cfg")
+	// -db: stay in the foreground, so the process is ours to stop.
+	p, err := startOnFreePort(ctx, "haproxy", path, haproxyStartTimeout, func(port int) ([]string, error) {
+		return []string{"-db", "-f", cfg}, os.WriteFile(cfg, fmt.Appendf(nil, haproxyConfig, threads, port, backend), 0o600)
+	})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
 	}
-	os.RemoveAll(dir)
-	return nil, lastErr
+	return &HAProxy{Addr: p.Addr, Port: p.Port, proc: p, dir: dir}, nil
 }
 
 // Stop terminates haproxy and removes its configuration. It is safe to call more than once.

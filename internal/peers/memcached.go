@@ -2,7 +2,6 @@ package peers
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"strconv"
 	"time"
@@ -28,36 +27,18 @@ func StartMemcached(ctx context.Context, extraArgs ...string) (*Memcached, error
 	if err != nil {
 		return nil, err
 	}
-	var lastErr error
-	for attempt := 0; attempt < bindAttempts; attempt++ {
-		port, err := FreePort()
-		if err != nil {
-			return nil, err
-		}
+	p, err := startOnFreePort(ctx, "memcached", path, memcachedStartTimeout, func(port int) ([]string, error) {
 		args := []string{"-l", "127.0.0.1", "-p", strconv.Itoa(port), "-U", "0"}
 		if os.Geteuid() == 0 {
 			// memcached refuses to run as root without an explicit -u.
 			args = append(args, "-u", "root")
 		}
-		args = append(args, extraArgs...)
-		p, err := startProcess("memcached", path, args...)
-		if err != nil {
-			return nil, err
-		}
-		p.Addr, p.Port = listenAddr(port), port
-		wctx, cancel := context.WithTimeout(ctx, memcachedStartTimeout)
-		err = waitAccept(wctx, "tcp", p.Addr, p)
-		cancel()
-		if err == nil {
-			return &Memcached{Addr: p.Addr, Port: port, proc: p}, nil
-		}
-		_ = p.Kill()
-		lastErr = fmt.Errorf("peers: start memcached %v: %w%s", args, err, outputTail(p.out))
-		if !isBindRace(p.Output()) || ctx.Err() != nil {
-			return nil, lastErr
-		}
+		return append(args, extraArgs...), nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, lastErr
+	return &Memcached{Addr: p.Addr, Port: p.Port, proc: p}, nil
 }
 
 // Stop terminates memcached (SIGTERM, then SIGKILL after 5s). It is safe to

@@ -242,6 +242,40 @@ func isBindRace(text string) bool {
 		strings.Contains(t, "bind on tcp/ip port")
 }
 
+// startOnFreePort starts the server at path, which listens on the port its command line names (args builds the
+// command line for a port), and waits up to timeout for it to accept connections. A start that lost the port to
+// another process between FreePort and its bind is retried on a new port, up to bindAttempts times.
+func startOnFreePort(ctx context.Context, name, path string, timeout time.Duration, args func(port int) ([]string, error)) (*Process, error) {
+	var lastErr error
+	for attempt := 0; attempt < bindAttempts; attempt++ {
+		port, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		argv, err := args(port)
+		if err != nil {
+			return nil, err
+		}
+		p, err := startProcess(name, path, argv...)
+		if err != nil {
+			return nil, err
+		}
+		p.Addr, p.Port = listenAddr(port), port
+		wctx, cancel := context.WithTimeout(ctx, timeout)
+		err = waitAccept(wctx, "tcp", p.Addr, p)
+		cancel()
+		if err == nil {
+			return p, nil
+		}
+		_ = p.Kill()
+		lastErr = fmt.Errorf("peers: start %s %v: %w%s", name, argv, err, outputTail(p.out))
+		if !isBindRace(p.Output()) || ctx.Err() != nil {
+			return nil, lastErr
+		}
+	}
+	return nil, lastErr
+}
+
 // listenAddr formats a loopback address for port.
 func listenAddr(port int) string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
