@@ -85,10 +85,14 @@ const (
 	ERUnsupportedPS        = mysql.ER_UNSUPPORTED_PS           // 1295
 	ERMalformedPacket      = mysql.ER_MALFORMED_PACKET         // 1835
 	ERParseError           = mysql.ER_PARSE_ERROR              // 1064
-	// CRConnHostError is the client library's "Can't connect to MySQL server" (2003), the code drivers show when a
-	// server is down; keyway sends it when a backend is unreachable.
-	CRConnHostError = 2003
+	// ERConnectionKilled is MariaDB's "Connection was killed" (1927, SQLSTATE 70100): keyway sends it when a
+	// session's backend connection is lost in the middle of a command.
+	ERConnectionKilled = 1927
 )
+
+// Codes from 2000 up are the client library's own (CR_*): a client library that finds one in a server's ERR packet
+// may take the packet for garbage (libmariadb answers 2027 "Received malformed packet" and drops the message), so
+// keyway's own errors use server codes only.
 
 // Error is a MySQL ERR packet: from a backend, or built by keyway for a client.
 type Error struct {

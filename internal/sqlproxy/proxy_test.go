@@ -416,8 +416,20 @@ func TestBackendDown(t *testing.T) {
 	}
 	err = open(t, "app", "secret", addr, "").Ping()
 	var me *mysql.MySQLError
-	if !errors.As(err, &me) || me.Number != 2003 || !strings.Contains(me.Message, "keyway: backend group main ("+fw.Addr+") unavailable: ") {
-		t.Fatalf("want 2003 naming group and address, got %v", err)
+	if !errors.As(err, &me) || me.Number != 1105 || !strings.Contains(me.Message, "keyway: backend group main ("+fw.Addr+") unavailable: ") {
+		t.Fatalf("want 1105 naming group and address, got %v", err)
+	}
+	// libmariadb (the mariadb CLI, PHP's mysqlnd-free builds, every C connector) shows keyway's message: a
+	// client-range code in an ERR packet would come out as 2027 "Received malformed packet".
+	testenv.Need(t, "mariadb")
+	cli, err := testenv.LookPath("mariadb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	out, _ := exec.Command(cli, "--no-defaults", "-h", host, "-P", port, "-u", "app", "-psecret", "--skip-ssl", "-e", "SELECT 1").CombinedOutput()
+	if !strings.Contains(string(out), "ERROR 1105 (HY000)") || !strings.Contains(string(out), "keyway: backend group main") {
+		t.Fatalf("mariadb CLI with the backend down printed %q, want keyway's ERROR 1105 and message", out)
 	}
 	fw.Up(t)
 	waitFor(t, func() bool { return open(t, "app", "secret", addr, "").Ping() == nil })

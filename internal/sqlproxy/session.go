@@ -38,10 +38,6 @@ const (
 	comResetConnection  = 0x1f
 )
 
-// crServerLost is the client library's "Lost connection to MySQL server during query" (2013), sent when the backend
-// connection fails in the middle of a command.
-const crServerLost = 2013
-
 // session is one client connection and the backend connection it owns.
 type session struct {
 	s  *Server
@@ -248,7 +244,7 @@ func (ss *session) releaseBackend() {
 func backendError(err error) *mysqlwire.Error {
 	var ue *backend.UnavailableError
 	if errors.As(err, &ue) {
-		return mysqlwire.NewError(mysqlwire.CRConnHostError, "HY000", "%s", err.Error())
+		return mysqlwire.NewError(mysqlwire.ERUnknownError, "HY000", "%s", err.Error())
 	}
 	var le *backend.LoginError
 	if errors.As(err, &le) {
@@ -258,7 +254,7 @@ func backendError(err error) *mysqlwire.Error {
 }
 
 func lostBackend(g *backend.Group, err error) *mysqlwire.Error {
-	return mysqlwire.NewError(crServerLost, "HY000",
+	return mysqlwire.NewError(mysqlwire.ERConnectionKilled, "70100",
 		"keyway: lost connection to backend group %s (%s) during the command: %v; the session's state is gone, reconnect",
 		g.Name(), g.Addr(), err)
 }
