@@ -64,6 +64,18 @@ func (e *UnavailableError) Error() string {
 }
 func (e *UnavailableError) Unwrap() error { return e.Err }
 
+// BusyError says the backend refused a new connection because it has too many (ER_CON_COUNT_ERROR, 1040). The
+// backend is up: the client gets the server's own 1040, which drivers and their retry logic know.
+type BusyError struct {
+	Group, Addr string
+	Err         *mysqlwire.Error // the server's 1040
+}
+
+func (e *BusyError) Error() string {
+	return "keyway: backend group " + e.Group + " (" + e.Addr + "): " + e.Err.Message
+}
+func (e *BusyError) Unwrap() error { return e.Err }
+
 // LoginError says the backend refused keyway's credentials for a user: fix backend_user/backend_password.
 type LoginError struct {
 	Group, Addr, User string
@@ -250,7 +262,7 @@ func (g *Group) isClosed() bool {
 }
 
 // dial opens and logs in a backend connection. Network and handshake I/O failures are *UnavailableError and start
-// the fast-fail backoff; a refusal by the server is a *LoginError.
+// the fast-fail backoff; "too many connections" is a *BusyError, any other refusal by the server a *LoginError.
 func (g *Group) dial(ctx context.Context, user, password string, caps uint32, collation uint8) (*Conn, error) {
 	if err := g.failingFast(); err != nil {
 		return nil, err
@@ -258,7 +270,12 @@ func (g *Group) dial(ctx context.Context, user, password string, caps uint32, co
 	c, err := g.connect(ctx, user, password, caps, collation)
 	if err != nil {
 		var me *mysqlwire.Error
-		if errors.As(err, &me) && me.Code != mysqlwire.ERConCount {
+		if errors.As(err, &me) && me.Code == mysqlwire.ERConCount {
+			// The server is up and answering; it is full. That is no reason to mark it down and drop every
+			// pool's idle connections (which other sessions would only have to dial again).
+			return nil, &BusyError{Group: g.cfg.Name, Addr: g.cfg.Primary.Address, Err: me}
+		}
+		if me != nil {
 			return nil, &LoginError{Group: g.cfg.Name, Addr: g.cfg.Primary.Address, User: user, Err: err}
 		}
 		g.failed(err)

@@ -498,3 +498,52 @@ func TestMariaDBCLI(t *testing.T) {
 		}
 	}
 }
+
+// TestBackendTooManyConnections: a backend that is full answers a new session's login with 1040; the client gets
+// that 1040 (with keyway's note of the group), and the group is not marked down: the server is up, and the other
+// pools keep their connections.
+func TestBackendTooManyConnections(t *testing.T) {
+	m := testenv.NewMariaDB(t)
+	root, err := sql.Open("mysql", m.RootDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	mustExec(t, root, "SET GLOBAL max_connections = 4")
+	o := testConfig(m.Addr).options(t)
+	_, addr := startProxyOpts(t, o)
+	// Fill the server with direct connections (as app, which has SUPER and so one extra) until it refuses.
+	var held []*sql.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	direct := open(t, "app", "secret", m.Addr, "")
+	direct.SetMaxIdleConns(0) // a released connection closes, freeing its slot on the server
+	for len(held) < 10 {
+		c, err := direct.Conn(context.Background())
+		if err == nil {
+			err = c.PingContext(context.Background())
+		}
+		if err != nil {
+			var me *mysql.MySQLError
+			if !errors.As(err, &me) || me.Number != 1040 {
+				t.Fatalf("filling the server: %v, want 1040", err)
+			}
+			break
+		}
+		held = append(held, c)
+	}
+	err = open(t, "app", "secret", addr, "").Ping()
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) || me.Number != 1040 || !strings.Contains(me.Message, "keyway: backend group main") {
+		t.Fatalf("a login through keyway with the backend full: %v, want 1040 naming the group", err)
+	}
+	if up, herr := o.Topology.Groups()[0].Healthy(); !up {
+		t.Fatalf("a full backend was marked down: %v", herr)
+	}
+	held[0].Close()
+	held = held[1:]
+	waitFor(t, func() bool { return open(t, "app", "secret", addr, "").Ping() == nil })
+}

@@ -246,6 +246,10 @@ func backendError(err error) *mysqlwire.Error {
 	if errors.As(err, &ue) {
 		return mysqlwire.NewError(mysqlwire.ERUnknownError, "HY000", "%s", err.Error())
 	}
+	var be *backend.BusyError
+	if errors.As(err, &be) {
+		return mysqlwire.NewError(mysqlwire.ERConCount, "08004", "%s", err.Error())
+	}
 	var le *backend.LoginError
 	if errors.As(err, &le) {
 		return mysqlwire.NewError(mysqlwire.ERAccessDenied, "28000", "%s", err.Error())
