@@ -302,6 +302,10 @@ func memcacheName(name string) (metric string, counter bool, div float64) {
 	}
 	div = 1
 	if memcacheGauges[n] || strings.HasPrefix(n, "curr_") {
+		// A gauge named "…_count" reads as a histogram's count to Prometheus (and promlint): say what is counted.
+		if base, ok := strings.CutSuffix(n, "_count"); ok {
+			n = base + "s"
+		}
 		return "keyway_memcache_" + n, false, div
 	}
 	if base, ok := strings.CutSuffix(n, "_us"); ok {

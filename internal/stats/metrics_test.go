@@ -171,3 +171,20 @@ func BenchmarkObserveQuery(b *testing.B) {
 		}
 	})
 }
+
+// TestMemcacheNames: memcached's stat names become Prometheus names promlint accepts: counters end in _total,
+// microseconds become seconds, and a gauge never ends in _count (which reads as a histogram's).
+func TestMemcacheNames(t *testing.T) {
+	for stat, want := range map[string]string{
+		"cmd_get":            "keyway_memcache_cmd_get_total",
+		"total_connections":  "keyway_memcache_connections_total",
+		"rusage_user_us":     "keyway_memcache_rusage_user_seconds_total",
+		"curr_items":         "keyway_memcache_curr_items",
+		"read_buf_count":     "keyway_memcache_read_bufs",
+		"response_obj_count": "keyway_memcache_response_objs",
+	} {
+		if got, _, _ := memcacheName(stat); got != want {
+			t.Errorf("memcacheName(%q) = %q, want %q", stat, got, want)
+		}
+	}
+}
