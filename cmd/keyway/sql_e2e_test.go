@@ -246,3 +246,19 @@ func TestSQLDoorSysbench(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 }
+
+// TestSQLDoorRelaysLocalInfileByDefault: a config that does not mention allow_local_infile relays LOAD DATA LOCAL
+// INFILE to a client that opted in (the mariadb CLI with --local-infile), as MariaDB direct would.
+func TestSQLDoorRelaysLocalInfileByDefault(t *testing.T) {
+	d := startSQLDoor(t)
+	file := filepath.Join(t.TempDir(), "rows.txt")
+	if err := os.WriteFile(file, []byte("1\n2\n3\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := mariadbCLI(t, "-h", "127.0.0.1", "-P", strconv.Itoa(d.port), "-u", "app", "-psecret", "--skip-ssl",
+		"--local-infile=1", "test", "-N", "-e",
+		"DROP TABLE IF EXISTS li; CREATE TABLE li (id INT); LOAD DATA LOCAL INFILE '"+file+"' INTO TABLE li; SELECT COUNT(*) FROM li")
+	if err != nil || strings.TrimSpace(out) != "3" {
+		t.Fatalf("LOAD DATA LOCAL INFILE through keyway: %v\n%s", err, out)
+	}
+}

@@ -147,7 +147,7 @@ type SQL struct {
 	MaxConnections   int    // "max_connections": concurrent client connections (default 1024)
 	TLSCert          string // "tls_cert": PEM file; with tls_key, TLS is offered to clients
 	TLSKey           string // "tls_key": PEM file
-	AllowLocalInfile bool   // "allow_local_infile": relay LOAD DATA LOCAL INFILE (default false: refused)
+	AllowLocalInfile bool   // "allow_local_infile": relay LOAD DATA LOCAL INFILE to clients that opted in (default true; false: refused)
 	RequireTLS       bool   // "require_tls": refuse clients that do not switch to TLS (needs tls_cert and tls_key)
 	// Before login: "max_handshakes" connections may be logging in at once (default 256), each for at most
 	// "handshake_timeout" (default 10s).
@@ -409,6 +409,9 @@ const (
 // that persists nothing.
 func Default() Config {
 	var c Config
+	// A client that announced CLIENT_LOCAL_FILES opted in to LOAD DATA LOCAL INFILE (the backend asks only such
+	// clients, since they share its capability flags): relay it unless the file says allow_local_infile = false.
+	c.SQL.AllowLocalInfile = true
 	c.EnsureDefaults()
 	return c
 }

@@ -29,7 +29,7 @@ func TestDefault(t *testing.T) {
 			Durability:    "none",
 			FlushInterval: time.Second,
 		},
-		SQL:   SQL{MaxConnections: 1024, MaxHandshakes: 256, HandshakeTimeout: 10 * time.Second},
+		SQL:   SQL{MaxConnections: 1024, MaxHandshakes: 256, HandshakeTimeout: 10 * time.Second, AllowLocalInfile: true},
 		Cache: Cache{MaxStaleness: time.Second, MemoryLimit: 64 << 20},
 	}
 	c := Default()
@@ -82,7 +82,7 @@ flush_interval = "250ms"
 	want := Config{
 		Memcache: Memcache{Listen: "0.0.0.0:22122", MemoryLimit: 512 << 20, MaxConnections: 4096, MaxItemSize: 2 << 20, WriteTimeout: 30 * time.Second},
 		Store:    Store{DataDir: "/var/lib/keyway", Durability: "sync", FlushInterval: 250 * time.Millisecond},
-		SQL:      SQL{MaxConnections: 1024, MaxHandshakes: 256, HandshakeTimeout: 10 * time.Second},
+		SQL:      SQL{MaxConnections: 1024, MaxHandshakes: 256, HandshakeTimeout: 10 * time.Second, AllowLocalInfile: true},
 		Cache:    Cache{MaxStaleness: time.Second, MemoryLimit: 64 << 20},
 	}
 	if !reflect.DeepEqual(c, want) {
@@ -504,7 +504,7 @@ func TestParseSQLMinimal(t *testing.T) {
 	if len(c.Groups) != 1 || c.Groups[0] != g {
 		t.Errorf("groups = %+v, want [%+v]", c.Groups, g)
 	}
-	if c.SQL.MaxConnections != 1024 || c.SQL.AllowLocalInfile || c.SQL.TLSCert != "" || c.Admin.Listen != "" {
+	if c.SQL.MaxConnections != 1024 || !c.SQL.AllowLocalInfile || c.SQL.TLSCert != "" || c.Admin.Listen != "" {
 		t.Errorf("sql = %+v, admin = %+v; want the defaults", c.SQL, c.Admin)
 	}
 }
