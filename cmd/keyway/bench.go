@@ -165,8 +165,8 @@ func benchSuite(s suite, args []string, stdout, stderr io.Writer) int {
 	sr := s.define(fs)
 	given := recordFlags(fs)
 	jsonOut := fs.Bool("json", false, "print the report as JSON")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if status, done := parseFlags(fs, args, stdout, stderr); done {
+		return status
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "%s: unexpected argument %q: it takes flags only\n", fs.Name(), fs.Arg(0))
@@ -260,12 +260,12 @@ func benchReport(args []string, stdout, stderr io.Writer) int {
 		all = append(all, prepared{s, sfs, run, given})
 	}
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "usage: keyway bench report --out DIR [--suites memcache,sql,kv,staleness] [--duration D] [--reps N] [--SUITE.FLAG V ...]\n"+
+		fmt.Fprint(fs.Output(), "usage: keyway bench report --out DIR [--suites memcache,sql,kv,staleness] [--duration D] [--reps N] [--SUITE.FLAG V ...]\n"+
 			"       keyway bench report --out DIR --json FILE.json...\n\nflags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if status, done := parseFlags(fs, args, stdout, stderr); done {
+		return status
 	}
 	if *outDir == "" {
 		fmt.Fprintln(stderr, "keyway bench report: --out DIR is required")
@@ -362,13 +362,13 @@ func benchCompare(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("keyway bench compare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "usage: keyway bench compare OLD.json NEW.json\n\n"+
+		fmt.Fprint(fs.Output(), "usage: keyway bench compare OLD.json NEW.json\n\n"+
 			"Each file is a report.json from `keyway bench report` or one suite's --json output.\n"+
 			"A figure regressed when its new median lies outside the old min–max band on the bad side\n"+
 			"(below it for a throughput, above it for a latency); the exit status is then 1.\n")
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if status, done := parseFlags(fs, args, stdout, stderr); done {
+		return status
 	}
 	if fs.NArg() != 2 {
 		fs.Usage()

@@ -23,9 +23,14 @@ const checkTimeout = 2 * time.Minute
 // the configuration, then connects to every backend group (server.Check). It prints one line per problem on stdout
 // and exits 1 when there is any, or "ok" and 0.
 func runCheck(args []string, stdout, stderr io.Writer) int {
-	cfg, err := config.ParseArgs("check", "Validates the configuration serve would run, then connects to every backend group and prints one line per problem (exit 1), or ok (exit 0). It opens no port.", args, stderr)
+	cfg, err := config.ParseArgs("check", "Validates the configuration serve would run, then connects to every backend group and prints one line per problem (exit 1), or ok (exit 0). It opens no port.", args, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
+	}
+	var usage *config.UsageError
+	if errors.As(err, &usage) {
+		fmt.Fprintf(stderr, "keyway check: %v\n", err)
+		return 2
 	}
 	if err != nil {
 		// Validate joins its problems with newlines: one problem a line already.

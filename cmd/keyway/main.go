@@ -55,7 +55,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "serve":
-		return serve(args[1:], stderr)
+		return serve(args[1:], stdout, stderr)
 	case "bench":
 		return runBench(args[1:], stdout, stderr)
 	case "check":
@@ -73,8 +73,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
-func serve(args []string, stderr io.Writer) int {
-	cfg, err := config.ParseServeArgs(args, stderr)
+func serve(args []string, stdout, stderr io.Writer) int {
+	cfg, err := config.ParseServeArgs(args, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
@@ -169,4 +169,33 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// parseFlags parses a subcommand's flags. Asked for help (-h, --help), it prints the usage on stdout, where a user
+// asked for it, and says to exit 0; a bad flag is reported on stderr, exit status 2. Otherwise done is false and the
+// command goes on, with fs reporting on stderr.
+func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (status int, done bool) {
+	usage := fs.Usage
+	if usage == nil {
+		usage = func() {
+			fmt.Fprintf(fs.Output(), "Usage of %s:\n", fs.Name())
+			fs.PrintDefaults()
+		}
+	}
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.Usage = usage
+	switch {
+	case err == nil:
+		fs.SetOutput(stderr)
+		return 0, false
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return 0, true
+	}
+	fs.SetOutput(stderr)
+	fmt.Fprintf(stderr, "%s: %v (see %s -h)\n", fs.Name(), err, fs.Name())
+	return 2, true
 }

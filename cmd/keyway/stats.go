@@ -8,7 +8,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -34,11 +33,8 @@ func runStats(args []string, stdout, stderr io.Writer) int {
 	interval := fs.Duration("interval", 2*time.Second, "how often the view refreshes on a terminal")
 	once := fs.Bool("once", false, "print one snapshot and exit (the default when stdout is not a terminal)")
 	token := fs.String("token", os.Getenv("KEYWAY_ADMIN_TOKEN"), "the admin `token`, when [admin] token is set (default $KEYWAY_ADMIN_TOKEN)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if status, done := parseFlags(fs, args, stdout, stderr); done {
+		return status
 	}
 	if fs.NArg() > 0 || *interval <= 0 {
 		fmt.Fprintln(stderr, "keyway stats: takes flags only (--admin, --interval > 0, --once, --token)")

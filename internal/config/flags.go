@@ -27,20 +27,27 @@ type serveFlags struct {
 	adminListen string
 }
 
+// UsageError is a command line that is not one: an unknown flag, a flag's value of the wrong form, an argument
+// where only flags go. Commands exit 2 for it (the configuration's own problems are other errors).
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
 // ParseServeArgs parses the arguments of `keyway serve` (without the command name itself) into a validated Config.
 //
 // The flags are memcached's where memcached has one: -p PORT, -l ADDR, -m MEGABYTES, -c MAXCONNS, -I SIZE. Long
 // flags take one or two dashes. The file named by --config is read first; every flag set on the command line then
 // overrides it, whatever their order. Then defaults are filled in and the result validated, every problem reported
-// at once. It prints nothing but the usage, to stderr, for -h or --help, and then returns flag.ErrHelp; the
+// at once. It prints nothing but the usage, to usage (the command's stdout), for -h or --help, and then returns flag.ErrHelp; the
 // caller prints any other error.
-func ParseServeArgs(args []string, stderr io.Writer) (Config, error) {
-	return ParseArgs("serve", "Serves the memcache door, and the SQL door when sql.listen is set.", args, stderr)
+func ParseServeArgs(args []string, usage io.Writer) (Config, error) {
+	return ParseArgs("serve", "Serves the memcache door, and the SQL door when sql.listen is set.", args, usage)
 }
 
 // ParseArgs is ParseServeArgs for another command that takes serve's flags (`keyway check`): command names it in
 // the usage and errors, and about says what it does, in the usage.
-func ParseArgs(command, about string, args []string, stderr io.Writer) (Config, error) {
+func ParseArgs(command, about string, args []string, usage io.Writer) (Config, error) {
 	name := "keyway " + command
 	// Nothing is printed while parsing: a flag error is returned like any other, for the caller to print once.
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
@@ -102,15 +109,15 @@ func ParseArgs(command, about string, args []string, stderr io.Writer) (Config, 
 
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stderr, "Usage: "+name+" [flags]\n\n"+about+" Flags override the file given with --config.\n\n")
-			fs.SetOutput(stderr)
+			fmt.Fprint(usage, "Usage: "+name+" [flags]\n\n"+about+" Flags override the file given with --config.\n\n")
+			fs.SetOutput(usage)
 			fs.PrintDefaults()
 			return Config{}, flag.ErrHelp
 		}
-		return Config{}, fmt.Errorf("%s: %w (see %s -h)", name, err, name)
+		return Config{}, &UsageError{fmt.Errorf("%w (see %s -h)", err, name)}
 	}
 	if fs.NArg() > 0 {
-		return Config{}, fmt.Errorf("%s: unexpected argument %q: it takes flags only (see %s -h)", name, fs.Arg(0), name)
+		return Config{}, &UsageError{fmt.Errorf("unexpected argument %q: it takes flags only (see %s -h)", fs.Arg(0), name)}
 	}
 
 	c := start()
