@@ -45,8 +45,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble"
@@ -131,6 +133,11 @@ func openDisk(s *Store, o Options) (*disk, error) {
 		MemTableSize:                8 << 20,
 		MemTableStopWritesThreshold: 4,
 	})
+	if err != nil && (errors.Is(err, syscall.EAGAIN) || strings.Contains(err.Error(), "lock held by current process")) {
+		// Pebble's LOCK file is held: by another process (fcntl's F_SETLK refuses with EAGAIN), or by a store
+		// of this one (pebble's own check, which has no error value to match).
+		return nil, fmt.Errorf("store: data_dir %q is in use by another process (another keyway serving it?): stop that one, or give this one its own data_dir: %w", o.DataDir, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("store: cannot open data_dir %q (check that it exists or can be created and is writable): %w", o.DataDir, err)
 	}

@@ -842,3 +842,18 @@ func TestSetLimitAndWalk(t *testing.T) {
 		t.Fatal("SetLimit(0) accepted")
 	}
 }
+
+// TestDataDirInUse: a second store on a data directory another one holds says so, not that the directory may not
+// exist or be writable.
+func TestDataDirInUse(t *testing.T) {
+	dir := t.TempDir()
+	first, err := Open(Options{MemoryLimit: 1 << 20, DataDir: dir, Durability: DurabilityAsync})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	_, err = Open(Options{MemoryLimit: 1 << 20, DataDir: dir, Durability: DurabilityAsync})
+	if err == nil || !strings.Contains(err.Error(), "in use by another process") {
+		t.Fatalf("second open of a held data_dir: %v, want it named in use", err)
+	}
+}
