@@ -547,3 +547,58 @@ func TestBackendTooManyConnections(t *testing.T) {
 	held = held[1:]
 	waitFor(t, func() bool { return open(t, "app", "secret", addr, "").Ping() == nil })
 }
+
+// TestStaleBackendConnection: the server drops an idle session's backend connection (wait_timeout). A session with
+// no state gets a new one at its next statement and never notices; a session with state has its client connection
+// closed (as the server's close would look direct), not an error answered on a live socket, and keyway goes on.
+func TestStaleBackendConnection(t *testing.T) {
+	m := testenv.NewMariaDB(t)
+	root, err := sql.Open("mysql", m.RootDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	mustExec(t, root, "SET GLOBAL wait_timeout = 1") // connections keyway opens from now on time out after 1 s idle
+	_, addr := startProxy(t, testConfig(m.Addr))
+	ctx := context.Background()
+
+	stateless := open(t, "app", "secret", addr, "")
+	c, err := stateless.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var n int
+	if err := c.QueryRowContext(ctx, "SELECT 1").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2500 * time.Millisecond) // the server drops the backend connection
+	tx, err := c.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatalf("BEGIN after the backend connection timed out: %v (want a transparent reconnect)", err)
+	}
+	if err := tx.QueryRowContext(ctx, "SELECT 2").Scan(&n); err != nil || n != 2 {
+		t.Fatalf("in the transaction: %d %v", n, err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+
+	stateful, err := open(t, "app", "secret", addr, "").Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stateful.Close()
+	if _, err := stateful.ExecContext(ctx, "SET @kept = 1"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	err = stateful.QueryRowContext(ctx, "SELECT @kept").Scan(&n)
+	var me *mysql.MySQLError
+	if err == nil || errors.As(err, &me) {
+		t.Fatalf("a session whose state the server dropped: %v, want its connection closed (no result, no ERR)", err)
+	}
+	if err := open(t, "app", "secret", addr, "").QueryRow("SELECT 3").Scan(&n); err != nil || n != 3 {
+		t.Fatalf("keyway after closing a stale session: %d %v", n, err)
+	}
+}

@@ -53,6 +53,7 @@ type session struct {
 	be       *backend.Conn        // owned for the session's life; nil while switching
 	db       string               // current default database as far as keyway knows
 	stmts    map[uint32]*prepared // client statement id → where it was prepared (pipeline.go)
+	beUsed   time.Time            // when the last command went to be; zero before the first (see freshBackend)
 
 	deprecateEOF bool
 	// warned is set when the last reply relayResults passed ended with a warning count above zero: a reply the
@@ -370,15 +371,48 @@ func (ss *session) command() error {
 	return nil
 }
 
+// freshBackend makes sure a backend connection that sat idle is still there before a command goes out on it. The
+// server may have closed it meanwhile (wait_timeout, a restart). A session with no state on it (see pinned, and no
+// prepared statements) gets a new connection from the pool, with its default database, and never notices, as
+// ProxySQL does. A session with state cannot have it back: keyway closes the client's connection without a word,
+// as the server's close would look to a client connected directly, so the driver's own reconnect logic takes over.
+func (ss *session) freshBackend() error {
+	if ss.beUsed.IsZero() || time.Since(ss.beUsed) < staleAfter || !ss.be.PeerGone() {
+		return nil
+	}
+	pinned, why := ss.pinned()
+	if !pinned && len(ss.stmts) > 0 {
+		pinned, why = true, "it has prepared statements"
+	}
+	ss.be.MarkBroken()
+	if pinned {
+		ss.s.log.Info("backend connection closed by the server while the session was idle; the session had state, so its client connection is closed too",
+			"session", ss.id, "user", ss.hs.User, "state", why)
+		return errSessionEnd
+	}
+	ss.releaseBackend()
+	ss.beUsed = time.Time{}
+	ss.s.log.Debug("backend connection closed by the server while the session was idle; reconnected", "session", ss.id, "user", ss.hs.User)
+	return ss.attach(ss.db)
+}
+
 // send relays a command that has no reply.
 func (ss *session) send(p []byte) error {
 	return ss.writeCommand(p)
 }
 
+// staleAfter is how long a backend connection may sit idle before a command checks that the server has not
+// dropped it (wait_timeout is at least a second, and a restart drops every connection).
+const staleAfter = time.Second
+
 // writeCommand sends command p to the backend as a new exchange (sequence 0).
 // A failure breaks the backend connection, tells the client, and ends the session.
 func (ss *session) writeCommand(p []byte) error {
+	if err := ss.freshBackend(); err != nil {
+		return err
+	}
 	be := ss.be
+	ss.beUsed = time.Now()
 	be.ResetSeq()
 	err := be.WritePacket(p)
 	if err == nil {
