@@ -559,14 +559,22 @@ func (c *Conn) InitDB(db string) error {
 	return err
 }
 
-// alive probes an idle connection without blocking: a closed peer or unexpected bytes mean it is dead.
-func (c *Conn) alive() bool {
+// Alive reports, without blocking and without consuming anything, whether an idle connection is still usable:
+// the server has not closed it (wait_timeout, a restart: the socket reads end-of-file) and has sent nothing
+// unasked (an error before closing, or TLS's close_notify). It looks with one non-blocking MSG_PEEK read, under
+// TLS too (on the TCP socket beneath), as go-sql-driver's connCheck does. The pool checks idle connections with it
+// at checkout; the SQL door checks a session's connection after it sat idle.
+func (c *Conn) Alive() bool {
 	if c.Buffered() > 0 {
 		return false
 	}
-	sc, ok := c.NetConn().(syscall.Conn)
+	nc := c.NetConn()
+	if tc, ok := nc.(*tls.Conn); ok {
+		nc = tc.NetConn()
+	}
+	sc, ok := nc.(syscall.Conn)
 	if !ok {
-		return true
+		return true // not a socket (a test pipe): nothing to look at
 	}
 	raw, err := sc.SyscallConn()
 	if err != nil {
@@ -575,15 +583,11 @@ func (c *Conn) alive() bool {
 	alive := true
 	var buf [1]byte
 	err = raw.Read(func(fd uintptr) bool {
-		n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		switch {
-		case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK: // nothing to read: alive
-		case err != nil, n == 0: // an error, or EOF: the server closed it
-			alive = false
-		default: // the server said something unasked (an error before closing): not clean
+		// EAGAIN: nothing to read, alive. End-of-file, unasked bytes or an error: not usable.
+		if _, _, rerr := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT); !errors.Is(rerr, syscall.EAGAIN) {
 			alive = false
 		}
-		return true
+		return true // never wait for readiness: this is a check, not a read
 	})
 	return alive && err == nil
 }

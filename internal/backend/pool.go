@@ -45,7 +45,7 @@ func (p *Pool) Get(ctx context.Context) (*Conn, error) {
 			p.mu.idle = p.mu.idle[:len(p.mu.idle)-1]
 			p.mu.inUse++
 			p.mu.Unlock()
-			if c.alive() {
+			if c.Alive() {
 				return c, nil
 			}
 			c.Close()

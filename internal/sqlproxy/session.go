@@ -377,7 +377,7 @@ func (ss *session) command() error {
 // ProxySQL does. A session with state cannot have it back: keyway closes the client's connection without a word,
 // as the server's close would look to a client connected directly, so the driver's own reconnect logic takes over.
 func (ss *session) freshBackend() error {
-	if ss.beUsed.IsZero() || time.Since(ss.beUsed) < staleAfter || !ss.be.PeerGone() {
+	if ss.beUsed.IsZero() || time.Since(ss.beUsed) < staleAfter || ss.be.Alive() {
 		return nil
 	}
 	pinned, why := ss.pinned()
