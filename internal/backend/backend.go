@@ -174,6 +174,9 @@ type Group struct {
 		failUntil time.Time // dials fail fast with lastErr until then
 		backoff   time.Duration
 		closed    bool
+		// monitorRefused is the server's last refusal of the monitoring account ("" while it logs in), so the
+		// warning is logged once per distinct refusal, not every HealthInterval.
+		monitorRefused string
 	}
 }
 
@@ -413,10 +416,19 @@ func (g *Group) monitor() {
 			} else {
 				mc, err = g.connect(context.Background(), g.cfg.User, g.cfg.Password, 0, 0)
 			}
+			var refused *mysqlwire.Error
+			if errors.As(err, &refused) {
+				// The server answered: it is up, and what is wrong is the monitoring account. The health state
+				// stays the server's; saying "down" here would flap with every client login that succeeds.
+				g.monitorRefusedBy(refused)
+				g.succeeded(nil)
+				return
+			}
 			if err != nil {
 				g.failed(err)
 				return
 			}
+			g.monitorRefusedBy(nil)
 			if g.cfg.User == "" {
 				mc.Close()
 				mc = nil
@@ -448,6 +460,26 @@ func (g *Group) monitor() {
 		case <-t.C:
 			check()
 		}
+	}
+}
+
+// monitorRefusedBy records whether the server refused the monitoring account (nil: it logged in), and warns when
+// the refusal is new: once, not at every health check.
+func (g *Group) monitorRefusedBy(e *mysqlwire.Error) {
+	msg := ""
+	if e != nil {
+		msg = e.Error()
+	}
+	g.mu.Lock()
+	changed := g.mu.monitorRefused != msg
+	g.mu.monitorRefused = msg
+	g.mu.Unlock()
+	switch {
+	case changed && e != nil:
+		g.log.Warn("the server refuses the group's monitoring account; the backend stays up while it answers (fix user and password in [[groups]])",
+			"user", g.cfg.User, "err", msg)
+	case changed:
+		g.log.Info("the group's monitoring account logs in again", "user", g.cfg.User)
 	}
 }
 

@@ -1,11 +1,14 @@
 package backend
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -210,4 +213,40 @@ func TestMinIdleAndMonitor(t *testing.T) {
 		t.Fatalf("unix socket: %q", got)
 	}
 	c.Release()
+}
+
+// TestMonitorWithWrongPassword: a server that refuses the monitoring account is answering, so the group stays up;
+// the refusal is logged once, not at every health check (it flapped "backend down"/"backend up" with client logins).
+func TestMonitorWithWrongPassword(t *testing.T) {
+	m := mariadb(t)
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	g := newGroup(t, m.Addr, func(o *GroupOptions) {
+		o.Password = "wrong"
+		o.Logger = slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+	})
+	time.Sleep(10 * 50 * time.Millisecond) // ten health checks
+	if up, err := g.Healthy(); !up {
+		t.Fatalf("a server that refuses the monitor's password was marked down: %v", err)
+	}
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	if n := strings.Count(out, "refuses the group's monitoring account"); n != 1 {
+		t.Errorf("the refusal was logged %d times, want once:\n%s", n, out)
+	}
+	if strings.Contains(out, "backend down") {
+		t.Errorf("logged backend down:\n%s", out)
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
