@@ -8,11 +8,16 @@ package main
 import (
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keywaydb/keyway/internal/testenv"
 )
 
 type sqlCacheStats struct {
@@ -199,5 +204,83 @@ func TestSQLResultCache(t *testing.T) {
 	rowsOf(t, through, prepared, 1)
 	if cacheStats(t, admin).Hits != hits {
 		t.Fatal("a session with its own time_zone was answered from the cache")
+	}
+}
+
+// TestSQLResultCacheTTLOnly: a group with invalidate = "ttl" has no binlog follower, and the SQL result cache still
+// runs for it: point selects are cached for max_staleness (no default_ttl here), so a direct write shows through
+// keyway within that, and keyway says so at startup.
+func TestSQLResultCacheTTLOnly(t *testing.T) {
+	m := testenv.NewMariaDB(t)
+	direct, err := sql.Open("mysql", m.AppDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	for _, q := range []string{"CREATE TABLE test.tt (id INT PRIMARY KEY, c VARCHAR(20))", "INSERT INTO test.tt VALUES (1, 'one')"} {
+		if _, err := direct.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	free := func() string {
+		port, err := testenv.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf("127.0.0.1:%d", port)
+	}
+	sqlAddr, admin := free(), free()
+	path := filepath.Join(t.TempDir(), "keyway.toml")
+	if err := os.WriteFile(path, []byte(fmt.Sprintf(`
+[sql]
+listen = %q
+
+[[sql.users]]
+name = "app"
+password = "secret"
+auth_plugin = "mysql_native_password"
+
+[[groups]]
+name = "main"
+primary = %q
+user = "app"
+password = "secret"
+invalidate = "ttl"
+`, sqlAddr, m.Addr)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kw := startKeywaySQL(t, sqlAddr, "--config", path, "--admin-listen", admin)
+	through, err := sql.Open("mysql", "app:secret@tcp("+sqlAddr+")/test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer through.Close()
+	read := func() string {
+		t.Helper()
+		var c string
+		if err := through.QueryRow("SELECT c FROM tt WHERE id = 1").Scan(&c); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	before := cacheStats(t, admin)
+	for range 3 {
+		read()
+	}
+	if hits := cacheStats(t, admin).Hits - before.Hits; hits < 2 {
+		t.Fatalf("%d cache hits of 3 point selects on a TTL-only group, want 2\n%s", hits, kw.Output())
+	}
+	if _, err := direct.Exec("UPDATE test.tt SET c = 'two' WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	}
+	changed := time.Now()
+	for read() != "two" {
+		if time.Since(changed) > 1500*time.Millisecond {
+			t.Fatal("a direct write was not seen through keyway within max_staleness (1s)")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(kw.Output(), "TTL-only SQL caching") {
+		t.Errorf("keyway did not say at startup that the group is cached by ttl:\n%s", kw.Output())
 	}
 }

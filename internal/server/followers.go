@@ -91,13 +91,36 @@ func newSQLCache(cfg config.Config, followers []*binlog.Follower, reg *validity.
 	case cfg.Cache.Disabled:
 		log.Info("SQL result cache off ([cache] enabled = false)")
 		return nil
-	case len(followers) < len(cfg.Groups):
-		log.Warn("SQL result cache off: not every group has a binlog follower, so keyway could not vouch for cached results (see the warnings above)")
+	case len(followers)+len(ttlOnly(cfg)) < len(cfg.Groups):
+		log.Warn("SQL result cache off: a group has neither a binlog follower nor invalidate = \"ttl\", so keyway could not vouch for cached results (see the warnings above)")
 		return nil
+	}
+	for g, ttl := range ttlOnly(cfg) {
+		log.Warn("TTL-only SQL caching: replies read from this group's tables are served for up to their ttl even after a direct write in MySQL (invalidate = \"ttl\")",
+			"group", g, "ttl", ttl.String())
 	}
 	log.Info("SQL result cache on: point selects are answered from the cache while the binlog followers are within max_staleness",
 		"memory_limit", cfg.Cache.MemoryLimit, "max_staleness", cfg.Cache.MaxStaleness.String())
 	return qcache.New(qcache.Options{MemoryLimit: cfg.Cache.MemoryLimit, Registry: reg})
+}
+
+// ttlOnly maps the groups with invalidate = "ttl" to the life of a cached reply that names none: cache.default_ttl,
+// else max_staleness, so a reply is never older than keyway promises for a followed group.
+func ttlOnly(cfg config.Config) map[string]time.Duration {
+	var out map[string]time.Duration
+	for _, g := range cfg.Groups {
+		if g.Invalidate != config.InvalidateTTL {
+			continue
+		}
+		if out == nil {
+			out = map[string]time.Duration{}
+		}
+		out[g.Name] = cfg.Cache.DefaultTTL
+		if out[g.Name] == 0 {
+			out[g.Name] = cfg.Cache.MaxStaleness
+		}
+	}
+	return out
 }
 
 // cacheSamples are the result cache's, the followers' and the caching containers' freshness figures for

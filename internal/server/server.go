@@ -233,6 +233,7 @@ func (s *Server) sqlOptions() (sqlproxy.Options, error) {
 		// SHOW KEYWAY CACHE: the same figures as /metrics.
 		CacheReport: s.cacheReport,
 		CacheRules:  cacheRules(s.cfg.Cache),
+		TTLOnly:     ttlOnly(s.cfg),
 	}
 	o.Users = s.sqlUsers(cfg.Users)
 	if cfg.TLSCert != "" {

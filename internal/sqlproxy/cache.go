@@ -44,6 +44,9 @@ const fillWait = time.Second
 // must get it) and fills the cache with the reply. Concurrent misses of one key wait for one fill.
 func (ss *session) throughCache(p []byte, plan *Plan, key string, ttl time.Duration, relay func() (int64, bool, error), send func([]byte) []byte) (int64, bool, error) {
 	c := ss.s.opts.Cache
+	if ttl == 0 {
+		ttl = ss.s.opts.TTLOnly[ss.user.group.Name()] // 0 for a group the binlog follower watches: no expiry
+	}
 	if rows, hit, err := ss.replayCached(key); hit {
 		return rows, false, err
 	}

@@ -272,3 +272,38 @@ func TestRepliesWithWarningsAreNotCached(t *testing.T) {
 		t.Errorf("the same read without warnings: %d cache hits, want 2", n)
 	}
 }
+
+// TestTTLOnlyGroup: with no binlog follower on the group (invalidate = "ttl"), a point select is cached for the
+// group's ttl: a write made directly in MySQL is seen once that ttl is over, never later; a write through keyway
+// still drops the entry at once.
+func TestTTLOnlyGroup(t *testing.T) {
+	r := newCacheRig(t, "qc_ttl", "(1, 'one')")
+	_, addr := startProxyOpts(t, testConfig(r.addr).with(t, func(o *Options) {
+		o.Validity, o.Cache, o.TTLOnly = r.reg, r.cache, map[string]time.Duration{"main": time.Second}
+	}))
+	through := open(t, "app", "secret", addr, "")
+	read := func() string {
+		t.Helper()
+		var c string
+		if err := through.QueryRow("SELECT c FROM qc_ttl WHERE id = 1").Scan(&c); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	if n := r.hits(t, through, "SELECT c FROM qc_ttl WHERE id = 1"); n != 2 {
+		t.Fatalf("a point select of a TTL-only group: %d cache hits of 3, want 2", n)
+	}
+	mustExec(t, r.db, "UPDATE qc_ttl SET c = 'two' WHERE id = 1") // directly: nothing tells keyway
+	changed := time.Now()
+	for read() != "two" {
+		if time.Since(changed) > 1500*time.Millisecond {
+			t.Fatal("a direct write was not seen within the group's ttl of 1s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	read() // cached again
+	mustExec(t, through, "UPDATE qc_ttl SET c = 'three' WHERE id = 1")
+	if got := read(); got != "three" {
+		t.Fatalf("after a write through keyway: %q, want three at once", got)
+	}
+}

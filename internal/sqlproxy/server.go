@@ -82,6 +82,10 @@ type Options struct {
 	Cache *qcache.Cache
 	// CacheRules make the cache take reads that are not point selects (see CacheRule).
 	CacheRules []CacheRule
+	// TTLOnly names the groups whose tables no binlog follower watches (invalidate = "ttl"): a reply read from one
+	// of them is cached for at most the given life when its statement (hint or rule) names none, since writes made
+	// directly in MySQL never reach it. keyway's own writes still invalidate it.
+	TTLOnly map[string]time.Duration
 	// CacheReport, when set, gives SHOW KEYWAY CACHE its rows (name, value): the caches' and followers' figures.
 	CacheReport func() [][2]string
 
