@@ -454,6 +454,16 @@ func TestMigrateInnodbMemcache(t *testing.T) {
 	if err := db.QueryRow(`SELECT c2 FROM test.demo_test WHERE c1 = 'BB'`).Scan(&v); err != nil || v != "WORLD" {
 		t.Fatalf("row BB = %q, %v", v, err)
 	}
+	// The plugin's walk-through uses plain keys: with no container named "default", they go to the first one.
+	if it, err := mc.Get("AA"); err != nil || string(it.Value) != "HELLO, HELLO" {
+		t.Fatalf("get AA (no @@) = %v, %v: want the first container's row, as the plugin answers", it, err)
+	}
+	if err := mc.Set(&memcache.Item{Key: "CC", Value: []byte("PLAIN")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRow(`SELECT c2 FROM test.demo_test WHERE c1 = 'CC'`).Scan(&v); err != nil || v != "PLAIN" {
+		t.Fatalf("set CC (no @@): row CC = %q, %v", v, err)
+	}
 }
 
 // TestContainerSetsSurviveSIGKILL: every set acknowledged before keyway is

@@ -82,9 +82,11 @@ type Engine struct {
 	started     time.Time
 	counters    Counters
 
-	tables   map[string]*Container // containers by name; set before serving (see SetContainers)
-	validity *validity.Registry
-	log      *slog.Logger
+	tables map[string]*Container // containers by name; set before serving (see SetContainers)
+	// defaultTable serves keys without "@@" (nil: the local store); see SetContainers.
+	defaultTable *Container
+	validity     *validity.Registry
+	log          *slog.Logger
 
 	// flush is the pending delayed truncation of db_only-flush tables. The
 	// local store keeps its own deadline (store.FlushAt); tables need a timer.

@@ -106,14 +106,16 @@ const tableTimeout = 10 * time.Second
 // ErrNoContainer means a key names a container that is not configured.
 var ErrNoContainer = errors.New("no such container")
 
-// SetContainers binds containers by name; call before serving.
-func (e *Engine) SetContainers(tables []*Container) {
+// SetContainers binds containers by name; call before serving. Keys without "@@" go to the container named
+// defaultName ("" or a name not among tables: the local store).
+func (e *Engine) SetContainers(tables []*Container, defaultName string) {
 	e.tables = make(map[string]*Container, len(tables))
 	for _, t := range tables {
 		t.fills = make(map[string]*fill)
 		t.space = tableSpace{t}
 		e.tables[t.Name] = t
 	}
+	e.defaultTable = e.tables[defaultName]
 }
 
 // HasContainers reports whether any container is configured.
@@ -136,7 +138,7 @@ func (e *Engine) route(key []byte) (*Container, []byte, error) {
 			}
 		}
 	}
-	return e.tables["default"], key, nil
+	return e.defaultTable, key, nil
 }
 
 // storeKey is the local store's key for a key of a container whose policy

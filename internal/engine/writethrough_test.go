@@ -50,7 +50,7 @@ func newWriteThroughRig(t *testing.T, columns map[string]string) *writeThroughRi
 		r.t[col] = tbl
 		all = append(all, tbl)
 	}
-	r.e.SetContainers(all)
+	r.e.SetContainers(all, "default")
 	return r
 }
 

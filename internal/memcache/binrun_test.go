@@ -66,7 +66,7 @@ func newBinRunDoor(t *testing.T) *binRunDoor {
 		tables = append(tables, eng.NewContainer(engine.ContainerOptions{Container: c,
 			Policies: container.Policies{Get: get, Set: container.DBOnly, Delete: container.DBOnly, Flush: container.CacheOnly}}))
 	}
-	eng.SetContainers(tables)
+	eng.SetContainers(tables, "default")
 	return &binRunDoor{srv: NewServer(eng, Options{}), root: root}
 }
 

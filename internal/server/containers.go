@@ -18,6 +18,9 @@ import (
 type containerSet struct {
 	tables []*engine.Container
 	dbs    []*sql.DB
+	// defaultName is the container keys without "@@" go to: "default" when one is named so, else (as the InnoDB
+	// plugin does) the first container of an imported innodb_memcache schema; "" for none (the local store).
+	defaultName string
 }
 
 // openContainers opens every configured container (and, with [migrate] innodb_memcache, every container of that
@@ -57,6 +60,7 @@ func openContainers(ctx context.Context, cfg config.Config, eng *engine.Engine, 
 		for _, c := range imported {
 			plan = append(plan, planned{def: c.Def, policies: c.Policies, group: g})
 		}
+		ts.defaultName = imported[0].Def.Name // unless one is named "default", below
 	}
 	for _, c := range cfg.Containers {
 		p := planned{def: containerDef(c), group: topo.Group(c.Group)}
@@ -72,6 +76,9 @@ func openContainers(ctx context.Context, cfg config.Config, eng *engine.Engine, 
 	}
 	seen := map[string]bool{}
 	for _, p := range plan {
+		if p.def.Name == "default" {
+			ts.defaultName = "default"
+		}
 		if seen[p.def.Name] {
 			return nil, fmt.Errorf("container %q is defined twice (in [[containers]] and the innodb_memcache schema?)", p.def.Name)
 		}

@@ -108,7 +108,10 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 	if err != nil {
 		return fail(err)
 	}
-	s.engine.SetContainers(s.containers.tables)
+	s.engine.SetContainers(s.containers.tables, s.containers.defaultName)
+	if n := s.containers.defaultName; n != "" && n != "default" {
+		log.Info("keys without @@ go to the innodb_memcache schema's first container, as the InnoDB plugin sends them", "container", n)
+	}
 	// After the containers: they register the tables and key columns the followers watch.
 	if s.followers, err = startFollowers(cfg, s.topo, s.validity, log); err != nil {
 		return fail(err)
