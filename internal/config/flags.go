@@ -155,7 +155,11 @@ func parseArgs(command, about string, args []string, usage io.Writer) (Config, I
 	fs.StringVar(&f.user, "u", "", "memcached's run-as `user`: accepted and ignored; keyway runs as the user that starts it (systemd User=)")
 	fs.BoolVar(&f.daemonize, "d", false, "memcached's daemonize: refused; run keyway under systemd (deploy/keyway.service) or another supervisor")
 	for i, v := range []string{"v", "vv", "vvv"} {
-		fs.BoolFunc(v, "memcached's verbosity: -v logs at info (the default), -vv and -vvv at debug", func(string) error {
+		about := "memcached's verbosity: -v logs at info (the default), -vv and -vvv at debug"
+		if i > 0 {
+			about = "as -v"
+		}
+		fs.BoolFunc(v, about, func(string) error {
 			f.verbosity = max(f.verbosity, i+1)
 			return nil
 		})
