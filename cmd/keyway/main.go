@@ -74,7 +74,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 func serve(args []string, stdout, stderr io.Writer) int {
-	cfg, err := config.ParseServeArgs(args, stdout)
+	cfg, inv, err := config.ParseServeCommand(args, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
@@ -82,7 +82,10 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "keyway serve: %v\n", err)
 		return 2
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: inv.LogLevel}))
+	for _, n := range inv.Notes { // memcached's flags that keyway accepts without acting on them
+		log.Log(context.Background(), n.Level, n.Msg)
+	}
 	useDriverLogger(log)
 	// KEYWAY_CPUPROFILE=FILE profiles the whole serve run, for finding where time goes under a benchmark;
 	// "%p" in FILE becomes the process id, so each keyway a benchmark starts keeps its own profile.

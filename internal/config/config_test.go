@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -351,7 +353,9 @@ func TestServeArgsErrors(t *testing.T) {
 		{"zero -m", []string{"-m", "0"}, [][]string{{"memcache.memory_limit (-m) = 0 bytes", "at least 1 MiB"}}},
 		{"bad -c", []string{"-c", "x"}, [][]string{{"-c", "from 1 to 1048576"}}},
 		{"bad durability", []string{"--durability", "fast"}, [][]string{{"-durability", `want "none", "async" or "sync"`}}},
-		{"unknown flag", []string{"-d"}, [][]string{{"flag provided but not defined: -d"}}},
+		{"unknown flag", []string{"--bogus"}, [][]string{{"flag provided but not defined: -bogus"}}},
+		{"-d", []string{"-d", "-p", "11211"}, [][]string{{"-d: keyway does not daemonize", "deploy/keyway.service"}}},
+		{"bad -t", []string{"-t", "0"}, [][]string{{"-t", "want a number of threads"}}},
 		{"argument", []string{"extra"}, [][]string{{`unexpected argument "extra"`}}},
 		{"durability without data dir", []string{"--durability", "sync"},
 			[][]string{{"store.durability (--durability)", "needs store.data_dir (--data-dir)"}}},
@@ -370,6 +374,48 @@ func TestServeArgsErrors(t *testing.T) {
 				t.Fatalf("wrote to stderr: %q", stderr.String())
 			}
 		})
+	}
+}
+
+// TestServeArgsMemcachedFlags: memcached's -t, -u, -v, -vv and -vvv are accepted as memcached's users type them,
+// with a note for serve's log where keyway does not act on the flag, and -vv or -vvv for the debug level.
+func TestServeArgsMemcachedFlags(t *testing.T) {
+	tests := []struct {
+		args  []string
+		level slog.Level
+		notes []string // one substring per note, in order
+	}{
+		{[]string{"-p", "11211"}, slog.LevelInfo, nil},
+		{[]string{"-t", "4", "-p", "11311"}, slog.LevelInfo, []string{"-t 4: ignored; keyway runs on GOMAXPROCS threads"}},
+		{[]string{"-u", "memcache"}, slog.LevelInfo, []string{"-u memcache: ignored; keyway does not switch users"}},
+		{[]string{"-v"}, slog.LevelInfo, nil},
+		{[]string{"-vv"}, slog.LevelDebug, nil},
+		{[]string{"-vvv", "-v"}, slog.LevelDebug, nil},
+		{[]string{"-m", "64", "-p", "11211", "-u", "memcache", "-l", "127.0.0.1", "-c", "1024", "-t", "2", "-vv"}, slog.LevelDebug,
+			[]string{"-t 2", "-u memcache"}},
+	}
+	for _, tt := range tests {
+		c, inv, err := ParseServeCommand(tt.args, &bytes.Buffer{})
+		if err != nil {
+			t.Fatalf("%q: %v", tt.args, err)
+		}
+		if inv.LogLevel != tt.level {
+			t.Errorf("%q: log level %v, want %v", tt.args, inv.LogLevel, tt.level)
+		}
+		if len(inv.Notes) != len(tt.notes) {
+			t.Fatalf("%q: notes %q, want %d", tt.args, inv.Notes, len(tt.notes))
+		}
+		for i, want := range tt.notes {
+			if !strings.Contains(inv.Notes[i].Msg, want) {
+				t.Errorf("%q: note %q, want it to say %q", tt.args, inv.Notes[i].Msg, want)
+			}
+		}
+		if slices.Contains(tt.args, "-p") && !strings.HasSuffix(c.Memcache.Listen, ":"+tt.args[slices.Index(tt.args, "-p")+1]) {
+			t.Errorf("%q: listen %q; the other flags still apply", tt.args, c.Memcache.Listen)
+		}
+	}
+	if _, inv, _ := ParseServeCommand([]string{"-u", "memcache"}, &bytes.Buffer{}); inv.Notes[0].Level != slog.LevelWarn {
+		t.Errorf("-u's note is at %v, want warn: keyway keeps running as another user than asked", inv.Notes[0].Level)
 	}
 }
 

@@ -5,8 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,6 +27,27 @@ type serveFlags struct {
 	durability  string
 	sqlListen   string
 	adminListen string
+
+	// memcached's flags that keyway accepts without acting on them (see Invocation).
+	threads   int
+	user      string
+	daemonize bool
+	verbosity int // 1 for -v, 2 for -vv, 3 for -vvv
+}
+
+// Invocation is what serve's command line says besides the configuration: the log level memcached's -v, -vv and
+// -vvv ask for, and a note for each memcached flag keyway accepts without acting on it (-t, -u), for serve to log
+// once it has a logger. A command line that memcached's users type works unchanged, and the log says what keyway
+// did with each flag.
+type Invocation struct {
+	LogLevel slog.Level // Info by default and with -v; Debug with -vv or -vvv
+	Notes    []Note
+}
+
+// Note is one line for serve's log at startup.
+type Note struct {
+	Level slog.Level
+	Msg   string
 }
 
 // UsageError is a command line that is not one: an unknown flag, a flag's value of the wrong form, an argument
@@ -42,12 +65,23 @@ func (e *UsageError) Unwrap() error { return e.Err }
 // at once. It prints nothing but the usage, to usage (the command's stdout), for -h or --help, and then returns flag.ErrHelp; the
 // caller prints any other error.
 func ParseServeArgs(args []string, usage io.Writer) (Config, error) {
-	return ParseArgs("serve", "Serves the memcache door, and the SQL door when sql.listen is set.", args, usage)
+	c, _, err := ParseServeCommand(args, usage)
+	return c, err
+}
+
+// ParseServeCommand is ParseServeArgs that also returns what the command line says besides the configuration.
+func ParseServeCommand(args []string, usage io.Writer) (Config, Invocation, error) {
+	return parseArgs("serve", "Serves the memcache door, and the SQL door when sql.listen is set.", args, usage)
 }
 
 // ParseArgs is ParseServeArgs for another command that takes serve's flags (`keyway check`): command names it in
 // the usage and errors, and about says what it does, in the usage.
 func ParseArgs(command, about string, args []string, usage io.Writer) (Config, error) {
+	c, _, err := parseArgs(command, about, args, usage)
+	return c, err
+}
+
+func parseArgs(command, about string, args []string, usage io.Writer) (Config, Invocation, error) {
 	name := "keyway " + command
 	// Nothing is printed while parsing: a flag error is returned like any other, for the caller to print once.
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
@@ -107,18 +141,46 @@ func ParseArgs(command, about string, args []string, usage io.Writer) (Config, e
 	fs.StringVar(&f.sqlListen, "sql-listen", "", "sql.listen: `address` host:port of the SQL door (empty = no SQL door)")
 	fs.StringVar(&f.adminListen, "admin-listen", "", "admin.listen: `address` host:port of the admin HTTP listener (empty = none)")
 
+	// memcached's flags that do not apply to keyway are accepted as memcached's users type them, and said what
+	// became of them (Invocation); only -d is refused, because accepting it would leave a script that expects
+	// the command to return waiting on a server in the foreground.
+	fs.Func("t", "memcached's worker `threads`: accepted and ignored; keyway runs on GOMAXPROCS threads", func(s string) error {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return errors.New("want a number of threads, 1 or more")
+		}
+		f.threads = n
+		return nil
+	})
+	fs.StringVar(&f.user, "u", "", "memcached's run-as `user`: accepted and ignored; keyway runs as the user that starts it (systemd User=)")
+	fs.BoolVar(&f.daemonize, "d", false, "memcached's daemonize: refused; run keyway under systemd (deploy/keyway.service) or another supervisor")
+	for i, v := range []string{"v", "vv", "vvv"} {
+		about := "memcached's verbosity: -v logs at info (the default), -vv and -vvv at debug"
+		if i > 0 {
+			about = "as -v"
+		}
+		fs.BoolFunc(v, about, func(string) error {
+			f.verbosity = max(f.verbosity, i+1)
+			return nil
+		})
+	}
+
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(usage, "Usage: "+name+" [flags]\n\n"+about+" Flags override the file given with --config.\n\n")
 			fs.SetOutput(usage)
 			fs.PrintDefaults()
-			return Config{}, flag.ErrHelp
+			return Config{}, Invocation{}, flag.ErrHelp
 		}
-		return Config{}, &UsageError{fmt.Errorf("%w (see %s -h)", err, name)}
+		return Config{}, Invocation{}, &UsageError{fmt.Errorf("%w (see %s -h)", err, name)}
 	}
 	if fs.NArg() > 0 {
-		return Config{}, &UsageError{fmt.Errorf("unexpected argument %q: it takes flags only (see %s -h)", fs.Arg(0), name)}
+		return Config{}, Invocation{}, &UsageError{fmt.Errorf("unexpected argument %q: it takes flags only (see %s -h)", fs.Arg(0), name)}
 	}
+	if f.daemonize {
+		return Config{}, Invocation{}, &UsageError{errors.New("-d: keyway does not daemonize; run it in the foreground under systemd (deploy/keyway.service) or another supervisor")}
+	}
+	inv := f.invocation()
 
 	c := start()
 	var fileProblems error
@@ -126,11 +188,11 @@ func ParseArgs(command, about string, args []string, usage io.Writer) (Config, e
 	if f.config != "" {
 		data, err := os.ReadFile(f.config)
 		if err != nil {
-			return Config{}, fmt.Errorf("config: %w", err)
+			return Config{}, Invocation{}, fmt.Errorf("config: %w", err)
 		}
 		problems, err := decodeFile(&c, data)
 		if err != nil {
-			return Config{}, fmt.Errorf("%s: %w", f.config, err)
+			return Config{}, Invocation{}, fmt.Errorf("%s: %w", f.config, err)
 		}
 		decodeProblems = problems
 		if err := errors.Join(problems...); err != nil {
@@ -148,9 +210,24 @@ func ParseArgs(command, about string, args []string, usage io.Writer) (Config, e
 	})
 	c.finish()
 	if err := errors.Join(fileProblems, errors.Join(c.validate().besides(decodeProblems)...)); err != nil {
-		return Config{}, err
+		return Config{}, Invocation{}, err
 	}
-	return c, nil
+	return c, inv, nil
+}
+
+// invocation says what became of memcached's flags that keyway does not act on.
+func (f *serveFlags) invocation() Invocation {
+	inv := Invocation{LogLevel: slog.LevelInfo}
+	if f.verbosity >= 2 {
+		inv.LogLevel = slog.LevelDebug
+	}
+	if f.threads > 0 {
+		inv.Notes = append(inv.Notes, Note{slog.LevelInfo, fmt.Sprintf("-t %d: ignored; keyway runs on GOMAXPROCS threads (%d here; the GOMAXPROCS environment variable sets it)", f.threads, runtime.GOMAXPROCS(0))})
+	}
+	if f.user != "" {
+		inv.Notes = append(inv.Notes, Note{slog.LevelWarn, fmt.Sprintf("-u %s: ignored; keyway does not switch users, it runs as the user that starts it (set User= in deploy/keyway.service)", f.user)})
+	}
+	return inv
 }
 
 // applyTo copies the value of the flag called name onto c and returns the file key it sets ("" for none).

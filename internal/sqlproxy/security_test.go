@@ -1,10 +1,13 @@
 package sqlproxy
 
 import (
+	"bytes"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -130,7 +133,11 @@ func TestRequireTLS(t *testing.T) {
 		t.Fatalf("RequireTLS without a certificate: want an error naming tls_cert, got %v", err)
 	}
 	cfg.SQL.TLSCert, cfg.SQL.TLSKey = testenv.SelfSignedCert(t, t.TempDir())
-	_, addr := startProxyOpts(t, cfg.with(t, func(o *Options) { o.RequireTLS = true }))
+	var logs syncBuffer
+	_, addr := startProxyOpts(t, cfg.with(t, func(o *Options) {
+		o.RequireTLS = true
+		o.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}))
 	for _, u := range []struct{ user, pass string }{{"app", "secret"}, {"sha", "shapass"}, {"app", "wrong"}, {"nobody", "x"}} {
 		err := open(t, u.user, u.pass, addr, "tls=false").Ping()
 		var me *mysql.MySQLError
@@ -143,6 +150,13 @@ func TestRequireTLS(t *testing.T) {
 		if got != "greeting err:1045" {
 			t.Fatalf("%s without TLS: keyway ran authentication before refusing: %s", u.user, got)
 		}
+	}
+	// The refusals are logged as failed logins, naming the user and why (the log's bucket keeps the first 10). The
+	// line follows the ERR the client reads, so it may come a moment later.
+	waitFor(t, func() bool { return len(logs.lines(`msg="sql: failed login"`)) >= 8 })
+	if lines := logs.lines(`msg="sql: failed login"`); len(lines) != 8 || !strings.Contains(lines[0], "no TLS, and sql.require_tls is set") ||
+		!strings.Contains(lines[0], "Access denied for user 'app'@'127.0.0.1'") {
+		t.Fatalf("want 8 failed-login lines saying TLS is required, got %d:\n%s", len(lines), logs.String())
 	}
 	for _, u := range []struct{ user, pass string }{{"app", "secret"}, {"sha", "shapass"}} {
 		var n int
@@ -217,4 +231,81 @@ func TestAuthFailuresUnlimitedByDefault(t *testing.T) {
 	if err := loginFrom(t, "127.0.0.1", addr, "app", "secret"); err != nil {
 		t.Fatalf("after 20 failures without a limit: %v", err)
 	}
+}
+
+// TestFailedLoginsLogged: each failed login is logged at warn with the user, the client's address and the reason,
+// never the password; the line that blocks an address (MaxAuthFailures) says so; past loginLogBurst per address
+// the lines stop (and the last one says so), while the failures still count.
+func TestFailedLoginsLogged(t *testing.T) {
+	m := mariadb(t)
+	var logs syncBuffer
+	_, addr := startProxyOpts(t, testConfig(m.Addr).with(t, func(o *Options) {
+		o.MaxAuthFailures = 3
+		o.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}), func(s *Server) { s.throttle.window = time.Hour }) // nothing drains during the test
+	_ = loginFrom(t, "127.0.0.1", addr, "app", "wrong-pw-1")
+	_ = loginFrom(t, "127.0.0.1", addr, "nobody", "wrong-pw-2")
+	_ = loginFrom(t, "127.0.0.1", addr, "sha", "wrong-pw-3")
+	_ = loginFrom(t, "127.0.0.1", addr, "app", "secret") // blocked before the handshake: not a login, not logged
+	if err := loginFrom(t, "127.0.0.2", addr, "app", "secret"); err != nil {
+		t.Fatalf("another address: %v", err)
+	}
+	lines := logs.lines(`msg="sql: failed login"`)
+	if len(lines) != 3 {
+		t.Fatalf("want 3 failed-login lines, got %d:\n%s", len(lines), logs.String())
+	}
+	for i, want := range []string{
+		`level=WARN msg="sql: failed login" user=app remote=127.0.0.1 reason="wrong password"`,
+		`level=WARN msg="sql: failed login" user=nobody remote=127.0.0.1 reason="no such user"`,
+		`level=WARN msg="sql: failed login" user=sha remote=127.0.0.1 reason="wrong password" blocked=`,
+	} {
+		if !strings.Contains(lines[i], want) {
+			t.Errorf("line %d: %s\nwant it to contain %s", i+1, lines[i], want)
+		}
+	}
+	if strings.Contains(logs.String(), "wrong-pw") || strings.Contains(logs.String(), "secret") {
+		t.Fatalf("a password reached the log:\n%s", logs.String())
+	}
+
+	// Without MaxAuthFailures nothing blocks, so the log's own bucket bounds the lines per address.
+	var quiet syncBuffer
+	_, addr = startProxyOpts(t, testConfig(m.Addr).with(t, func(o *Options) {
+		o.Logger = slog.New(slog.NewTextHandler(&quiet, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}), func(s *Server) { s.loginLog.window = time.Hour })
+	for range loginLogBurst + 5 {
+		_ = loginFrom(t, "127.0.0.1", addr, "app", "wrong")
+	}
+	lines = quiet.lines(`msg="sql: failed login"`)
+	if len(lines) != loginLogBurst || !strings.Contains(lines[len(lines)-1], "further failed logins from this address are not logged") {
+		t.Fatalf("want %d failed-login lines, the last saying the rest are not logged; got %d:\n%s", loginLogBurst, len(lines), quiet.String())
+	}
+}
+
+// syncBuffer is a log destination the test reads while sessions write.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// lines are the logged lines containing s.
+func (b *syncBuffer) lines(s string) []string {
+	var out []string
+	for _, l := range strings.Split(b.String(), "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return out
 }

@@ -159,6 +159,7 @@ type Server struct {
 	connID           atomic.Uint32
 
 	throttle *authThrottle
+	loginLog *authThrottle // bounds the failed-login lines per address (throttle.go)
 
 	rsaOnce sync.Once
 	rsaKey  *rsa.PrivateKey
@@ -196,6 +197,7 @@ func New(o Options) (*Server, error) {
 		s.maxHandshakes = DefaultMaxHandshakes
 	}
 	s.throttle = newAuthThrottle(o.MaxAuthFailures)
+	s.loginLog = newAuthThrottle(loginLogBurst)
 	s.handshakeTimeout = o.HandshakeTimeout
 	if s.handshakeTimeout <= 0 {
 		s.handshakeTimeout = DefaultHandshakeTimeout
@@ -415,6 +417,9 @@ func (s *Server) rsa() (*rsa.PrivateKey, error) {
 // serverConfig is the handshake offer for a new client, authenticating against a (the caller's snapshot of
 // s.accounts, so that the user it then looks up is the one that logged in).
 func (s *Server) serverConfig(remote string, a *accounts) *mysqlwire.ServerConfig {
+	// The name the client gave and whether it has an account, for the log of a failed login.
+	var user string
+	known := false
 	version := defaultVersion
 	caps := uint32(offeredCaps)
 	// Offer what every backend group can also do, so the backend connection negotiates the same protocol whichever
@@ -428,17 +433,27 @@ func (s *Server) serverConfig(remote string, a *accounts) *mysqlwire.ServerConfi
 		}
 	}
 	return &mysqlwire.ServerConfig{
-		Version:             version,
-		Capabilities:        caps,
-		Status:              mysqlwire.StatusAutocommit,
-		TLS:                 s.tls,
-		DefaultPlugin:       mysqlwire.NativePassword,
-		Lookup:              a.lookup,
+		Version:       version,
+		Capabilities:  caps,
+		Status:        mysqlwire.StatusAutocommit,
+		TLS:           s.tls,
+		DefaultPlugin: mysqlwire.NativePassword,
+		Lookup: func(name string) (mysqlwire.Account, bool) {
+			acct, ok := a.lookup(name)
+			user, known = name, ok
+			return acct, ok
+		},
 		RSAKey:              s.rsa,
 		CachingSha2FullAuth: s.cachingSha2FullAuth,
 		RemoteHost:          remote,
-		// A failed login counts against its address before the client can try again (throttle.go).
-		OnDenied:     func() { s.throttle.failed(remote) },
+		// A failed login is logged and counts against its address before the client can try again (throttle.go).
+		OnDenied: func() {
+			reason := "wrong password"
+			if !known {
+				reason = "no such user"
+			}
+			s.loginDenied(remote, user, reason, true)
+		},
 		DecoyPlugins: a.decoyPlugins,
 		RequireTLS:   s.opts.RequireTLS,
 	}

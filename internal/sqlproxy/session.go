@@ -167,6 +167,10 @@ func (ss *session) login() (*mysqlwire.Handshake, error) {
 	cfg := s.serverConfig(ss.remote, ss.accounts)
 	cfg.ConnectionID = ss.id
 	hs, err := mysqlwire.ServerHandshake(ss.c, cfg)
+	if errors.Is(err, mysqlwire.ErrAuth) && cfg.RequireTLS && !ss.c.TLS {
+		// Refused before any password exchange, so cfg.OnDenied did not log it; the message names the user.
+		s.loginDenied(ss.remote, "", "no TLS, and sql.require_tls is set: "+err.Error(), false)
+	}
 	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
 		// MariaDB's connect_timeout: tell the client why before closing.
 		_ = ss.nc.SetDeadline(time.Now().Add(time.Second))

@@ -15,8 +15,13 @@ package sqlproxy
 // it can shut out honest clients behind the same address (NAT) while the guessing goes on; it lifts by itself.
 //
 // Memory: one small entry per address that failed recently; entries that have drained are swept once per window.
+//
+// The same bucket bounds the log: each failed login is logged (user, address, reason; never the password), at most
+// loginLogBurst per address in a burst and then about one per window/loginLogBurst, so a guesser cannot flood the
+// log even without MaxAuthFailures; the line that reaches either limit says so.
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
@@ -63,10 +68,10 @@ func (t *authThrottle) blocked(host string) bool {
 	return b != nil && t.drainedLocked(b, time.Now())+1 > t.max
 }
 
-// failed records a failed login from host.
-func (t *authThrottle) failed(host string) {
+// failed records a failed login from host and reports whether it is the one that blocks host.
+func (t *authThrottle) failed(host string) (blocks bool) {
 	if t.max <= 0 {
-		return
+		return false
 	}
 	now := time.Now()
 	t.mu.Lock()
@@ -76,7 +81,9 @@ func (t *authThrottle) failed(host string) {
 		b = &authBucket{}
 		t.mu.hosts[host] = b
 	}
-	b.level, b.at = t.drainedLocked(b, now)+1, now
+	level := t.drainedLocked(b, now)
+	b.level, b.at = level+1, now
+	blocks = level+1 <= t.max && b.level+1 > t.max
 	if now.Sub(t.mu.lastSweep) >= t.window {
 		t.mu.lastSweep = now
 		for h, x := range t.mu.hosts {
@@ -85,6 +92,29 @@ func (t *authThrottle) failed(host string) {
 			}
 		}
 	}
+	return blocks
+}
+
+// loginLogBurst is how many failed logins per address are logged in a burst (see the file comment).
+const loginLogBurst = 10
+
+// loginDenied logs a failed login of user from remote (reason: why it failed) and counts it against the address:
+// in the throttle, which may now block it, and in the log's own bucket.
+// A refusal that checked no password (TLS required) is logged without counting in the throttle (guess false).
+func (s *Server) loginDenied(remote, user, reason string, guess bool) {
+	blocked := guess && s.throttle.failed(remote)
+	if s.loginLog.blocked(remote) {
+		return
+	}
+	quiet := s.loginLog.failed(remote)
+	args := []any{"user", user, "remote", remote, "reason", reason}
+	if blocked {
+		args = append(args, "blocked", fmt.Sprintf("this address's logins are refused (ER_HOST_IS_BLOCKED) until its failures age: more than %d per %v, sql.max_auth_failures", int(s.throttle.max), s.throttle.window))
+	}
+	if quiet {
+		args = append(args, "log", fmt.Sprintf("further failed logins from this address are not logged until they slow below %d per %v", loginLogBurst, s.loginLog.window))
+	}
+	s.log.Warn("sql: failed login", args...)
 }
 
 // errHostBlocked is the refusal of a blocked host, worded as MariaDB's ER_HOST_IS_BLOCKED.
