@@ -116,7 +116,7 @@ func memcacheFlags(fs *flag.FlagSet) suiteRun {
 func sqlFlags(fs *flag.FlagSet) suiteRun {
 	o := &bench.SQLOptions{}
 	fs.DurationVar(&o.Duration, "duration", 0, "`length` of each run, whole seconds (default 10s)")
-	fs.IntVar(&o.Repetitions, "reps", 0, "`runs` per target, alternating direct and keyway (default 3)")
+	fs.IntVar(&o.Repetitions, "reps", 0, "`runs` per target, alternating between targets (default 3)")
 	fs.Func("threads", "comma-separated sysbench thread `counts`, one case each (default 1,4,8)", intList(&o.Threads))
 	fs.Func("workloads", "comma-separated sysbench `scripts` (default oltp_point_select,oltp_read_only)", func(s string) error {
 		for _, f := range strings.Split(s, ",") {
