@@ -584,6 +584,17 @@ func TestStaleBackendConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A session idle since its login: its first statement comes after the timeout.
+	fresh, err := open(t, "app", "secret", addr, "").Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	time.Sleep(2500 * time.Millisecond)
+	if err := fresh.QueryRowContext(ctx, "SELECT 4").Scan(&n); err != nil || n != 4 {
+		t.Fatalf("first statement of a session idle since login: %d %v", n, err)
+	}
+
 	stateful, err := open(t, "app", "secret", addr, "").Conn(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -53,7 +53,7 @@ type session struct {
 	be       *backend.Conn        // owned for the session's life; nil while switching
 	db       string               // current default database as far as keyway knows
 	stmts    map[uint32]*prepared // client statement id → where it was prepared (pipeline.go)
-	beUsed   time.Time            // when the last command went to be; zero before the first (see freshBackend)
+	beUsed   time.Time            // when be was checked out or last sent a command (see freshBackend)
 
 	deprecateEOF bool
 	// warned is set when the last reply relayResults passed ended with a warning count above zero: a reply the
@@ -220,6 +220,7 @@ func (ss *session) attach(db string) error {
 			}
 		}
 		ss.be, ss.db = be, db
+		ss.beUsed = time.Now() // checked out alive (the pool looks at idle connections before it hands them out)
 		ss.killMu.Lock()
 		ss.killBE = be
 		ss.killMu.Unlock()
@@ -381,7 +382,7 @@ func (ss *session) command() error {
 // ProxySQL does. A session with state cannot have it back: keyway closes the client's connection without a word,
 // as the server's close would look to a client connected directly, so the driver's own reconnect logic takes over.
 func (ss *session) freshBackend() error {
-	if ss.beUsed.IsZero() || time.Since(ss.beUsed) < staleAfter || ss.be.Alive() {
+	if time.Since(ss.beUsed) < staleAfter || ss.be.Alive() {
 		return nil
 	}
 	pinned, why := ss.pinned()
@@ -395,7 +396,6 @@ func (ss *session) freshBackend() error {
 		return errSessionEnd
 	}
 	ss.releaseBackend()
-	ss.beUsed = time.Time{}
 	ss.s.log.Debug("backend connection closed by the server while the session was idle; reconnected", "session", ss.id, "user", ss.hs.User)
 	return ss.attach(ss.db)
 }
