@@ -15,8 +15,6 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
-
-	"github.com/keywaydb/keyway/internal/testenv"
 )
 
 // eventually polls cond every 20 ms for up to 15 s.
@@ -56,11 +54,7 @@ func tableValue(t *testing.T, db *sql.DB, key string) string {
 func TestAsyncContainerOrdering(t *testing.T) {
 	_, db, sqlAddr, path := setupContainers(t, "caching", `write = "async"
 write_window = "3s"`)
-	adminPort, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := fmt.Sprintf("127.0.0.1:%d", adminPort)
+	admin := freeAddr(t)
 	kw := startKeywaySQL(t, sqlAddr, "--config", path, "--data-dir", t.TempDir(), "--durability", "sync", "--admin-listen", admin)
 	mc := memcache.New(kw.Addr)
 	mc.Timeout = 20 * time.Second

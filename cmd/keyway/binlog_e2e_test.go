@@ -111,11 +111,7 @@ type followerStatus struct {
 func startCachingWithAdmin(t *testing.T) (*testenv.Process, *sql.DB, string, string) {
 	t.Helper()
 	_, db, sqlAddr, path := setupContainers(t, "caching", "")
-	port, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := fmt.Sprintf("127.0.0.1:%d", port)
+	admin := freeAddr(t)
 	kw := startKeywaySQL(t, sqlAddr, "--config", path, "--admin-listen", admin)
 	return kw, db, admin, sqlAddr
 }
@@ -271,11 +267,7 @@ func TestConsistencyUnderLoad(t *testing.T) {
 func TestTwoKeywaysStayCoherent(t *testing.T) {
 	_, _, sqlAddr, path := setupContainers(t, "caching", "")
 	a := startKeywaySQL(t, sqlAddr, "--config", path)
-	port, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	otherSQL := fmt.Sprintf("127.0.0.1:%d", port)
+	otherSQL := freeAddr(t)
 	b := startKeywaySQL(t, otherSQL, "--config", path, "--sql-listen", otherSQL)
 	ma, mb := memcache.New(a.Addr), memcache.New(b.Addr)
 	if err := ma.Set(&memcache.Item{Key: "@@aaa.shared", Value: []byte("1")}); err != nil {

@@ -65,11 +65,7 @@ func TestCheck(t *testing.T) {
 	// A server whose binlog caching cannot use.
 	stmt := testenv.NewMariaDB(t)
 	rootExec(t, stmt.RootDSN, "SET GLOBAL binlog_format = 'STATEMENT'")
-	port, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	down := fmt.Sprintf("127.0.0.1:%d", port) // nothing listens there
+	down := freeAddr(t) // nothing listens there
 
 	t.Run("good", func(t *testing.T) {
 		out, code := runKeywayCheck(t, fmt.Sprintf(`

@@ -68,11 +68,7 @@ func setupContainers(t *testing.T, policy, aaaExtra string) (*testenv.MariaDB, *
 			t.Fatal(err)
 		}
 	}
-	port, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sqlAddr := fmt.Sprintf("127.0.0.1:%d", port)
+	sqlAddr := freeAddr(t)
 	cfg := fmt.Sprintf(`
 [sql]
 listen = %[3]q

@@ -76,15 +76,7 @@ func startDashKeyway(t *testing.T) *dashKeyway {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	var addrs [2]string // the memcache door's port comes from testenv
-	for i := range addrs {
-		port, err := testenv.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs[i] = "127.0.0.1:" + strconv.Itoa(port)
-	}
-	sqlAddr, adminAddr := addrs[0], addrs[1]
+	sqlAddr, adminAddr := freeAddr(t), freeAddr(t) // the memcache door's port comes from testenv
 	cfg := fmt.Sprintf(`
 [sql]
 listen = %q
@@ -134,7 +126,7 @@ token = %q
 	kw := testenv.NewKeyway(t, "--config", path, "--data-dir", filepath.Join(dir, "data"), "--durability", "async")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, a := range addrs {
+	for _, a := range []string{sqlAddr, adminAddr} {
 		if err := testenv.WaitForPort(ctx, a); err != nil {
 			t.Fatalf("%s: %v\nkeyway:\n%s", a, err, kw.Output())
 		}

@@ -7,10 +7,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -46,11 +44,7 @@ func login(t *testing.T, addr, user, password string) uint16 {
 
 func TestSIGHUPReloadsUsers(t *testing.T) {
 	m := testenv.NewMariaDB(t)
-	port, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	addr := freeAddr(t)
 	config := func(password string, maxConns int) string {
 		return fmt.Sprintf(`
 [memcache]

@@ -222,14 +222,7 @@ func TestSQLResultCacheTTLOnly(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	free := func() string {
-		port, err := testenv.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return fmt.Sprintf("127.0.0.1:%d", port)
-	}
-	sqlAddr, admin := free(), free()
+	sqlAddr, admin := freeAddr(t), freeAddr(t)
 	path := filepath.Join(t.TempDir(), "keyway.toml")
 	if err := os.WriteFile(path, []byte(fmt.Sprintf(`
 [sql]

@@ -6,12 +6,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,14 +22,7 @@ import (
 func TestStatsOnce(t *testing.T) {
 	m := testenv.NewMariaDB(t)
 	rootExec(t, m.RootDSN, "CREATE TABLE test.kv (k VARCHAR(64) PRIMARY KEY, v TEXT)")
-	free := func() string {
-		port, err := testenv.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	}
-	sqlAddr, adminAddr := free(), free()
+	sqlAddr, adminAddr := freeAddr(t), freeAddr(t)
 	path := filepath.Join(t.TempDir(), "keyway.toml")
 	if err := os.WriteFile(path, []byte(fmt.Sprintf(`
 [admin]
