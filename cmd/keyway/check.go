@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/keywaydb/keyway/internal/config"
@@ -34,7 +33,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		// Validate joins its problems with newlines: one problem a line already.
-		fmt.Fprintln(stdout, strings.TrimPrefix(err.Error(), "keyway check: "))
+		fmt.Fprintln(stdout, err)
 		return 1
 	}
 	useDriverLogger(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))

@@ -5,7 +5,6 @@ package main
 // pipe, a file) or with --once it prints one snapshot of the totals and exits.
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
@@ -16,9 +15,10 @@ import (
 	"os/signal"
 	"sort"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
 
 	"github.com/keywaydb/keyway/internal/server"
 )
@@ -125,30 +125,24 @@ func (r *statsReader) read() (*statsSnapshot, error) {
 	return snap, nil
 }
 
-// sumMetrics reads the Prometheus text format and sums each metric's samples over their labels ("name{…} value"),
-// which is all the view needs: totals per name.
+// sumMetrics reads the Prometheus text format (with prometheus/common's parser) and sums each counter's, gauge's
+// and untyped metric's samples over their labels, which is all the view needs: totals per name. A body that does
+// not parse gives what was read before the problem (the view shows "-" for the rest).
 func sumMetrics(r io.Reader) map[string]float64 {
 	out := map[string]float64{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
+	var p expfmt.TextParser
+	fams, _ := p.TextToMetricFamilies(r)
+	for name, f := range fams {
+		for _, m := range f.GetMetric() {
+			switch {
+			case m.Counter != nil:
+				out[name] += m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				out[name] += m.GetGauge().GetValue()
+			case m.Untyped != nil:
+				out[name] += m.GetUntyped().GetValue()
+			}
 		}
-		sp := strings.LastIndexByte(line, ' ')
-		if sp < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[sp+1:], 64)
-		if err != nil {
-			continue
-		}
-		name := line[:sp]
-		if i := strings.IndexByte(name, '{'); i >= 0 {
-			name = name[:i]
-		}
-		out[name] += v
 	}
 	return out
 }

@@ -381,8 +381,8 @@ func (ss *session) command() error {
 // prepared statements) gets a new connection from the pool, with its default database, and never notices, as
 // ProxySQL does. A session with state cannot have it back: keyway closes the client's connection without a word,
 // as the server's close would look to a client connected directly, so the driver's own reconnect logic takes over.
-func (ss *session) freshBackend() error {
-	if time.Since(ss.beUsed) < staleAfter || ss.be.Alive() {
+func (ss *session) freshBackend(now time.Time) error {
+	if now.Sub(ss.beUsed) < staleAfter || ss.be.Alive() {
 		return nil
 	}
 	pinned, why := ss.pinned()
@@ -412,11 +412,12 @@ const staleAfter = time.Second
 // writeCommand sends command p to the backend as a new exchange (sequence 0).
 // A failure breaks the backend connection, tells the client, and ends the session.
 func (ss *session) writeCommand(p []byte) error {
-	if err := ss.freshBackend(); err != nil {
+	now := time.Now()
+	if err := ss.freshBackend(now); err != nil {
 		return err
 	}
 	be := ss.be
-	ss.beUsed = time.Now()
+	ss.beUsed = now
 	be.ResetSeq()
 	err := be.WritePacket(p)
 	if err == nil {
