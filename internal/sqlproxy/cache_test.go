@@ -296,8 +296,9 @@ func TestTTLOnlyGroup(t *testing.T) {
 	mustExec(t, r.db, "UPDATE qc_ttl SET c = 'two' WHERE id = 1") // directly: nothing tells keyway
 	changed := time.Now()
 	for read() != "two" {
-		if time.Since(changed) > 1500*time.Millisecond {
-			t.Fatal("a direct write was not seen within the group's ttl of 1s")
+		// Generous against a loaded machine: without expiry the new value never shows at all.
+		if time.Since(changed) > 5*time.Second {
+			t.Fatal("a direct write was not seen within the group's ttl of 1s (nor 4s after)")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
