@@ -440,11 +440,11 @@ func TestBackendDown(t *testing.T) {
 		t.Fatalf("mariadb CLI with the backend down printed %q, want keyway's ERROR 1105 and message", out)
 	}
 	fw.Up(t)
-	waitFor(t, func() bool { return open(t, "app", "secret", addr, "").Ping() == nil })
-	var n int
-	if err := open(t, "app", "secret", addr, "").QueryRow("SELECT 3").Scan(&n); err != nil || n != 3 {
-		t.Fatalf("after recovery: %d %v", n, err)
-	}
+	// Recovery is eventual: a health check racing the relay's return may see one more EOF and restart the backoff.
+	waitFor(t, func() bool {
+		var n int
+		return open(t, "app", "secret", addr, "").QueryRow("SELECT 3").Scan(&n) == nil && n == 3
+	})
 }
 
 func waitFor(t testing.TB, ok func() bool) {
