@@ -63,6 +63,18 @@ type Options struct {
 	MaxStaleness time.Duration
 	Registry     *validity.Registry
 	Logger       *slog.Logger
+	// Resume, when set, is where to start instead of the primary's current position: the checkpoint an earlier
+	// run saved with the copies it vouched for (package warm). Every commit after it is replayed, so those
+	// copies are invalidated as if keyway had kept following. A checkpoint of another flavor is ignored.
+	Resume *Checkpoint
+}
+
+// Checkpoint is a follower's applied position: every commit up to it has been applied (its invalidations made).
+type Checkpoint struct {
+	Flavor string `json:"flavor"`
+	File   string `json:"file"`
+	Pos    uint32 `json:"position"`
+	GTID   string `json:"gtid,omitempty"` // MariaDB: the last applied GTID of each domain
 }
 
 // Server is what Check read of the primary.
@@ -219,6 +231,8 @@ type Follower struct {
 
 	metaMu sync.Mutex
 	meta   *client.Conn // probes and information_schema lookups
+
+	resumed *Checkpoint // Options.Resume when the follower started from it; set before Start returns
 }
 
 type pendingKey struct {
@@ -249,7 +263,7 @@ func Start(ctx context.Context, o Options) (*Follower, error) {
 	f := &Follower{o: o, server: s, log: o.Logger.With("group", o.Group, "component", "binlog"), stop: make(chan struct{}),
 		parser: parser.New(), columns: map[validity.TableID]map[string]int{}}
 	f.mu.state = Starting
-	if err := f.startAtCurrent(); err != nil {
+	if err := f.startAt(o.Resume); err != nil {
 		return nil, err
 	}
 	f.voucher = o.Registry.RequireVouch()
@@ -261,6 +275,36 @@ func Start(ctx context.Context, o Options) (*Follower, error) {
 	return f, nil
 }
 
+// startAt sets the checkpoint to c, or to the primary's current end of binlog when c is nil or of another flavor.
+func (f *Follower) startAt(c *Checkpoint) error {
+	if c == nil || c.Flavor != f.server.Flavor {
+		return f.startAtCurrent()
+	}
+	gtids, err := parseGTIDs(c.GTID)
+	if err != nil {
+		return err
+	}
+	if f.server.Flavor != mysql.MariaDBFlavor {
+		gtids = nil
+	}
+	f.mu.file, f.mu.pos, f.mu.gtids = c.File, c.Pos, gtids
+	f.resumed = c
+	f.log.Info("binlog follower resumes from the saved checkpoint: commits made since are replayed before cached copies are served",
+		"file", c.File, "position", c.Pos, "gtid", c.GTID)
+	return nil
+}
+
+// ResumedFrom is the checkpoint the follower started from (Options.Resume), or nil when it started at the
+// primary's position then: only copies vouched for by that checkpoint may be restored.
+func (f *Follower) ResumedFrom() *Checkpoint { return f.resumed }
+
+// Checkpoint is the applied position now: every commit up to it has been applied.
+func (f *Follower) Checkpoint() *Checkpoint {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return &Checkpoint{Flavor: f.server.Flavor, File: f.mu.file, Pos: f.mu.pos, GTID: gtidString(f.mu.gtids)}
+}
+
 // startAtCurrent sets the checkpoint to the primary's current end of binlog.
 func (f *Follower) startAtCurrent() error {
 	file, pos, err := f.masterPos()
@@ -269,7 +313,6 @@ func (f *Follower) startAtCurrent() error {
 	}
 	var gtids map[uint32]mysql.MariadbGTID
 	if f.server.Flavor == mysql.MariaDBFlavor {
-		gtids = map[uint32]mysql.MariadbGTID{}
 		var s string
 		err = f.metaQuery(func(c *client.Conn) error {
 			r, err := c.Execute("SELECT @@gtid_binlog_pos")
@@ -281,15 +324,8 @@ func (f *Follower) startAtCurrent() error {
 		if err != nil {
 			return fmt.Errorf("reading gtid_binlog_pos: %w", err)
 		}
-		for _, part := range strings.Split(s, ",") {
-			if part = strings.TrimSpace(part); part == "" {
-				continue
-			}
-			g, err := mysql.ParseMariadbGTID(part)
-			if err != nil {
-				return fmt.Errorf("gtid_binlog_pos %q: %w", s, err)
-			}
-			gtids[g.DomainID] = *g
+		if gtids, err = parseGTIDs(s); err != nil {
+			return err
 		}
 	}
 	f.mu.Lock()
@@ -367,7 +403,7 @@ func (f *Follower) run() {
 			// The primary no longer has our position: what changed since cannot be known.
 			f.gaps.Add(1)
 			f.o.Registry.InvalidateAll()
-			f.log.Warn("binlog position lost on the primary (purged, reset, or a GTID domain change): every cached copy is dropped and following restarts at the primary's current position", "err", err)
+			f.log.Warn("binlog position lost on the primary (purged, reset, or a GTID domain change): every cached copy (restored ones too) is dropped and following restarts at the primary's current position", "err", err)
 			if err := f.startAtCurrent(); err != nil {
 				f.log.Warn("binlog follower: reading the primary's position", "err", err)
 			}
@@ -714,6 +750,22 @@ func (f *Follower) metaQuery(fn func(*client.Conn) error) error {
 		f.meta.Close()
 		f.meta = nil
 	}
+}
+
+// parseGTIDs reads a MariaDB GTID position ("0-1-5,1-1-2") into the last GTID of each domain.
+func parseGTIDs(s string) (map[uint32]mysql.MariadbGTID, error) {
+	gtids := map[uint32]mysql.MariadbGTID{}
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part == "" {
+			continue
+		}
+		g, err := mysql.ParseMariadbGTID(part)
+		if err != nil {
+			return nil, fmt.Errorf("GTID position %q: %w", s, err)
+		}
+		gtids[g.DomainID] = *g
+	}
+	return gtids, nil
 }
 
 // gtidString formats a MariaDB GTID position, domains in order.

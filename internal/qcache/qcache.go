@@ -147,17 +147,18 @@ func (c *Cache) Get(key string) (reply []byte, rows int64, ok bool) {
 // Put stores reply under key unless a table in deps changed since Begin (then the reply may be stale) or the
 // reply is too large; a ttl above 0 bounds the entry's life (a hint's ttl=N). The cache keeps reply: the caller
 // must not change it.
-func (c *Cache) Put(key string, reply []byte, rows int64, deps []Dep, ttl time.Duration) {
+// It reports whether the reply was stored.
+func (c *Cache) Put(key string, reply []byte, rows int64, deps []Dep, ttl time.Duration) bool {
 	size := int64(len(key)+len(reply)) + entryOverhead
 	s := c.shard(key)
 	if len(reply) > MaxReply || size > s.limit {
-		return
+		return false
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !valid(deps) {
 		c.dropped.Add(1)
-		return
+		return false
 	}
 	if el := s.m[key]; el != nil {
 		s.removeLocked(el)
@@ -173,6 +174,7 @@ func (c *Cache) Put(key string, reply []byte, rows int64, deps []Dep, ttl time.D
 	s.m[key] = s.lru.PushFront(e)
 	s.used += size
 	c.stores.Add(1)
+	return true
 }
 
 func (s *shard) removeLocked(el *list.Element) {
@@ -233,4 +235,54 @@ func (c *Cache) Stats() Stats {
 		s.mu.Unlock()
 	}
 	return st
+}
+
+// Saved is an entry as a warm-restart snapshot keeps it (package warm): what it depends on is named, not stamped,
+// since stamps mean nothing to another process.
+type Saved struct {
+	Key     string
+	Reply   []byte
+	Rows    int64
+	Expires int64 // Unix nanos; 0 never
+	Tables  []validity.TableID
+}
+
+// Save calls fn with every entry that is valid now (and not expired), one shard at a time. Take the binlog
+// checkpoints that will vouch for them before calling it (see package warm).
+func (c *Cache) Save(fn func(Saved)) {
+	now := time.Now().UnixNano()
+	var batch []Saved
+	for i := range c.shards {
+		s := &c.shards[i]
+		batch = batch[:0]
+		s.mu.Lock()
+		for el := s.lru.Front(); el != nil; el = el.Next() {
+			e := el.Value.(*entry)
+			if !valid(e.deps) || (e.expires != 0 && e.expires <= now) {
+				continue
+			}
+			sv := Saved{Key: e.key, Reply: e.reply, Rows: e.rows, Expires: e.expires}
+			for _, d := range e.deps {
+				sv.Tables = append(sv.Tables, d.Table.ID())
+			}
+			batch = append(batch, sv)
+		}
+		s.mu.Unlock()
+		for _, sv := range batch {
+			fn(sv)
+		}
+	}
+}
+
+// Restore stores a saved entry as Put stores a fill: deps are the stamps of its tables taken before anything
+// that could invalidate it was applied (Begin, before the binlog followers replay from the saved checkpoint), so
+// an entry a replayed commit invalidated meanwhile is dropped. It reports whether the entry was stored.
+func (c *Cache) Restore(sv Saved, deps []Dep) bool {
+	var ttl time.Duration
+	if sv.Expires != 0 {
+		if ttl = time.Until(time.Unix(0, sv.Expires)); ttl <= 0 {
+			return false
+		}
+	}
+	return c.Put(sv.Key, sv.Reply, sv.Rows, deps, ttl)
 }

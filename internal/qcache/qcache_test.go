@@ -66,3 +66,42 @@ func TestTTL(t *testing.T) {
 		t.Fatal("an entry outlived its ttl")
 	}
 }
+
+// Save lists only valid, unexpired entries, naming their tables; Restore stores an entry under stamps taken
+// before, so one whose table was written in between is dropped, and an expired one is not stored.
+func TestSaveAndRestore(t *testing.T) {
+	c, reg := newCache(1 << 20)
+	other := []validity.TableID{{Schema: "s", Name: "u"}}
+	c.Put("kept", []byte("r1"), 1, c.Begin(tbl), 0)
+	c.Put("ttl", []byte("r2"), 2, c.Begin(other), time.Hour)
+	c.Put("stale", []byte("r3"), 1, c.Begin(other), 0)
+	c.Put("gone", []byte("r4"), 1, c.Begin(tbl), time.Nanosecond)
+	time.Sleep(time.Millisecond)
+	reg.Table(other[0]).Wrote([]byte("x")) // "ttl" and "stale" are invalid from here
+	c.Put("ttl", []byte("r2"), 2, c.Begin(other), time.Hour)
+	saved := map[string]Saved{}
+	c.Save(func(s Saved) { saved[s.Key] = s })
+	if len(saved) != 2 || saved["kept"].Tables[0] != tbl[0] || saved["ttl"].Expires == 0 {
+		t.Fatalf("saved %+v: want kept and ttl only, with their tables and the ttl's expiry", saved)
+	}
+
+	c2, reg2 := newCache(1 << 20)
+	deps := map[string][]Dep{}
+	for k, s := range saved {
+		deps[k] = c2.Begin(s.Tables) // before anything replays
+	}
+	reg2.Table(other[0]).Wrote([]byte("y")) // a replayed commit touches "ttl"'s table
+	for k, s := range saved {
+		stored := c2.Restore(s, deps[k])
+		if stored != (k == "kept") {
+			t.Fatalf("restore %s stored=%v", k, stored)
+		}
+	}
+	if r, rows, ok := c2.Get("kept"); !ok || string(r) != "r1" || rows != 1 {
+		t.Fatalf("restored entry = %q %d %v", r, rows, ok)
+	}
+	expired := Saved{Key: "old", Reply: []byte("r"), Expires: time.Now().Add(-time.Second).UnixNano(), Tables: tbl}
+	if c2.Restore(expired, c2.Begin(tbl)) {
+		t.Fatal("an expired entry was restored")
+	}
+}

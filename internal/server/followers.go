@@ -23,7 +23,7 @@ import (
 // startFollowers starts a binlog follower for each group whose invalidate mode asks for one (see
 // config.Group.Invalidate): "binlog" must get one or startup fails; the default gets one when the server's binlog
 // is usable and says loudly why not otherwise; "ttl" and "none" get none, said at startup.
-func startFollowers(cfg config.Config, topo *backend.Topology, reg *validity.Registry, log *slog.Logger) ([]*binlog.Follower, error) {
+func startFollowers(cfg config.Config, topo *backend.Topology, reg *validity.Registry, resume func(group string) *binlog.Checkpoint, log *slog.Logger) ([]*binlog.Follower, error) {
 	var out []*binlog.Follower
 	serverID := cfg.Cache.BinlogServerID
 	if serverID == 0 {
@@ -50,6 +50,7 @@ func startFollowers(cfg config.Config, topo *backend.Topology, reg *validity.Reg
 			MaxStaleness: cfg.Cache.MaxStaleness,
 			Registry:     reg,
 			Logger:       log,
+			Resume:       resume(g.Name),
 		})
 		cancel()
 		if err != nil {

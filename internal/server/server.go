@@ -112,11 +112,14 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 	if n := s.containers.defaultName; n != "" && n != "default" {
 		log.Info("keys without @@ go to the innodb_memcache schema's first container, as the InnoDB plugin sends them", "container", n)
 	}
-	// After the containers: they register the tables and key columns the followers watch.
-	if s.followers, err = startFollowers(cfg, s.topo, s.validity, log); err != nil {
+	// After the containers: they register the tables and key columns the followers watch. The warm-restart
+	// snapshot is stamped before the followers replay from its checkpoints, and restored after (package warm).
+	snap := s.loadWarm()
+	if s.followers, err = startFollowers(cfg, s.topo, s.validity, snap.Resume, log); err != nil {
 		return fail(err)
 	}
 	s.sqlCache = newSQLCache(cfg, s.followers, s.validity, log)
+	s.restoreWarm(snap)
 	if left := st.TakeJournal(engine.JournalPrefix); len(left) > 0 {
 		// Kept on disk: configuring the container again writes them.
 		log.Warn("the store's journal holds acknowledged writes for containers that are not configured (or not async) now; they stay until such a container is configured", "rows", len(left))
@@ -485,6 +488,7 @@ func (s *Server) Stop(ctx context.Context) error {
 	if s.admin != nil {
 		errs = append(errs, s.admin.Shutdown(ctx))
 	}
+	s.saveWarm()
 	items := s.store.Stats().CurrItems
 	errs = append(errs, s.close())
 	for _, t := range s.containerTables() {

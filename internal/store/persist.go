@@ -37,7 +37,7 @@ package store
 //
 // Disk layout: key = shard byte + item key; value = version byte, flags (4),
 // exptime (8), cas (8), then the item's value. Journal records (journal.go)
-// use the same value encoding under the prefix byte 0xfe. A flush of a shard is one range
+// use the same value encoding under the prefix byte 0xfe; aside records (aside.go) are under 0xfd. A flush of a shard is one range
 // delete over its prefix, which is why the shard of a key must not depend on
 // the process: it is chosen by xxhash, not by a per-process seed.
 
@@ -193,6 +193,9 @@ func (d *disk) load() error {
 	var loaded, dropped int
 	for it.First(); it.Valid(); it.Next() {
 		k, v := it.Key(), it.Value()
+		if len(k) > 0 && k[0] == asidePrefix {
+			continue // not items (aside.go)
+		}
 		if len(k) < 1 || len(v) < itemHeaderLen || v[0] != formatVersion {
 			drop.Delete(k, nil)
 			dropped++

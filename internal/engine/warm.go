@@ -1,0 +1,74 @@
+package engine
+
+// Warm restart of caching containers' copies (package warm keeps the snapshot): SaveCopies lists the copies that
+// are valid now, RestoreCopy puts one back as a fill would, under a stamp taken before the binlog followers
+// replay from the checkpoint saved with it. A copy is restored only into a container of the same name and the
+// same definition (table, columns, separator): the copy's value is the definition's rendering of the row.
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/keywaydb/keyway/internal/container"
+	"github.com/keywaydb/keyway/internal/store"
+)
+
+// SavedCopy is one cached row of a caching container.
+type SavedCopy struct {
+	Container string
+	Key       string // the local store's key ("@@name." and the normalized row key)
+	Item      store.Item
+}
+
+// ContainerShape identifies what a container's copies look like: a copy saved under one shape is restored only
+// into a container of the same shape.
+func (t *Container) ContainerShape() string { return fmt.Sprintf("%#v", t.C.Def()) }
+
+// SaveCopies calls fn with every valid copy of a caching container's row. Take the binlog checkpoints that will
+// vouch for them before calling it.
+func (e *Engine) SaveCopies(fn func(SavedCopy)) {
+	if len(e.tables) == 0 {
+		return
+	}
+	e.st.Walk(func(key string, it store.Item) bool {
+		if !it.Ephemeral || !strings.HasPrefix(key, JournalPrefix) {
+			return true
+		}
+		name, _, ok := strings.Cut(key[len(JournalPrefix):], ".")
+		t := e.tables[name]
+		if !ok || t == nil || t.Policies.Get != container.Caching {
+			return true
+		}
+		if t.v.KeyValid(validityKey(t, []byte(key)), it.Tag) {
+			fn(SavedCopy{Container: name, Key: key, Item: it})
+		}
+		return true
+	})
+}
+
+// CopyStamp is the stamp a copy of container name must be restored under (the table's stamp now), or false when
+// no caching container has that name.
+func (e *Engine) CopyStamp(name string) (uint64, bool) {
+	t := e.tables[name]
+	if t == nil || t.Policies.Get != container.Caching {
+		return 0, false
+	}
+	return t.v.Stamp(), true
+}
+
+// RestoreCopy stores a saved copy, stamped at stamp (CopyStamp, taken before the binlog followers started), unless
+// its row was invalidated since. It reports whether the copy was stored.
+func (e *Engine) RestoreCopy(c SavedCopy, stamp uint64) bool {
+	t := e.tables[c.Container]
+	if t == nil || t.Policies.Get != container.Caching || !strings.HasPrefix(c.Key, string(prefix(t, 0))) {
+		return false
+	}
+	sk := []byte(c.Key)
+	if !t.v.KeyValid(validityKey(t, sk), stamp) {
+		return false
+	}
+	item := c.Item
+	item.LastAccess, item.Fetched, item.Stale, item.WinSent = 0, false, false, false
+	e.cacheRow(t, sk, item, stamp)
+	return true
+}

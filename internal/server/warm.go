@@ -1,0 +1,81 @@
+package server
+
+import (
+	"github.com/keywaydb/keyway/internal/binlog"
+	"github.com/keywaydb/keyway/internal/config"
+	"github.com/keywaydb/keyway/internal/warm"
+)
+
+// Warm restart (package warm): the snapshot is loaded and stamped before the followers start, restored once they
+// run from its checkpoints, and saved again at a clean stop.
+
+// loadWarm reads the last snapshot and takes its stamps. Call it before the followers start.
+func (s *Server) loadWarm() *warm.Snapshot {
+	sn, err := warm.Load(s.store)
+	if err != nil {
+		s.log.Warn("warm restart: cached copies start empty", "err", err)
+		return nil
+	}
+	if sn != nil {
+		sn.Prepare(s.validity, s.engine)
+	}
+	return sn
+}
+
+// restoreWarm puts the snapshot's copies back. Call it after the followers started and the SQL cache exists.
+func (s *Server) restoreWarm(sn *warm.Snapshot) {
+	if sn == nil {
+		return
+	}
+	n, err := sn.Restore(s.warmGroups((*binlog.Follower).ResumedFrom), s.containerShapes(), s.engine, s.sqlCache)
+	if err != nil {
+		s.log.Warn("warm restart: the saved copies are not restored; caches start empty", "reason", err, "saved", sn.Saved())
+		return
+	}
+	s.log.Info("warm restart: cached copies restored; they are served once the binlog followers have replayed what was committed since they were saved",
+		"rows", n.Rows, "sql_results", n.Results, "saved", sn.Saved())
+}
+
+// saveWarm writes the snapshot; call it after the doors closed and before the followers stop.
+func (s *Server) saveWarm() {
+	if !s.store.Persistent() || (s.sqlCache == nil && !s.engine.HasContainers()) {
+		return
+	}
+	// The checkpoints are read here, before Save walks the copies (see package warm).
+	n, err := warm.Save(s.store, s.warmGroups((*binlog.Follower).Checkpoint), s.containerShapes(), s.engine, s.sqlCache)
+	if err != nil {
+		s.log.Warn("warm restart: the snapshot of cached copies was not saved; the next start is cold", "err", err)
+		return
+	}
+	s.log.Info("warm restart: cached copies saved with the binlog checkpoints", "rows", n.Rows, "sql_results", n.Results)
+}
+
+// warmGroups are the configured groups as they run, each binlog group with the checkpoint checkpoint gives of its
+// follower.
+func (s *Server) warmGroups(checkpoint func(*binlog.Follower) *binlog.Checkpoint) []warm.Group {
+	following := map[string]*binlog.Follower{}
+	for _, f := range s.followers {
+		following[f.Status().Group] = f
+	}
+	out := make([]warm.Group, 0, len(s.cfg.Groups))
+	for _, g := range s.cfg.Groups {
+		wg := warm.Group{Name: g.Name, Primary: g.Primary, Mode: "off"}
+		switch f := following[g.Name]; {
+		case f != nil:
+			wg.Mode, wg.Checkpoint = "binlog", checkpoint(f)
+		case g.Invalidate == config.InvalidateTTL || g.Invalidate == config.InvalidateNone:
+			wg.Mode = g.Invalidate
+		}
+		out = append(out, wg)
+	}
+	return out
+}
+
+// containerShapes are the containers' shapes by name (engine.Container.ContainerShape).
+func (s *Server) containerShapes() map[string]string {
+	out := map[string]string{}
+	for _, t := range s.containerTables() {
+		out[t.Name] = t.ContainerShape()
+	}
+	return out
+}
