@@ -63,6 +63,11 @@ func (e *Engine) RestoreCopy(c SavedCopy, stamp uint64) bool {
 	if t == nil || t.Policies.Get != container.Caching || !strings.HasPrefix(c.Key, string(prefix(t, 0))) {
 		return false
 	}
+	if t.Behind != nil && t.Behind.Stats().Pending > 0 {
+		// Writes acknowledged before a crash are still queued (replayed from the journal) and copies are not
+		// checked against the queue: a restored copy could hide one.
+		return false
+	}
 	sk := []byte(c.Key)
 	if !t.v.KeyValid(validityKey(t, sk), stamp) {
 		return false
