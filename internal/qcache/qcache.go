@@ -11,6 +11,9 @@
 //     of a table (through either door, or in the binlog) invalidates every entry that read it.
 //   - Concurrent misses of one key make one backend query (Lead/Done): the others wait for it, bounded, and are
 //     answered from what it stored.
+//   - An entry with a ttl is refreshed softly: in the last part of its life (refreshWindow) the first Get is told
+//     to miss, so that caller runs the statement and stores a new entry, while every other Get is still answered
+//     from the old one until it expires. So a popular entry is renewed by one query, with no stampede and no gap.
 //   - Memory: entries are charged their key and reply bytes plus a fixed overhead, within Options.MemoryLimit,
 //     with least-recently-used eviction per shard.
 //
@@ -43,15 +46,17 @@ const shards = 16
 type Options struct {
 	MemoryLimit int64 // bytes, for all entries together
 	Registry    *validity.Registry
+	Now         func() time.Time // the clock for ttls; nil = time.Now
 }
 
 // Cache is the result cache. It is safe for concurrent use.
 type Cache struct {
 	reg    *validity.Registry
+	now    func() time.Time
 	seed   maphash.Seed
 	shards [shards]shard
 
-	hits, misses, stores, dropped, evictions, joined atomic.Int64
+	hits, misses, stores, dropped, evictions, joined, refreshes atomic.Int64
 }
 
 type shard struct {
@@ -77,14 +82,25 @@ type entry struct {
 	deps    []Dep
 	size    int64
 	expires int64 // Unix nanos after which the entry is not served; 0 never
+	// refreshAt (Unix nanos; 0 without a ttl) starts the soft refresh; refreshing is set once a Get was told to
+	// refresh the entry. Both are guarded by the shard lock.
+	refreshAt  int64
+	refreshing bool
 }
+
+// refreshWindow is the last part of a ttl entry's life in which it is refreshed softly: a fifth of its ttl, at
+// most 5 s.
+func refreshWindow(ttl time.Duration) time.Duration { return min(ttl/5, 5*time.Second) }
 
 // New returns an empty cache.
 func New(o Options) *Cache {
 	if o.MemoryLimit <= 0 {
 		o.MemoryLimit = DefaultMemoryLimit
 	}
-	c := &Cache{reg: o.Registry, seed: maphash.MakeSeed()}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	c := &Cache{reg: o.Registry, now: o.Now, seed: maphash.MakeSeed()}
 	for i := range c.shards {
 		c.shards[i].limit = o.MemoryLimit / shards
 		c.shards[i].m = map[string]*list.Element{}
@@ -119,7 +135,8 @@ func valid(deps []Dep) bool {
 	return true
 }
 
-// Get returns the reply stored under key and its row count, if it is still valid.
+// Get returns the reply stored under key and its row count, if it is still valid. In a ttl entry's refresh window
+// the first caller gets a miss (it refreshes the entry) and the others the old reply.
 func (c *Cache) Get(key string) (reply []byte, rows int64, ok bool) {
 	if !c.reg.Vouched() {
 		c.misses.Add(1)
@@ -130,7 +147,17 @@ func (c *Cache) Get(key string) (reply []byte, rows int64, ok bool) {
 	el := s.m[key]
 	if el != nil {
 		e := el.Value.(*entry)
-		if valid(e.deps) && (e.expires == 0 || time.Now().UnixNano() < e.expires) {
+		var now int64
+		if e.expires != 0 {
+			now = c.now().UnixNano()
+		}
+		if valid(e.deps) && (e.expires == 0 || now < e.expires) {
+			if e.expires != 0 && now >= e.refreshAt && !e.refreshing {
+				e.refreshing = true
+				s.mu.Unlock()
+				c.refreshes.Add(1)
+				return nil, 0, false
+			}
 			s.lru.MoveToFront(el)
 			s.mu.Unlock()
 			c.hits.Add(1)
@@ -169,7 +196,8 @@ func (c *Cache) Put(key string, reply []byte, rows int64, deps []Dep, ttl time.D
 	}
 	e := &entry{key: key, reply: reply, rows: rows, deps: deps, size: size}
 	if ttl > 0 {
-		e.expires = time.Now().Add(ttl).UnixNano()
+		now := c.now()
+		e.expires, e.refreshAt = now.Add(ttl).UnixNano(), now.Add(ttl-refreshWindow(ttl)).UnixNano()
 	}
 	s.m[key] = s.lru.PushFront(e)
 	s.used += size
@@ -218,6 +246,7 @@ type Stats struct {
 	Dropped   int64 `json:"dropped"` // fills that raced a write, and entries found invalid
 	Evictions int64 `json:"evictions"`
 	Joined    int64 `json:"joined"` // misses that waited for another session's fill of the same key
+	Refreshes int64 `json:"refreshes"` // ttl entries renewed softly: a miss while the old entry was still served
 	Entries   int   `json:"entries"`
 	Bytes     int64 `json:"bytes"`
 	Fresh     bool  `json:"fresh"` // the binlog followers vouch: entries may be served
@@ -226,7 +255,7 @@ type Stats struct {
 // Stats returns a snapshot.
 func (c *Cache) Stats() Stats {
 	st := Stats{Hits: c.hits.Load(), Misses: c.misses.Load(), Stores: c.stores.Load(), Dropped: c.dropped.Load(),
-		Evictions: c.evictions.Load(), Joined: c.joined.Load(), Fresh: c.reg.Vouched()}
+		Evictions: c.evictions.Load(), Joined: c.joined.Load(), Refreshes: c.refreshes.Load(), Fresh: c.reg.Vouched()}
 	for i := range c.shards {
 		s := &c.shards[i]
 		s.mu.Lock()
@@ -250,7 +279,7 @@ type Saved struct {
 // Save calls fn with every entry that is valid now (and not expired), one shard at a time. Take the binlog
 // checkpoints that will vouch for them before calling it (see package warm).
 func (c *Cache) Save(fn func(Saved)) {
-	now := time.Now().UnixNano()
+	now := c.now().UnixNano()
 	var batch []Saved
 	for i := range c.shards {
 		s := &c.shards[i]
@@ -280,7 +309,7 @@ func (c *Cache) Save(fn func(Saved)) {
 func (c *Cache) Restore(sv Saved, deps []Dep) bool {
 	var ttl time.Duration
 	if sv.Expires != 0 {
-		if ttl = time.Until(time.Unix(0, sv.Expires)); ttl <= 0 {
+		if ttl = time.Unix(0, sv.Expires).Sub(c.now()); ttl <= 0 {
 			return false
 		}
 	}

@@ -1,6 +1,7 @@
 package qcache
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,5 +104,43 @@ func TestSaveAndRestore(t *testing.T) {
 	expired := Saved{Key: "old", Reply: []byte("r"), Expires: time.Now().Add(-time.Second).UnixNano(), Tables: tbl}
 	if c2.Restore(expired, c2.Begin(tbl)) {
 		t.Fatal("an expired entry was restored")
+	}
+}
+
+// In the last fifth of a ttl the first Get misses (that caller refreshes), the others are still served the old
+// reply until it expires or the refresh stores a new one.
+func TestSoftRefresh(t *testing.T) {
+	var clock atomic.Int64
+	start := time.Unix(1_700_000_000, 0)
+	reg := validity.NewRegistry()
+	c := New(Options{MemoryLimit: 1 << 20, Registry: reg, Now: func() time.Time { return start.Add(time.Duration(clock.Load())) }})
+	c.Put("k", []byte("old"), 1, c.Begin(tbl), 10*time.Second)
+	clock.Store(int64(7 * time.Second)) // before the window
+	for range 3 {
+		if r, _, ok := c.Get("k"); !ok || string(r) != "old" {
+			t.Fatalf("before the refresh window: %q %v", r, ok)
+		}
+	}
+	clock.Store(int64(8*time.Second + 1)) // in the last 2 s
+	if _, _, ok := c.Get("k"); ok {
+		t.Fatal("the first Get in the refresh window was a hit: nobody refreshes the entry")
+	}
+	for range 3 {
+		if r, _, ok := c.Get("k"); !ok || string(r) != "old" {
+			t.Fatalf("while the refresh runs, others get %q %v; want the old reply", r, ok)
+		}
+	}
+	c.Put("k", []byte("new"), 1, c.Begin(tbl), 10*time.Second)
+	if r, _, ok := c.Get("k"); !ok || string(r) != "new" {
+		t.Fatalf("after the refresh: %q %v", r, ok)
+	}
+	if st := c.Stats(); st.Refreshes != 1 {
+		t.Fatalf("refreshes = %d, want 1", st.Refreshes)
+	}
+	clock.Store(int64(19 * time.Second))                // the new entry's window, nobody refreshes
+	c.Get("k")                                          // told to refresh; the caller's fill fails
+	clock.Store(int64(18*time.Second + 10*time.Second)) // past its expiry
+	if _, _, ok := c.Get("k"); ok {
+		t.Fatal("an entry was served past its ttl")
 	}
 }

@@ -144,6 +144,8 @@ func (s *Server) cacheSamples() []stats.Sample {
 		add("keyway_sql_cache_stores_total", "Replies stored in the result cache.", "", float64(st.Stores))
 		add("keyway_sql_cache_dropped_total", "Fills that raced a write, and entries found invalid.", "", float64(st.Dropped))
 		add("keyway_sql_cache_evictions_total", "Entries evicted for memory.", "", float64(st.Evictions))
+		add("keyway_sql_cache_joined_total", "Misses that waited for another session's fill of the same statement.", "", float64(st.Joined))
+		add("keyway_sql_cache_refreshes_total", "Entries with a ttl renewed softly, by one query while the old reply was still served.", "", float64(st.Refreshes))
 		add("keyway_sql_cache_entries", "Entries in the result cache.", "", float64(st.Entries))
 		add("keyway_sql_cache_bytes", "Bytes charged to the result cache.", "", float64(st.Bytes))
 	}
