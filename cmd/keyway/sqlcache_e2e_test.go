@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bradfitz/gomemcache/memcache"
+
 	"github.com/keywaydb/keyway/internal/testenv"
 )
 
@@ -276,5 +278,61 @@ invalidate = "ttl"
 	}
 	if !strings.Contains(kw.Output(), "TTL-only SQL caching") {
 		t.Errorf("keyway did not say at startup that the group is cached by ttl:\n%s", kw.Output())
+	}
+}
+
+// TestCachingContainerTTLOnly: a caching container on a group with invalidate = "ttl" keeps its copies for the
+// group's ttl (max_staleness here), so a direct write shows through the memcache door within that.
+func TestCachingContainerTTLOnly(t *testing.T) {
+	m := testenv.NewMariaDB(t)
+	direct, err := sql.Open("mysql", m.AppDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	for _, q := range []string{"CREATE TABLE test.tk (k VARCHAR(32) PRIMARY KEY, v VARCHAR(20))", "INSERT INTO test.tk VALUES ('a', 'one')"} {
+		if _, err := direct.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mcAddr := freeAddr(t)
+	path := filepath.Join(t.TempDir(), "keyway.toml")
+	if err := os.WriteFile(path, []byte(fmt.Sprintf(`
+[memcache]
+listen = %q
+
+[[groups]]
+name = "main"
+primary = %q
+user = "app"
+password = "secret"
+invalidate = "ttl"
+
+[[containers]]
+name = "tk"
+table = "test.tk"
+key = "k"
+values = ["v"]
+get = "caching"
+set = "caching"
+delete = "caching"
+`, mcAddr, m.Addr)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kw := testenv.NewKeyway(t, "--config", path)
+	mc := memcache.New(kw.Addr)
+	if v := mcValue(t, mc, "@@tk.a"); v != "one" {
+		t.Fatalf("@@tk.a = %q", v)
+	}
+	if _, err := direct.Exec("UPDATE test.tk SET v = 'two' WHERE k = 'a'"); err != nil {
+		t.Fatal(err)
+	}
+	changed := time.Now()
+	for mcValue(t, mc, "@@tk.a") != "two" {
+		// Generous against a loaded machine: without a ttl on the copy the new value never shows at all.
+		if time.Since(changed) > 5*time.Second {
+			t.Fatalf("a direct write was not seen through a caching container on a TTL-only group within max_staleness (1s) (nor 4s after)\n%s", kw.Output())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

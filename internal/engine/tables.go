@@ -57,6 +57,9 @@ type Container struct {
 	C        *container.Container
 	Policies container.Policies
 	Behind   *writebehind.Queue // write = "async": the sets not yet in the table; nil for sync
+	// CopyTTL, when not 0, bounds a cached copy's life (a group with invalidate = "ttl", whose direct writes
+	// keyway cannot see): a copy expires then, in whole seconds, even if nothing invalidated it.
+	CopyTTL time.Duration
 
 	// v is the table's validity state, shared with the SQL door and the binlog follower (see package
 	// validity): a cached row keeps its stamp in the store item's Tag and is served only while v says it is valid.
@@ -78,6 +81,7 @@ type ContainerOptions struct {
 	// engine's store under the container's prefix and replays what an earlier run left there. OnDrop is the
 	// engine's own.
 	WriteBehind *writebehind.Options
+	CopyTTL     time.Duration // see Container.CopyTTL
 }
 
 // NewContainer binds a container to the engine with its policies (and, for write-behind, starts its queue). Pass the
@@ -85,7 +89,8 @@ type ContainerOptions struct {
 func (e *Engine) NewContainer(o ContainerOptions) *Container {
 	def := o.Container.Def()
 	id := validity.TableID{Schema: strings.ToLower(def.Schema), Name: strings.ToLower(def.Table)}
-	t := &Container{Name: def.Name, Source: id.String(), C: o.Container, Policies: o.Policies, v: e.validity.Table(id)}
+	t := &Container{Name: def.Name, Source: id.String(), C: o.Container, Policies: o.Policies, CopyTTL: o.CopyTTL,
+		v: e.validity.Table(id)}
 	t.space = tableSpace{t}
 	// The binlog follower turns a change of the key column into this key.
 	t.v.WatchKey(validity.KeyWatch{Column: def.KeyColumn, Norm: o.Container.AppendNormKey})
@@ -229,6 +234,7 @@ func (e *Engine) tableGet(t *Container, row []byte) (store.Item, bool, error) {
 func (e *Engine) cacheRow(t *Container, sk []byte, item store.Item, stamp uint64) {
 	item.Tag = stamp
 	item.Ephemeral = true // the table is the truth: a copy needs no disk
+	e.boundCopy(t, &item)
 	e.st.Update(sk, func(*store.Item) (store.Action, store.Item) {
 		if !t.v.KeyValid(validityKey(t, sk), stamp) {
 			return store.Keep, store.Item{}
@@ -328,6 +334,7 @@ func (e *Engine) writeBehind(t *Container, row []byte, item container.Item) (Sta
 func (e *Engine) keepWritten(t *Container, sk []byte, local store.Item, tick uint64, cache bool) {
 	local.Tag = tick
 	local.Ephemeral = true
+	e.boundCopy(t, &local)
 	_, err := e.st.Update(sk, func(*store.Item) (store.Action, store.Item) {
 		if cache && t.v.KeyValid(validityKey(t, sk), tick) {
 			return store.Replace, local
@@ -337,6 +344,18 @@ func (e *Engine) keepWritten(t *Container, sk []byte, local store.Item, tick uin
 	if err != nil {
 		// The store refused the copy (too large, out of memory): the write stands; drop whatever copy is left.
 		e.st.Update(sk, func(*store.Item) (store.Action, store.Item) { return store.Remove, store.Item{} })
+	}
+}
+
+// boundCopy gives a copy the container's CopyTTL: it expires within that (rounded up to whole seconds, the
+// store's clock) unless the row expires sooner.
+func (e *Engine) boundCopy(t *Container, it *store.Item) {
+	if t.CopyTTL <= 0 {
+		return
+	}
+	limit := e.st.Now() + int64((t.CopyTTL+time.Second-1)/time.Second)
+	if it.Exptime == 0 || it.Exptime > limit {
+		it.Exptime = limit
 	}
 }
 

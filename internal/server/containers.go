@@ -94,7 +94,10 @@ func openContainers(ctx context.Context, cfg config.Config, eng *engine.Engine, 
 		if p.behind != nil && !eng.Store().Persistent() {
 			log.Warn("container writes behind without a persistent store: sets acknowledged but not yet in the table are lost if keyway dies (set [store] data_dir and durability)", "container", p.def.Name)
 		}
-		ts.tables = append(ts.tables, eng.NewContainer(engine.ContainerOptions{Container: ct, Policies: p.policies, WriteBehind: p.behind}))
+		// On a group with invalidate = "ttl" no follower sees direct writes: copies live for the group's ttl.
+		copyTTL := ttlOnly(cfg)[p.group.Name()]
+		ts.tables = append(ts.tables, eng.NewContainer(engine.ContainerOptions{Container: ct, Policies: p.policies,
+			WriteBehind: p.behind, CopyTTL: copyTTL}))
 	}
 	return ts, nil
 }
