@@ -35,6 +35,7 @@ package engine
 // door's writes wait for the whole queue (Drain).
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -132,18 +133,55 @@ func (e *Engine) route(key []byte) (*Container, []byte, error) {
 	if len(e.tables) == 0 {
 		return nil, key, nil
 	}
+	if name, row, ok := splitContainer(key); ok {
+		t := e.tables[string(name)]
+		if t == nil {
+			return nil, nil, fmt.Errorf("%w %q (configure it in [[containers]])", ErrNoContainer, name)
+		}
+		return t, row, nil
+	}
+	return e.defaultTable, key, nil
+}
+
+// splitContainer splits "@@name.row" into name and row; ok is false for a key that names no container.
+func splitContainer(key []byte) (name, row []byte, ok bool) {
 	if len(key) > 2 && key[0] == '@' && key[1] == '@' {
 		for i := 2; i < len(key); i++ {
 			if key[i] == '.' {
-				t := e.tables[string(key[2:i])]
-				if t == nil {
-					return nil, nil, fmt.Errorf("%w %q (configure it in [[containers]])", ErrNoContainer, key[2:i])
-				}
-				return t, key[i+1:], nil
+				return key[2:i], key[i+1:], true
 			}
 		}
 	}
-	return e.defaultTable, key, nil
+	return nil, nil, false
+}
+
+// SwitchTo is the container a key of the InnoDB plugin's form "@@name" (no ".row") switches a connection to, or nil
+// when key is not of that form or names no configured container. The plugin answers such a get with the container's
+// table (PluginTableName) and from then on sends the connection's keys without "@@" to that container; the door keeps
+// that choice per connection and passes keys through InContainer.
+func (e *Engine) SwitchTo(key []byte) *Container {
+	if len(key) < 3 || key[0] != '@' || key[1] != '@' || bytes.IndexByte(key, '.') >= 0 {
+		return nil
+	}
+	return e.tables[string(key[2:])]
+}
+
+// InContainer is key as sent on a connection switched to t (see SwitchTo): a key that names no container is t's
+// row ("@@name.key"), as the plugin routes it; a key that names one, and every key when t is nil, is unchanged.
+func InContainer(t *Container, key []byte) []byte {
+	if t == nil {
+		return key
+	}
+	if _, _, ok := splitContainer(key); ok {
+		return key
+	}
+	return prefixed(t, key)
+}
+
+// PluginTableName is the value the InnoDB plugin answers "get @@name" with: the container's "schema/table".
+func (t *Container) PluginTableName() string {
+	def := t.C.Def()
+	return def.Schema + "/" + def.Table
 }
 
 // storeKey is the local store's key for a key of a container whose policy

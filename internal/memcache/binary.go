@@ -294,18 +294,22 @@ func (c *conn) binGet(h binHeader, quiet bool, extras, key []byte) {
 		if op == opTouch {
 			// touch is not a get: memcached counts it in touch stats only.
 			var status engine.Status
-			it, status, err = c.eng.Touch(key, exptime)
+			it, status, err = c.eng.Touch(c.ekey(key), exptime)
 			found = status == engine.Touched
 		} else {
-			it, found, err = c.eng.GetAndTouch(key, exptime)
+			it, found, err = c.eng.GetAndTouch(c.ekey(key), exptime)
 		}
 		if err != nil {
 			c.binServerError(h, err)
 			return
 		}
 		value, flags, cas = it.Value, it.Flags, it.CAS
+	} else if t := c.eng.SwitchTo(key); t != nil {
+		// The InnoDB plugin's "get @@name": switch this connection's container and answer with its table.
+		c.container = t
+		value, found = []byte(t.PluginTableName()), true
 	} else {
-		it, ok, err := c.eng.Get(key)
+		it, ok, err := c.eng.Get(c.ekey(key))
 		if err != nil {
 			c.binServerError(h, err)
 			return
@@ -344,6 +348,9 @@ func (c *conn) binGetRun(buf []byte) int {
 			break
 		}
 		start := n + binaryHeaderLen
+		if c.eng.SwitchTo(buf[start:start+h.keylen]) != nil {
+			break // binGet switches the connection's container; the keys after it go to that container
+		}
 		keys = append(keys, buf[start:start+h.keylen])
 		n = start + h.bodylen
 	}
@@ -351,7 +358,7 @@ func (c *conn) binGetRun(buf []byte) int {
 	if len(keys) < 2 {
 		return 0
 	}
-	items, found, err := c.eng.GetMulti(keys)
+	items, found, err := c.getMulti(keys)
 	off := 0
 	for i, key := range keys {
 		h := parseBinHeader(buf[off:])
@@ -360,7 +367,7 @@ func (c *conn) binGetRun(buf []byte) int {
 		it, ok := items[i], found[i]
 		if err != nil && !ok {
 			var kerr error
-			if it, ok, kerr = c.eng.Get(key); kerr != nil {
+			if it, ok, kerr = c.eng.Get(c.ekey(key)); kerr != nil {
 				c.binServerError(h, kerr)
 				continue
 			}
@@ -444,7 +451,7 @@ func (c *conn) binStore(h binHeader, quiet bool, extras, key, value []byte) {
 	c.srv.prefixes.set(key)
 	v := make([]byte, len(value)) // owned by the store from here on
 	copy(v, value)
-	status, it, err := c.eng.StoreValue(key, v, engine.StoreRequest{Mode: mode, Flags: flags, TTL: exptime, CAS: h.cas})
+	status, it, err := c.eng.StoreValue(c.ekey(key), v, engine.StoreRequest{Mode: mode, Flags: flags, TTL: exptime, CAS: h.cas})
 	c.binStoreReply(h, quiet, mode, status, it.CAS, err)
 }
 
@@ -457,7 +464,7 @@ func (c *conn) binConcat(h binHeader, quiet bool, key, value []byte) {
 	c.srv.prefixes.set(key)
 	v := make([]byte, len(value))
 	copy(v, value)
-	status, it, err := c.eng.StoreValue(key, v, engine.StoreRequest{Mode: mode, CAS: h.cas})
+	status, it, err := c.eng.StoreValue(c.ekey(key), v, engine.StoreRequest{Mode: mode, CAS: h.cas})
 	c.binStoreReply(h, quiet, mode, status, it.CAS, err)
 }
 
@@ -491,7 +498,7 @@ func (c *conn) binStoreReply(h binHeader, quiet bool, mode engine.Mode, status e
 
 func (c *conn) binDelete(h binHeader, quiet bool, key []byte) {
 	c.srv.prefixes.del(key)
-	status, err := c.eng.Delete(key, engine.DeleteRequest{CompareCAS: h.cas != 0, CAS: h.cas})
+	status, err := c.eng.Delete(c.ekey(key), engine.DeleteRequest{CompareCAS: h.cas != 0, CAS: h.cas})
 	switch status {
 	case engine.Deleted:
 		c.binSuccess(h, quiet, 0)
@@ -517,7 +524,7 @@ func (c *conn) binArith(h binHeader, quiet bool, extras, key []byte) {
 		CreateTTL: int64(exp),
 		CAS:       h.cas,
 	}
-	res, err := c.eng.IncrDecr(key, a)
+	res, err := c.eng.IncrDecr(c.ekey(key), a)
 	switch res.Status {
 	case engine.Stored:
 		if !quiet {

@@ -44,6 +44,9 @@ type conn struct {
 	srv *Server
 	eng *engine.Engine
 	nc  net.Conn
+	// container is where this connection's keys without "@@" go after a "get @@name" (the InnoDB plugin's switch;
+	// see engine.SwitchTo); nil: the engine's default. Every key goes to the engine through ekey.
+	container *engine.Container
 
 	// id, listenAddr, state and lastCmd are what stats conns shows; state
 	// and lastCmd (Unix seconds) are written by the connection's goroutine
@@ -276,7 +279,7 @@ func (c *conn) takeValue(mode engine.Mode, key []byte, vlen int64, size int, com
 	default:
 		return valueTaken
 	}
-	c.eng.RefuseTooLarge(mode, key)
+	c.eng.RefuseTooLarge(mode, c.ekey(key))
 	return v
 }
 
@@ -401,3 +404,6 @@ func (c *conn) setWriteDeadline() {
 		c.nc.SetWriteDeadline(time.Now().Add(d))
 	}
 }
+
+// ekey is key as the engine is to route it for this connection (engine.InContainer).
+func (c *conn) ekey(key []byte) []byte { return engine.InContainer(c.container, key) }

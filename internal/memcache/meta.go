@@ -242,7 +242,7 @@ func (c *conn) metaGet(toks [][]byte) {
 		c.metaError("CLIENT_ERROR opaque token too long")
 		return
 	}
-	res, err := c.eng.MetaGet(f.key, engine.MetaGetRequest{
+	res, err := c.eng.MetaGet(c.ekey(f.key), engine.MetaGetRequest{
 		NoUpdate: f.noBump,
 		SetTTL:   f.setTTL, TTL: f.ttl,
 		Vivify: f.vivify, VivifyTTL: f.vivifyTTL,
@@ -400,7 +400,7 @@ func (c *conn) metaSet(toks [][]byte, rest []byte) int {
 			r.CAS = f.cas
 		}
 	}
-	status, it, err := c.eng.MetaSet(f.key, value, r)
+	status, it, err := c.eng.MetaSet(c.ekey(f.key), value, r)
 	switch status {
 	case engine.Stored:
 		if f.quiet {
@@ -463,7 +463,7 @@ func (c *conn) metaDelete(toks [][]byte) {
 		c.metaError("CLIENT_ERROR opaque token too long")
 		return
 	}
-	status, err := c.eng.MetaDelete(f.key, engine.DeleteRequest{
+	status, err := c.eng.MetaDelete(c.ekey(f.key), engine.DeleteRequest{
 		CompareCAS: f.compare, CAS: f.cas,
 		Invalidate: f.inval,
 		SetTTL:     f.setTTL, TTL: f.ttl,
@@ -511,7 +511,7 @@ func (c *conn) metaArithmetic(toks [][]byte) {
 		c.metaError("CLIENT_ERROR opaque token too long")
 		return
 	}
-	res, err := c.eng.MetaArith(f.key, engine.Arith{
+	res, err := c.eng.MetaArith(c.ekey(f.key), engine.Arith{
 		Decr:  decr,
 		Delta: f.delta, Initial: f.initial,
 		Create: f.vivify, CreateTTL: f.vivifyTTL,
@@ -591,7 +591,7 @@ func (c *conn) metaDebug(toks [][]byte) {
 		}
 	}
 	c.srv.metaCmds.Add(1) // memcached's cmd_meta counts "me" only
-	it, size, now, ok := c.eng.MetaDebug(key)
+	it, size, now, ok := c.eng.MetaDebug(c.ekey(key))
 	if !ok {
 		c.out = append(c.out, "EN\r\n"...)
 		return

@@ -296,7 +296,7 @@ func (c *conn) storage(mode engine.Mode, toks [][]byte, rest []byte) int {
 	}
 	value := make([]byte, vlen)
 	copy(value, rest[:vlen])
-	status, _, err := c.eng.StoreValue(key, value, engine.StoreRequest{Mode: mode, Flags: flags, TTL: exptime, CAS: casID})
+	status, _, err := c.eng.StoreValue(c.ekey(key), value, engine.StoreRequest{Mode: mode, Flags: flags, TTL: exptime, CAS: casID})
 	c.storeReply(quiet, status, err)
 	return total
 }
@@ -398,9 +398,9 @@ func (c *conn) retrieval(line []byte) {
 		var found bool
 		var err error
 		if touch {
-			item, found, err = c.eng.GetAndTouch(key, exptime)
+			item, found, err = c.eng.GetAndTouch(c.ekey(key), exptime)
 		} else {
-			item, found, err = c.eng.Get(key)
+			item, found, err = c.eng.Get(c.ekey(key))
 		}
 		if err != nil {
 			// memcached's reply to a failure mid-retrieval: the error ends the reply.
@@ -451,16 +451,24 @@ func (c *conn) multiGet(rest []byte, withCAS bool) {
 	any := false
 	for {
 		keys := c.keys[:0]
+		// A key "@@name" switches the connection's container for the keys after it (engine.SwitchTo): it ends
+		// the batch and is answered after it, with the container's table as its value, as the plugin answers.
+		var switchKey []byte
+		var switchTo *engine.Container
 		for len(keys) < multiGetBatch {
 			key, after := nextToken(rest)
 			if key == nil {
 				break
 			}
 			rest = after
+			if switchTo = c.eng.SwitchTo(key); switchTo != nil {
+				switchKey = key
+				break
+			}
 			keys = append(keys, key)
 		}
 		c.keys = keys[:0]
-		if len(keys) == 0 {
+		if len(keys) == 0 && switchTo == nil {
 			if !any {
 				c.out = append(c.out, replyError...)
 			} else {
@@ -469,7 +477,7 @@ func (c *conn) multiGet(rest []byte, withCAS bool) {
 			return
 		}
 		any = true
-		items, found, err := c.eng.GetMulti(keys)
+		items, found, err := c.getMulti(keys)
 		for i, key := range keys {
 			c.srv.prefixes.get(key, found[i])
 			if found[i] {
@@ -484,7 +492,26 @@ func (c *conn) multiGet(rest []byte, withCAS bool) {
 			c.serverError(err)
 			return
 		}
+		if switchTo != nil {
+			c.container = switchTo
+			c.appendValue(switchKey, itemView{value: []byte(switchTo.PluginTableName())}, withCAS)
+		}
 	}
+}
+
+// getMulti is engine.GetMulti of keys as this connection routes them (ekey); keys is left as it is.
+func (c *conn) getMulti(keys [][]byte) ([]store.Item, []bool, error) {
+	if len(keys) == 0 {
+		return nil, nil, nil
+	}
+	if c.container == nil {
+		return c.eng.GetMulti(keys)
+	}
+	ek := make([][]byte, len(keys))
+	for i, k := range keys {
+		ek[i] = c.ekey(k)
+	}
+	return c.eng.GetMulti(ek)
 }
 
 type itemView struct {
@@ -544,7 +571,7 @@ func (c *conn) delete(toks [][]byte) {
 		return
 	}
 	c.srv.prefixes.del(toks[1])
-	status, err := c.eng.Delete(toks[1], engine.DeleteRequest{})
+	status, err := c.eng.Delete(c.ekey(toks[1]), engine.DeleteRequest{})
 	switch status {
 	case engine.Deleted:
 		c.reply(quiet, replyDeleted)
@@ -585,7 +612,7 @@ func (c *conn) arith(toks [][]byte, decr bool) {
 		c.reply(quiet, replyBadDelta)
 		return
 	}
-	res, err := c.eng.IncrDecr(toks[1], engine.Arith{Delta: delta, Decr: decr})
+	res, err := c.eng.IncrDecr(c.ekey(toks[1]), engine.Arith{Delta: delta, Decr: decr})
 	switch res.Status {
 	case engine.Stored:
 		if !quiet {
@@ -616,7 +643,7 @@ func (c *conn) touch(toks [][]byte) {
 		c.reply(quiet, replyBadExptime)
 		return
 	}
-	_, status, err := c.eng.Touch(toks[1], exptime)
+	_, status, err := c.eng.Touch(c.ekey(toks[1]), exptime)
 	switch status {
 	case engine.Touched:
 		c.reply(quiet, replyTouched)
