@@ -47,7 +47,8 @@ func (s *Server) saveWarm() {
 		s.log.Warn("warm restart: the snapshot of cached copies was not saved; the next start is cold", "err", err)
 		return
 	}
-	s.log.Info("warm restart: cached copies saved with the binlog checkpoints", "rows", n.Rows, "sql_results", n.Results)
+	s.log.Info("warm restart: cached copies saved with the binlog checkpoints", "rows", n.Rows, "sql_results", n.Results,
+		"left_out", n.Skipped)
 }
 
 // warmGroups are the configured groups as they run, each binlog group with the checkpoint checkpoint gives of its

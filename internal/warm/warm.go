@@ -51,10 +51,16 @@ type Group struct {
 	Checkpoint    *binlog.Checkpoint // where the follower had applied every commit, read before the copies
 }
 
+// MaxBytes bounds the keys and values a snapshot carries: the snapshot is built in memory at stop, and a store
+// of many GiB should not double keyway's memory on the way out. Copies past it are left out (the restart is
+// then partly cold).
+const MaxBytes = 256 << 20
+
 // Counts say what a save or a restore carried.
 type Counts struct {
 	Rows    int `json:"rows"`    // caching containers' copies
 	Results int `json:"results"` // SQL result cache entries
+	Skipped int `json:"skipped"` // copies left out of a snapshot past MaxBytes
 }
 
 type snapshot struct {
@@ -71,10 +77,28 @@ type snapshot struct {
 // containers' shapes by name.
 func Save(st *store.Store, groups []Group, shapes map[string]string, eng *engine.Engine, qc *qcache.Cache) (Counts, error) {
 	s := snapshot{Version: version, Saved: time.Now(), Groups: groups, Shapes: shapes}
-	eng.SaveCopies(func(c engine.SavedCopy) { s.Copies = append(s.Copies, c) })
-	if qc != nil {
-		qc.Save(func(r qcache.Saved) { s.Results = append(s.Results, r) })
+	var n Counts
+	budget := MaxBytes
+	fits := func(size int) bool {
+		if size > budget {
+			n.Skipped++
+			return false
+		}
+		budget -= size
+		return true
 	}
+	if qc != nil { // first: a reply saves a query, a row copy only its key's
+		qc.Save(func(r qcache.Saved) {
+			if fits(len(r.Key) + len(r.Reply)) {
+				s.Results = append(s.Results, r)
+			}
+		})
+	}
+	eng.SaveCopies(func(c engine.SavedCopy) {
+		if fits(len(c.Key) + len(c.Item.Value)) {
+			s.Copies = append(s.Copies, c)
+		}
+	})
 	var buf bytes.Buffer
 	if err := gob.NewEncoder(&buf).Encode(&s); err != nil {
 		return Counts{}, fmt.Errorf("warm restart: encoding the snapshot: %w", err)
@@ -82,7 +106,8 @@ func Save(st *store.Store, groups []Group, shapes map[string]string, eng *engine
 	if err := st.PutAside(blobName, buf.Bytes()); err != nil {
 		return Counts{}, fmt.Errorf("warm restart: %w", err)
 	}
-	return Counts{Rows: len(s.Copies), Results: len(s.Results)}, nil
+	n.Rows, n.Results = len(s.Copies), len(s.Results)
+	return n, nil
 }
 
 // Snapshot is a loaded snapshot, to be restored.
