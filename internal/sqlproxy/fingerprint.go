@@ -210,7 +210,7 @@ func numberEnd(sql string, i, j int) (int, bool) {
 	if len(w) > 2 && w[0] == '0' && (w[1] == 'x' || w[1] == 'b') {
 		for k := 2; k < len(w); k++ {
 			c := w[k] | 0x20
-			if !(isDigit(w[k]) || w[1] == 'x' && 'a' <= c && c <= 'f') {
+			if !(w[1] == 'x' && (isDigit(w[k]) || 'a' <= c && c <= 'f') || w[1] == 'b' && (w[k] == '0' || w[k] == '1')) {
 				return 0, false
 			}
 		}

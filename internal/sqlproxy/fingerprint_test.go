@@ -31,10 +31,12 @@ var fingerprintPairs = []struct {
 	{"SELECT c FROM t WHERE id >= 1", "SELECT c FROM t WHERE id > = 1", false},                    // operator spelling
 	{"SELECT c FROM t WHERE id = 1", "SELECT /*+ keyway nocache */ c FROM t WHERE id = 1", false}, // hint
 	{"SELECT /*+ keyway cache ttl=5 */ c FROM t", "SELECT /*+ keyway cache ttl=9 */ c FROM t", false},
-	{"SELECT /*!40001 SQL_NO_CACHE */ c FROM t", "SELECT c FROM t", false},               // executable comment
-	{"SELECT c FROM t WHERE id = 1", "SELECT c FROM t WHERE id = ?", false},              // literal vs parameter
-	{"SELECT c FROM `t` WHERE id = 1", "SELECT c FROM `u` WHERE id = 1", false},          // quoted identifiers
-	{"SELECT c FROM 1t WHERE id = 1", "SELECT c FROM 2t WHERE id = 1", false},            // names starting with a digit
+	{"SELECT /*!40001 SQL_NO_CACHE */ c FROM t", "SELECT c FROM t", false},      // executable comment
+	{"SELECT c FROM t WHERE id = 1", "SELECT c FROM t WHERE id = ?", false},     // literal vs parameter
+	{"SELECT c FROM `t` WHERE id = 1", "SELECT c FROM `u` WHERE id = 1", false}, // quoted identifiers
+	{"SELECT c FROM 1t WHERE id = 1", "SELECT c FROM 2t WHERE id = 1", false},   // names starting with a digit
+	{"SELECT c FROM 0b12", "SELECT c FROM 0b13", false},                         // not a binary literal
+	{"SELECT c FROM t WHERE x = 0b101", "SELECT c FROM t WHERE x = 0b1", true},
 	{"SELECT ab FROM t", "SELECT a b FROM t", false},                                     // word boundaries
 	{"SELECT c FROM t WHERE x = -1", "SELECT c FROM t WHERE x = 1", false},               // sign kept, as an operator
 	{"SELECT c FROM t WHERE x = x'41'", "SELECT c FROM t WHERE x = x '41'", false},       // hex literal vs alias
