@@ -42,6 +42,7 @@ type fingerprinter struct {
 	last    int  // kind of the last token written
 	space   bool // whitespace (or a comment) since the last token
 	inWord  bool // the last token was the word "in": a following "(" may open a literal list
+	lastAt  bool // the last token was "@"
 	list    int  // 0: not in an IN list; 1: just after "in ("; 2: after literals; 3: after "literal ,"
 	swallow int  // literals swallowed in the current IN list
 }
@@ -140,11 +141,14 @@ func (f *fingerprinter) token(k int, b byte) {
 	default: // a list that is not only literals ("in (1, a)"), or does not parse ("in (1,)")
 		f.flushList()
 	}
-	if f.space && f.last == k && k != tokNone {
+	// Whitespace between a word and an operator changes nothing ("a=1", "a = 1"), except after "@": "@a" is a
+	// variable, "@ a" is not.
+	if f.space && (f.last == k && k != tokNone || f.lastAt) {
 		f.h.WriteByte(' ')
 	}
 	f.space = false
 	f.last = k
+	f.lastAt = b == '@'
 	f.inWord = false
 	if b != 0 {
 		f.h.WriteByte(b)

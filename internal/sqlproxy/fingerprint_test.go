@@ -37,7 +37,10 @@ var fingerprintPairs = []struct {
 	{"SELECT c FROM 1t WHERE id = 1", "SELECT c FROM 2t WHERE id = 1", false},   // names starting with a digit
 	{"SELECT c FROM 0b12", "SELECT c FROM 0b13", false},                         // not a binary literal
 	{"SELECT c FROM t WHERE x = 0b101", "SELECT c FROM t WHERE x = 0b1", true},
-	{"SELECT ab FROM t", "SELECT a b FROM t", false},                                     // word boundaries
+	{"SELECT ab FROM t", "SELECT a b FROM t", false},
+	{"SELECT @a", "SELECT @ a", false}, // a variable, and not
+	{"SELECT @@x", "SELECT @ @x", false},
+	{"SELECT t.a FROM t", "SELECT t . a FROM t", true},                                   // word boundaries
 	{"SELECT c FROM t WHERE x = -1", "SELECT c FROM t WHERE x = 1", false},               // sign kept, as an operator
 	{"SELECT c FROM t WHERE x = x'41'", "SELECT c FROM t WHERE x = x '41'", false},       // hex literal vs alias
 	{"SELECT c FROM t WHERE a IN (1, b)", "SELECT c FROM t WHERE a IN (1, 2, b)", false}, // not a literal list
