@@ -30,6 +30,7 @@ const (
 	tokPunct
 )
 
+// Markers written for what was erased. The control bytes never come bare from the text (fingerprint escapes them).
 const (
 	fpLiteral     = '?'
 	fpPlaceholder = 0x01 // a "?" parameter marker, kept apart from literals
@@ -108,6 +109,11 @@ func fingerprint(seed maphash.Seed, sql string) uint64 {
 			}
 			f.word(word)
 			i = j
+		case c < 0x20: // a control byte: escaped, so that it cannot pass for one of the markers
+			f.token(tokPunct, 0)
+			f.h.WriteByte(0)
+			f.h.WriteByte(c)
+			i++
 		default:
 			f.token(tokPunct, c)
 			i++

@@ -39,6 +39,7 @@ var fingerprintPairs = []struct {
 	{"SELECT c FROM t WHERE x = 0b101", "SELECT c FROM t WHERE x = 0b1", true},
 	{"SELECT ab FROM t", "SELECT a b FROM t", false},
 	{"SELECT @a", "SELECT @ a", false}, // a variable, and not
+	{"? ?", "\x01 \x01", false},        // a control byte is not a marker
 	{"SELECT @@x", "SELECT @ @x", false},
 	{"SELECT t.a FROM t", "SELECT t . a FROM t", true},                                   // word boundaries
 	{"SELECT c FROM t WHERE x = -1", "SELECT c FROM t WHERE x = 1", false},               // sign kept, as an operator
