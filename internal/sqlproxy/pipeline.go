@@ -101,7 +101,7 @@ type CacheRule struct {
 }
 
 // hintFor is the cache hint of a statement: its own "/*+ keyway … */" comment, else the first rule that matches
-// it. Digest and regex rules are decided once per digest; table rules per statement, since the default database
+// it. Digest and regex rules are decided once per fingerprint; table rules per statement, since the default database
 // decides what an unqualified name means.
 func (ss *session) hintFor(sql string, plan *Plan) hint {
 	h := hintOf(sql)
@@ -116,14 +116,14 @@ func (ss *session) hintFor(sql string, plan *Plan) hint {
 		case r.Digest != "":
 			match = r.Digest == plan.Digest
 		case r.Regex != nil:
-			v, ok := ss.s.regexMatches.Load(regexKey{r.Regex, plan.Digest})
+			v, ok := ss.s.regexMatches.Load(regexKey{r.Regex, plan.Fingerprint})
 			if !ok {
 				v = r.Regex.MatchString(plan.Normalized)
 				if ss.s.regexCount.Add(1) > maxRegexMemo { // forget, rather than grow with every digest ever seen
 					ss.s.regexMatches.Clear()
 					ss.s.regexCount.Store(0)
 				}
-				ss.s.regexMatches.Store(regexKey{r.Regex, plan.Digest}, v)
+				ss.s.regexMatches.Store(regexKey{r.Regex, plan.Fingerprint}, v)
 			}
 			match = v.(bool)
 		default:
@@ -141,10 +141,10 @@ func (ss *session) hintFor(sql string, plan *Plan) hint {
 // maxRegexMemo bounds the memoized regex verdicts.
 const maxRegexMemo = 1 << 16
 
-// regexKey memoizes a regex rule's verdict on a digest.
+// regexKey memoizes a regex rule's verdict on a statement's normalized text, found by its fingerprint.
 type regexKey struct {
-	rule   *regexp.Regexp // the rule's own, so a verdict never outlives its rule (SetCacheRules)
-	digest string
+	rule        *regexp.Regexp // the rule's own, so a verdict never outlives its rule (SetCacheRules)
+	fingerprint uint64
 }
 
 // hintOf reads the keyway hint of sql, if any. The digest erases comments, so this is read per statement text;

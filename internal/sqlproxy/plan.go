@@ -1,20 +1,22 @@
 package sqlproxy
 
-// This file is the SQL door's plan cache: statement text → digest → Plan.
+// This file is the SQL door's plan cache: statement text → fingerprint → Plan.
 //
-// The job: pay for classification once per normalized statement, not once per query. Every query gets one lexer
-// pass (TiDB's parser.NormalizeDigest, which replaces literals by "?" and hashes the result); the digest is looked
-// up in a bounded, sharded map; only a digest never seen before (or evicted) is parsed with the real grammar to find
-// its class and tables.
+// The job: pay for classification once per normalized statement, not once per query. Every query gets one
+// allocation-free pass that hashes its tokens with literals erased (fingerprint.go); the 64-bit fingerprint is
+// looked up in a bounded, sharded map; only a fingerprint never seen before (or evicted) pays for TiDB's
+// parser.NormalizeDigest (the digest and normalized text shown to people and matched by digest rules) and is parsed
+// with the real grammar to find its class and tables.
 //
 // Invariants:
 //   - Plan never returns nil and never panics, whatever the input (a parser panic is recovered and reported as a
 //     parse error).
-//   - A digest is parsed at most once while it stays cached: concurrent first lookups of one digest wait on one
-//     parse (sync.Once per entry) instead of each parsing.
-//   - The returned *Plan is shared by every caller that hits the same digest and must be treated as read-only
-//     (Tables included). The one exception to "one plan per digest" is a statement whose meaning depends on a
-//     literal the digest erased — SET autocommit = 0 versus = 1 — which gets a fresh, uncached plan each time.
+//   - A fingerprint is parsed at most once while it stays cached: concurrent first lookups of one fingerprint wait
+//     on one parse (sync.Once per entry) instead of each parsing.
+//   - The returned *Plan is shared by every caller that hits the same fingerprint and must be treated as read-only
+//     (Tables included). The one exception to "one plan per fingerprint" is a statement whose meaning depends on
+//     a literal the fingerprint erased — SET autocommit = 0 versus = 1 — which gets a fresh, uncached plan each
+//     time.
 //   - The cache holds at most max(capacity, shards) entries; a full shard evicts an arbitrary entry (Go's map
 //     iteration order), which is cheap and good enough: hot digests come straight back.
 
@@ -97,9 +99,12 @@ func (c Class) strength() int {
 
 // Plan is what keyway knows about one normalized statement. Plans are shared between callers: read-only.
 type Plan struct {
-	Digest     string // hex digest of the normalized statement (SHA-256, as TiDB's parser.NormalizeDigest)
-	Normalized string // literals replaced by ?, lower-cased keywords, optimizer hints and comments dropped
-	Class      Class
+	// Fingerprint keys the plan cache and the digest statistics (fingerprint.go); it is seeded per process, so it
+	// is never shown: Digest is.
+	Fingerprint uint64
+	Digest      string // hex digest of the normalized statement (SHA-256, as TiDB's parser.NormalizeDigest)
+	Normalized  string // literals replaced by ?, lower-cased keywords, optimizer hints and comments dropped
+	Class       Class
 	// Tables it reads or writes: "schema.table" when qualified, else "table"; lower-case; deduplicated, in order
 	// of appearance. CTE names are not tables and are left out.
 	Tables []string
@@ -177,7 +182,7 @@ type PlanCache struct {
 
 type planShard struct {
 	mu sync.RWMutex
-	m  map[string]*planEntry
+	m  map[uint64]*planEntry
 	_  [32]byte // keep neighbouring shards' locks off one cache line
 }
 
@@ -196,24 +201,23 @@ func NewPlanCache(capacity int) *PlanCache {
 	pc := &PlanCache{seed: maphash.MakeSeed(), perShard: per}
 	pc.parsers.New = func() any { return parser.New() }
 	for i := range pc.shards {
-		pc.shards[i].m = make(map[string]*planEntry)
+		pc.shards[i].m = make(map[uint64]*planEntry)
 	}
 	return pc
 }
 
 // Plan returns the plan of sql (one statement, or several separated by ';'). Never nil; safe for concurrent use.
-// The hit path is one lexer pass plus one map lookup under a read lock.
+// The hit path is one fingerprint pass plus one map lookup under a read lock, without allocating.
 func (pc *PlanCache) Plan(sql string) *Plan {
-	normalized, d := parser.NormalizeDigest(sql)
-	digest := d.String()
-	sh := &pc.shards[maphash.String(pc.seed, digest)%planShards]
+	fp := fingerprint(pc.seed, sql)
+	sh := &pc.shards[fp%planShards]
 
 	sh.mu.RLock()
-	e := sh.m[digest]
+	e := sh.m[fp]
 	sh.mu.RUnlock()
 	if e == nil {
 		sh.mu.Lock()
-		if e = sh.m[digest]; e == nil {
+		if e = sh.m[fp]; e == nil {
 			if len(sh.m) >= pc.perShard {
 				for k := range sh.m { // arbitrary victim: map iteration order is unspecified
 					delete(sh.m, k)
@@ -221,19 +225,23 @@ func (pc *PlanCache) Plan(sql string) *Plan {
 				}
 			}
 			e = &planEntry{}
-			sh.m[digest] = e
+			sh.m[fp] = e
 		}
 		sh.mu.Unlock()
 	}
 	built := false
-	e.once.Do(func() { e.plan, built = pc.build(sql, normalized, digest), true })
+	e.once.Do(func() {
+		normalized, d := parser.NormalizeDigest(sql)
+		e.plan, built = pc.build(sql, normalized, d.String(), fp), true
+	})
 	if e.plan.literalDependent && !built {
-		return pc.build(sql, normalized, digest)
+		// Same fingerprint, so the same literal-free text and digest: only the parse is redone.
+		return pc.build(sql, e.plan.Normalized, e.plan.Digest, fp)
 	}
 	return e.plan
 }
 
-// Len returns the number of cached digests.
+// Len returns the number of cached fingerprints.
 func (pc *PlanCache) Len() int {
 	n := 0
 	for i := range pc.shards {
@@ -247,14 +255,14 @@ func (pc *PlanCache) Len() int {
 
 // build parses sql and derives its plan. It never panics: the parser is third-party code fed with client input,
 // so a panic in it (or in the walk over its AST) becomes a parse error.
-func (pc *PlanCache) build(sql, normalized, digest string) (p *Plan) {
-	p = &Plan{Digest: digest, Normalized: normalized}
+func (pc *PlanCache) build(sql, normalized, digest string, fp uint64) (p *Plan) {
+	p = &Plan{Fingerprint: fp, Digest: digest, Normalized: normalized}
 	pc.parses.Add(1)
 	ps := pc.parsers.Get().(*parser.Parser)
 	defer func() {
 		if r := recover(); r != nil {
 			// Drop ps: its state is unknown after a panic.
-			p = &Plan{Digest: digest, Normalized: normalized, ParseError: "parser panicked; statement not classified"}
+			p = &Plan{Fingerprint: fp, Digest: digest, Normalized: normalized, ParseError: "parser panicked; statement not classified"}
 			guessFromKeywords(p)
 		}
 	}()

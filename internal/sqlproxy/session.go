@@ -532,8 +532,8 @@ func parseUse(sql string) (string, bool) {
 func (ss *session) record(plan *Plan, rows int64, latency time.Duration, failed bool) {
 	class := plan.Class.String()
 	if d := ss.s.opts.Digests; d != nil {
-		d.Record(stats.DigestKey{Digest: plan.Digest, Normalized: plan.Normalized, Class: class, Schema: ss.db, User: ss.hs.User},
-			rows, latency, failed)
+		d.Record(stats.DigestKey{Fingerprint: plan.Fingerprint, Digest: plan.Digest, Normalized: plan.Normalized,
+			Class: class, Schema: ss.db, User: ss.hs.User}, rows, latency, failed)
 	}
 	if m := ss.s.opts.Metrics; m != nil {
 		m.ObserveQuery(class, latency, failed)

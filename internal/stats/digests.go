@@ -21,8 +21,20 @@ import (
 )
 
 // DigestKey identifies one row of digest statistics: a normalized statement as run by one user in one schema.
+//
+// The row is found by (Fingerprint, Schema, User): a fingerprint is the SQL door's 64-bit hash of the statement
+// with its literals erased, one integer to hash and compare per query instead of the whole normalized text.
+// Digest, Normalized and Class describe the statement and are kept from the first Record of the row; they must
+// not vary for one fingerprint. A zero Fingerprint stands for a hash of Digest.
 type DigestKey struct {
+	Fingerprint                             uint64
 	Digest, Normalized, Class, Schema, User string
+}
+
+// rowKey is what the table is keyed by (see DigestKey).
+type rowKey struct {
+	fp           uint64
+	schema, user string
 }
 
 // OverflowDigest is the Digest of the single row that collects every key arriving after the table is full.
@@ -99,11 +111,12 @@ type Digests struct {
 
 type digestShard struct {
 	mu sync.Mutex
-	m  map[DigestKey]*digestRow
+	m  map[rowKey]*digestRow
 	_  [48]byte // keep neighbouring shards' locks off one cache line
 }
 
 type digestRow struct {
+	key                 DigestKey // as first recorded
 	count, rows, errors int64
 	sum, min, max       time.Duration
 	first, last         time.Time
@@ -116,9 +129,9 @@ func NewDigests(capacity int) *Digests {
 	}
 	d := &Digests{seed: maphash.MakeSeed(), capacity: int64(capacity)}
 	for i := range d.shards {
-		d.shards[i].m = make(map[DigestKey]*digestRow)
+		d.shards[i].m = make(map[rowKey]*digestRow)
 	}
-	d.overflow.m = make(map[DigestKey]*digestRow, 1)
+	d.overflow.m = make(map[rowKey]*digestRow, 1)
 	return d
 }
 
@@ -127,26 +140,31 @@ var overflowKey = DigestKey{Digest: OverflowDigest, Normalized: "(other digests:
 // Record counts one execution of k that returned (or affected) rows rows, took latency, and failed or not.
 func (d *Digests) Record(k DigestKey, rows int64, latency time.Duration, failed bool) {
 	now := time.Now()
-	sh := &d.shards[maphash.String(d.seed, k.Digest)%digestShards]
+	fp := k.Fingerprint
+	if fp == 0 {
+		fp = maphash.String(d.seed, k.Digest)
+	}
+	rk := rowKey{fp, k.Schema, k.User}
+	sh := &d.shards[fp%digestShards]
 	sh.mu.Lock()
-	r := sh.m[k]
+	r := sh.m[rk]
 	if r == nil {
 		// Reserve a slot first so concurrent inserts in other shards cannot overshoot the capacity.
 		if d.n.Add(1) > d.capacity {
 			d.n.Add(-1)
 			sh.mu.Unlock()
 			d.overflow.mu.Lock()
-			r = d.overflow.m[overflowKey]
+			r = d.overflow.m[rowKey{}]
 			if r == nil {
-				r = &digestRow{first: now, min: latency}
-				d.overflow.m[overflowKey] = r
+				r = &digestRow{key: overflowKey, first: now, min: latency}
+				d.overflow.m[rowKey{}] = r
 			}
 			r.add(rows, latency, failed, now)
 			d.overflow.mu.Unlock()
 			return
 		}
-		r = &digestRow{first: now, min: latency}
-		sh.m[k] = r
+		r = &digestRow{key: k, first: now, min: latency}
+		sh.m[rk] = r
 	}
 	r.add(rows, latency, failed, now)
 	sh.mu.Unlock()
@@ -207,7 +225,8 @@ func (d *Digests) Len() int {
 
 func (sh *digestShard) appendTo(out []DigestStats, reset bool) []DigestStats {
 	sh.mu.Lock()
-	for k, r := range sh.m {
+	for _, r := range sh.m {
+		k := &r.key
 		s := DigestStats{
 			Digest: k.Digest, Normalized: k.Normalized, Class: k.Class, Schema: k.Schema, User: k.User,
 			Count: r.count, Rows: r.rows, Errors: r.errors,

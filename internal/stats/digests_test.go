@@ -155,3 +155,34 @@ func BenchmarkDigestsRecord(b *testing.B) {
 		}
 	})
 }
+
+// TestDigestsKeyedByFingerprint: a row is found by fingerprint, schema and user; the statement's text is kept from
+// its first record and not compared per query.
+func TestDigestsKeyedByFingerprint(t *testing.T) {
+	d := NewDigests(10)
+	k := DigestKey{Fingerprint: 42, Digest: "d", Normalized: "select ?", Class: "read", Schema: "shop", User: "app"}
+	d.Record(k, 1, time.Millisecond, false)
+	same := k
+	same.Normalized = "(not compared)"
+	d.Record(same, 1, time.Millisecond, false)
+	otherFP := k
+	otherFP.Fingerprint = 43 // another statement with the same display digest (a placeholder where k has a literal)
+	d.Record(otherFP, 1, time.Millisecond, false)
+	otherSchema := k
+	otherSchema.Schema = "audit"
+	d.Record(otherSchema, 1, time.Millisecond, false)
+
+	s := d.Snapshot()
+	if len(s) != 3 {
+		t.Fatalf("rows = %d, want 3: %+v", len(s), s)
+	}
+	for _, r := range s {
+		if r.Normalized != "select ?" || r.Digest != "d" {
+			t.Errorf("row %+v: text not kept from the first record", r)
+		}
+		if r.Schema == "shop" && r.Count == 2 {
+			return
+		}
+	}
+	t.Errorf("the two records of one fingerprint did not share a row: %+v", s)
+}
