@@ -183,6 +183,10 @@ type Group struct {
 	Password       string        // "password"
 	MinIdle        int           // "min_idle": connections kept open per pool (default 0)
 	MaxOpen        int           // "max_open": connections per pool at most (default 256)
+	// "max_connections": connections of all the group's pools together at most (the SQL door's budget on the
+	// server). 0, the default, reads the server's max_connections at login and leaves a tenth of it (at least
+	// 5) to everyone else; -1 means no bound across pools.
+	MaxConnections int
 	IdleTimeout    time.Duration // "idle_timeout": idle connections above min_idle close after this (default 60s)
 	HealthInterval time.Duration // "health_interval": how often the monitor pings the primary (default 2s)
 	ConnectTimeout time.Duration // "connect_timeout": dialing and handshake (default 5s)
@@ -384,6 +388,7 @@ const (
 	wantGroupUser    = `want the account keyway's own monitoring connection logs in with`
 	wantMinIdle      = `want an integer from 0 to max_open`
 	wantMaxOpen      = `want an integer from 1 to 1048576`
+	wantGroupMaxConn = `want an integer from 1 to 1048576, 0 (the server's max_connections less a tenth, the default) or -1 (no bound)`
 	wantPoolDuration = `want a duration like "60s" or "500ms", more than 0`
 	wantGroupTLS     = `want "off", "preferred" (TLS when the server offers it), "required" (TLS, certificate not verified) or "verify" (TLS, certificate verified against tls_ca)`
 	wantTLSCA        = `want the path of a PEM file with the CA certificates that sign the server's certificate (only with tls = "verify")`
@@ -816,6 +821,9 @@ func (g *Group) validate(key string, p *problems) {
 	}
 	if g.MaxOpen < 1 || g.MaxOpen > maxMaxOpen {
 		p.add(key+"max_open", strconv.Itoa(g.MaxOpen), wantMaxOpen)
+	}
+	if g.MaxConnections < -1 || g.MaxConnections > maxMaxOpen {
+		p.add(key+"max_connections", strconv.Itoa(g.MaxConnections), wantGroupMaxConn)
 	}
 	if g.MinIdle < 0 || (g.MinIdle > g.MaxOpen && g.MaxOpen >= 1) {
 		p.add(key+"min_idle", strconv.Itoa(g.MinIdle), wantMinIdle+" ("+strconv.Itoa(g.MaxOpen)+")")
