@@ -22,15 +22,16 @@ func TestOpenChecksPrivileges(t *testing.T) {
 	exec(t, root, "CREATE DATABASE IF NOT EXISTS kw_privs")
 	exec(t, root, "DROP TABLE IF EXISTS kw_privs.privs")
 	exec(t, root, "CREATE TABLE kw_privs.privs (k VARCHAR(32) PRIMARY KEY, v TEXT, f INT, c BIGINT UNSIGNED, e INT)")
-	for _, u := range []string{"kw_none", "kw_select"} {
+	for _, u := range []string{"kw_none", "kw_select", "kw_role"} {
 		exec(t, root, "DROP USER IF EXISTS "+u+"@'%'")
 		exec(t, root, "CREATE USER "+u+"@'%' IDENTIFIED BY 'pw'")
 	}
 	exec(t, root, "GRANT SELECT ON kw_privs.privs TO kw_select@'%'")
 	t.Cleanup(func() {
-		for _, u := range []string{"kw_none", "kw_select"} {
+		for _, u := range []string{"kw_none", "kw_select", "kw_role"} {
 			_, _ = root.Exec("DROP USER IF EXISTS " + u + "@'%'")
 		}
+		_, _ = root.Exec("DROP ROLE IF EXISTS kw_writer")
 	})
 	def := Def{Name: "privs", Schema: "kw_privs", Table: "privs", KeyColumn: "k", ValueColumns: []string{"v"},
 		FlagsColumn: "f", CASColumn: "c", ExpiryColumn: "e"}
@@ -79,6 +80,18 @@ func TestOpenChecksPrivileges(t *testing.T) {
 	c, err := Open(ctx, as("kw_select"), def, Options{})
 	if err != nil {
 		t.Fatalf("with SELECT on the table and the rest on the schema: %v", err)
+	}
+	c.Close()
+
+	// And privileges held through the account's default role.
+	exec(t, root, "DROP ROLE IF EXISTS kw_writer")
+	exec(t, root, "CREATE ROLE kw_writer")
+	exec(t, root, "GRANT SELECT, INSERT, UPDATE, DELETE ON kw_privs.privs TO kw_writer")
+	exec(t, root, "GRANT kw_writer TO kw_role@'%'")
+	exec(t, root, "SET DEFAULT ROLE kw_writer FOR kw_role@'%'")
+	c, err = Open(ctx, as("kw_role"), def, Options{})
+	if err != nil {
+		t.Fatalf("with the privileges through the default role: %v", err)
 	}
 	c.Close()
 }
