@@ -70,8 +70,9 @@ func (e *UnavailableError) Error() string {
 }
 func (e *UnavailableError) Unwrap() error { return e.Err }
 
-// BusyError says the backend refused a new connection because it has too many (ER_CON_COUNT_ERROR, 1040). The
-// backend is up: the client gets the server's own 1040, which drivers and their retry logic know.
+// BusyError says the backend refused a new connection because it has too many (ER_CON_COUNT_ERROR, 1040), or that
+// the group's connection budget stayed used up for the whole wait (Err is then keyway's own 1040). The backend is
+// up: the client gets a 1040, which drivers and their retry logic know.
 type BusyError struct {
 	Group, Addr string
 	Err         *mysqlwire.Error // the server's 1040

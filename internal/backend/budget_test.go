@@ -3,6 +3,7 @@ package backend
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -53,8 +54,9 @@ func TestGroupBudgetSharedAcrossPools(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	_, err := b.Get(ctx)
 	cancel()
-	if err == nil || !strings.Contains(err.Error(), "max_connections") {
-		t.Fatalf("want a budget error, got %v", err)
+	var busy *BusyError
+	if !errors.As(err, &busy) || busy.Err.Code != mysqlwire.ERConCount || !strings.Contains(err.Error(), "max_connections") {
+		t.Fatalf("want a budget error with code 1040, got %v", err)
 	}
 	if n := groupOpen(g); n != 3 {
 		t.Fatalf("group holds %d connections, budget 3", n)

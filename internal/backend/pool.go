@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/keywaydb/keyway/internal/mysqlwire"
 )
 
 // Pool holds the connections of one PoolKey in a group.
@@ -132,8 +134,11 @@ func (p *Pool) Get(ctx context.Context) (*Conn, error) {
 			err = errors.New("timed out")
 		}
 		if overBudget {
-			return nil, fmt.Errorf("keyway: backend group %s (%s): all %d connections keyway may open to the server (its budget below max_connections) are in use and none was released in time (%w): raise max_connections in [[groups]] and on the server, or lower the client concurrency",
-				cfg.Name, cfg.Primary.Address, p.g.MaxConnections(), err)
+			// What the server would have said had keyway dialed past its budget: the client gets 1040.
+			return nil, &BusyError{Group: cfg.Name, Addr: cfg.Primary.Address, Err: &mysqlwire.Error{
+				Code: mysqlwire.ERConCount, State: "08004", Message: fmt.Sprintf(
+					"too many connections: all %d connections keyway may open to the server (its budget below max_connections) are in use and none was released in time (%v): raise max_connections in [[groups]] and on the server, or lower the client concurrency",
+					p.g.MaxConnections(), err)}}
 		}
 		return nil, fmt.Errorf("keyway: backend group %s (%s): all %d connections for user '%s' are in use (max_open) and none was released in time (%w): raise max_open in [[groups]] or lower the client concurrency",
 			cfg.Name, cfg.Primary.Address, cfg.MaxOpen, p.key.User, err)
