@@ -125,10 +125,7 @@ type GroupOptions struct {
 	User, Password string
 	MinIdle        int           // connections kept open per pool
 	MaxOpen        int           // connections per pool at most
-	// MaxConnections bounds the connections of all pools of the group together (the budget). 0 derives it from
-	// the server's max_connections when the group first logs in (see budgetFor); until then only MaxOpen
-	// bounds. A negative value means no group bound.
-	MaxConnections int
+	MaxConnections int           // all pools together at most (the budget); 0: from the server's (budgetFor), < 0: none
 	IdleTimeout    time.Duration // idle connections above MinIdle close after this
 	HealthInterval time.Duration // how often the monitor checks the primary
 	ConnectTimeout time.Duration // dialing and handshake

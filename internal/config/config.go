@@ -183,10 +183,7 @@ type Group struct {
 	Password       string        // "password"
 	MinIdle        int           // "min_idle": connections kept open per pool (default 0)
 	MaxOpen        int           // "max_open": connections per pool at most (default 256)
-	// "max_connections": connections of all the group's pools together at most (the SQL door's budget on the
-	// server). 0, the default, reads the server's max_connections at login and leaves a tenth of it (at least
-	// 5) to everyone else; -1 means no bound across pools.
-	MaxConnections int
+	MaxConnections int           // "max_connections": all pools together at most (default 0: the server's less a tenth; -1: none)
 	IdleTimeout    time.Duration // "idle_timeout": idle connections above min_idle close after this (default 60s)
 	HealthInterval time.Duration // "health_interval": how often the monitor pings the primary (default 2s)
 	ConnectTimeout time.Duration // "connect_timeout": dialing and handshake (default 5s)

@@ -108,7 +108,7 @@ type Options struct {
 	// ReadOnly says the container never writes its table (its set, delete and flush policies never reach it), so
 	// the check asks the account for SELECT alone, not INSERT, UPDATE and DELETE too.
 	ReadOnly bool
-	Logger  *slog.Logger // slog.Default() when nil
+	Logger   *slog.Logger // slog.Default() when nil
 }
 
 // Item is one memcache item.
