@@ -15,11 +15,20 @@ import (
 	"github.com/keywaydb/keyway/internal/testenv"
 )
 
-// groupOpen is the number of connections all pools of g hold (dials in progress included).
+// groupOpen is the number of connections all pools of g hold (dials in progress included), at one instant: every
+// pool is locked at once (summing each pool's Stats would count a connection that moved between two pools twice).
 func groupOpen(g *Group) int {
+	g.mu.Lock()
+	pools := make([]*Pool, 0, len(g.mu.pools))
+	for _, p := range g.mu.pools {
+		pools = append(pools, p)
+	}
+	g.mu.Unlock()
 	n := 0
-	for _, st := range g.Stats() {
-		n += st.Open
+	for _, p := range pools {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		n += p.mu.open
 	}
 	return n
 }

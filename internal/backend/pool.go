@@ -53,10 +53,10 @@ func (p *Pool) Get(ctx context.Context) (*Conn, error) {
 				return c, nil
 			}
 			c.Close()
-			p.g.returnBudget(1)
 			p.mu.Lock()
 			p.mu.inUse--
 			p.mu.open--
+			p.g.returnBudget(1) // after open--: the pools' open connections never outnumber the budget's count
 		}
 		overBudget := false
 		if p.mu.open < cfg.MaxOpen {
