@@ -10,8 +10,12 @@
 //     pooled.
 //   - A connection in a pool with key K negotiated exactly K.Caps of mysqlwire.ProtocolCaps with the backend, so it
 //     can serve any client that negotiated the same flags with keyway: their packets are the same.
-//   - At most Group.MaxOpen connections per pool exist (open counts dials in progress); Get waits, bounded by its
-//     context and ConnectTimeout, when the pool is exhausted.
+//   - At most Group.MaxOpen connections per pool exist (open counts dials in progress), and at most the group's
+//     budget (GroupOptions.MaxConnections, by default the server's max_connections less a reserve, see
+//     budgetFor) across all its pools together, so keyway never takes the server's last connections from its
+//     other clients (root going direct, the binlog follower, the monitor). Get waits, bounded by its context and
+//     ConnectTimeout, when either is exhausted; while a pool waits for the budget, idle connections of other
+//     pools are closed to make room rather than kept until IdleTimeout.
 //   - An unreachable backend is an *UnavailableError naming the group and address. After a failed dial, dials fail
 //     fast for a short, growing backoff (50ms … 1s) so a dead backend costs clients no connect timeouts; a
 //     successful dial or health check ends the backoff.
@@ -33,6 +37,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -64,8 +70,9 @@ func (e *UnavailableError) Error() string {
 }
 func (e *UnavailableError) Unwrap() error { return e.Err }
 
-// BusyError says the backend refused a new connection because it has too many (ER_CON_COUNT_ERROR, 1040). The
-// backend is up: the client gets the server's own 1040, which drivers and their retry logic know.
+// BusyError says the backend refused a new connection because it has too many (ER_CON_COUNT_ERROR, 1040), or that
+// the group's connection budget stayed used up for the whole wait (Err is then keyway's own 1040). The backend is
+// up: the client gets a 1040, which drivers and their retry logic know.
 type BusyError struct {
 	Group, Addr string
 	Err         *mysqlwire.Error // the server's 1040
@@ -118,6 +125,7 @@ type GroupOptions struct {
 	User, Password string
 	MinIdle        int           // connections kept open per pool
 	MaxOpen        int           // connections per pool at most
+	MaxConnections int           // all pools together at most (the budget); 0: from the server's (budgetFor), < 0: none
 	IdleTimeout    time.Duration // idle connections above MinIdle close after this
 	HealthInterval time.Duration // how often the monitor checks the primary
 	ConnectTimeout time.Duration // dialing and handshake
@@ -174,6 +182,13 @@ type Group struct {
 		failUntil time.Time // dials fail fast with lastErr until then
 		backoff   time.Duration
 		closed    bool
+		// budget is the most connections all pools together may hold (0 = unbounded); budgetUsed counts them
+		// (dials in progress included), and budgetWaiters are pools' Gets waiting for budget: closed, all at
+		// once, when a connection of any pool closes, so each retries.
+		budget        int
+		budgetUsed    int
+		budgetWaiters []chan struct{}
+		budgetKnown   bool // budget is set (configured, or read from the server)
 		// monitorRefused is the server's last refusal of the monitoring account ("" while it logs in), so the
 		// warning is logged once per distinct refusal, not every HealthInterval.
 		monitorRefused string
@@ -186,6 +201,9 @@ func NewGroup(o GroupOptions) *Group {
 	g := &Group{cfg: o, log: o.Logger.With("group", o.Name, "addr", o.Primary.Address), stop: make(chan struct{})}
 	g.tls, g.tlsErr = o.tlsConfig()
 	g.mu.pools = make(map[PoolKey]*Pool)
+	if o.MaxConnections != 0 {
+		g.mu.budget, g.mu.budgetKnown = max(o.MaxConnections, 0), true
+	}
 	g.wg.Add(2)
 	go g.monitor()
 	go g.maintain()
@@ -221,6 +239,135 @@ func (g *Group) Pool(key PoolKey, password string) *Pool {
 		g.mu.pools[key] = p
 	}
 	return p
+}
+
+// budgetFor is the default budget for a server with maxConnections: a tenth of them, at least 5, stay for
+// everyone but keyway's pools (the binlog follower, the health monitor, containers' database/sql pools, admins
+// connecting directly); at least 1 is keyway's. MariaDB's default 151 gives 136.
+func budgetFor(maxConnections int) int {
+	return max(maxConnections-max(maxConnections/10, 5), 1)
+}
+
+// MaxConnections returns the group's budget across its pools (0: unbounded, or not yet known).
+func (g *Group) MaxConnections() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.mu.budget
+}
+
+// learnBudget reads the server's max_connections on c, a fresh logged-in connection, and sets the default budget
+// from it once. A failed read leaves the budget unknown (the next login tries again) and c usable unless the read
+// broke it (then c is marked broken).
+func (g *Group) learnBudget(c *Conn) {
+	g.mu.Lock()
+	known := g.mu.budgetKnown
+	g.mu.Unlock()
+	if known {
+		return
+	}
+	_ = c.SetDeadline(time.Now().Add(g.cfg.ConnectTimeout))
+	v, err := c.queryInt("SELECT @@GLOBAL.max_connections")
+	_ = c.SetDeadline(time.Time{})
+	if err != nil {
+		g.log.Debug("reading max_connections failed", "err", err)
+		return
+	}
+	g.mu.Lock()
+	if !g.mu.budgetKnown {
+		g.mu.budget, g.mu.budgetKnown = budgetFor(v), true
+		g.log.Info("backend connection budget", "max_connections", v, "budget", g.mu.budget)
+	}
+	g.mu.Unlock()
+}
+
+// takeBudget counts one more connection against the budget, or reports false when it is used up.
+func (g *Group) takeBudget() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.mu.budget > 0 && g.mu.budgetUsed >= g.mu.budget {
+		return false
+	}
+	g.mu.budgetUsed++
+	return true
+}
+
+// returnBudget gives back n connections' budget and lets every waiting Get retry.
+func (g *Group) returnBudget(n int) {
+	if n == 0 {
+		return
+	}
+	g.mu.Lock()
+	g.mu.budgetUsed -= n
+	ws := g.mu.budgetWaiters
+	g.mu.budgetWaiters = nil
+	g.mu.Unlock()
+	for _, w := range ws {
+		close(w)
+	}
+}
+
+// waitBudget registers a Get waiting for budget; the channel closes when budget may be free.
+func (g *Group) waitBudget() chan struct{} {
+	ch := make(chan struct{})
+	g.mu.Lock()
+	g.mu.budgetWaiters = append(g.mu.budgetWaiters, ch)
+	g.mu.Unlock()
+	return ch
+}
+
+func (g *Group) stopWaitingBudget(ch chan struct{}) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, w := range g.mu.budgetWaiters {
+		if w == ch {
+			g.mu.budgetWaiters = append(g.mu.budgetWaiters[:i], g.mu.budgetWaiters[i+1:]...)
+			return
+		}
+	}
+}
+
+// budgetWaited reports whether a Get waits for budget.
+func (g *Group) budgetWaited() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.mu.budgetWaiters) > 0
+}
+
+// evictIdle closes the longest-idle connection of a pool other than p, to make budget for p. It reports whether it
+// closed one.
+func (g *Group) evictIdle(p *Pool) bool {
+	g.mu.Lock()
+	pools := make([]*Pool, 0, len(g.mu.pools))
+	for _, q := range g.mu.pools {
+		if q != p {
+			pools = append(pools, q)
+		}
+	}
+	g.mu.Unlock()
+	var victim *Conn
+	var from *Pool
+	for _, q := range pools {
+		q.mu.Lock()
+		if len(q.mu.idle) > 0 && (victim == nil || q.mu.idle[0].idleSince.Before(victim.idleSince)) {
+			victim, from = q.mu.idle[0], q
+		}
+		q.mu.Unlock()
+	}
+	if victim == nil {
+		return false
+	}
+	from.mu.Lock()
+	i := slices.Index(from.mu.idle, victim)
+	if i < 0 { // checked out meanwhile: look again
+		from.mu.Unlock()
+		return g.evictIdle(p)
+	}
+	from.mu.idle = slices.Delete(from.mu.idle, i, i+1)
+	from.mu.open--
+	from.mu.Unlock()
+	quit(victim)
+	g.returnBudget(1)
+	return true
 }
 
 // Stats returns the state of every pool of the group.
@@ -429,6 +576,9 @@ func (g *Group) monitor() {
 				return
 			}
 			g.monitorRefusedBy(nil)
+			if g.cfg.User != "" {
+				g.learnBudget(mc)
+			}
 			if g.cfg.User == "" {
 				mc.Close()
 				mc = nil
@@ -540,6 +690,7 @@ func (g *Group) maintain() {
 const (
 	comQuit            = 0x01
 	comInitDB          = 0x02
+	comQuery           = 0x03
 	comPing            = 0x0e
 	comResetConnection = 0x1f
 )
@@ -622,4 +773,63 @@ func (c *Conn) Alive() bool {
 		return true // never wait for readiness: this is a check, not a read
 	})
 	return alive && err == nil
+}
+
+// queryInt runs a text query whose first row's first column is an integer, and returns it. The whole result is
+// read, so the connection stays usable; an I/O or protocol error marks it broken.
+func (c *Conn) queryInt(q string) (int, error) {
+	err := c.WriteCommand(comQuery, []byte(q))
+	p, rerr := c.ReadPacket()
+	if err == nil {
+		err = rerr
+	}
+	if err != nil {
+		c.broken = true
+		return 0, err
+	}
+	if p[0] == mysqlwire.HeaderERR {
+		return 0, mysqlwire.ParseError(p)
+	}
+	cols, _, _ := mysqlwire.ReadLenEnc(p)
+	skip := int(cols)
+	if c.Capabilities&mysqlwire.ClientDeprecateEOF == 0 {
+		skip++ // the EOF after the column definitions
+	}
+	for range skip {
+		if _, err := c.ReadPacket(); err != nil {
+			c.broken = true
+			return 0, err
+		}
+	}
+	val, found := "", false
+	for {
+		p, err := c.ReadPacket()
+		if err != nil {
+			c.broken = true
+			return 0, err
+		}
+		if p[0] == mysqlwire.HeaderEOF && len(p) < 0xffffff {
+			break
+		}
+		if p[0] == mysqlwire.HeaderERR {
+			return 0, mysqlwire.ParseError(p)
+		}
+		if !found && p[0] != 0xfb {
+			n, k, _ := mysqlwire.ReadLenEnc(p)
+			if k+int(n) <= len(p) {
+				val, found = string(p[k:k+int(n)]), true
+			}
+		}
+	}
+	if !found {
+		return 0, fmt.Errorf("%s: no value", q)
+	}
+	return strconv.Atoi(val)
+}
+
+// quit says goodbye to the server on c and closes it.
+func quit(c *Conn) {
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	_ = c.WriteCommand(comQuit, nil)
+	c.Close()
 }

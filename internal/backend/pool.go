@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/keywaydb/keyway/internal/mysqlwire"
 )
 
 // Pool holds the connections of one PoolKey in a group.
@@ -29,8 +31,10 @@ type Pool struct {
 // Key returns the pool's key.
 func (p *Pool) Key() PoolKey { return p.key }
 
-// Get checks out a connection: an idle one that still answers, else a new one while fewer than MaxOpen are open,
-// else it waits for a release until ctx ends or ConnectTimeout passes. The caller must Release it.
+// Get checks out a connection: an idle one that still answers, else a new one while fewer than MaxOpen are open
+// and the group's budget allows, else it waits for a release until ctx ends or ConnectTimeout passes. When the
+// budget is what is used up, an idle connection of another pool is closed to make room, now or when one comes
+// back. The caller must Release it.
 func (p *Pool) Get(ctx context.Context) (*Conn, error) {
 	cfg := &p.g.cfg
 	var waitUntil time.Time
@@ -52,25 +56,37 @@ func (p *Pool) Get(ctx context.Context) (*Conn, error) {
 			p.mu.Lock()
 			p.mu.inUse--
 			p.mu.open--
+			p.g.returnBudget(1) // after open--: the pools' open connections never outnumber the budget's count
 		}
+		overBudget := false
 		if p.mu.open < cfg.MaxOpen {
-			p.mu.open++
-			p.mu.inUse++
-			p.mu.Unlock()
-			c, err := p.g.dial(ctx, p.key.User, p.password, p.key.Caps, p.key.Collation)
-			if err != nil {
-				p.mu.Lock()
-				p.mu.open--
-				p.mu.inUse--
-				p.mu.errors++
-				p.wakeLocked()
+			if p.g.takeBudget() {
+				p.mu.open++
+				p.mu.inUse++
 				p.mu.Unlock()
-				return nil, err
+				c, err := p.g.dial(ctx, p.key.User, p.password, p.key.Caps, p.key.Collation)
+				if err != nil {
+					p.mu.Lock()
+					p.mu.open--
+					p.mu.inUse--
+					p.mu.errors++
+					p.wakeLocked()
+					p.mu.Unlock()
+					p.g.returnBudget(1)
+					return nil, err
+				}
+				p.g.learnBudget(c)
+				c.pool = p
+				return c, nil
 			}
-			c.pool = p
-			return c, nil
+			p.mu.Unlock()
+			if p.g.evictIdle(p) {
+				continue
+			}
+			p.mu.Lock()
+			overBudget = true
 		}
-		// Exhausted: wait for a release.
+		// Exhausted: wait for a release in this pool or, over budget, for a connection of any pool to close.
 		if waitUntil.IsZero() {
 			waitUntil = time.Now().Add(cfg.ConnectTimeout)
 			p.mu.waits++
@@ -78,21 +94,51 @@ func (p *Pool) Get(ctx context.Context) (*Conn, error) {
 		ch := make(chan struct{})
 		p.mu.waiters = append(p.mu.waiters, ch)
 		p.mu.Unlock()
+		var budgetCh chan struct{} // nil (never ready) unless waiting for budget
+		if overBudget {
+			budgetCh = p.g.waitBudget()
+			// Idle connections of other pools may have come back between evictIdle and waitBudget.
+			if p.g.evictIdle(p) {
+				p.g.stopWaitingBudget(budgetCh)
+				p.mu.Lock()
+				p.removeWaiterLocked(ch)
+				p.mu.Unlock()
+				continue
+			}
+		}
 		t := time.NewTimer(time.Until(waitUntil))
+		woken := false
 		select {
 		case <-ch:
 			t.Stop()
-			continue
+			woken = true
+		case <-budgetCh:
+			t.Stop()
+			woken = true
 		case <-ctx.Done():
 		case <-t.C:
 		}
+		if budgetCh != nil {
+			p.g.stopWaitingBudget(budgetCh)
+		}
 		p.mu.Lock()
 		p.removeWaiterLocked(ch)
+		if woken {
+			p.mu.Unlock()
+			continue
+		}
 		p.mu.errors++
 		p.mu.Unlock()
 		err := ctx.Err()
 		if err == nil {
 			err = errors.New("timed out")
+		}
+		if overBudget {
+			// What the server would have said had keyway dialed past its budget: the client gets 1040.
+			return nil, &BusyError{Group: cfg.Name, Addr: cfg.Primary.Address, Err: &mysqlwire.Error{
+				Code: mysqlwire.ERConCount, State: "08004", Message: fmt.Sprintf(
+					"too many connections: all %d connections keyway may open to the server (its budget below max_connections) are in use and none was released in time (%v): raise max_connections in [[groups]] and on the server, or lower the client concurrency",
+					p.g.MaxConnections(), err)}}
 		}
 		return nil, fmt.Errorf("keyway: backend group %s (%s): all %d connections for user '%s' are in use (max_open) and none was released in time (%w): raise max_open in [[groups]] or lower the client concurrency",
 			cfg.Name, cfg.Primary.Address, cfg.MaxOpen, p.key.User, err)
@@ -134,13 +180,20 @@ func (p *Pool) put(c *Conn) {
 			p.g.log.Debug("backend connection reset failed; closing it", "err", err)
 		}
 	}
+	// While another pool waits for the group's budget and none of this pool's Gets waits for this connection,
+	// closing it makes room there; idling it would keep the budget until IdleTimeout.
 	p.mu.Lock()
 	p.mu.inUse--
-	if !ok || p.mu.closed {
+	if !ok || p.mu.closed || (len(p.mu.waiters) == 0 && p.g.budgetWaited()) {
 		p.mu.open--
 		p.wakeLocked()
 		p.mu.Unlock()
-		c.Close()
+		if ok {
+			quit(c)
+		} else {
+			c.Close()
+		}
+		p.g.returnBudget(1)
 		return
 	}
 	c.idleSince = time.Now()
@@ -168,17 +221,17 @@ func (p *Pool) closeIdle(olderThan time.Duration) {
 	p.mu.idle = keep
 	p.mu.Unlock()
 	for _, c := range drop {
-		_ = c.SetDeadline(time.Now().Add(time.Second))
-		_ = c.WriteCommand(comQuit, nil)
-		c.Close()
+		quit(c)
 	}
+	p.g.returnBudget(len(drop))
 }
 
-// fill opens connections until n are idle (or MaxOpen are open).
+// fill opens connections until n are idle (or MaxOpen are open, or the group's budget is used up: MinIdle never
+// takes another pool's connections).
 func (p *Pool) fill(n int) {
 	for {
 		p.mu.Lock()
-		if p.mu.closed || len(p.mu.idle) >= n || p.mu.open >= p.g.cfg.MaxOpen {
+		if p.mu.closed || len(p.mu.idle) >= n || p.mu.open >= p.g.cfg.MaxOpen || !p.g.takeBudget() {
 			p.mu.Unlock()
 			return
 		}
@@ -195,6 +248,7 @@ func (p *Pool) fill(n int) {
 			if c != nil {
 				c.Close()
 			}
+			p.g.returnBudget(1)
 			return
 		}
 		c.pool = p

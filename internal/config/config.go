@@ -183,6 +183,7 @@ type Group struct {
 	Password       string        // "password"
 	MinIdle        int           // "min_idle": connections kept open per pool (default 0)
 	MaxOpen        int           // "max_open": connections per pool at most (default 256)
+	MaxConnections int           // "max_connections": all pools together at most (default 0: the server's less a tenth; -1: none)
 	IdleTimeout    time.Duration // "idle_timeout": idle connections above min_idle close after this (default 60s)
 	HealthInterval time.Duration // "health_interval": how often the monitor pings the primary (default 2s)
 	ConnectTimeout time.Duration // "connect_timeout": dialing and handshake (default 5s)
@@ -384,6 +385,7 @@ const (
 	wantGroupUser    = `want the account keyway's own monitoring connection logs in with`
 	wantMinIdle      = `want an integer from 0 to max_open`
 	wantMaxOpen      = `want an integer from 1 to 1048576`
+	wantGroupMaxConn = `want an integer from 1 to 1048576, 0 (the server's max_connections less a tenth, the default) or -1 (no bound)`
 	wantPoolDuration = `want a duration like "60s" or "500ms", more than 0`
 	wantGroupTLS     = `want "off", "preferred" (TLS when the server offers it), "required" (TLS, certificate not verified) or "verify" (TLS, certificate verified against tls_ca)`
 	wantTLSCA        = `want the path of a PEM file with the CA certificates that sign the server's certificate (only with tls = "verify")`
@@ -816,6 +818,9 @@ func (g *Group) validate(key string, p *problems) {
 	}
 	if g.MaxOpen < 1 || g.MaxOpen > maxMaxOpen {
 		p.add(key+"max_open", strconv.Itoa(g.MaxOpen), wantMaxOpen)
+	}
+	if g.MaxConnections < -1 || g.MaxConnections > maxMaxOpen {
+		p.add(key+"max_connections", strconv.Itoa(g.MaxConnections), wantGroupMaxConn)
 	}
 	if g.MinIdle < 0 || (g.MinIdle > g.MaxOpen && g.MaxOpen >= 1) {
 		p.add(key+"min_idle", strconv.Itoa(g.MinIdle), wantMinIdle+" ("+strconv.Itoa(g.MaxOpen)+")")

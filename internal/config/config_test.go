@@ -484,6 +484,7 @@ primary = "/run/mysqld/mysqld.sock"
 user = "monitor"
 min_idle = 4
 max_open = 32
+max_connections = 100
 idle_timeout = "5m"
 health_interval = "500ms"
 connect_timeout = "1s"
@@ -512,7 +513,7 @@ listen = "127.0.0.1:9104"
 			MinIdle: 0, MaxOpen: 256, IdleTimeout: time.Minute, HealthInterval: 2 * time.Second, ConnectTimeout: 5 * time.Second,
 			TLS: "preferred"},
 		{Name: "replica", Primary: "/run/mysqld/mysqld.sock", User: "monitor",
-			MinIdle: 4, MaxOpen: 32, IdleTimeout: 5 * time.Minute, HealthInterval: 500 * time.Millisecond, ConnectTimeout: time.Second,
+			MinIdle: 4, MaxOpen: 32, MaxConnections: 100, IdleTimeout: 5 * time.Minute, HealthInterval: 500 * time.Millisecond, ConnectTimeout: time.Second,
 			TLS: "verify", TLSCA: cert, TLSServerName: "db.internal"},
 	}
 	want.Admin.Listen = "127.0.0.1:9104"
@@ -676,6 +677,7 @@ idle_timeout = "-1s"
 name = "h"
 primary = "db:0"
 user = "m"
+max_connections = -2
 
 [admin]
 listen = "9104"
@@ -692,6 +694,7 @@ listen = "9104"
 		[]string{"groups[1].min_idle = -1", "from 0 to max_open"},
 		[]string{`groups[1].idle_timeout = "-1s"`, "more than 0"},
 		[]string{`groups[2].primary = "db:0"`},
+		[]string{"groups[2].max_connections = -2", "the server's max_connections less a tenth"},
 		[]string{`sql.users[0].auth_plugin = "sha256_password"`, `"mysql_native_password" or "caching_sha2_password"`},
 		[]string{`sql.users[0].group = "nope"`, `"g", "h"`},
 		[]string{`sql.users[1].name = "app"`, "sql.users[0] has it already"},
@@ -800,7 +803,7 @@ port = 1
 		[]string{"unknown key sql.port:", "[sql] allows listen, max_connections, tls_cert, tls_key, allow_local_infile, require_tls, max_handshakes, handshake_timeout, max_auth_failures, [[users]]"},
 		[]string{"unknown key sql.users[1].nmae:", "[[sql.users]] allows name, password, auth_plugin, backend_user, backend_password, group"},
 		[]string{"unknown key sql.users[2].nmae:"},
-		[]string{"unknown key groups[0].replicas:", "[[groups]] allows name, primary, user, password, min_idle, max_open, idle_timeout, health_interval, connect_timeout"},
+		[]string{"unknown key groups[0].replicas:", "[[groups]] allows name, primary, user, password, min_idle, max_open, max_connections, idle_timeout, health_interval, connect_timeout"},
 		[]string{"unknown key admin.port:", "[admin] allows listen"},
 	)
 }

@@ -93,6 +93,7 @@ type groupFile struct {
 	Password       any `toml:"password"`
 	MinIdle        any `toml:"min_idle"`
 	MaxOpen        any `toml:"max_open"`
+	MaxConnections any `toml:"max_connections"`
 	IdleTimeout    any `toml:"idle_timeout"`
 	HealthInterval any `toml:"health_interval"`
 	ConnectTimeout any `toml:"connect_timeout"`
@@ -261,6 +262,7 @@ func (f *groupFile) applyTo(g *Group, key string, d *decoder) {
 	d.str(key+"password", f.Password, wantPassword, &g.Password)
 	d.integer(key+"min_idle", f.MinIdle, wantMinIdle, &g.MinIdle)
 	d.integer(key+"max_open", f.MaxOpen, wantMaxOpen, &g.MaxOpen)
+	d.integer(key+"max_connections", f.MaxConnections, wantGroupMaxConn, &g.MaxConnections)
 	d.duration(key+"idle_timeout", f.IdleTimeout, wantPoolDuration, &g.IdleTimeout)
 	d.duration(key+"health_interval", f.HealthInterval, wantPoolDuration, &g.HealthInterval)
 	d.duration(key+"connect_timeout", f.ConnectTimeout, wantPoolDuration, &g.ConnectTimeout)

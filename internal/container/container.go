@@ -35,8 +35,10 @@
 //     suffices, otherwise a transaction with SELECT … FOR UPDATE.
 //   - Expired rows (expiry column ≠ 0 and ≤ now, in this process's clock) are
 //     misses for every operation; Add and Set overwrite them.
-//   - A container serves only once its table was checked (columns, key index,
-//     max(cas)). Open fails on a table that does not fit its Def, but not on
+//   - A container serves only once its table was checked (privileges, columns,
+//     key index, max(cas)). The privileges are probed, not read from grants
+//     (see checkPrivileges): SELECT, and INSERT, UPDATE, DELETE unless
+//     Options.ReadOnly; a missing one fails Open naming it and the GRANT. Open fails on a table that does not fit its Def, but not on
 //     a backend it cannot reach: that container opens not checked, every
 //     operation fails with a *NotCheckedError (the cause and the backend
 //     named; not Refused, so a write-behind queue keeps its rows), and a
@@ -103,7 +105,10 @@ type Options struct {
 	MaxWait  time.Duration // wait this long for more Sets after the first; 0 (default) = take only what is queued
 	// Backend names where the table lives in errors and logs, such as "group main (127.0.0.1:3306)".
 	Backend string
-	Logger  *slog.Logger // slog.Default() when nil
+	// ReadOnly says the container never writes its table (its set, delete and flush policies never reach it), so
+	// the check asks the account for SELECT alone, not INSERT, UPDATE and DELETE too.
+	ReadOnly bool
+	Logger   *slog.Logger // slog.Default() when nil
 }
 
 // Item is one memcache item.
@@ -404,6 +409,11 @@ func (c *Container) check(ctx context.Context) error {
 	if err := rows.Err(); err != nil {
 		return readFail(def, "read columns", err)
 	}
+	// Before judging the columns: information_schema lists only those the account may use, so without privileges
+	// the table would look missing (or a column would), and with SELECT alone every set would fail later.
+	if err := c.checkPrivileges(ctx); err != nil {
+		return err
+	}
 	if len(cols) == 0 {
 		return fail("table does not exist")
 	}
@@ -512,6 +522,76 @@ func (c *Container) check(ctx context.Context) error {
 	c.checked.Store(true)
 	c.liveMu.Unlock()
 	return nil
+}
+
+// Server errors that refuse a statement for want of a privilege.
+var privilegeErrors = map[uint16]bool{
+	1044: true, // ER_DBACCESS_DENIED_ERROR
+	1142: true, // ER_TABLEACCESS_DENIED_ERROR
+	1143: true, // ER_COLUMNACCESS_DENIED_ERROR
+}
+
+// checkPrivileges asks the server whether the account may run what the container runs on its table: SELECT of its
+// columns (a SELECT … LIMIT 0, which reads no row) and, unless Options.ReadOnly, INSERT, UPDATE and DELETE of them
+// (EXPLAIN of each: the server checks the statement's privileges as for the statement itself, and runs nothing, so
+// nothing is written and nothing reaches the binlog). Probing instead of reading SHOW GRANTS or
+// information_schema's *_PRIVILEGES leaves it to the server to combine every way a privilege can be held: global,
+// schema (wildcard patterns too), table and column grants, and the account's default role. Not covered: DROP,
+// which flush_all's TRUNCATE TABLE needs (flush_all fails alone without it). A probe that fails for another reason
+// (a table that does not exist, a server that cannot EXPLAIN the statement) proves nothing and is not an error
+// here; the column check names a missing table.
+func (c *Container) checkPrivileges(ctx context.Context) error {
+	cols := c.writeCols()
+	nulls := strings.TrimSuffix(strings.Repeat("NULL, ", len(cols)+1), ", ")
+	set := make([]string, len(cols))
+	for i, col := range cols {
+		set[i] = col + " = NULL"
+	}
+	probes := []struct{ priv, q string }{
+		{"SELECT", "SELECT " + c.selectList() + " FROM " + c.table + " LIMIT 0"},
+	}
+	if !c.opt.ReadOnly {
+		probes = append(probes,
+			struct{ priv, q string }{"INSERT", "EXPLAIN " + c.stmt.upsert + "(" + nulls + ")"},
+			struct{ priv, q string }{"UPDATE", "EXPLAIN UPDATE " + c.table + " SET " + strings.Join(set, ", ") + " WHERE FALSE"},
+			struct{ priv, q string }{"DELETE", "EXPLAIN DELETE FROM " + c.table + " WHERE FALSE"},
+		)
+	}
+	var missing []string
+	for _, p := range probes {
+		rows, err := c.db.QueryContext(ctx, p.q)
+		if err == nil {
+			err = rows.Close()
+		}
+		var me *mysql.MySQLError
+		switch {
+		case err == nil:
+		case errors.As(err, &me) && privilegeErrors[me.Number]:
+			missing = append(missing, p.priv)
+		case !errors.As(err, &me) || transientErrors[me.Number]:
+			return readFail(c.def, "check privileges", err)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	account := "the account"
+	var user string
+	if err := c.db.QueryRowContext(ctx, "SELECT CURRENT_USER()").Scan(&user); err == nil {
+		if i := strings.LastIndexByte(user, '@'); i >= 0 {
+			account = "'" + user[:i] + "'@'" + user[i+1:] + "'"
+		}
+	}
+	grantee := account
+	if grantee == "the account" {
+		grantee = "<keyway's account>"
+	}
+	why := ""
+	if missing[0] == "SELECT" {
+		why = " (or the table does not exist: the server does not say which to an account without privileges on it)"
+	}
+	return failf(c.def, "%s lacks privileges the container needs on %s: %s%s; grant them with: GRANT %s ON %s TO %s",
+		account, c.table, strings.Join(missing, ", "), why, strings.Join(missing, ", "), c.table, grantee)
 }
 
 // OnLive registers f to run once when the container goes live: after the
