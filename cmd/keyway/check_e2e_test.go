@@ -60,8 +60,11 @@ func TestCheck(t *testing.T) {
 	m := testenv.NewMariaDB(t)
 	rootExec(t, m.RootDSN,
 		"CREATE TABLE test.kv (k VARCHAR(64) PRIMARY KEY, v TEXT)",
+		// Its own schema: MariaDB's initial grants let every account write in test.
+		"CREATE DATABASE lim",
+		"CREATE TABLE lim.kv (k VARCHAR(64) PRIMARY KEY, v TEXT)",
 		"CREATE USER 'limited'@'%' IDENTIFIED BY 'pw'",
-		"GRANT SELECT ON test.kv TO 'limited'@'%'")
+		"GRANT SELECT ON lim.kv TO 'limited'@'%'")
 	// A server whose binlog caching cannot use.
 	stmt := testenv.NewMariaDB(t)
 	rootExec(t, stmt.RootDSN, "SET GLOBAL binlog_format = 'STATEMENT'")
@@ -138,7 +141,7 @@ values = ["nope"]
 [[containers]]
 name = "lim"
 group = "limited"
-table = "test.kv"
+table = "lim.kv"
 key = "k"
 values = ["v"]
 `, m.Addr, down, stmt.Addr))
@@ -148,7 +151,7 @@ values = ["v"]
 			`group "down": primary ` + down + ` is unreachable: dial tcp ` + down + `: connect: connection refused`,
 			`group "badpw": primary ` + m.Addr + ` refuses user "app": Error 1045 (28000): Access denied for user 'app'@'localhost' (using password: YES): fix the group's account (user, password)`,
 			`group "stmt": binlog follower: binlog_format is STATEMENT: keyway needs ROW (SET GLOBAL binlog_format=ROW, and binlog_format=ROW in the server's config)`,
-			`group "limited": container "lim" (test.kv): user "limited" lacks INSERT, UPDATE, DELETE: GRANT SELECT, INSERT, UPDATE, DELETE ON test.kv TO 'limited'@'<host>'`,
+			"group \"limited\": container \"lim\" (lim.kv): 'limited'@'%' lacks privileges the container needs on `lim`.`kv`: INSERT, UPDATE, DELETE; grant them with: GRANT INSERT, UPDATE, DELETE ON `lim`.`kv` TO 'limited'@'%'",
 			`group "limited": binlog follower: the account "limited" lacks REPLICATION SLAVE and REPLICATION CLIENT: GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO it (or set binlog_user and binlog_password on the group)`,
 		}
 		if got := strings.Split(strings.TrimSuffix(out, "\n"), "\n"); code != 1 || strings.Join(got, "\n") != strings.Join(want, "\n") {

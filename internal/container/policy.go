@@ -47,3 +47,10 @@ func (p *Policy) UnmarshalText(b []byte) (err error) {
 type Policies struct {
 	Get, Set, Delete, Flush Policy
 }
+
+// WritesTable reports whether any write class reaches the table (caching or db_only): a container that never
+// writes it opens with Options.ReadOnly and needs only SELECT.
+func (p Policies) WritesTable() bool {
+	reaches := func(q Policy) bool { return q == Caching || q == DBOnly }
+	return reaches(p.Set) || reaches(p.Delete) || reaches(p.Flush)
+}

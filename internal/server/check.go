@@ -67,32 +67,30 @@ func checkGroup(ctx context.Context, cfg config.Config, g config.Group, grp *bac
 		}
 	}
 
-	var defs []container.Def
+	type checked struct {
+		def      container.Def
+		policies container.Policies
+	}
+	var cs []checked
 	if cfg.Migrate.InnodbMemcache == g.Name {
 		imported, err := container.ImportInnodbMemcache(ctx, db)
 		if err != nil {
 			say("migrate.innodb_memcache: %v", err)
 		}
 		for _, c := range imported {
-			defs = append(defs, c.Def)
+			cs = append(cs, checked{c.Def, c.Policies})
 		}
 	}
 	for _, c := range cfg.Containers {
 		if c.Group == g.Name {
-			defs = append(defs, containerDef(c))
+			cs = append(cs, checked{containerDef(c), containerPolicies(c)})
 		}
 	}
-	for _, def := range defs {
-		if missing, err := missingTablePrivileges(ctx, db, def.Schema, def.Table); err != nil {
-			say("container %q: reading the account's privileges: %v", def.Name, err)
-			continue
-		} else if missing != "" {
-			say("container %q (%s.%s): user %q lacks %s: GRANT SELECT, INSERT, UPDATE, DELETE ON %s.%s TO '%s'@'<host>'",
-				def.Name, def.Schema, def.Table, g.User, missing, def.Schema, def.Table, g.User)
-			continue // without SELECT the table looks absent: the fit check would only mislead
-		}
-		// The startup check itself: columns, types and the key's index.
-		ct, err := container.Open(ctx, db, def, container.Options{Backend: fmt.Sprintf("group %s (%s)", g.Name, g.Primary), Logger: quiet})
+	for _, c := range cs {
+		// The startup check itself: the privileges the container needs (the server answers for every kind of
+		// grant), columns, types and the key's index.
+		ct, err := container.Open(ctx, db, c.def, container.Options{Backend: fmt.Sprintf("group %s (%s)", g.Name, g.Primary),
+			Logger: quiet, ReadOnly: !c.policies.WritesTable()})
 		if err != nil {
 			say("%v", err)
 			continue
@@ -153,49 +151,4 @@ func loginProblem(primary, user, what string, err error) string {
 		err = ue.Err
 	}
 	return fmt.Sprintf("primary %s is unreachable: %v", primary, err)
-}
-
-// tablePrivileges are what a container needs on its table.
-var tablePrivileges = []string{"SELECT", "INSERT", "UPDATE", "DELETE"}
-
-// missingTablePrivileges names the privileges of tablePrivileges the connected account lacks on schema.table
-// ("" when it has them all), from its global, schema and table grants in information_schema.
-func missingTablePrivileges(ctx context.Context, db *sql.DB, schema, table string) (string, error) {
-	var current string
-	if err := db.QueryRowContext(ctx, "SELECT CURRENT_USER()").Scan(&current); err != nil {
-		return "", err
-	}
-	at := strings.LastIndexByte(current, '@')
-	if at < 0 {
-		return "", fmt.Errorf("CURRENT_USER() is %q, not user@host", current)
-	}
-	grantee := "'" + current[:at] + "'@'" + current[at+1:] + "'"
-	rows, err := db.QueryContext(ctx, `
-		SELECT PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES WHERE GRANTEE = ?
-		UNION SELECT PRIVILEGE_TYPE FROM information_schema.SCHEMA_PRIVILEGES WHERE GRANTEE = ? AND ? LIKE TABLE_SCHEMA
-		UNION SELECT PRIVILEGE_TYPE FROM information_schema.TABLE_PRIVILEGES
-			WHERE GRANTEE = ? AND TABLE_SCHEMA = ? AND TABLE_NAME = ?`,
-		grantee, grantee, schema, grantee, schema, table)
-	if err != nil {
-		return "", err
-	}
-	defer rows.Close()
-	has := map[string]bool{}
-	for rows.Next() {
-		var p string
-		if err := rows.Scan(&p); err != nil {
-			return "", err
-		}
-		has[strings.ToUpper(p)] = true
-	}
-	if err := rows.Err(); err != nil {
-		return "", err
-	}
-	var missing []string
-	for _, p := range tablePrivileges {
-		if !has[p] {
-			missing = append(missing, p)
-		}
-	}
-	return strings.Join(missing, ", "), nil
 }

@@ -63,12 +63,7 @@ func openContainers(ctx context.Context, cfg config.Config, eng *engine.Engine, 
 		ts.defaultName = imported[0].Def.Name // unless one is named "default", below
 	}
 	for _, c := range cfg.Containers {
-		p := planned{def: containerDef(c), group: topo.Group(c.Group)}
-		// The config has validated the names; parsing cannot fail.
-		p.policies.Get, _ = container.ParsePolicy(c.Get)
-		p.policies.Set, _ = container.ParsePolicy(c.Set)
-		p.policies.Delete, _ = container.ParsePolicy(c.Delete)
-		p.policies.Flush, _ = container.ParsePolicy(c.Flush)
+		p := planned{def: containerDef(c), policies: containerPolicies(c), group: topo.Group(c.Group)}
 		if c.Write == config.WriteAsync {
 			p.behind = &writebehind.Options{Window: c.WriteWindow, MaxPending: c.WriteMaxPending, Logger: log}
 		}
@@ -87,7 +82,8 @@ func openContainers(ctx context.Context, cfg config.Config, eng *engine.Engine, 
 	for _, p := range plan {
 		// An unreachable group does not stop the start: the container serves once its table is checked.
 		ct, err := container.Open(ctx, dbFor(p.group), p.def, container.Options{
-			Backend: fmt.Sprintf("group %s (%s)", p.group.Name(), p.group.Addr()), Logger: log})
+			Backend: fmt.Sprintf("group %s (%s)", p.group.Name(), p.group.Addr()), Logger: log,
+			ReadOnly: !p.policies.WritesTable()})
 		if err != nil {
 			return nil, fmt.Errorf("container %q on group %s (%s): %w", p.def.Name, p.group.Name(), p.group.Addr(), err)
 		}
@@ -121,4 +117,14 @@ func (ts *containerSet) close() error {
 		db.Close()
 	}
 	return errors.Join(errs...)
+}
+
+// containerPolicies are a [[containers]] entry's policies. The config has validated the names; parsing cannot fail.
+func containerPolicies(c config.Container) container.Policies {
+	var p container.Policies
+	p.Get, _ = container.ParsePolicy(c.Get)
+	p.Set, _ = container.ParsePolicy(c.Set)
+	p.Delete, _ = container.ParsePolicy(c.Delete)
+	p.Flush, _ = container.ParsePolicy(c.Flush)
+	return p
 }

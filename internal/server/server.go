@@ -208,6 +208,7 @@ func groupOptions(cfg config.Config, log *slog.Logger) []backend.GroupOptions {
 			Password:       g.Password,
 			MinIdle:        g.MinIdle,
 			MaxOpen:        g.MaxOpen,
+			MaxConnections: g.MaxConnections,
 			IdleTimeout:    g.IdleTimeout,
 			HealthInterval: g.HealthInterval,
 			ConnectTimeout: g.ConnectTimeout,
