@@ -5,7 +5,8 @@
 // How it works:
 //   - Row events (ROW format) of tables someone registered in the registry become (table, key) invalidations: for
 //     each watched key column (validity.KeyWatch) the before and after images' values are normalized and marked
-//     written. A row whose key value is missing (MINIMAL row image, NULL) invalidates its whole table.
+//     changed (a numeric watch renders the value with validity.ColumnKey; a value it cannot render invalidates the
+//     table). A row whose key value is missing (MINIMAL row image, NULL) invalidates its whole table.
 //   - Invalidations are applied when the transaction commits (XID, or COMMIT for non-transactional tables), never
 //     on a row event of an open transaction: a reader can only miss a copy for a change it can already see.
 //   - DDL (any query event other than BEGIN, COMMIT and ROLLBACK) invalidates every table it names (package
@@ -542,7 +543,13 @@ func (f *Follower) rows(e *replication.RowsEvent) {
 				f.pendWhole = append(f.pendWhole, t) // the key is not in the image
 				continue
 			}
-			f.pendKeys = append(f.pendKeys, pendingKey{t, w.Norm(nil, valueBytes(row[i]))})
+			if !w.Numeric {
+				f.pendKeys = append(f.pendKeys, pendingKey{t, w.Norm(nil, valueBytes(row[i]))})
+			} else if k, ok := validity.ColumnKey(nil, w.Column, row[i]); ok {
+				f.pendKeys = append(f.pendKeys, pendingKey{t, k})
+			} else {
+				f.pendWhole = append(f.pendWhole, t) // a value keys cannot be vouched for
+			}
 		}
 	}
 }
@@ -621,7 +628,7 @@ func (f *Follower) ddl(schema, query string) {
 // commit applies the open transaction's invalidations and moves the checkpoint past it.
 func (f *Follower) commit() {
 	for _, p := range f.pendKeys {
-		p.t.Wrote(p.key)
+		p.t.Changed(p.key) // every watched key of the row is reported (see rows)
 	}
 	for _, t := range f.pendWhole {
 		t.Invalidate()

@@ -6,9 +6,10 @@
 //   - A fill takes each table's Stamp before the statement goes to the backend (Begin); the reply is stored only
 //     if no table it read was invalidated meanwhile (Put checks, under the shard lock that also guards the
 //     entry), so a fill that raced a write is dropped.
-//   - A stored entry is served only while every table it read is TableValid at its stamp and the registry is
-//     Vouched (the binlog followers are within max_staleness). Entries depend on whole tables: any row write
-//     of a table (through either door, or in the binlog) invalidates every entry that read it.
+//   - A stored entry is served only while every table it read is valid at its stamp and the registry is Vouched
+//     (the binlog followers are within max_staleness). An entry depends on a whole table (TableValid: any row
+//     write of it, through either door or in the binlog, drops the entry) or, for a point select on an integer
+//     value (BeginKey), on that column key only (RowKeyValid: a change of another row leaves it alone).
 //   - Concurrent misses of one key make one backend query (Lead/Done): the others wait for it, bounded, and are
 //     answered from what it stored.
 //   - An entry with a ttl is refreshed softly: in the last part of its life (refreshWindow) the first Get is told
@@ -69,10 +70,12 @@ type shard struct {
 	fills map[string]chan struct{}
 }
 
-// Dep is one table a reply read, with the table's stamp before the statement was sent.
+// Dep is one table a reply read, with the table's stamp before the statement was sent; Key, when set, is the
+// column key (validity.ColumnKey) of the one row value the reply depends on.
 type Dep struct {
 	Table *validity.Table
 	Stamp uint64
+	Key   []byte
 }
 
 type entry struct {
@@ -123,12 +126,25 @@ func (c *Cache) Begin(ids []validity.TableID) []Dep {
 	return deps
 }
 
+// BeginKey is Begin for a point select of table id on column = value: the reply depends on that column key only.
+// ok is false for a value ColumnKey cannot render; then use Begin. The table watches the column from now on (see
+// validity.KeyWatch.Numeric), so the binlog follower reports its changes by that key.
+func (c *Cache) BeginKey(id validity.TableID, column string, value any) (deps []Dep, ok bool) {
+	key, ok := validity.ColumnKey(nil, column, value)
+	if !ok {
+		return nil, false
+	}
+	t := c.reg.Table(id)
+	t.WatchKey(validity.KeyWatch{Column: column, Numeric: true}) // before the stamp: a change after it is keyed
+	return []Dep{{Table: t, Stamp: t.Stamp(), Key: key}}, true
+}
+
 // Usable reports whether entries may be served (and filled) now: the binlog followers vouch for freshness.
 func (c *Cache) Usable() bool { return c.reg.Vouched() }
 
 func valid(deps []Dep) bool {
 	for _, d := range deps {
-		if !d.Table.TableValid(d.Stamp) {
+		if d.Key != nil && !d.Table.RowKeyValid(d.Key, d.Stamp) || d.Key == nil && !d.Table.TableValid(d.Stamp) {
 			return false
 		}
 	}
@@ -245,7 +261,7 @@ type Stats struct {
 	Stores    int64 `json:"stores"`
 	Dropped   int64 `json:"dropped"` // fills that raced a write, and entries found invalid
 	Evictions int64 `json:"evictions"`
-	Joined    int64 `json:"joined"` // misses that waited for another session's fill of the same key
+	Joined    int64 `json:"joined"`    // misses that waited for another session's fill of the same key
 	Refreshes int64 `json:"refreshes"` // ttl entries renewed softly: a miss while the old entry was still served
 	Entries   int   `json:"entries"`
 	Bytes     int64 `json:"bytes"`

@@ -5,6 +5,9 @@ package sqlproxy
 // session's backend connection as any statement does, with a bounded copy of the reply kept, and stored if the
 // statement succeeded, left the session unpinned, and no table it read changed meanwhile.
 //
+// A point select on an integer key value (a literal in the text, or an integer parameter) depends on that row
+// only (qcache.BeginKey): the value is read on a miss (keySource) and the entry survives changes of other rows.
+//
 // The key holds everything the reply bytes depend on: the statement text (or the prepared statement's text,
 // parameter types and values), the default database, the user (privileges), the connection's collation
 // (character_set_results) and the negotiated capabilities (CLIENT_DEPRECATE_EOF changes the framing). Session
@@ -14,6 +17,8 @@ import (
 	"encoding/binary"
 	"strings"
 	"time"
+
+	"github.com/pingcap/tidb/pkg/parser/mysql"
 
 	"github.com/keywaydb/keyway/internal/qcache"
 )
@@ -42,7 +47,7 @@ const fillWait = time.Second
 
 // throughCache answers from the result cache, or runs p on the backend (with send, the packet as the backend
 // must get it) and fills the cache with the reply. Concurrent misses of one key wait for one fill.
-func (ss *session) throughCache(p []byte, plan *Plan, key string, ttl time.Duration, relay func() (int64, bool, error), send func([]byte) []byte) (int64, bool, error) {
+func (ss *session) throughCache(p []byte, plan *Plan, key string, ks keySource, ttl time.Duration, relay func() (int64, bool, error), send func([]byte) []byte) (int64, bool, error) {
 	c := ss.s.opts.Cache
 	if ttl == 0 {
 		ttl = ss.s.opts.TTLOnly[ss.user.group.Name()] // 0 for a group the binlog follower watches: no expiry
@@ -62,7 +67,7 @@ func (ss *session) throughCache(p []byte, plan *Plan, key string, ttl time.Durat
 		case <-time.After(fillWait):
 		}
 	}
-	return ss.fillingExchange(send(p), plan, key, ttl, relay)
+	return ss.fillingExchange(send(p), plan, key, ks, ttl, relay)
 }
 
 // replayCached answers from the result cache when a valid entry is under key; hit is false otherwise.
@@ -79,7 +84,7 @@ func (ss *session) replayCached(key string) (rows int64, hit bool, err error) {
 
 // fillingExchange is exchange for a cache miss: the statement runs on the backend, and its reply fills the entry
 // under key if it succeeded without warnings, the session stays unpinned, and no table it read changed meanwhile.
-func (ss *session) fillingExchange(p []byte, plan *Plan, key string, ttl time.Duration, relay func() (int64, bool, error)) (int64, bool, error) {
+func (ss *session) fillingExchange(p []byte, plan *Plan, key string, ks keySource, ttl time.Duration, relay func() (int64, bool, error)) (int64, bool, error) {
 	ids := plan.TableIDs(ss.db)
 	for _, id := range ids {
 		if id.Schema == "" { // no default database: the server refuses it, and there is no table to depend on
@@ -87,7 +92,13 @@ func (ss *session) fillingExchange(p []byte, plan *Plan, key string, ttl time.Du
 		}
 	}
 	c := ss.s.opts.Cache
-	deps := c.Begin(ids)
+	var deps []qcache.Dep
+	if v, ok := ks.value(ss.s.plans, plan); ok && len(ids) == 1 {
+		deps, ok = c.BeginKey(ids[0], plan.Key.Column, v)
+	}
+	if deps == nil {
+		deps = c.Begin(ids)
+	}
 	ss.be.StartCapture(qcache.MaxReply)
 	rows, failed, err := ss.exchange(p, plan, relay, toClient)
 	reply, kept := ss.be.StopCapture()
@@ -102,9 +113,110 @@ func (ss *session) fillingExchange(p []byte, plan *Plan, key string, ttl time.Du
 // queryThroughCache runs a COM_QUERY that route sent to the cache; ttl, when not 0, bounds the entry's life.
 func (ss *session) queryThroughCache(p []byte, plan *Plan, ttl time.Duration, start time.Time) error {
 	key := ss.cacheKey('Q', string(p[1:]), nil)
-	rows, failed, err := ss.throughCache(p, plan, key, ttl, ss.relayQueryResults, func(p []byte) []byte { return p })
+	rows, failed, err := ss.throughCache(p, plan, key, keySource{text: p[1:]}, ttl, ss.relayQueryResults, func(p []byte) []byte { return p })
 	ss.record(plan, rows, time.Since(start), failed || err != nil)
 	return err
+}
+
+// keySource is where a statement's key value comes from: its text, or the parameters of an execute of st.
+type keySource struct {
+	text   []byte
+	st     *prepared
+	params []byte // executeParams' result: null bitmap, types, values
+}
+
+// value is the integer value of plan's key in this statement, as qcache.BeginKey takes it.
+func (ks keySource) value(plans *PlanCache, plan *Plan) (any, bool) {
+	switch {
+	case plan.Key == nil:
+		return nil, false
+	case ks.st != nil && plan.Key.Param >= 0:
+		return paramValue(ks.st.params, plan.Key.Param, ks.params)
+	case ks.text != nil && plan.Key.Literal >= 0:
+		return plans.KeyValue(string(ks.text))
+	}
+	return nil, false
+}
+
+// paramValue decodes parameter n of an execute (params as executeParams returns them: null bitmap, two type bytes
+// per parameter, values) when it is an integer; ok is false for NULL, any other type, or parameters before it
+// whose length it cannot tell.
+func paramValue(count, n int, params []byte) (any, bool) {
+	nb := (count + 7) / 8
+	if n >= count || len(params) < nb+2*count {
+		return nil, false
+	}
+	nulls, types, values := params[:nb], params[nb:nb+2*count], params[nb+2*count:]
+	isNull := func(i int) bool { return nulls[i/8]&(1<<(i%8)) != 0 }
+	for i := 0; i <= n; i++ {
+		if isNull(i) {
+			if i == n {
+				return nil, false
+			}
+			continue
+		}
+		size := 0
+		switch types[2*i] {
+		case mysql.TypeTiny:
+			size = 1
+		case mysql.TypeShort, mysql.TypeYear:
+			size = 2
+		case mysql.TypeLong, mysql.TypeInt24, mysql.TypeFloat:
+			size = 4
+		case mysql.TypeLonglong, mysql.TypeDouble:
+			size = 8
+		default:
+			if i == n {
+				return nil, false
+			}
+			l, hdr, ok := lenEnc(values) // strings, decimals, blobs; dates and times carry a length byte
+			if !ok || len(values) < hdr+int(l) {
+				return nil, false
+			}
+			values = values[hdr+int(l):]
+			continue
+		}
+		if len(values) < size {
+			return nil, false
+		}
+		if i < n {
+			values = values[size:]
+			continue
+		}
+		unsigned := types[2*i+1]&0x80 != 0
+		var u uint64
+		for b := size - 1; b >= 0; b-- {
+			u = u<<8 | uint64(values[b])
+		}
+		switch t := types[2*i]; {
+		case t == mysql.TypeFloat || t == mysql.TypeDouble || t == mysql.TypeYear:
+			return nil, false // not an integer key (YEAR compares as a year)
+		case unsigned:
+			return u, true
+		default:
+			shift := 64 - 8*size
+			return int64(u<<shift) >> shift, true // sign-extended
+		}
+	}
+	return nil, false
+}
+
+// lenEnc reads a length-encoded integer: its value and how many bytes it took.
+func lenEnc(b []byte) (v uint64, n int, ok bool) {
+	if len(b) == 0 {
+		return 0, 0, false
+	}
+	switch c := b[0]; {
+	case c < 0xfb:
+		return uint64(c), 1, true
+	case c == 0xfc && len(b) >= 3:
+		return uint64(b[1]) | uint64(b[2])<<8, 3, true
+	case c == 0xfd && len(b) >= 4:
+		return uint64(b[1]) | uint64(b[2])<<8 | uint64(b[3])<<16, 4, true
+	case c == 0xfe && len(b) >= 9:
+		return binary.LittleEndian.Uint64(b[1:]), 9, true
+	}
+	return 0, 0, false
 }
 
 // paramsAt locates the parameter part of a COM_STMT_EXECUTE of st: cmd(1) id(4) flags(1) iterations(4), then

@@ -98,34 +98,56 @@ func (v *volatileFinder) Leave(n ast.Node) (ast.Node, bool) { return n, v.why ==
 
 // pointKey returns the key of a single-table SELECT, UPDATE or DELETE whose WHERE is one equality, or nil.
 func pointKey(stmts []ast.StmtNode) *KeyRef {
+	k, _ := pointKeyExpr(stmts)
+	return k
+}
+
+// pointKeyValue is the value of a point statement's key literal when it is an integer (int64 or uint64), as the
+// result cache keys entries by it (validity.ColumnKey); ok is false otherwise.
+func pointKeyValue(stmts []ast.StmtNode) (v any, ok bool) {
+	k, lit := pointKeyExpr(stmts)
+	if k == nil || lit == nil {
+		return nil, false
+	}
+	switch lit.Datum.Kind() {
+	case test_driver.KindInt64:
+		return lit.Datum.GetInt64(), true
+	case test_driver.KindUint64:
+		return lit.Datum.GetUint64(), true
+	}
+	return nil, false
+}
+
+// pointKeyExpr is pointKey, with the key's literal when it is one.
+func pointKeyExpr(stmts []ast.StmtNode) (*KeyRef, *test_driver.ValueExpr) {
 	if len(stmts) != 1 {
-		return nil
+		return nil, nil
 	}
 	var refs *ast.TableRefsClause
 	var where ast.ExprNode
 	switch s := stmts[0].(type) {
 	case *ast.SelectStmt:
 		if s.With != nil || s.GroupBy != nil || s.Having != nil || s.SelectIntoOpt != nil {
-			return nil
+			return nil, nil
 		}
 		refs, where = s.From, s.Where
 	case *ast.UpdateStmt:
 		if s.MultipleTable {
-			return nil
+			return nil, nil
 		}
 		refs, where = s.TableRefs, s.Where
 	case *ast.DeleteStmt:
 		if s.IsMultiTable {
-			return nil
+			return nil, nil
 		}
 		refs, where = s.TableRefs, s.Where
 	default:
-		return nil
+		return nil, nil
 	}
 	table := singleTable(refs)
 	eq, ok := where.(*ast.BinaryOperationExpr)
 	if table == "" || !ok || eq.Op != opcode.EQ {
-		return nil
+		return nil, nil
 	}
 	col, val := eq.L, eq.R
 	if _, isCol := col.(*ast.ColumnNameExpr); !isCol {
@@ -133,23 +155,24 @@ func pointKey(stmts []ast.StmtNode) *KeyRef {
 	}
 	c, ok := col.(*ast.ColumnNameExpr)
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	k := &KeyRef{Table: table, Column: c.Name.Name.L, Literal: -1, Param: -1}
 	switch v := val.(type) {
 	case *test_driver.ParamMarkerExpr:
 		k.Param = v.Order
+		return k, nil
 	case *test_driver.ValueExpr:
 		lits := &literalCollector{}
 		stmts[0].Accept(lits)
 		k.Literal = lits.index(v)
 		if k.Literal < 0 {
-			return nil
+			return nil, nil
 		}
+		return k, v
 	default:
-		return nil
+		return nil, nil
 	}
-	return k
 }
 
 // singleTable is the lower-case name of the one table refs reads ("schema.table" or "table"), or "".

@@ -576,7 +576,7 @@ func (ss *session) execute(p []byte) error {
 				if params, ok := executeParams(st, p); ok {
 					st.longData = false
 					key := ss.cacheKey('E', st.query, params)
-					rows, failed, err := ss.throughCache(p, plan, key, h.ttl, ss.relayExecuteResults, st.forBackend)
+					rows, failed, err := ss.throughCache(p, plan, key, keySource{st: st, params: params}, h.ttl, ss.relayExecuteResults, st.forBackend)
 					ss.record(plan, rows, time.Since(start), failed || err != nil)
 					return err
 				}

@@ -17,6 +17,11 @@
 //     runs under the lock that guards the cache entry, so an invalidation can never slip between check and store.
 //   - Watched keys. A cache that keys a table's copies by a column (a container's key column, a primary key)
 //     registers it with WatchKey, so the binlog follower can turn a row change into the keys to invalidate.
+//   - Column keys (ColumnKey, RowKeyValid): the SQL result cache keys a point select on an integer value by
+//     (column, canonical decimal), and the follower reports every changed row under every numeric watch
+//     (Changed). A write known by one key only (a container's write through the memcache door: Wrote) cannot say
+//     which other columns' keys its row has, so it raises the table's single-key mark and every column-keyed
+//     entry of the table drops, as a table-wide entry would.
 //   - Freshness. Copies may be stale by as much as the binlog follower lags. When followers vouch for the
 //     registry (RequireVouch), caches serve copies only while Vouched: each has confirmed, within
 //     max_staleness, that it has applied every commit its server had made up to some instant.
@@ -32,6 +37,7 @@ package validity
 import (
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -89,6 +95,9 @@ type Table struct {
 	clock atomic.Uint64 // the last tick handed out
 	epoch atomic.Uint64 // tick of the last invalidation of every copy
 	rows  atomic.Uint64 // tick of the last write of any row
+	// single is the tick of the last write known by one key only (Wrote): column-keyed entries cannot tell
+	// whether it touched their row.
+	single atomic.Uint64
 	// slots are the ticks of the last write of a key in each slot, indexed by a hash of the key as the table
 	// compares keys.
 	slots [keySlots]atomic.Uint64
@@ -107,6 +116,9 @@ type Table struct {
 type KeyWatch struct {
 	Column string
 	Norm   func(dst, value []byte) []byte
+	// Numeric watches key entries by ColumnKey: the follower renders a value with ColumnKey, and a value it cannot
+	// render (not an integer, negative, a type it cannot vouch for) invalidates the whole table. Norm is unused.
+	Numeric bool
 }
 
 // ID is the table's identity.
@@ -127,8 +139,16 @@ func (t *Table) TableValid(stamp uint64) bool {
 	return t.rows.Load() <= stamp && t.epoch.Load() <= stamp
 }
 
-// Wrote records a write of key: copies of it stamped before now are invalid, and so are copies that depend on
-// the whole table. It returns the write's tick: a copy the writer stores itself carries it.
+// RowKeyValid reports whether an entry keyed by a column key (ColumnKey) stamped at stamp is still valid: no
+// change reported that key (Changed), no write known by one key only came after it (Wrote), and no invalidation
+// of the whole table.
+func (t *Table) RowKeyValid(key []byte, stamp uint64) bool {
+	return t.slots[slot(key)].Load() <= stamp && t.single.Load() <= stamp && t.epoch.Load() <= stamp
+}
+
+// Wrote records a write of key by a writer that knows the row by that key only (a container's key): copies of it
+// stamped before now are invalid, and so are copies that depend on the whole table or on a column key. It returns
+// the write's tick: a copy the writer stores itself carries it.
 func (t *Table) Wrote(key []byte) uint64 {
 	t.ticking.Lock()
 	defer t.ticking.Unlock()
@@ -136,6 +156,21 @@ func (t *Table) Wrote(key []byte) uint64 {
 }
 
 func (t *Table) wrote(key []byte) uint64 {
+	tick := t.changed(key)
+	raise(&t.single, tick)
+	return tick
+}
+
+// Changed records a change of a row the binlog follower saw: it reports the row under every watched key (each
+// watch's key of its before and after images), so only copies of those keys, and copies that depend on the
+// whole table, are invalid.
+func (t *Table) Changed(key []byte) {
+	t.ticking.Lock()
+	defer t.ticking.Unlock()
+	t.changed(key)
+}
+
+func (t *Table) changed(key []byte) uint64 {
 	tick := t.clock.Add(1)
 	raise(&t.slots[slot(key)], tick)
 	raise(&t.rows, tick)
@@ -185,11 +220,85 @@ func slot(key []byte) int {
 }
 
 // WatchKey registers a column whose values key copies of the table (see KeyWatch). Registering the same column
-// twice keeps both: each normalizer's keys are invalidated.
+// twice keeps both: each normalizer's keys are invalidated; a numeric watch is kept once per column.
 func (t *Table) WatchKey(w KeyWatch) {
 	t.mu.Lock()
+	defer t.mu.Unlock()
+	if w.Numeric {
+		for _, o := range t.watches {
+			if o.Numeric && strings.EqualFold(o.Column, w.Column) {
+				return
+			}
+		}
+	}
 	t.watches = append(t.watches, w)
-	t.mu.Unlock()
+}
+
+// ColumnKey appends to dst the key an entry keyed by column = value is stamped under: the lower-case column, a
+// zero byte and the value as a canonical decimal (no sign, no leading zero). ok is false for a value it cannot
+// render so that every equal value renders alike: anything but a Go integer of any size, an integral float64, or
+// a string or []byte that is already canonical. YEAR (go-mysql's int) is refused on purpose: MySQL compares a
+// YEAR column with 24 as 2024. The binlog follower and the SQL door both use it, so their keys meet.
+func ColumnKey(dst []byte, column string, value any) (_ []byte, ok bool) {
+	dst = append(append(dst, strings.ToLower(column)...), 0)
+	switch v := value.(type) {
+	case int8, int16, int32, int64:
+		n := reflectInt(v)
+		if n < 0 {
+			return dst, false // an unsigned column's large value arrives negative without row metadata
+		}
+		return strconv.AppendInt(dst, n, 10), true
+	case uint8, uint16, uint32, uint64:
+		return strconv.AppendUint(dst, reflectUint(v), 10), true
+	case float64:
+		if v < 0 || v != float64(uint64(v)) || v >= 1<<63 {
+			return dst, false
+		}
+		return strconv.AppendUint(dst, uint64(v), 10), true
+	case string:
+		return appendCanonical(dst, v)
+	case []byte:
+		return appendCanonical(dst, string(v))
+	}
+	return dst, false
+}
+
+func appendCanonical(dst []byte, s string) ([]byte, bool) {
+	if s == "" || len(s) > 20 || (s[0] == '0' && len(s) > 1) {
+		return dst, false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return dst, false
+		}
+	}
+	return append(dst, s...), true
+}
+
+func reflectInt(v any) int64 {
+	switch x := v.(type) {
+	case int8:
+		return int64(x)
+	case int16:
+		return int64(x)
+	case int32:
+		return int64(x)
+	default:
+		return v.(int64)
+	}
+}
+
+func reflectUint(v any) uint64 {
+	switch x := v.(type) {
+	case uint8:
+		return uint64(x)
+	case uint16:
+		return uint64(x)
+	case uint32:
+		return uint64(x)
+	default:
+		return v.(uint64)
+	}
 }
 
 // Watches are the table's watched key columns.

@@ -141,3 +141,65 @@ func TestWroteThroughSeesInvalidationsSinceItsStamp(t *testing.T) {
 		t.Error("a write of another row counted against this one")
 	}
 }
+
+// A column-keyed entry survives changes of other keys, and drops on a change of its key, on a write known by one
+// key only (a container's), and on a whole-table invalidation.
+func TestRowKeyValid(t *testing.T) {
+	tb := NewRegistry().Table(TableID{"s", "t"})
+	key := func(v any) []byte {
+		k, ok := ColumnKey(nil, "ID", v)
+		if !ok {
+			t.Fatalf("ColumnKey(%v) refused", v)
+		}
+		return k
+	}
+	k1 := key(int32(1))
+	stamp := tb.Stamp()
+	tb.Changed(key(int64(2)))
+	if !tb.RowKeyValid(k1, stamp) {
+		t.Fatal("a change of row 2 dropped the entry of row 1")
+	}
+	if tb.TableValid(stamp) {
+		t.Fatal("a table-wide entry survived a row change")
+	}
+	tb.Changed(key(uint64(1)))
+	if tb.RowKeyValid(k1, stamp) {
+		t.Fatal("a change of row 1 left its entry")
+	}
+	stamp = tb.Stamp()
+	tb.Wrote([]byte("container key"))
+	if tb.RowKeyValid(k1, stamp) {
+		t.Fatal("a write known by a container key only left a column-keyed entry")
+	}
+	stamp = tb.Stamp()
+	tb.Invalidate()
+	if tb.RowKeyValid(k1, stamp) {
+		t.Fatal("an invalidation of the table left a column-keyed entry")
+	}
+}
+
+// ColumnKey renders equal values alike and refuses what it cannot vouch for.
+func TestColumnKey(t *testing.T) {
+	for _, v := range []any{int8(7), int16(7), int32(7), int64(7), uint8(7), uint32(7), uint64(7), float64(7), "7", []byte("7")} {
+		if k, ok := ColumnKey(nil, "Id", v); !ok || string(k) != "id\x007" {
+			t.Errorf("ColumnKey(%T %v) = %q %v, want id\\x007", v, v, k, ok)
+		}
+	}
+	for _, v := range []any{int32(-1), int64(-7), 7.5, float32(7), "07", " 7", "7 ", "7.0", "", "abc", 2024 /* go-mysql's YEAR */, nil, "123456789012345678901"} {
+		if k, ok := ColumnKey(nil, "id", v); ok {
+			t.Errorf("ColumnKey(%T %v) = %q, want refused", v, v, k)
+		}
+	}
+}
+
+// A numeric watch is registered once per column, however many fills ask.
+func TestNumericWatchOnce(t *testing.T) {
+	tb := NewRegistry().Table(TableID{"s", "t"})
+	for range 3 {
+		tb.WatchKey(KeyWatch{Column: "id", Numeric: true})
+		tb.WatchKey(KeyWatch{Column: "ID", Numeric: true})
+	}
+	if n := len(tb.Watches()); n != 1 {
+		t.Fatalf("%d watches, want 1", n)
+	}
+}
