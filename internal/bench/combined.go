@@ -24,6 +24,7 @@ type Report struct {
 	SQL       *SQLReport       `json:",omitempty"`
 	KV        *KVReport        `json:",omitempty"`
 	Staleness *StalenessReport `json:",omitempty"`
+	Cache     *CacheReport     `json:",omitempty"`
 }
 
 // ReadReports reads JSON files written by `keyway bench report` (report.json) or by `keyway bench SUITE --json`,
@@ -53,6 +54,8 @@ func ReadReports(files ...string) (*Report, error) {
 		switch {
 		case fields["Machine"] != nil:
 			err = json.Unmarshal(b, &sub)
+		case fields["Restart"] != nil:
+			err = json.Unmarshal(b, &sub.Cache)
 		case fields["p50_ms"] != nil:
 			err = json.Unmarshal(b, &sub.Staleness)
 		case fields["Pairs"] != nil:
@@ -62,7 +65,7 @@ func ReadReports(files ...string) (*Report, error) {
 		case fields["Results"] != nil:
 			err = json.Unmarshal(b, &sub.Memcache)
 		default:
-			return nil, fmt.Errorf("bench: %s: not the JSON of `keyway bench report` or of `keyway bench memcache|sql|kv|staleness --json`", file)
+			return nil, fmt.Errorf("bench: %s: not the JSON of `keyway bench report` or of `keyway bench memcache|sql|kv|staleness|cache --json`", file)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("bench: %s: %w", file, err)
@@ -99,8 +102,15 @@ func ReadReports(files ...string) (*Report, error) {
 			r.Staleness = sub.Staleness
 			r.addCommand(sub.Machine, sub.Staleness.Command)
 		}
+		if sub.Cache != nil {
+			if err := claim("cache", file); err != nil {
+				return nil, err
+			}
+			r.Cache = sub.Cache
+			r.addCommand(sub.Machine, sub.Cache.Command)
+		}
 	}
-	if r.Memcache == nil && r.SQL == nil && r.KV == nil && r.Staleness == nil {
+	if r.Memcache == nil && r.SQL == nil && r.KV == nil && r.Staleness == nil && r.Cache == nil {
 		return nil, errors.New("bench: no benchmark results in the files given")
 	}
 	return r, nil
@@ -319,6 +329,8 @@ func (r *Report) Add(suite any) error {
 		r.KV = s
 	case *StalenessReport:
 		r.Staleness = s
+	case *CacheReport:
+		r.Cache = s
 	default:
 		return fmt.Errorf("bench: %T is not a suite's report", suite)
 	}
