@@ -105,7 +105,8 @@ func RunStaleness(ctx context.Context, o StalenessOptions) (*StalenessReport, er
 	commits := make([]time.Time, o.Writes+1)
 	var mu sync.Mutex
 	firstSeen := map[int64]time.Time{}
-	var reads int64
+	var reads, readErrs int64
+	var lastErr error // the readers' last failed read, for the message when a write is never read
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	for range o.Readers {
@@ -120,6 +121,9 @@ func RunStaleness(ctx context.Context, o StalenessOptions) (*StalenessReport, er
 				}
 				var v int64
 				if err := through.QueryRowContext(ctx, "SELECT v FROM fresh WHERE id = 1").Scan(&v); err != nil {
+					mu.Lock()
+					readErrs, lastErr = readErrs+1, err
+					mu.Unlock()
 					continue
 				}
 				now := time.Now()
@@ -158,7 +162,12 @@ func RunStaleness(ctx context.Context, o StalenessOptions) (*StalenessReport, er
 			}
 		}
 		if first.IsZero() {
-			return nil, fmt.Errorf("bench: write %d never read through keyway", i)
+			latest := int64(-1)
+			for v := range firstSeen {
+				latest = max(latest, v)
+			}
+			return nil, fmt.Errorf("bench: write %d never read through keyway within %v of the last commit (latest value read %d; %d reads, %d failed reads, the last: %v)",
+				i, stalenessSettle, latest, reads, readErrs, lastErr)
 		}
 		delays = append(delays, max(0, first.Sub(commits[i])))
 	}
