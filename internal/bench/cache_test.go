@@ -77,6 +77,16 @@ func TestRunCache(t *testing.T) {
 	if st := rep.Staleness; st == nil || st.Writes != 20 || st.MaxMS < st.P50MS {
 		t.Errorf("staleness = %+v", st)
 	}
+	// A write keyway never served fresh is reported, not fatal to the bench (what keyway must guarantee is tested
+	// where it is built).
+	if st := rep.Staleness; st != nil && st.Unseen > 0 {
+		var b bytes.Buffer
+		st.WriteText(&b)
+		if !strings.Contains(b.String(), "STALE: ") {
+			t.Errorf("%d unseen writes, not reported:\n%s", st.Unseen, b.String())
+		}
+		t.Logf("keyway served %d of %d direct writes stale until the readers stopped", st.Unseen, st.Writes)
+	}
 	if len(rep.Restart) != 2 {
 		t.Fatalf("restart results = %+v, want keyway-warm and memcached-cold", rep.Restart)
 	}
@@ -157,5 +167,31 @@ func TestCacheOptionsValidate(t *testing.T) {
 	}
 	if runs, _ := o.Plan(); runs != 3*3*3+2*3*3+1+2*3 {
 		t.Errorf("plan = %d runs", runs)
+	}
+}
+
+// A staleness run with writes never read says so in the text and on the page.
+func TestStalenessReportUnseen(t *testing.T) {
+	st := &StalenessReport{Writes: 20, Reads: 100, P50MS: 1, P99MS: 2000, MaxMS: 2000, Guarantee: "max_staleness 1s", Unseen: 1}
+	var b bytes.Buffer
+	st.WriteText(&b)
+	if !strings.Contains(b.String(), "STALE: 1 of 20 writes") {
+		t.Errorf("text lacks the unseen write:\n%s", b.String())
+	}
+	var page bytes.Buffer
+	for _, r := range []*Report{{Staleness: st}, {Cache: &CacheReport{Staleness: st}}} {
+		page.Reset()
+		if err := r.WriteHTML(&page); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(page.String(), "STALE: 1 of 20 writes") {
+			t.Errorf("page lacks the unseen write")
+		}
+	}
+	st.Unseen = 0
+	b.Reset()
+	st.WriteText(&b)
+	if strings.Contains(b.String(), "STALE") {
+		t.Errorf("no unseen write, yet:\n%s", b.String())
 	}
 }
