@@ -22,6 +22,7 @@ const benchUsage = `usage: keyway bench memcache [flags]
        keyway bench sql [flags]
        keyway bench kv [flags]
        keyway bench staleness [flags]
+       keyway bench cache [flags]
        keyway bench report --out DIR [--suites LIST] [--duration D] [--reps N] [--SUITE.FLAG V ...]
        keyway bench report --out DIR --json FILE.json...
        keyway bench compare OLD.json NEW.json
@@ -46,6 +47,14 @@ staleness: commits writes directly to a private MariaDB while clients poll
 the row through keyway's SQL result cache, and prints p50/p99/max from each
 commit to the first read that returns it.
 
+cache: keyway's consistent cache side by side in one run: sysbench
+oltp_point_select direct and through keyway with the cache on and off (at
+1, 4 and 8 threads); seed 003's PHP mysqli loops (SELECT 2 and a 6-row
+SELECT *) direct, through keyway uncached and cached; staleness under load;
+and seed 002's restart (hit ratio and qps per second after restarting
+keyway on its data_dir vs memcached cache-aside). Prints min/median/max,
+the ratios, and the targets next to them (it asserts none).
+
 report: runs the suites (default all four; --duration and --reps go to
 every suite that has them, --sql.threads 1,4 and the like to one) or reads
 their --json outputs, and writes DIR/index.html, one self-contained page
@@ -59,7 +68,7 @@ the old min-max band on the bad side; exits 1 if any did.
 
 On a terminal, a status line shows the scenario, the round and the time left.
 
-keyway bench memcache -h, sql -h, kv -h, staleness -h and report -h list the flags.
+keyway bench memcache -h, sql -h, kv -h, staleness -h, cache -h and report -h list the flags.
 `
 
 func runBench(args []string, stdout, stderr io.Writer) int {
@@ -98,7 +107,7 @@ type suiteRun struct {
 }
 
 // suites in the order `keyway bench report` runs them.
-var suites = []suite{{"memcache", memcacheFlags}, {"sql", sqlFlags}, {"kv", kvFlags}, {"staleness", stalenessFlags}}
+var suites = []suite{{"memcache", memcacheFlags}, {"sql", sqlFlags}, {"kv", kvFlags}, {"staleness", stalenessFlags}, {"cache", cacheFlags}}
 
 func memcacheFlags(fs *flag.FlagSet) suiteRun {
 	o := &bench.MemcacheOptions{}
@@ -155,6 +164,22 @@ func stalenessFlags(fs *flag.FlagSet) suiteRun {
 	return suiteRun{func() (int, time.Duration) { return o.Plan() }, func(ctx context.Context, self string, out io.Writer, prog *bench.Progress) (report, error) {
 		o.KeywayBinary, o.Out, o.Progress = self, out, prog
 		return bench.RunStaleness(ctx, *o)
+	}}
+}
+
+func cacheFlags(fs *flag.FlagSet) suiteRun {
+	o := &bench.CacheOptions{}
+	fs.DurationVar(&o.Duration, "duration", 0, "`length` of each sysbench run, whole seconds (default 10s)")
+	fs.IntVar(&o.Repetitions, "reps", 0, "`runs` per target, alternating between targets (default 3)")
+	fs.Func("threads", "comma-separated sysbench thread `counts`, one case each (default 1,4,8)", intList(&o.Threads))
+	fs.IntVar(&o.TableSize, "table-size", 0, "sysbench --table-size, `rows` per table (default 10000)")
+	fs.IntVar(&o.Loops, "loops", 0, "`iterations` of each PHP loop, seed 003 (default 10000)")
+	fs.IntVar(&o.Keys, "keys", 0, "`rows` the restart loop reads, seed 002 (default 100000, the seed's)")
+	fs.DurationVar(&o.RestartWindow, "restart-window", 0, "`time` counted per second after each restart, whole seconds (default 10s)")
+	fs.IntVar(&o.Writes, "writes", 0, "staleness: direct `commits` measured (default 300)")
+	return suiteRun{func() (int, time.Duration) { return o.Plan() }, func(ctx context.Context, self string, out io.Writer, prog *bench.Progress) (report, error) {
+		o.KeywayBinary, o.Out, o.Progress = self, out, prog
+		return bench.RunCache(ctx, *o)
 	}}
 }
 
@@ -304,7 +329,7 @@ func benchReport(args []string, stdout, stderr io.Writer) int {
 		for _, name := range strings.Split(*only, ",") {
 			i := slices.IndexFunc(all, func(p prepared) bool { return p.name == strings.TrimSpace(name) })
 			if i < 0 {
-				fmt.Fprintf(stderr, "keyway bench report: unknown suite %q in --suites (have memcache, sql, kv, staleness)\n", name)
+				fmt.Fprintf(stderr, "keyway bench report: unknown suite %q in --suites (have memcache, sql, kv, staleness, cache)\n", name)
 				return 2
 			}
 			chosen = append(chosen, all[i])

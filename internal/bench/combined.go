@@ -24,6 +24,7 @@ type Report struct {
 	SQL       *SQLReport       `json:",omitempty"`
 	KV        *KVReport        `json:",omitempty"`
 	Staleness *StalenessReport `json:",omitempty"`
+	Cache     *CacheReport     `json:",omitempty"`
 }
 
 // ReadReports reads JSON files written by `keyway bench report` (report.json) or by `keyway bench SUITE --json`,
@@ -53,6 +54,8 @@ func ReadReports(files ...string) (*Report, error) {
 		switch {
 		case fields["Machine"] != nil:
 			err = json.Unmarshal(b, &sub)
+		case fields["Restart"] != nil:
+			err = json.Unmarshal(b, &sub.Cache)
 		case fields["p50_ms"] != nil:
 			err = json.Unmarshal(b, &sub.Staleness)
 		case fields["Pairs"] != nil:
@@ -62,7 +65,7 @@ func ReadReports(files ...string) (*Report, error) {
 		case fields["Results"] != nil:
 			err = json.Unmarshal(b, &sub.Memcache)
 		default:
-			return nil, fmt.Errorf("bench: %s: not the JSON of `keyway bench report` or of `keyway bench memcache|sql|kv|staleness --json`", file)
+			return nil, fmt.Errorf("bench: %s: not the JSON of `keyway bench report` or of `keyway bench memcache|sql|kv|staleness|cache --json`", file)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("bench: %s: %w", file, err)
@@ -99,8 +102,15 @@ func ReadReports(files ...string) (*Report, error) {
 			r.Staleness = sub.Staleness
 			r.addCommand(sub.Machine, sub.Staleness.Command)
 		}
+		if sub.Cache != nil {
+			if err := claim("cache", file); err != nil {
+				return nil, err
+			}
+			r.Cache = sub.Cache
+			r.addCommand(sub.Machine, sub.Cache.Command)
+		}
 	}
-	if r.Memcache == nil && r.SQL == nil && r.KV == nil && r.Staleness == nil {
+	if r.Memcache == nil && r.SQL == nil && r.KV == nil && r.Staleness == nil && r.Cache == nil {
 		return nil, errors.New("bench: no benchmark results in the files given")
 	}
 	return r, nil
@@ -157,8 +167,9 @@ type Percentile struct {
 	Series
 }
 
-// Scenarios flattens the suites into scenarios, in a fixed order: memcache, sql (per workload), kv load, kv fetch.
-// Staleness measures no throughput and is drawn on its own.
+// Scenarios flattens the suites into scenarios, in a fixed order: memcache, sql (per workload), kv load, kv fetch,
+// then the cache suite's sysbench and PHP loops. Staleness, and the cache suite's staleness and restart, measure no
+// throughput to compare and are drawn on their own.
 func (r *Report) Scenarios() []Scenario {
 	var out []Scenario
 	if m := r.Memcache; m != nil {
@@ -170,26 +181,7 @@ func (r *Report) Scenarios() []Scenario {
 		})
 	}
 	if s := r.SQL; s != nil {
-		byWorkload := map[string]int{}
-		for _, c := range s.Cases {
-			i, ok := byWorkload[c.Workload]
-			if !ok {
-				i = len(out)
-				byWorkload[c.Workload] = i
-				out = append(out, Scenario{
-					ID: "sql/" + c.Workload, Title: "SQL door: sysbench " + c.Workload, Load: s.Load, Unit: "queries/s",
-					Clients: "threads", Baseline: directTarget,
-					LatencyNote: "sysbench reports one latency percentile here, the 95th: p95 is charted; p50 and p99 were not measured.",
-				})
-			}
-			k := Case{Concurrency: c.Threads, Results: c.Results}
-			for _, res := range c.Results {
-				if res.P95 != nil {
-					k.Latency = append(k.Latency, Latency{Target: res.Target, Percentiles: []Percentile{{"p95", *res.P95}}})
-				}
-			}
-			out[i].Cases = append(out[i].Cases, k)
-		}
+		out = append(out, sqlScenarios(s, "sql/", "SQL door: sysbench ")...)
 	}
 	if kv := r.KV; kv != nil {
 		load := Scenario{ID: "kv/load", Title: fmt.Sprintf("KV load: %d pairs, INSERT direct vs memcache set through keyway", kv.Pairs),
@@ -212,6 +204,45 @@ func (r *Report) Scenarios() []Scenario {
 				out = append(out, s)
 			}
 		}
+	}
+	if c := r.Cache; c != nil {
+		if c.SQL != nil {
+			out = append(out, sqlScenarios(c.SQL, "cache/", "Cache: sysbench ")...)
+		}
+		for _, p := range c.PHP {
+			out = append(out, Scenario{
+				ID: "cache/php " + strings.TrimSpace(p.Query[strings.Index(p.Query, "*/")+2:]), Title: fmt.Sprintf("Cache: seed 003's PHP mysqli loop, %s (%d×)", p.Query, p.Loops),
+				Unit: "ops/s", Clients: "clients", Baseline: directTarget,
+				LatencyNote: "the loop is timed whole: no latency percentiles.",
+				Cases:       []Case{{Concurrency: 1, Results: p.Results}},
+			})
+		}
+	}
+	return out
+}
+
+// sqlScenarios is one scenario per workload of a sysbench report; id and title prefix them.
+func sqlScenarios(s *SQLReport, id, title string) []Scenario {
+	var out []Scenario
+	byWorkload := map[string]int{}
+	for _, c := range s.Cases {
+		i, ok := byWorkload[c.Workload]
+		if !ok {
+			i = len(out)
+			byWorkload[c.Workload] = i
+			out = append(out, Scenario{
+				ID: id + c.Workload, Title: title + c.Workload, Load: s.Load, Unit: "queries/s",
+				Clients: "threads", Baseline: directTarget,
+				LatencyNote: "sysbench reports one latency percentile here, the 95th: p95 is charted; p50 and p99 were not measured.",
+			})
+		}
+		k := Case{Concurrency: c.Threads, Results: c.Results}
+		for _, res := range c.Results {
+			if res.P95 != nil {
+				k.Latency = append(k.Latency, Latency{Target: res.Target, Percentiles: []Percentile{{"p95", *res.P95}}})
+			}
+		}
+		out[i].Cases = append(out[i].Cases, k)
 	}
 	return out
 }
@@ -319,6 +350,8 @@ func (r *Report) Add(suite any) error {
 		r.KV = s
 	case *StalenessReport:
 		r.Staleness = s
+	case *CacheReport:
+		r.Cache = s
 	default:
 		return fmt.Errorf("bench: %T is not a suite's report", suite)
 	}

@@ -60,6 +60,15 @@ func figures(r *Report) []figure {
 			out = append(out, figure{"staleness " + p.name + " ms", Series{Runs: []float64{p.v}, Min: p.v, Median: p.v, Max: p.v}, false})
 		}
 	}
+	if c := r.Cache; c != nil {
+		if st := c.Staleness; st != nil {
+			out = append(out, figure{"cache/staleness p99 ms", Series{Runs: []float64{st.P99MS}, Min: st.P99MS, Median: st.P99MS, Max: st.P99MS}, false})
+		}
+		for _, rr := range c.Restart {
+			out = append(out, figure{"cache/restart " + rr.Target + " first-second hit ratio", rr.FirstHit, true},
+				figure{"cache/restart " + rr.Target + " qps", rr.QPS, true})
+		}
+	}
 	return out
 }
 

@@ -23,6 +23,7 @@ var reportHTML string
 var reportTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
 	"figure": fmtFigure,
 	"ratio":  func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) },
+	"share":  func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }, // a hit ratio
 	"color":  func(i int) template.CSS { return template.CSS(chart.ColorHex(i)) },
 }).Parse(reportHTML))
 

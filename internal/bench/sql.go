@@ -34,14 +34,16 @@ type SQLOptions struct {
 	// unix socket. The socket is the default: keyway is meant to sit beside
 	// the server, and a socket hop costs less CPU than a TCP one.
 	BackendTCP bool
-	Out        io.Writer // progress lines; default io.Discard
-	Progress   *Progress // the terminal's status line, or nil; the caller plans it with Plan
+	// Targets picks which of direct, haproxy, keyway and kw-nocache run, in that order; default all four.
+	Targets  []string
+	Out      io.Writer // progress lines; default io.Discard
+	Progress *Progress // the terminal's status line, or nil; the caller plans it with Plan
 }
 
 // Plan is how many runs RunSQL makes and the time sysbench runs in all.
 func (o SQLOptions) Plan() (runs int, hint time.Duration) {
 	o.EnsureDefaults()
-	runs = len(o.Workloads) * len(o.Threads) * o.Repetitions * 4 // direct, haproxy, keyway, kw-nocache
+	runs = len(o.Workloads) * len(o.Threads) * o.Repetitions * len(o.Targets)
 	return runs, time.Duration(runs) * o.Duration
 }
 
@@ -88,10 +90,16 @@ func (o *SQLOptions) EnsureDefaults() {
 	if o.TableSize == 0 {
 		o.TableSize = 10000
 	}
+	if len(o.Targets) == 0 {
+		o.Targets = sqlTargets
+	}
 	if o.Out == nil {
 		o.Out = io.Discard
 	}
 }
+
+// sqlTargets are the SQL bench's targets in run order.
+var sqlTargets = []string{directTarget, haproxyTarget, keywayTarget, nocacheTarget}
 
 // Validate reports every invalid field at once.
 func (o *SQLOptions) Validate() error {
@@ -117,6 +125,11 @@ func (o *SQLOptions) Validate() error {
 	}
 	if o.TableSize < 1 {
 		errs = append(errs, fmt.Errorf("table size %d: use 1 row or more", o.TableSize))
+	}
+	for _, t := range o.Targets {
+		if !slices.Contains(sqlTargets, t) {
+			errs = append(errs, fmt.Errorf("target %q: use some of %s", t, strings.Join(sqlTargets, ", ")))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("bench: invalid sql options: %w", err)
@@ -157,7 +170,11 @@ func RunSQL(ctx context.Context, o SQLOptions) (*SQLReport, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	bin, err := prepare(o.KeywayBinary, "sysbench", "haproxy", "mariadbd", "mariadb-install-db")
+	commands := []string{"sysbench", "mariadbd", "mariadb-install-db"}
+	if slices.Contains(o.Targets, haproxyTarget) {
+		commands = append(commands, "haproxy")
+	}
+	bin, err := prepare(o.KeywayBinary, commands...)
 	if err != nil {
 		return nil, err
 	}
@@ -195,8 +212,14 @@ func RunSQL(ctx context.Context, o SQLOptions) (*SQLReport, error) {
 	}
 	defer os.Remove(nocache)
 
-	targets := []target{directStarter(m.Addr), haproxyStarter(primary), keywaySQLStarter(keywayTarget, bin, cfg),
-		keywaySQLStarter(nocacheTarget, bin, nocache)}
+	all := map[string]target{directTarget: directStarter(m.Addr), haproxyTarget: haproxyStarter(primary),
+		keywayTarget: keywaySQLStarter(keywayTarget, bin, cfg), nocacheTarget: keywaySQLStarter(nocacheTarget, bin, nocache)}
+	var targets []target
+	for _, t := range sqlTargets { // run order, whatever order they were asked in
+		if slices.Contains(o.Targets, t) {
+			targets = append(targets, all[t])
+		}
+	}
 	rep := &SQLReport{Load: sb.describe(), Server: "MariaDB " + version}
 	fmt.Fprintf(o.Out, "sql bench: %s\n", rep.Load)
 	for _, w := range o.Workloads {
@@ -368,10 +391,10 @@ func writeKeywaySQLConfig(primary string, cache bool) (string, error) {
 // port accepts.
 const sqlStartTimeout = 30 * time.Second
 
-// keywaySQLStarter starts `keyway serve --config cfg --sql-listen ADDR` on a
-// free port and waits until the SQL door accepts connections. A start that
-// lost its port to another process is retried on a new one.
-func keywaySQLStarter(name, bin, cfg string) target {
+// keywaySQLStarter starts `keyway serve --config cfg --sql-listen ADDR [extra...]`
+// on a free port and waits until the SQL door accepts connections. A start
+// that lost its port to another process is retried on a new one.
+func keywaySQLStarter(name, bin, cfg string, extra ...string) target {
 	return target{
 		name: name,
 		start: func(ctx context.Context) (string, func() error, error) {
@@ -382,7 +405,7 @@ func keywaySQLStarter(name, bin, cfg string) target {
 					return "", nil, err
 				}
 				addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-				p, err := peers.StartKeywayBinary(ctx, bin, "--config", cfg, "--sql-listen", addr)
+				p, err := peers.StartKeywayBinary(ctx, bin, append([]string{"--config", cfg, "--sql-listen", addr}, extra...)...)
 				if err != nil {
 					lastErr = err
 					if strings.Contains(strings.ToLower(err.Error()), "address already in use") && ctx.Err() == nil {
