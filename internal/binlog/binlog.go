@@ -9,6 +9,11 @@
 //     table). A row whose key value is missing (MINIMAL row image, NULL) invalidates its whole table.
 //   - Invalidations are applied when the transaction commits (XID, or COMMIT for non-transactional tables), never
 //     on a row event of an open transaction: a reader can only miss a copy for a change it can already see.
+//   - Every commit's invalidations are applied a second time a moment later (recheckDelay). The primary sends a
+//     transaction to replicas once it is in the binlog, a moment before the storage engine makes it visible to
+//     other sessions (MariaDB's and MySQL's group commit write the binlog, then commit in InnoDB); a fill that
+//     starts between the two takes its stamp after the first invalidation yet reads the row as it was, and only
+//     the second one drops that copy. So such a copy lives for recheckDelay at most, well inside max_staleness.
 //   - DDL (any query event other than BEGIN, COMMIT and ROLLBACK) invalidates every table it names (package
 //     sqlnames); a statement that does not parse invalidates everything.
 //   - Freshness is proved, not guessed: every probe interval the follower asks the primary for the end of its
@@ -233,12 +238,22 @@ type Follower struct {
 	metaMu sync.Mutex
 	meta   *client.Conn // probes and information_schema lookups
 
+	recheckMu sync.Mutex
+	rechecks  []recheck // applied commits' invalidations, in commit order, to apply again when due
+
 	resumed *Checkpoint // Options.Resume when the follower started from it; set before Start returns
 }
 
 type pendingKey struct {
 	t   *validity.Table
 	key []byte
+}
+
+// recheck is one commit's invalidations, to apply again at due (see the package comment).
+type recheck struct {
+	due   time.Time
+	keys  []pendingKey
+	whole []*validity.Table
 }
 
 // probe is an instant at which the primary's binlog ended at (file, pos).
@@ -636,6 +651,12 @@ func (f *Follower) commit() {
 	f.keys.Add(uint64(len(f.pendKeys)))
 	f.tables.Add(uint64(len(f.pendWhole)))
 	f.commits.Add(1)
+	if len(f.pendKeys)+len(f.pendWhole) > 0 {
+		r := recheck{due: time.Now().Add(f.recheckDelay()), keys: slices.Clone(f.pendKeys), whole: slices.Clone(f.pendWhole)}
+		f.recheckMu.Lock()
+		f.rechecks = append(f.rechecks, r)
+		f.recheckMu.Unlock()
+	}
 	f.discardOpenTx()
 	if f.server.Flavor == mysql.MariaDBFlavor && f.curGTID.SequenceNumber != 0 {
 		f.mu.Lock()
@@ -653,6 +674,30 @@ func (f *Follower) probeInterval() time.Duration {
 	return min(max(f.o.MaxStaleness/10, 10*time.Millisecond), 250*time.Millisecond)
 }
 
+// recheckDelay is how long after a commit's invalidations they are applied again: two probe intervals, so a fifth
+// of max_staleness at most (see the package comment).
+func (f *Follower) recheckDelay() time.Duration { return 2 * f.probeInterval() }
+
+// applyRechecks applies again the invalidations that are due at now.
+func (f *Follower) applyRechecks(now time.Time) {
+	f.recheckMu.Lock()
+	n := 0
+	for n < len(f.rechecks) && !f.rechecks[n].due.After(now) {
+		n++
+	}
+	due := slices.Clone(f.rechecks[:n])
+	f.rechecks = slices.Delete(f.rechecks, 0, n)
+	f.recheckMu.Unlock()
+	for _, r := range due {
+		for _, p := range r.keys {
+			p.t.Changed(p.key)
+		}
+		for _, t := range r.whole {
+			t.Invalidate()
+		}
+	}
+}
+
 // maxProbes bounds the probes waiting to be reached; past it new probes are skipped until the follower catches up.
 const maxProbes = 256
 
@@ -668,6 +713,7 @@ func (f *Follower) probeLoop() {
 		case <-tick.C:
 		}
 		at := time.Now()
+		f.applyRechecks(at)
 		if file, pos, err := f.masterPos(); err == nil {
 			f.mu.Lock()
 			if len(f.mu.probes) < maxProbes {

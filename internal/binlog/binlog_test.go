@@ -255,3 +255,20 @@ func TestFollowerLostPosition(t *testing.T) {
 	mustExec(t, r.db, "UPDATE kv SET v = 'after' WHERE k = 'a'")
 	r.waitFor(t, "a write after the gap", func() bool { return !r.kv.KeyValid([]byte("a"), stamp) })
 }
+
+// TestCommitsInvalidateTwice: a copy stamped after a commit's invalidation was applied (a fill that may have read
+// the row before the storage engine made the commit visible) is dropped by the second application, recheckDelay
+// later; a copy of another key is not.
+func TestCommitsInvalidateTwice(t *testing.T) {
+	r := newRig(t)
+	r.start(t)
+	a, b := []byte("a"), []byte("b")
+	stamp := r.kv.Stamp()
+	mustExec(t, r.db, "UPDATE kv SET v = '2' WHERE k = 'a'")
+	r.waitFor(t, "the commit to invalidate a", func() bool { return !r.kv.KeyValid(a, stamp) })
+	late := r.kv.Stamp() // a fill that started right after the first invalidation
+	r.waitFor(t, "the second invalidation of a", func() bool { return !r.kv.KeyValid(a, late) })
+	if !r.kv.KeyValid(b, late) {
+		t.Fatal("the second invalidation of a dropped b")
+	}
+}
