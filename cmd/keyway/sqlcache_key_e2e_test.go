@@ -111,3 +111,58 @@ func TestSQLResultCacheKeyLevel(t *testing.T) {
 		t.Fatalf("SELECT by c3 right after a memcache set of the row = %q, want new: read-your-writes across doors", v)
 	}
 }
+
+// TestSQLResultCacheSkipsViews: a view's rows change with the table under it, and the binlog names only that
+// table, so a point select on a view is never kept until invalidated: a direct write of the base table shows
+// through the view at once. With a ttl hint it is cached for that long, as asked.
+func TestSQLResultCacheSkipsViews(t *testing.T) {
+	kw, direct, admin, sqlAddr := startCachingWithAdmin(t)
+	through, err := sql.Open("mysql", "app:secret@tcp("+sqlAddr+")/test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer through.Close()
+	for _, q := range []string{
+		"CREATE TABLE test.vb (id INT PRIMARY KEY, v VARCHAR(20))",
+		"INSERT INTO test.vb VALUES (1, 'one')",
+		"CREATE VIEW test.vv AS SELECT * FROM test.vb",
+	} {
+		if _, err := direct.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for !cacheStats(t, admin).Fresh {
+		if time.Now().After(deadline) {
+			t.Fatalf("the cache never became fresh\n%s", kw.Output())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	read := func(q string) string {
+		t.Helper()
+		var v string
+		if err := through.QueryRow(q).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	const onView = "SELECT v FROM vv WHERE id = 1"
+	before := cacheStats(t, admin)
+	for range 3 {
+		read(onView)
+	}
+	if st := cacheStats(t, admin); st.Stores != before.Stores || st.Hits != before.Hits {
+		t.Fatalf("a point select on a view was cached: before %+v after %+v", before, st)
+	}
+	if _, err := direct.Exec("UPDATE test.vb SET v = 'two' WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	}
+	if v := read(onView); v != "two" {
+		t.Fatalf("through the view after a direct write of its table: %q, want two", v)
+	}
+	const hinted = "SELECT /*+ keyway cache ttl=60 */ v FROM vv WHERE id = 1"
+	read(hinted)
+	if v := read(hinted); v != "two" || cacheStats(t, admin).Hits == before.Hits {
+		t.Fatalf("a ttl hint on a view: %q, hits %+v: want it cached", v, cacheStats(t, admin))
+	}
+}

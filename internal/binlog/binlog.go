@@ -620,6 +620,27 @@ func (f *Follower) columnsOf(id validity.TableID, tm *replication.TableMapEvent)
 	return m
 }
 
+// TableKind reports whether table id exists on the primary (found) and is one whose writes the binlog names under
+// its own name (trusted): a base table (system-versioned too) of a storage engine that keeps its rows on this
+// server. Views, sequences and tables of engines such as FEDERATED, CONNECT or SPIDER are not.
+func (f *Follower) TableKind(id validity.TableID) (trusted, found bool, err error) {
+	err = f.metaQuery(func(c *client.Conn) error {
+		r, err := c.Execute("SELECT TABLE_TYPE, UPPER(IFNULL(ENGINE, '')) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?", id.Schema, id.Name)
+		if err != nil || r.RowNumber() == 0 {
+			return err
+		}
+		found = true
+		kind, _ := r.GetString(0, 0)
+		engine, _ := r.GetString(0, 1)
+		trusted = (kind == "BASE TABLE" || kind == "SYSTEM VERSIONED") && loggedEngines[engine]
+		return nil
+	})
+	return trusted, found, err
+}
+
+// loggedEngines keep their rows on the server, so every change of them is in its binlog.
+var loggedEngines = map[string]bool{"INNODB": true, "MYISAM": true, "ARIA": true, "MEMORY": true, "ROCKSDB": true}
+
 // ddl invalidates every table query names (in default database schema); everything when it does not parse.
 func (f *Follower) ddl(schema, query string) {
 	stmts, _, err := f.parser.Parse(query, "", "")
@@ -637,6 +658,7 @@ func (f *Follower) ddl(schema, query string) {
 	for _, t := range f.o.Registry.Lookup(ids) {
 		f.pendWhole = append(f.pendWhole, t)
 		delete(f.columns, t.ID())
+		t.ForgetKind() // a table dropped and created again as a view is not trusted
 	}
 }
 

@@ -139,6 +139,17 @@ func (c *Cache) BeginKey(id validity.TableID, column string, value any) (deps []
 	return []Dep{{Table: t, Stamp: t.Stamp(), Key: key}}, true
 }
 
+// Trusted reports whether replies that read ids may be kept until invalidated: each is a table whose writes the
+// binlog names (validity.Table.Trusted; a view is not). A reply with a ttl may be kept without it.
+func (c *Cache) Trusted(ids []validity.TableID) bool {
+	for _, id := range ids {
+		if !c.reg.Table(id).Trusted() {
+			return false
+		}
+	}
+	return true
+}
+
 // Usable reports whether entries may be served (and filled) now: the binlog followers vouch for freshness.
 func (c *Cache) Usable() bool { return c.reg.Vouched() }
 

@@ -63,6 +63,17 @@ func startFollowers(cfg config.Config, topo *backend.Topology, reg *validity.Reg
 		}
 		out = append(out, f)
 	}
+	if len(out) > 0 {
+		// Copies that rely on invalidation are kept only of tables whose writes a follower sees (views are not).
+		reg.SetKindLookup(func(id validity.TableID) (bool, error) {
+			for _, f := range out {
+				if trusted, found, err := f.TableKind(id); err != nil || found {
+					return trusted, err
+				}
+			}
+			return false, nil
+		})
+	}
 	return out, nil
 }
 

@@ -92,6 +92,9 @@ func (ss *session) fillingExchange(p []byte, plan *Plan, key string, ks keySourc
 		}
 	}
 	c := ss.s.opts.Cache
+	if ttl == 0 && !c.Trusted(ids) { // a view: no invalidation would reach the reply, and it has no ttl
+		return ss.exchange(p, plan, relay, toClient)
+	}
 	var deps []qcache.Dep
 	if v, ok := ks.value(ss.s.plans, plan); ok && len(ids) == 1 {
 		deps, ok = c.BeginKey(ids[0], plan.Key.Column, v)

@@ -25,6 +25,11 @@
 //   - Freshness. Copies may be stale by as much as the binlog follower lags. When followers vouch for the
 //     registry (RequireVouch), caches serve copies only while Vouched: each has confirmed, within
 //     max_staleness, that it has applied every commit its server had made up to some instant.
+//   - Kinds. Only a base table's changes reach the binlog under its own name: a view's rows change with the tables
+//     under it, and a federated table's elsewhere. A cache that relies on invalidation (no ttl) stores copies of
+//     a table only once Trusted says it is a base table of an engine whose writes are logged (SetKindLookup; DDL
+//     makes the answer be asked again). Without a lookup, as in a registry no follower watches, every table is
+//     trusted.
 //   - Settling. A component that acknowledges writes before they reach the table (a write-behind queue)
 //     registers a settle function; Settle runs them before a statement that names the table, so the statement
 //     sees, and acts after, every write keyway acknowledged.
@@ -108,7 +113,51 @@ type Table struct {
 	mu      sync.Mutex
 	settle  []func() error
 	watches []KeyWatch
+
+	reg    *Registry
+	kindMu sync.Mutex   // one lookup at a time
+	kind   atomic.Int32 // kindUnknown, kindTrusted or kindUntrusted
 }
+
+const (
+	kindUnknown = iota
+	kindTrusted
+	kindUntrusted
+)
+
+// Trusted reports whether copies of the table may rely on invalidation: it is a base table whose writes the
+// binlog names (see SetKindLookup). The first call after start or after DDL on the table asks the lookup and
+// waits for its answer; an error leaves the table untrusted until the next call asks again.
+func (t *Table) Trusted() bool {
+	switch t.kind.Load() {
+	case kindTrusted:
+		return true
+	case kindUntrusted:
+		return false
+	}
+	lookup := t.reg.kindLookup.Load()
+	if lookup == nil {
+		return true
+	}
+	t.kindMu.Lock()
+	defer t.kindMu.Unlock()
+	if k := t.kind.Load(); k != kindUnknown {
+		return k == kindTrusted
+	}
+	trusted, err := (*lookup)(t.id)
+	switch {
+	case err != nil:
+		return false
+	case trusted:
+		t.kind.Store(kindTrusted)
+	default:
+		t.kind.Store(kindUntrusted)
+	}
+	return trusted
+}
+
+// ForgetKind makes the next Trusted ask the lookup again (DDL named the table).
+func (t *Table) ForgetKind() { t.kind.Store(kindUnknown) }
 
 // KeyWatch is a column whose values key cached copies of the table, and how a value becomes the key the copies
 // are stamped under (Norm appends to dst the key as the cache compares keys, for example case-folded under a
@@ -330,6 +379,8 @@ type Registry struct {
 		byName map[string][]*Table // the tables of each name, in every schema
 	}
 	settles atomic.Bool // some table has a settle function: Settle has work to do
+	// kindLookup answers Table.Trusted: whether a table is a base table whose writes the binlog names.
+	kindLookup atomic.Pointer[func(TableID) (bool, error)]
 
 	// vouch is the freshness gate (see RequireVouch): the vouchers, replaced whole (under mu) when one is added,
 	// so readers load them without the lock.
@@ -356,7 +407,7 @@ func (r *Registry) Table(id TableID) *Table {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if t = r.mu.tables[id]; t == nil {
-		t = &Table{id: id}
+		t = &Table{id: id, reg: r}
 		t.clock.Store(1)
 		t.epoch.Store(1)
 		t.rows.Store(1)
@@ -434,8 +485,12 @@ func (r *Registry) InvalidateAll() {
 	r.mu.RUnlock()
 	for _, t := range tables {
 		t.Invalidate()
+		t.ForgetKind() // an unparsed statement may have made a table a view
 	}
 }
+
+// SetKindLookup installs the lookup behind Table.Trusted (a binlog follower's information_schema query).
+func (r *Registry) SetKindLookup(fn func(TableID) (trusted bool, err error)) { r.kindLookup.Store(&fn) }
 
 // Voucher is one binlog follower's say on freshness. Build it with RequireVouch.
 type Voucher struct{ freshUntil atomic.Int64 } // Unix nanos

@@ -203,3 +203,40 @@ func TestNumericWatchOnce(t *testing.T) {
 		t.Fatalf("%d watches, want 1", n)
 	}
 }
+
+// Trusted asks the lookup once per table, again after ForgetKind (DDL) or an error, and trusts every table when
+// no lookup is installed.
+func TestTrusted(t *testing.T) {
+	r := NewRegistry()
+	base, view := r.Table(TableID{"s", "base"}), r.Table(TableID{"s", "view"})
+	if !view.Trusted() {
+		t.Fatal("without a lookup every table is trusted")
+	}
+	var asked atomic.Int32
+	fail := atomic.Bool{}
+	r.SetKindLookup(func(id TableID) (bool, error) {
+		asked.Add(1)
+		if fail.Load() {
+			return false, errors.New("unreachable")
+		}
+		return id.Name == "base", nil
+	})
+	view.ForgetKind()
+	for range 3 {
+		if !base.Trusted() || view.Trusted() {
+			t.Fatal("base must be trusted, view not")
+		}
+	}
+	if n := asked.Load(); n != 2 {
+		t.Fatalf("%d lookups, want one per table", n)
+	}
+	fail.Store(true)
+	base.ForgetKind()
+	if base.Trusted() {
+		t.Fatal("a failed lookup trusted the table")
+	}
+	fail.Store(false)
+	if !base.Trusted() || asked.Load() != 4 {
+		t.Fatalf("after a failed lookup the next call asks again: %d lookups", asked.Load())
+	}
+}
