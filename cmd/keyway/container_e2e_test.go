@@ -410,24 +410,11 @@ func TestMigrateInnodbMemcache(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	for _, q := range []string{
-		`CREATE DATABASE innodb_memcache`,
-		`CREATE TABLE innodb_memcache.cache_policies (policy_name VARCHAR(40) PRIMARY KEY,
-			get_policy ENUM('innodb_only','cache_only','caching','disabled') NOT NULL,
-			set_policy ENUM('innodb_only','cache_only','caching','disabled') NOT NULL,
-			delete_policy ENUM('innodb_only','cache_only','caching','disabled') NOT NULL,
-			flush_policy ENUM('innodb_only','cache_only','caching','disabled') NOT NULL)`,
-		`CREATE TABLE innodb_memcache.config_options (name VARCHAR(50) PRIMARY KEY, value VARCHAR(50))`,
-		`CREATE TABLE innodb_memcache.containers (name VARCHAR(50) NOT NULL PRIMARY KEY, db_schema VARCHAR(250) NOT NULL,
-			db_table VARCHAR(250) NOT NULL, key_columns VARCHAR(250) NOT NULL, value_columns VARCHAR(250),
-			flags VARCHAR(250) NOT NULL DEFAULT '0', cas_column VARCHAR(250), expire_time_column VARCHAR(250),
-			unique_idx_name_on_key VARCHAR(250) NOT NULL)`,
-		`INSERT INTO innodb_memcache.cache_policies VALUES ('cache_policy', 'innodb_only', 'innodb_only', 'innodb_only', 'innodb_only')`,
-		`INSERT INTO innodb_memcache.config_options VALUES ('separator', '|'), ('table_map_delimiter', '.')`,
+	for _, q := range append(innodbMemcacheSchema(),
 		`CREATE TABLE test.demo_test (c1 VARCHAR(32), c2 VARCHAR(1024), c3 INT, c4 BIGINT UNSIGNED, c5 INT, PRIMARY KEY (c1))`,
 		`INSERT INTO innodb_memcache.containers VALUES ('aaa', 'test', 'demo_test', 'c1', 'c2', 'c3', 'c4', 'c5', 'PRIMARY')`,
 		`INSERT INTO test.demo_test VALUES ('AA', 'HELLO, HELLO', 8, 0, 0)`,
-	} {
+	) {
 		if _, err := db.Exec(q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
@@ -512,4 +499,24 @@ func TestContainerSetsSurviveSIGKILL(t *testing.T) {
 		}
 	}
 	t.Logf("%d acknowledged container sets were all rows after SIGKILL", len(acked))
+}
+
+// innodbMemcacheSchema is the InnoDB plugin's innodb_memcached_config.sql without its container rows: the
+// configuration schema an [migrate] innodb_memcache import reads. Append the tables and rows of a test.
+func innodbMemcacheSchema() []string {
+	return []string{
+		`CREATE DATABASE innodb_memcache`,
+		`CREATE TABLE innodb_memcache.cache_policies (policy_name VARCHAR(40) PRIMARY KEY,
+			get_policy ENUM('innodb_only','cache_only','caching','disabled') NOT NULL,
+			set_policy ENUM('innodb_only','cache_only','caching','disabled') NOT NULL,
+			delete_policy ENUM('innodb_only','cache_only','caching','disabled') NOT NULL,
+			flush_policy ENUM('innodb_only','cache_only','caching','disabled') NOT NULL)`,
+		`CREATE TABLE innodb_memcache.config_options (name VARCHAR(50) PRIMARY KEY, value VARCHAR(50))`,
+		`CREATE TABLE innodb_memcache.containers (name VARCHAR(50) NOT NULL PRIMARY KEY, db_schema VARCHAR(250) NOT NULL,
+			db_table VARCHAR(250) NOT NULL, key_columns VARCHAR(250) NOT NULL, value_columns VARCHAR(250),
+			flags VARCHAR(250) NOT NULL DEFAULT '0', cas_column VARCHAR(250), expire_time_column VARCHAR(250),
+			unique_idx_name_on_key VARCHAR(250) NOT NULL)`,
+		`INSERT INTO innodb_memcache.cache_policies VALUES ('cache_policy', 'innodb_only', 'innodb_only', 'innodb_only', 'innodb_only')`,
+		`INSERT INTO innodb_memcache.config_options VALUES ('separator', '|'), ('table_map_delimiter', '.')`,
+	}
 }

@@ -43,6 +43,29 @@ func cacheStats(t *testing.T, admin string) sqlCacheStats {
 	return *st.SQLCache
 }
 
+// waitCacheFresh waits until keyway's binlog follower vouches for its caches (until then reads bypass them).
+func waitCacheFresh(t *testing.T, kw *testenv.Process, admin string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cacheStats(t, admin).Fresh {
+		if time.Now().After(deadline) {
+			t.Fatalf("the cache never became fresh\n%s", kw.Output())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// sqlThrough opens the app user's database test through keyway's SQL door at sqlAddr, closed at cleanup.
+func sqlThrough(t *testing.T, sqlAddr string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", "app:secret@tcp("+sqlAddr+")/test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
 // rowsOf runs q on db and returns every row as strings (NULL as "<nil>").
 func rowsOf(t *testing.T, db interface {
 	Query(string, ...any) (*sql.Rows, error)
@@ -81,11 +104,7 @@ func rowsOf(t *testing.T, db interface {
 
 func TestSQLResultCache(t *testing.T) {
 	kw, direct, admin, sqlAddr := startCachingWithAdmin(t)
-	through, err := sql.Open("mysql", "app:secret@tcp("+sqlAddr+")/test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer through.Close()
+	through := sqlThrough(t, sqlAddr)
 	through.SetMaxOpenConns(1) // one session, so the transaction below is the one the statements run in
 	for _, q := range []string{
 		"CREATE TABLE test.pt (id INT PRIMARY KEY, c VARCHAR(20) CHARACTER SET latin1, u VARCHAR(20) CHARACTER SET utf8mb4, d DECIMAL(10,3), ts DATETIME(3), n INT NULL)",
@@ -95,13 +114,7 @@ func TestSQLResultCache(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for !cacheStats(t, admin).Fresh {
-		if time.Now().After(deadline) {
-			t.Fatalf("the cache never became fresh\n%s", kw.Output())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitCacheFresh(t, kw, admin)
 	const text = "SELECT * FROM pt WHERE id = 1"
 	const prepared = "SELECT * FROM pt WHERE id = ?"
 	want := rowsOf(t, direct, text)
@@ -245,11 +258,7 @@ invalidate = "ttl"
 		t.Fatal(err)
 	}
 	kw := startKeywaySQL(t, sqlAddr, "--config", path, "--admin-listen", admin)
-	through, err := sql.Open("mysql", "app:secret@tcp("+sqlAddr+")/test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer through.Close()
+	through := sqlThrough(t, sqlAddr)
 	read := func() string {
 		t.Helper()
 		var c string

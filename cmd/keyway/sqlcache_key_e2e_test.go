@@ -5,7 +5,6 @@ package main
 // the memcache door, which knows its row only by the container's key, drops every key-level entry of the table.
 
 import (
-	"database/sql"
 	"testing"
 	"time"
 
@@ -14,11 +13,7 @@ import (
 
 func TestSQLResultCacheKeyLevel(t *testing.T) {
 	kw, direct, admin, sqlAddr := startCachingWithAdmin(t)
-	through, err := sql.Open("mysql", "app:secret@tcp("+sqlAddr+")/test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer through.Close()
+	through := sqlThrough(t, sqlAddr)
 	for _, q := range []string{
 		"CREATE TABLE test.kl (id INT PRIMARY KEY, v VARCHAR(20))",
 		"INSERT INTO test.kl VALUES (1, 'one'), (2, 'two')",
@@ -28,13 +23,7 @@ func TestSQLResultCacheKeyLevel(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for !cacheStats(t, admin).Fresh {
-		if time.Now().After(deadline) {
-			t.Fatalf("the cache never became fresh\n%s", kw.Output())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitCacheFresh(t, kw, admin)
 	text := func() string { // a literal key
 		var v string
 		if err := through.QueryRow("SELECT v FROM kl WHERE id = 1").Scan(&v); err != nil {
@@ -117,11 +106,7 @@ func TestSQLResultCacheKeyLevel(t *testing.T) {
 // through the view at once. With a ttl hint it is cached for that long, as asked.
 func TestSQLResultCacheSkipsViews(t *testing.T) {
 	kw, direct, admin, sqlAddr := startCachingWithAdmin(t)
-	through, err := sql.Open("mysql", "app:secret@tcp("+sqlAddr+")/test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer through.Close()
+	through := sqlThrough(t, sqlAddr)
 	for _, q := range []string{
 		"CREATE TABLE test.vb (id INT PRIMARY KEY, v VARCHAR(20))",
 		"INSERT INTO test.vb VALUES (1, 'one')",
@@ -131,13 +116,7 @@ func TestSQLResultCacheSkipsViews(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for !cacheStats(t, admin).Fresh {
-		if time.Now().After(deadline) {
-			t.Fatalf("the cache never became fresh\n%s", kw.Output())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitCacheFresh(t, kw, admin)
 	read := func(q string) string {
 		t.Helper()
 		var v string

@@ -11,7 +11,6 @@ import (
 	"database/sql"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
 
@@ -52,13 +51,7 @@ func newWarmRig(t *testing.T) *warmRig {
 // start starts keyway and waits until the caches may be served.
 func (r *warmRig) start() *testenv.Process {
 	kw := startKeywaySQL(r.t, r.sqlAddr, r.args...)
-	deadline := time.Now().Add(15 * time.Second)
-	for !cacheStats(r.t, r.admin).Fresh {
-		if time.Now().After(deadline) {
-			r.t.Fatalf("the cache never became fresh\n%s", kw.Output())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitCacheFresh(r.t, kw, r.admin)
 	return kw
 }
 
@@ -105,11 +98,7 @@ func (r *warmRig) fill(kw *testenv.Process, through *sql.DB) {
 func TestWarmRestart(t *testing.T) {
 	r := newWarmRig(t)
 	kw := r.start()
-	through, err := sql.Open("mysql", "app:secret@tcp("+r.sqlAddr+")/test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer through.Close()
+	through := sqlThrough(t, r.sqlAddr)
 	r.fill(kw, through)
 	if err := kw.Stop(); err != nil {
 		t.Fatal(err)
@@ -161,11 +150,7 @@ func TestWarmRestart(t *testing.T) {
 func TestWarmRestartBinlogPurged(t *testing.T) {
 	r := newWarmRig(t)
 	kw := r.start()
-	through, err := sql.Open("mysql", "app:secret@tcp("+r.sqlAddr+")/test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer through.Close()
+	through := sqlThrough(t, r.sqlAddr)
 	r.fill(kw, through)
 	if err := kw.Stop(); err != nil {
 		t.Fatal(err)
