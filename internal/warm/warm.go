@@ -87,7 +87,7 @@ func Save(st *store.Store, groups []Group, shapes map[string]string, eng *engine
 		budget -= size
 		return true
 	}
-	if qc != nil { // first: a reply saves a query, a row copy only its key's
+	if qc != nil { // replies first, then rows, while the budget lasts
 		qc.Save(func(r qcache.Saved) {
 			if fits(len(r.Key) + len(r.Reply)) {
 				s.Results = append(s.Results, r)
