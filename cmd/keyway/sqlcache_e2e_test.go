@@ -25,6 +25,7 @@ import (
 type sqlCacheStats struct {
 	Hits, Misses, Stores int64
 	Fresh                bool
+	Bypasses             map[string]int64
 }
 
 func cacheStats(t *testing.T, admin string) sqlCacheStats {

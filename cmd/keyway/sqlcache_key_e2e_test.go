@@ -132,6 +132,8 @@ func TestSQLResultCacheSkipsViews(t *testing.T) {
 	}
 	if st := cacheStats(t, admin); st.Stores != before.Stores || st.Hits != before.Hits {
 		t.Fatalf("a point select on a view was cached: before %+v after %+v", before, st)
+	} else if n := st.Bypasses["untrusted_table"] - before.Bypasses["untrusted_table"]; n != 3 {
+		t.Fatalf("%d bypasses counted as untrusted_table, want 3: %+v", n, st.Bypasses)
 	}
 	if _, err := direct.Exec("UPDATE test.vb SET v = 'two' WHERE id = 1"); err != nil {
 		t.Fatal(err)

@@ -198,6 +198,7 @@ type Status struct {
 	Commits  uint64    `json:"commits"`             // transactions applied
 	Keys     uint64    `json:"key_invalidations"`   // (table, key) invalidations
 	Tables   uint64    `json:"table_invalidations"` // whole-table invalidations (DDL, missing keys)
+	DDL      uint64    `json:"ddl"`                 // DDL statements applied (each drops the copies of the tables it names)
 	Gaps     uint64    `json:"gaps"`                // positions lost: everything invalidated
 	Reconn   uint64    `json:"reconnects"`
 	LastErr  string    `json:"last_error,omitempty"`
@@ -213,7 +214,7 @@ type Follower struct {
 	done    sync.WaitGroup
 	parser  *parser.Parser // used by the event loop only
 
-	events, commits, keys, tables, gaps, reconnects atomic.Uint64
+	events, commits, keys, tables, ddls, gaps, reconnects atomic.Uint64
 
 	mu struct {
 		sync.Mutex
@@ -385,7 +386,7 @@ func (f *Follower) Status() Status {
 	if !s.FreshAt.IsZero() {
 		s.LagMS = time.Since(s.FreshAt).Milliseconds()
 	}
-	s.Events, s.Commits, s.Keys, s.Tables = f.events.Load(), f.commits.Load(), f.keys.Load(), f.tables.Load()
+	s.Events, s.Commits, s.Keys, s.Tables, s.DDL = f.events.Load(), f.commits.Load(), f.keys.Load(), f.tables.Load(), f.ddls.Load()
 	s.Gaps, s.Reconn = f.gaps.Load(), f.reconnects.Load()
 	return s
 }
@@ -643,6 +644,7 @@ var loggedEngines = map[string]bool{"INNODB": true, "MYISAM": true, "ARIA": true
 
 // ddl invalidates every table query names (in default database schema); everything when it does not parse.
 func (f *Follower) ddl(schema, query string) {
+	f.ddls.Add(1)
 	stmts, _, err := f.parser.Parse(query, "", "")
 	if err != nil || len(stmts) == 0 {
 		f.tables.Add(1)

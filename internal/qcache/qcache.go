@@ -58,6 +58,7 @@ type Cache struct {
 	shards [shards]shard
 
 	hits, misses, stores, dropped, evictions, joined, refreshes atomic.Int64
+	bypasses                                                [numBypassReasons]atomic.Int64
 }
 
 type shard struct {
@@ -265,6 +266,22 @@ func (c *Cache) Done(key string) {
 	s.mu.Unlock()
 }
 
+// BypassReason says why a statement the cache would answer went to the backend and was not cached.
+type BypassReason int
+
+const (
+	NotFresh  BypassReason = iota // the binlog followers do not vouch for freshness now
+	Pinned                        // the session is in a transaction or changed its state
+	Untrusted                     // it reads a table whose writes the binlog does not name (a view)
+	numBypassReasons
+)
+
+// BypassReasons name the reasons, as /metrics labels them.
+var BypassReasons = [numBypassReasons]string{NotFresh: "not_fresh", Pinned: "pinned", Untrusted: "untrusted_table"}
+
+// Bypassed counts a statement that bypassed the cache for reason.
+func (c *Cache) Bypassed(reason BypassReason) { c.bypasses[reason].Add(1) }
+
 // Stats are the cache's counters.
 type Stats struct {
 	Hits      int64 `json:"hits"`
@@ -274,6 +291,8 @@ type Stats struct {
 	Evictions int64 `json:"evictions"`
 	Joined    int64 `json:"joined"`    // misses that waited for another session's fill of the same key
 	Refreshes int64 `json:"refreshes"` // ttl entries renewed softly: a miss while the old entry was still served
+	// Bypasses count the statements the cache would answer that went to the backend, by BypassReasons.
+	Bypasses map[string]int64 `json:"bypasses"`
 	Entries   int   `json:"entries"`
 	Bytes     int64 `json:"bytes"`
 	Fresh     bool  `json:"fresh"` // the binlog followers vouch: entries may be served
@@ -282,7 +301,11 @@ type Stats struct {
 // Stats returns a snapshot.
 func (c *Cache) Stats() Stats {
 	st := Stats{Hits: c.hits.Load(), Misses: c.misses.Load(), Stores: c.stores.Load(), Dropped: c.dropped.Load(),
-		Evictions: c.evictions.Load(), Joined: c.joined.Load(), Refreshes: c.refreshes.Load(), Fresh: c.reg.Vouched()}
+		Evictions: c.evictions.Load(), Joined: c.joined.Load(), Refreshes: c.refreshes.Load(),
+		Bypasses: map[string]int64{}, Fresh: c.reg.Vouched()}
+	for r, name := range BypassReasons {
+		st.Bypasses[name] = c.bypasses[r].Load()
+	}
 	for i := range c.shards {
 		s := &c.shards[i]
 		s.mu.Lock()

@@ -157,11 +157,18 @@ func (s *Server) cacheSamples() []stats.Sample {
 		add("keyway_sql_cache_evictions_total", "Entries evicted for memory.", "", float64(st.Evictions))
 		add("keyway_sql_cache_joined_total", "Misses that waited for another session's fill of the same statement.", "", float64(st.Joined))
 		add("keyway_sql_cache_refreshes_total", "Entries with a ttl renewed softly, by one query while the old reply was still served.", "", float64(st.Refreshes))
+		for _, reason := range qcache.BypassReasons {
+			out = append(out, stats.Sample{Name: "keyway_sql_cache_bypasses_total", Labels: [][2]string{{"reason", reason}},
+				Help:  "Statements the result cache would answer that went to MySQL uncached: not_fresh (followers behind max_staleness), pinned (transaction or session state), untrusted_table (a view).",
+				Value: float64(st.Bypasses[reason])})
+		}
 		add("keyway_sql_cache_entries", "Entries in the result cache.", "", float64(st.Entries))
 		add("keyway_sql_cache_bytes", "Bytes charged to the result cache.", "", float64(st.Bytes))
 	}
 	add("keyway_cache_bypasses_total", "Reads of caching containers sent to MySQL because no follower vouched for the cached rows.", "",
 		float64(s.engine.Counters().CacheBypasses.Load()))
+	add("keyway_cache_own_write_invalidations_total", "Invalidations by keyway's own writes (container rows, tables the SQL door wrote).", "",
+		float64(s.validity.OwnWrites()))
 	add("keyway_cache_fresh", "1 while the binlog followers vouch for cached copies (within max_staleness).", "", boolean(s.validity.Vouched()))
 	for _, f := range s.followers {
 		st := f.Status()
@@ -172,6 +179,7 @@ func (s *Server) cacheSamples() []stats.Sample {
 		add("keyway_binlog_commits_total", "Transactions applied.", g, float64(st.Commits))
 		add("keyway_binlog_key_invalidations_total", "(table, key) invalidations from the binlog.", g, float64(st.Keys))
 		add("keyway_binlog_table_invalidations_total", "Whole-table invalidations from the binlog (DDL, keys not logged).", g, float64(st.Tables))
+		add("keyway_binlog_ddl_total", "DDL statements from the binlog (each drops the copies of the tables it names).", g, float64(st.DDL))
 		add("keyway_binlog_gaps_total", "Binlog positions lost: every cached copy dropped.", g, float64(st.Gaps))
 		add("keyway_binlog_reconnects_total", "Reconnections of the binlog follower.", g, float64(st.Reconn))
 	}
@@ -179,13 +187,20 @@ func (s *Server) cacheSamples() []stats.Sample {
 }
 
 // cacheReport is SHOW KEYWAY CACHE's rows: the /metrics samples of cacheSamples, named without the "keyway_"
-// prefix and with the group appended.
+// prefix and with the group and other labels appended.
 func (s *Server) cacheReport() [][2]string {
 	var rows [][2]string
 	for _, smp := range s.cacheSamples() {
 		name := strings.TrimPrefix(smp.Name, "keyway_")
+		var labels []string
 		if smp.Group != "" {
-			name += "{group=" + smp.Group + "}"
+			labels = append(labels, "group="+smp.Group)
+		}
+		for _, l := range smp.Labels {
+			labels = append(labels, l[0]+"="+l[1])
+		}
+		if len(labels) > 0 {
+			name += "{" + strings.Join(labels, ",") + "}"
 		}
 		rows = append(rows, [2]string{name, strconv.FormatFloat(smp.Value, 'f', -1, 64)})
 	}

@@ -93,6 +93,7 @@ func (ss *session) fillingExchange(p []byte, plan *Plan, key string, ks keySourc
 	}
 	c := ss.s.opts.Cache
 	if ttl == 0 && !c.Trusted(ids) { // a view: no invalidation would reach the reply, and it has no ttl
+		c.Bypassed(qcache.Untrusted)
 		return ss.exchange(p, plan, relay, toClient)
 	}
 	var deps []qcache.Dep

@@ -25,6 +25,7 @@ import (
 
 	"github.com/keywaydb/keyway/internal/backend"
 	"github.com/keywaydb/keyway/internal/mysqlwire"
+	"github.com/keywaydb/keyway/internal/qcache"
 	"github.com/keywaydb/keyway/internal/validity"
 )
 
@@ -75,10 +76,15 @@ const (
 // hint, can ask for any cacheable read to be cached, or for none.
 func (ss *session) route(plan *Plan, h hint) target {
 	c := ss.s.opts.Cache
-	if c == nil || plan == nil || !plan.Cacheable || h.nocache || (plan.Key == nil && !h.cache) || !c.Usable() {
+	if c == nil || plan == nil || !plan.Cacheable || h.nocache || (plan.Key == nil && !h.cache) {
 		return toSession
 	}
 	if pinned, _ := ss.pinned(); pinned {
+		c.Bypassed(qcache.Pinned)
+		return toSession
+	}
+	if !c.Usable() {
+		c.Bypassed(qcache.NotFresh)
 		return toSession
 	}
 	return toCache

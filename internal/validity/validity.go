@@ -199,6 +199,7 @@ func (t *Table) RowKeyValid(key []byte, stamp uint64) bool {
 // stamped before now are invalid, and so are copies that depend on the whole table or on a column key. It returns
 // the write's tick: a copy the writer stores itself carries it.
 func (t *Table) Wrote(key []byte) uint64 {
+	t.reg.ownWrites.Add(1)
 	t.ticking.Lock()
 	defer t.ticking.Unlock()
 	return t.wrote(key)
@@ -233,6 +234,7 @@ func (t *Table) changed(key []byte) uint64 {
 // here (unchanged is false) or comes later and invalidates the copy. Without that check a write committed after
 // this one, whose invalidation ran before this one's, would leave this older value cached.
 func (t *Table) WroteThrough(key []byte, since uint64) (tick uint64, unchanged bool) {
+	t.reg.ownWrites.Add(1)
 	t.ticking.Lock()
 	defer t.ticking.Unlock()
 	unchanged = t.KeyValid(key, since)
@@ -381,6 +383,9 @@ type Registry struct {
 	settles atomic.Bool // some table has a settle function: Settle has work to do
 	// kindLookup answers Table.Trusted: whether a table is a base table whose writes the binlog names.
 	kindLookup atomic.Pointer[func(TableID) (bool, error)]
+	// ownWrites counts invalidations by keyway's own writes: container rows (Table.Wrote) and tables the SQL door
+	// wrote (Registry.Invalidate).
+	ownWrites atomic.Int64
 
 	// vouch is the freshness gate (see RequireVouch): the vouchers, replaced whole (under mu) when one is added,
 	// so readers load them without the lock.
@@ -445,12 +450,16 @@ func (r *Registry) Lookup(ids []TableID) []*Table {
 	return out
 }
 
-// Invalidate records writes of unknown rows to ids: see Table.Invalidate.
+// Invalidate records writes of unknown rows to ids by keyway's own SQL door: see Table.Invalidate.
 func (r *Registry) Invalidate(ids []TableID) {
 	for _, t := range r.Lookup(ids) {
+		r.ownWrites.Add(1)
 		t.Invalidate()
 	}
 }
+
+// OwnWrites is how many invalidations keyway's own writes made (see Registry.ownWrites).
+func (r *Registry) OwnWrites() int64 { return r.ownWrites.Load() }
 
 // Settle runs the settle functions of ids and returns their errors joined.
 func (r *Registry) Settle(ids []TableID) error {
