@@ -71,11 +71,15 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	setMemoryLimit(cfg.Memcache.MemoryLimit + sqlCacheBudget(cfg))
 	durName := cfg.Store.Durability
 	if cfg.Store.DataDir == "" {
 		durName = config.DurabilityNone
 	}
+	offHeap := int64(0)
+	if durName != config.DurabilityNone {
+		offHeap = store.DiskMemory
+	}
+	setMemoryLimit(cfg.Memcache.MemoryLimit+sqlCacheBudget(cfg), offHeap)
 	dur := durabilities[durName]
 	began := time.Now()
 	st, err := store.Open(store.Options{
@@ -565,7 +569,9 @@ var durabilities = map[string]store.Durability{
 // item limit by much: items (the store's, and the SQL result cache's) are
 // charged with overhead already, and the rest covers connections, Pebble's
 // caches and garbage between cycles. Without it the default GOGC lets the heap
-// reach twice the live items.
-func setMemoryLimit(items int64) {
-	debug.SetMemoryLimit(items + items/4 + 48<<20)
+// reach twice the live items. offHeap is memory the process holds outside Go's
+// heap (Pebble's cache and memtables, store.DiskMemory): the heap gets that
+// much less, so the whole process keeps to the same bound.
+func setMemoryLimit(items, offHeap int64) {
+	debug.SetMemoryLimit(items + items/4 + 48<<20 - offHeap)
 }

@@ -122,15 +122,24 @@ type disk struct {
 	}
 }
 
+// Pebble's memory, outside Go's heap: a fixed block cache and memtables (writes stop at four).
+const (
+	pebbleCache    = 8 << 20
+	pebbleMemTable = 8 << 20
+	// DiskMemory is what a store with a disk holds outside Go's heap as a rule: the cache and two memtables (one
+	// filling, one flushing). The server gives Go's heap that much less (see debug.SetMemoryLimit).
+	DiskMemory = pebbleCache + 2*pebbleMemTable
+)
+
 func openDisk(s *Store, o Options) (*disk, error) {
-	cache := pebble.NewCache(8 << 20)
+	cache := pebble.NewCache(pebbleCache)
 	defer cache.Unref() // the DB holds its own reference
 	db, err := pebble.Open(o.DataDir, &pebble.Options{
 		Logger: pebbleLogger{},
 		FS:     o.FS,
 		// Small, fixed memory: the item data lives in the store already.
 		Cache:                       cache,
-		MemTableSize:                8 << 20,
+		MemTableSize:                pebbleMemTable,
 		MemTableStopWritesThreshold: 4,
 	})
 	if err != nil && (errors.Is(err, syscall.EAGAIN) || strings.Contains(err.Error(), "lock held by current process")) {
