@@ -5,6 +5,7 @@ package main
 // the memcache door, which knows its row only by the container's key, drops every key-level entry of the table.
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -16,7 +17,7 @@ func TestSQLResultCacheKeyLevel(t *testing.T) {
 	through := sqlThrough(t, sqlAddr)
 	for _, q := range []string{
 		"CREATE TABLE test.kl (id INT PRIMARY KEY, v VARCHAR(20))",
-		"INSERT INTO test.kl VALUES (1, 'one'), (2, 'two')",
+		"INSERT INTO test.kl VALUES (1, 'one'), (2, 'two'), (3, 'three')",
 		"INSERT INTO test.demo_test (c1, c2, c3) VALUES ('m', 'em', 7)",
 	} {
 		if _, err := direct.Exec(q); err != nil {
@@ -38,6 +39,14 @@ func TestSQLResultCacheKeyLevel(t *testing.T) {
 		}
 		return v
 	}
+	inList := func() string { // an IN list of literal keys
+		rows := rowsOf(t, through, "SELECT v FROM kl WHERE id IN (3, 1) ORDER BY id")
+		var vs []string
+		for _, r := range rows {
+			vs = append(vs, r[0])
+		}
+		return strings.Join(vs, ",")
+	}
 	// waitApplied waits until the follower has applied every commit made so far.
 	waitApplied := func() {
 		t.Helper()
@@ -57,17 +66,18 @@ func TestSQLResultCacheKeyLevel(t *testing.T) {
 	for range 2 {
 		text()
 		prepared()
+		inList()
 	}
 	before := cacheStats(t, admin)
 	if _, err := direct.Exec("UPDATE test.kl SET v = 'TWO' WHERE id = 2"); err != nil {
 		t.Fatal(err)
 	}
 	waitApplied()
-	if text() != "one" || prepared() != "one" {
+	if text() != "one" || prepared() != "one" || inList() != "one,three" {
 		t.Fatal("wrong value for row 1")
 	}
-	if hits := cacheStats(t, admin).Hits - before.Hits; hits != 2 {
-		t.Fatalf("%d hits after a direct write of another row, want 2: the entries depend on the whole table", hits)
+	if hits := cacheStats(t, admin).Hits - before.Hits; hits != 3 {
+		t.Fatalf("%d hits after a direct write of another row, want 3: the entries depend on the whole table", hits)
 	}
 
 	// A direct write of the row itself drops both entries (seen within max_staleness).
@@ -75,8 +85,8 @@ func TestSQLResultCacheKeyLevel(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitApplied()
-	if v, w := text(), prepared(); v != "ONE" || w != "ONE" {
-		t.Fatalf("after a direct write of row 1: text %q, prepared %q, want ONE", v, w)
+	if v, w, l := text(), prepared(), inList(); v != "ONE" || w != "ONE" || l != "ONE,three" {
+		t.Fatalf("after a direct write of row 1: text %q, prepared %q, IN list %q, want ONE", v, w, l)
 	}
 
 	// A set through the memcache door knows its row by c1 only: an entry keyed by c3 must not outlive it. (The

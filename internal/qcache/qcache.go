@@ -9,7 +9,8 @@
 //   - A stored entry is served only while every table it read is valid at its stamp and the registry is Vouched
 //     (the binlog followers are within max_staleness). An entry depends on a whole table (TableValid: any row
 //     write of it, through either door or in the binlog, drops the entry) or, for a point select on an integer
-//     value (BeginKey), on that column key only (RowKeyValid: a change of another row leaves it alone).
+//     value or an IN list of them (BeginKeys), on those column keys only (RowKeyValid: a change of another row
+//     leaves it alone).
 //   - Concurrent misses of one key make one backend query (Lead/Done): the others wait for it, bounded, and are
 //     answered from what it stored.
 //   - An entry with a ttl is refreshed softly: in the last part of its life (refreshWindow) the first Get is told
@@ -127,17 +128,25 @@ func (c *Cache) Begin(ids []validity.TableID) []Dep {
 	return deps
 }
 
-// BeginKey is Begin for a point select of table id on column = value: the reply depends on that column key only.
-// ok is false for a value ColumnKey cannot render; then use Begin. The table watches the column from now on (see
-// validity.KeyWatch.Numeric), so the binlog follower reports its changes by that key.
-func (c *Cache) BeginKey(id validity.TableID, column string, value any) (deps []Dep, ok bool) {
-	key, ok := validity.ColumnKey(nil, column, value)
-	if !ok {
-		return nil, false
+// BeginKeys is Begin for a point select of table id on column = value, or column IN (values): the reply depends
+// on those column keys only. ok is false when ColumnKey cannot render a value; then use Begin. The table watches
+// the column from now on (see validity.KeyWatch.Numeric), so the binlog follower reports its changes by that key.
+func (c *Cache) BeginKeys(id validity.TableID, column string, values []any) (deps []Dep, ok bool) {
+	keys := make([][]byte, 0, len(values))
+	for _, v := range values {
+		key, ok := validity.ColumnKey(nil, column, v)
+		if !ok {
+			return nil, false
+		}
+		keys = append(keys, key)
 	}
 	t := c.reg.Table(id)
 	t.WatchKey(validity.KeyWatch{Column: column, Numeric: true}) // before the stamp: a change after it is keyed
-	return []Dep{{Table: t, Stamp: t.Stamp(), Key: key}}, true
+	stamp := t.Stamp()
+	for _, key := range keys {
+		deps = append(deps, Dep{Table: t, Stamp: stamp, Key: key})
+	}
+	return deps, len(deps) > 0
 }
 
 // Trusted reports whether replies that read ids may be kept until invalidated: each is a table whose writes the

@@ -6,7 +6,8 @@ package sqlproxy
 // statement succeeded, left the session unpinned, and no table it read changed meanwhile.
 //
 // A point select on an integer key value (a literal in the text, or an integer parameter) depends on that row
-// only (qcache.BeginKey): the value is read on a miss (keySource) and the entry survives changes of other rows.
+// only, and one on an IN list of them on those rows (qcache.BeginKeys): the values are read on a miss (keySource)
+// and the entry survives changes of other rows.
 //
 // The key holds everything the reply bytes depend on: the statement text (or the prepared statement's text,
 // parameter types and values), the default database, the user (privileges), the connection's collation
@@ -97,8 +98,8 @@ func (ss *session) fillingExchange(p []byte, plan *Plan, key string, ks keySourc
 		return ss.exchange(p, plan, relay, toClient)
 	}
 	var deps []qcache.Dep
-	if v, ok := ks.value(ss.s.plans, plan); ok && len(ids) == 1 {
-		deps, ok = c.BeginKey(ids[0], plan.Key.Column, v)
+	if vs, ok := ks.values(ss.s.plans, plan); ok && len(ids) == 1 {
+		deps, _ = c.BeginKeys(ids[0], plan.Key.Column, vs)
 	}
 	if deps == nil {
 		deps = c.Begin(ids)
@@ -129,15 +130,23 @@ type keySource struct {
 	params []byte // executeParams' result: null bitmap, types, values
 }
 
-// value is the integer value of plan's key in this statement, as qcache.BeginKey takes it.
-func (ks keySource) value(plans *PlanCache, plan *Plan) (any, bool) {
+// values are the integer values of plan's key in this statement, as qcache.BeginKeys takes them.
+func (ks keySource) values(plans *PlanCache, plan *Plan) ([]any, bool) {
 	switch {
 	case plan.Key == nil:
 		return nil, false
 	case ks.st != nil && plan.Key.Param >= 0:
-		return paramValue(ks.st.params, plan.Key.Param, ks.params)
+		vs := make([]any, 0, plan.Key.Values())
+		for i := range plan.Key.Values() {
+			v, ok := paramValue(ks.st.params, plan.Key.Param+i, ks.params)
+			if !ok {
+				return nil, false
+			}
+			vs = append(vs, v)
+		}
+		return vs, true
 	case ks.text != nil && plan.Key.Literal >= 0:
-		return plans.KeyValue(string(ks.text))
+		return plans.KeyValues(string(ks.text))
 	}
 	return nil, false
 }

@@ -2,6 +2,7 @@ package sqlproxy
 
 import (
 	"encoding/binary"
+	"slices"
 	"testing"
 
 	"github.com/pingcap/tidb/pkg/parser/mysql"
@@ -35,21 +36,24 @@ func TestParamValue(t *testing.T) {
 	}
 }
 
-// KeyValue reads the key literal of this statement's own text, integers only.
-func TestKeyValue(t *testing.T) {
+// KeyValues reads the key literals of this statement's own text, integers only.
+func TestKeyValues(t *testing.T) {
 	pc := NewPlanCache(16)
-	for sql, want := range map[string]any{
-		"SELECT v FROM t WHERE id = 42":                   int64(42),
-		"SELECT v FROM t WHERE 18446744073709551615 = id": uint64(18446744073709551615),
-		"SELECT 'a', 7 FROM t WHERE id = 5 LIMIT 1":       int64(5),
+	for sql, want := range map[string][]any{
+		"SELECT v FROM t WHERE id = 42":                   {int64(42)},
+		"SELECT v FROM t WHERE 18446744073709551615 = id": {uint64(18446744073709551615)},
+		"SELECT 'a', 7 FROM t WHERE id = 5 LIMIT 1":       {int64(5)},
+		"SELECT v FROM t WHERE id IN (3, 1, 2)":           {int64(3), int64(1), int64(2)},
+		"SELECT v FROM t WHERE id IN (3, '1')":            nil,
+		"SELECT v FROM t WHERE id NOT IN (3)":             nil,
 		"SELECT v FROM t WHERE id = '42'":                 nil,
 		"SELECT v FROM t WHERE id = 4.2":                  nil,
 		"SELECT v FROM t WHERE id = -4":                   nil,
 		"SELECT v FROM t WHERE id > 4":                    nil,
 	} {
-		got, ok := pc.KeyValue(sql)
-		if want == nil && ok || want != nil && got != want {
-			t.Errorf("KeyValue(%q) = %v %v, want %v", sql, got, ok, want)
+		got, ok := pc.KeyValues(sql)
+		if ok != (want != nil) || !slices.Equal(got, want) {
+			t.Errorf("KeyValues(%q) = %v %v, want %v", sql, got, ok, want)
 		}
 	}
 }

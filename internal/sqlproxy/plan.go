@@ -431,23 +431,24 @@ func (pc *PlanCache) KillID(sql string) (id uint64, ok bool) {
 	return id, ok
 }
 
-// KeyValue returns the integer value a point statement's key literal has in this statement's own text (the plan
-// is shared by statements that differ in it); ok is false when it is not an integer literal. The result cache
+// KeyValues returns the integer values a point statement's key literals have in this statement's own text (the
+// plan is shared by statements that differ in them, IN lists of any length too); ok is false unless every one
+// is an integer literal. The result cache
 // asks on a miss, to key the entry by that row (cache.go), so a parse per fill is cheap beside the backend's
 // round trip.
-func (pc *PlanCache) KeyValue(sql string) (v any, ok bool) {
+func (pc *PlanCache) KeyValues(sql string) (vs []any, ok bool) {
 	ps := pc.parsers.Get().(*parser.Parser)
 	defer func() {
 		if r := recover(); r != nil {
-			v, ok = nil, false // drop ps: its state is unknown after a panic
+			vs, ok = nil, false // drop ps: its state is unknown after a panic
 		}
 	}()
 	stmts, _, err := ps.Parse(sql, "", "")
 	if err == nil {
-		v, ok = pointKeyValue(stmts)
+		vs, ok = pointKeyValues(stmts)
 	}
 	pc.parsers.Put(ps)
-	return v, ok
+	return vs, ok
 }
 
 // autocommitValue returns 0 or 1 for a literal autocommit value (0, 1, ON, OFF, TRUE, FALSE, 'on'…), -1 otherwise.

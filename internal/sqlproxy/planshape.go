@@ -28,7 +28,13 @@ type KeyRef struct {
 	// Exactly one of Literal and Param is ≥ 0: the value is the Literal-th literal of the statement text, or the
 	// Param-th parameter of COM_STMT_EXECUTE.
 	Literal, Param int
+	// In is the length of a "column IN (…)" list (0 for "column = value"): its values are In literals from the
+	// Literal-th, or In parameters from the Param-th.
+	In int
 }
+
+// Values is how many key values the statement names.
+func (k *KeyRef) Values() int { return max(1, k.In) }
 
 // volatileFuncs answer differently without any table changing, so a statement calling one is never cached.
 var volatileFuncs = map[string]bool{
@@ -118,30 +124,35 @@ func (v *volatileFinder) Enter(n ast.Node) (ast.Node, bool) {
 
 func (v *volatileFinder) Leave(n ast.Node) (ast.Node, bool) { return n, v.why == "" }
 
-// pointKey returns the key of a single-table SELECT, UPDATE or DELETE whose WHERE is one equality, or nil.
+// pointKey returns the key of a single-table SELECT, UPDATE or DELETE whose WHERE is one equality, or one
+// IN list, on a column, or nil.
 func pointKey(stmts []ast.StmtNode) *KeyRef {
 	k, _ := pointKeyExpr(stmts)
 	return k
 }
 
-// pointKeyValue is the value of a point statement's key literal when it is an integer (int64 or uint64), as the
-// result cache keys entries by it (validity.ColumnKey); ok is false otherwise.
-func pointKeyValue(stmts []ast.StmtNode) (v any, ok bool) {
-	k, lit := pointKeyExpr(stmts)
-	if k == nil || lit == nil {
+// pointKeyValues are the values of a point statement's key literals when all are integers (int64 or uint64), as
+// the result cache keys entries by them (validity.ColumnKey); ok is false otherwise.
+func pointKeyValues(stmts []ast.StmtNode) (vs []any, ok bool) {
+	k, lits := pointKeyExpr(stmts)
+	if k == nil || len(lits) == 0 {
 		return nil, false
 	}
-	switch lit.Datum.Kind() {
-	case test_driver.KindInt64:
-		return lit.Datum.GetInt64(), true
-	case test_driver.KindUint64:
-		return lit.Datum.GetUint64(), true
+	for _, lit := range lits {
+		switch lit.Datum.Kind() {
+		case test_driver.KindInt64:
+			vs = append(vs, lit.Datum.GetInt64())
+		case test_driver.KindUint64:
+			vs = append(vs, lit.Datum.GetUint64())
+		default:
+			return nil, false
+		}
 	}
-	return nil, false
+	return vs, true
 }
 
-// pointKeyExpr is pointKey, with the key's literal when it is one.
-func pointKeyExpr(stmts []ast.StmtNode) (*KeyRef, *test_driver.ValueExpr) {
+// pointKeyExpr is pointKey, with the key's literals when they are literals.
+func pointKeyExpr(stmts []ast.StmtNode) (*KeyRef, []*test_driver.ValueExpr) {
 	if len(stmts) != 1 {
 		return nil, nil
 	}
@@ -167,6 +178,9 @@ func pointKeyExpr(stmts []ast.StmtNode) (*KeyRef, *test_driver.ValueExpr) {
 		return nil, nil
 	}
 	table := singleTable(refs)
+	if in, ok := where.(*ast.PatternInExpr); ok && table != "" {
+		return inKey(stmts[0], table, in)
+	}
 	eq, ok := where.(*ast.BinaryOperationExpr)
 	if table == "" || !ok || eq.Op != opcode.EQ {
 		return nil, nil
@@ -182,7 +196,9 @@ func pointKeyExpr(stmts []ast.StmtNode) (*KeyRef, *test_driver.ValueExpr) {
 	k := &KeyRef{Table: table, Column: c.Name.Name.L, Literal: -1, Param: -1}
 	switch v := val.(type) {
 	case *test_driver.ParamMarkerExpr:
-		k.Param = v.Order
+		if k.Param = paramIndex(stmts[0], v); k.Param < 0 {
+			return nil, nil
+		}
 		return k, nil
 	case *test_driver.ValueExpr:
 		lits := &literalCollector{}
@@ -191,10 +207,46 @@ func pointKeyExpr(stmts []ast.StmtNode) (*KeyRef, *test_driver.ValueExpr) {
 		if k.Literal < 0 {
 			return nil, nil
 		}
-		return k, v
+		return k, []*test_driver.ValueExpr{v}
 	default:
 		return nil, nil
 	}
+}
+
+// inKey is pointKeyExpr for "column IN (…)": every element a literal, or every element a parameter, in order.
+func inKey(stmt ast.StmtNode, table string, in *ast.PatternInExpr) (*KeyRef, []*test_driver.ValueExpr) {
+	c, ok := in.Expr.(*ast.ColumnNameExpr)
+	if !ok || in.Not || in.Sel != nil || len(in.List) == 0 {
+		return nil, nil
+	}
+	k := &KeyRef{Table: table, Column: c.Name.Name.L, Literal: -1, Param: -1, In: len(in.List)}
+	if first, ok := in.List[0].(*test_driver.ParamMarkerExpr); ok {
+		k.Param = paramIndex(stmt, first)
+		for i, e := range in.List {
+			if p, ok := e.(*test_driver.ParamMarkerExpr); !ok || k.Param < 0 || paramIndex(stmt, p) != k.Param+i {
+				return nil, nil
+			}
+		}
+		return k, nil
+	}
+	lits := &literalCollector{}
+	stmt.Accept(lits)
+	var vs []*test_driver.ValueExpr
+	for i, e := range in.List {
+		v, ok := e.(*test_driver.ValueExpr)
+		if !ok {
+			return nil, nil
+		}
+		at := lits.index(v)
+		if at < 0 || i > 0 && at != k.Literal+i {
+			return nil, nil
+		}
+		if i == 0 {
+			k.Literal = at
+		}
+		vs = append(vs, v)
+	}
+	return k, vs
 }
 
 // singleTable is the lower-case name of the one table refs reads ("schema.table" or "table"), or "".
@@ -215,6 +267,38 @@ func singleTable(refs *ast.TableRefsClause) string {
 	}
 	return tn.Name.L
 }
+
+// paramIndex is p's position among the statement's parameter markers in text order (the parser leaves Order at 0
+// until a prepare numbers them), or -1 when p is not among them.
+func paramIndex(stmt ast.StmtNode, p *test_driver.ParamMarkerExpr) int {
+	var pc paramCollector
+	stmt.Accept(&pc)
+	at, found := 0, false
+	for _, o := range pc.offsets {
+		switch {
+		case o < p.Offset:
+			at++
+		case o == p.Offset:
+			found = true
+		}
+	}
+	if !found {
+		return -1
+	}
+	return at
+}
+
+// paramCollector lists the text offsets of a statement's parameter markers.
+type paramCollector struct{ offsets []int }
+
+func (c *paramCollector) Enter(n ast.Node) (ast.Node, bool) {
+	if p, ok := n.(*test_driver.ParamMarkerExpr); ok {
+		c.offsets = append(c.offsets, p.Offset)
+	}
+	return n, false
+}
+
+func (c *paramCollector) Leave(n ast.Node) (ast.Node, bool) { return n, true }
 
 // literalCollector lists a statement's literals in visiting order, and checks that order is text order where
 // the parser recorded positions (it does for most literals), so an index means the Nth literal of the text.
