@@ -203,23 +203,24 @@ func lineDiff(want, got string) string {
 	return b.String()
 }
 
-// TestSQLDoorSysbench runs sysbench oltp_read_write through keyway for 10 s with 4 threads (tables prepared and
-// cleaned up directly on MariaDB) and requires zero errors and reconnects.
+// TestSQLDoorSysbench runs sysbench oltp_read_write through keyway for 10 s with 4 threads, then oltp_read_only
+// for 5 s (tables prepared and cleaned up directly on MariaDB), and requires zero errors and reconnects.
 func TestSQLDoorSysbench(t *testing.T) {
 	testenv.Need(t, "sysbench")
 	d := startSQLDoor(t)
 	common := []string{"--db-driver=mysql", "--mysql-host=127.0.0.1", "--mysql-user=app", "--mysql-password=secret",
 		"--mysql-db=test", "--tables=4", "--table-size=10000"}
-	sysbench := func(port int, args ...string) (string, error) {
+	sysbenchAs := func(workload string, port int, args ...string) (string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		argv := append(append([]string{"oltp_read_write", "--mysql-port=" + strconv.Itoa(port)}, common...), args...)
+		argv := append(append([]string{workload, "--mysql-port=" + strconv.Itoa(port)}, common...), args...)
 		out, err := exec.CommandContext(ctx, "sysbench", argv...).CombinedOutput()
 		if err != nil {
 			return string(out), fmt.Errorf("sysbench %s: %w", strings.Join(argv, " "), err)
 		}
 		return string(out), nil
 	}
+	sysbench := func(port int, args ...string) (string, error) { return sysbenchAs("oltp_read_write", port, args...) }
 	if out, err := sysbench(d.db.Port, "prepare"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
@@ -242,6 +243,14 @@ func TestSQLDoorSysbench(t *testing.T) {
 	if s.Transactions == 0 {
 		t.Fatalf("no transaction completed:\n%s", out)
 	}
+	// oltp_read_only: its point selects go through the result cache.
+	if out, err = sysbenchAs("oltp_read_only", d.port, "--threads=4", "--time=5", "--report-interval=0", "run"); err != nil {
+		t.Fatalf("oltp_read_only through keyway: %v\n%s\nkeyway:\n%s", err, out, d.kw.Output())
+	}
+	if s, err = bench.ParseSysbench([]byte(out)); err != nil || s.Errors != 0 || s.Reconnects != 0 || s.Transactions == 0 {
+		t.Fatalf("oltp_read_only: %+v %v:\n%s", s, err, out)
+	}
+	t.Logf("oltp_read_only through keyway: %d queries, %.0f qps", s.Queries, s.QPS)
 	if out, err := sysbench(d.db.Port, "cleanup"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
