@@ -59,7 +59,7 @@ type Cache struct {
 	shards [shards]shard
 
 	hits, misses, stores, dropped, evictions, joined, refreshes atomic.Int64
-	bypasses                                                [numBypassReasons]atomic.Int64
+	bypasses                                                    [numBypassReasons]atomic.Int64
 }
 
 type shard struct {
@@ -302,9 +302,9 @@ type Stats struct {
 	Refreshes int64 `json:"refreshes"` // ttl entries renewed softly: a miss while the old entry was still served
 	// Bypasses count the statements the cache would answer that went to the backend, by BypassReasons.
 	Bypasses map[string]int64 `json:"bypasses"`
-	Entries   int   `json:"entries"`
-	Bytes     int64 `json:"bytes"`
-	Fresh     bool  `json:"fresh"` // the binlog followers vouch: entries may be served
+	Entries  int              `json:"entries"`
+	Bytes    int64            `json:"bytes"`
+	Fresh    bool             `json:"fresh"` // the binlog followers vouch: entries may be served
 }
 
 // Stats returns a snapshot.

@@ -122,7 +122,7 @@ type disk struct {
 	}
 }
 
-// Pebble's memory, outside Go's heap: a fixed block cache and memtables (writes stop at four).
+// Pebble's memory, outside Go's heap: a fixed block cache and memtables (writes stop at two).
 const (
 	pebbleCache    = 8 << 20
 	pebbleMemTable = 8 << 20
@@ -140,7 +140,7 @@ func openDisk(s *Store, o Options) (*disk, error) {
 		// Small, fixed memory: the item data lives in the store already.
 		Cache:                       cache,
 		MemTableSize:                pebbleMemTable,
-		MemTableStopWritesThreshold: 4,
+		MemTableStopWritesThreshold: 2, // one filling, one flushing: DiskMemory bounds them
 	})
 	if err != nil && (errors.Is(err, syscall.EAGAIN) || strings.Contains(err.Error(), "lock held by current process")) {
 		// Pebble's LOCK file is held: by another process (fcntl's F_SETLK refuses with EAGAIN), or by a store
