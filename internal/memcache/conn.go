@@ -157,6 +157,13 @@ func (c *conn) serve() {
 		}
 		c.publish()
 		c.setWaitState()
+		// net.Conn.Read reads first and, when the next batch has not come
+		// yet, fails with EAGAIN, waits for the poller and reads again: a
+		// lone client's request costs about 1.8 read syscalls here, against
+		// memcached's one (it waits first). Waiting first through
+		// syscall.RawConn.Read would miss input: its poller reset forgets
+		// readiness that came before the wait. Only an event loop of our own
+		// could save that read.
 		n, err := c.nc.Read(c.rbuf[c.rend:])
 		c.rend += n
 		var began time.Time
