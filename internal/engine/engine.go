@@ -114,6 +114,48 @@ type Counters struct {
 	CacheBypasses atomic.Int64
 }
 
+// Tally is one connection's count of its gets and sets in plain fields, so a
+// request touches no cache line another core writes: the door passes it to
+// GetTallied and in StoreRequest.Tally and MetaGetRequest.Tally, and adds it
+// to the shared Counters with Publish once per batch of requests (see the
+// memcache door's conn.publish). Only its owner's goroutine touches it. The
+// other commands, and gets and sets with no Tally, count in Counters directly.
+type Tally struct {
+	CmdGet, GetHits, GetMisses, CmdSet int64
+}
+
+// Publish adds t to the engine's counters and zeroes it. It touches only
+// the counters t changes.
+func (e *Engine) Publish(t *Tally) {
+	if *t == (Tally{}) {
+		return
+	}
+	for _, f := range [...]struct {
+		n int64
+		c *atomic.Int64
+	}{{t.CmdGet, &e.counters.CmdGet}, {t.GetHits, &e.counters.GetHits}, {t.GetMisses, &e.counters.GetMisses}, {t.CmdSet, &e.counters.CmdSet}} {
+		if f.n != 0 {
+			f.c.Add(f.n)
+		}
+	}
+	*t = Tally{}
+}
+
+// countGet counts one get and its hit or miss, in t if there is one.
+func (e *Engine) countGet(t *Tally, hit bool) {
+	if t == nil {
+		e.counters.CmdGet.Add(1)
+		count(hit, &e.counters.GetHits, &e.counters.GetMisses)
+		return
+	}
+	t.CmdGet++
+	if hit {
+		t.GetHits++
+	} else {
+		t.GetMisses++
+	}
+}
+
 // New returns an engine over st.
 func New(st *store.Store, o Options) *Engine {
 	if o.MaxItemSize <= 0 {
@@ -161,21 +203,22 @@ func (e *Engine) Deadline(exptime int64) int64 {
 }
 
 // Get returns the live item for key.
-func (e *Engine) Get(key []byte) (store.Item, bool, error) {
+func (e *Engine) Get(key []byte) (store.Item, bool, error) { return e.GetTallied(nil, key) }
+
+// GetTallied is Get counted in t (nil: in the engine's counters).
+func (e *Engine) GetTallied(t *Tally, key []byte) (store.Item, bool, error) {
 	sp, k, err := e.space(key, classGet)
 	if err != nil {
-		e.counters.CmdGet.Add(1)
-		e.counters.GetMisses.Add(1)
+		e.countGet(t, false)
 		return store.Item{}, false, err
 	}
-	return e.getIn(sp, k)
+	return e.getIn(t, sp, k)
 }
 
-// getIn is Get in a resolved key space.
-func (e *Engine) getIn(sp keySpace, k []byte) (store.Item, bool, error) {
-	e.counters.CmdGet.Add(1)
+// getIn is Get in a resolved key space, counted in t (nil: the engine's counters).
+func (e *Engine) getIn(t *Tally, sp keySpace, k []byte) (store.Item, bool, error) {
 	it, ok, err := sp.get(e, k)
-	count(ok, &e.counters.GetHits, &e.counters.GetMisses)
+	e.countGet(t, ok)
 	return it, ok, err
 }
 
@@ -205,6 +248,9 @@ type StoreRequest struct {
 	StaleOK   bool   // ms I: in mode CAS, an id older than the item's stores the value as stale
 	Vivify    bool   // ms N: Append and Prepend on a miss store the value
 	VivifyTTL int64  // the exptime of an item Vivify creates
+	// Tally, when not nil, counts the command instead of the engine's
+	// counters (see Tally); the caller publishes it.
+	Tally *Tally
 }
 
 // metaOnly names the parts of r that act on the local cache's stampede
@@ -241,7 +287,11 @@ func (e *Engine) storeAs(class opClass, dropMode Mode, key, value []byte, r Stor
 	if e.refuseTooLarge(sp, k, dropMode, int64(len(value))) {
 		return TooLarge, store.Item{}, nil
 	}
-	e.counters.CmdSet.Add(1)
+	if r.Tally != nil {
+		r.Tally.CmdSet++
+	} else {
+		e.counters.CmdSet.Add(1)
+	}
 	if err != nil {
 		return Failed, store.Item{}, err
 	}

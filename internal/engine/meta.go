@@ -38,6 +38,10 @@ type MetaGetRequest struct {
 	RecacheTTL int64 // a memcached exptime
 
 	NewCAS uint64 // E: CAS id for an item this request creates; 0 assigns one
+
+	// Tally, when not nil, counts a get (no T) instead of the engine's
+	// counters (see Tally); the caller publishes it.
+	Tally *Tally
 }
 
 // MetaGetResult is the item an mg found or created, and what to tell the client.
@@ -109,8 +113,7 @@ func (localSpace) metaGet(e *Engine, key []byte, r MetaGetRequest, res MetaGetRe
 		count(res.Found, &e.counters.TouchHits, &e.counters.TouchMisses)
 	} else {
 		// As memcached, a vivified miss counts as a hit.
-		e.counters.CmdGet.Add(1)
-		count(res.Found, &e.counters.GetHits, &e.counters.GetMisses)
+		e.countGet(r.Tally, res.Found)
 	}
 	return res, err
 }

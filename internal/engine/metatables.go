@@ -25,7 +25,8 @@ func (e *Engine) tableMetaGet(t *Container, row []byte, r MetaGetRequest, res Me
 		sp, k := t.spaceFor(classSet, row)
 		res.Item, res.Found, err = sp.getAndTouch(e, k, r.TTL)
 	} else {
-		res.Item, res.Found, err = e.getIn(t.spaceFor(classGet, row))
+		sp, k := t.spaceFor(classGet, row)
+		res.Item, res.Found, err = e.getIn(r.Tally, sp, k)
 	}
 	// The exptime before a touch is not read back from the table, so an mg
 	// with t before T reports the new TTL, as after it.

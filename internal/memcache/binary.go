@@ -309,7 +309,7 @@ func (c *conn) binGet(h binHeader, quiet bool, extras, key []byte) {
 		c.container = t
 		value, found = []byte(t.PluginTableName()), true
 	} else {
-		it, ok, err := c.eng.Get(c.ekey(key))
+		it, ok, err := c.eng.GetTallied(&c.tally, c.ekey(key))
 		if err != nil {
 			c.binServerError(h, err)
 			return
@@ -367,7 +367,7 @@ func (c *conn) binGetRun(buf []byte) int {
 		it, ok := items[i], found[i]
 		if err != nil && !ok {
 			var kerr error
-			if it, ok, kerr = c.eng.Get(c.ekey(key)); kerr != nil {
+			if it, ok, kerr = c.eng.GetTallied(&c.tally, c.ekey(key)); kerr != nil {
 				c.binServerError(h, kerr)
 				continue
 			}
@@ -451,7 +451,7 @@ func (c *conn) binStore(h binHeader, quiet bool, extras, key, value []byte) {
 	c.srv.prefixes.set(key)
 	v := make([]byte, len(value)) // owned by the store from here on
 	copy(v, value)
-	status, it, err := c.eng.StoreValue(c.ekey(key), v, engine.StoreRequest{Mode: mode, Flags: flags, TTL: exptime, CAS: h.cas})
+	status, it, err := c.eng.StoreValue(c.ekey(key), v, engine.StoreRequest{Mode: mode, Flags: flags, TTL: exptime, CAS: h.cas, Tally: &c.tally})
 	c.binStoreReply(h, quiet, mode, status, it.CAS, err)
 }
 
@@ -464,7 +464,7 @@ func (c *conn) binConcat(h binHeader, quiet bool, key, value []byte) {
 	c.srv.prefixes.set(key)
 	v := make([]byte, len(value))
 	copy(v, value)
-	status, it, err := c.eng.StoreValue(c.ekey(key), v, engine.StoreRequest{Mode: mode, CAS: h.cas})
+	status, it, err := c.eng.StoreValue(c.ekey(key), v, engine.StoreRequest{Mode: mode, CAS: h.cas, Tally: &c.tally})
 	c.binStoreReply(h, quiet, mode, status, it.CAS, err)
 }
 
@@ -550,6 +550,7 @@ func (c *conn) binArith(h binHeader, quiet bool, extras, key []byte) {
 // it: "reset", "settings" and "detail" by prefix, the engine's groups
 // (items, slabs, sizes) exactly; "conns" and anything else is not found.
 func (c *conn) binStats(h binHeader, group []byte) {
+	c.publish()
 	w := statSink{c: c, binary: true, opaque: h.opaque}
 	switch g := string(group); {
 	case g == "":

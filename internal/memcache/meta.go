@@ -248,6 +248,7 @@ func (c *conn) metaGet(toks [][]byte) {
 		Vivify: f.vivify, VivifyTTL: f.vivifyTTL,
 		Recache: f.recache, RecacheTTL: f.recacheTTL,
 		NewCAS: f.newCAS,
+		Tally:  &c.tally,
 	})
 	if err != nil {
 		c.serverError(err)
@@ -389,6 +390,7 @@ func (c *conn) metaSet(toks [][]byte, rest []byte) int {
 		NewCAS:  f.newCAS,
 		StaleOK: f.inval,
 		Vivify:  f.vivify, VivifyTTL: f.vivifyTTL,
+		Tally: &c.tally,
 	}
 	if f.compare {
 		// As memcached's ms: C makes a set or replace a cas, and gives

@@ -6,8 +6,9 @@
 // replies, and writes them out once the buffered input is drained
 // (pipelining), or sooner: whenever the replies pass flushThreshold, between
 // requests and between the values of a multi-key get. A value of largeValue
-// bytes or more is never copied into the reply buffer; it is written from the
-// stored item (immutable) right after the replies before it. A request is
+// bytes or more is never copied into the reply buffer: the replies refer to
+// the stored item's bytes (immutable), and the batch goes out in one vectored
+// write (writev) with them in place. A request is
 // only parsed when it is complete: the parser returns "need more" and the loop
 // reads again, growing the buffer up to the request's size, which is bounded
 // by the line limit and the item size limit. A value over the limit is
@@ -15,8 +16,15 @@
 //
 // Invariants:
 //   - A connection's reply buffer holds at most flushThreshold plus one reply
-//     smaller than largeValue; whatever a request asks for, the rest waits in
+//     smaller than largeValue, and refers to at most maxReferenced bytes of
+//     large values plus one; whatever a request asks for, the rest waits in
 //     the client's socket, not in keyway.
+//   - A connection counts its gets and sets in its own engine.Tally and adds
+//     them to the engine's shared counters (publish) before each write and
+//     before each read, so no request touches a counter another core writes.
+//     stats on a connection publishes that connection's counts first; other
+//     connections' counts lag by at most the batch they are answering, and a
+//     request whose reply has been written is always counted.
 //   - Read buffers grown past their first initialReadBuffer bytes are charged
 //     to one server-wide budget (Options.MaxInflightBytes) before they are
 //     allocated, and the charge is returned when the buffer is released (after

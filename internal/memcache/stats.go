@@ -15,6 +15,7 @@ import (
 // in END. The groups are memcached 1.6.18's: settings, reset, detail,
 // conns, cachedump, and the engine's items, slabs and sizes (engineStats).
 func (c *conn) stats(toks [][]byte) {
+	c.publish()
 	w := statSink{c: c}
 	if len(toks) == 1 {
 		c.srv.generalStats(w)

@@ -12,6 +12,12 @@ import (
 func readStats(t *testing.T, c *testClient) ([]string, map[string]string, int) {
 	t.Helper()
 	c.send("stats\r\n")
+	return readStatsReply(t, c)
+}
+
+// readStatsReply reads a stats reply (see readStats).
+func readStatsReply(t *testing.T, c *testClient) ([]string, map[string]string, int) {
+	t.Helper()
 	c.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
 	var names []string
 	vals := map[string]string{}

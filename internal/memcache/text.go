@@ -296,7 +296,7 @@ func (c *conn) storage(mode engine.Mode, toks [][]byte, rest []byte) int {
 	}
 	value := make([]byte, vlen)
 	copy(value, rest[:vlen])
-	status, _, err := c.eng.StoreValue(c.ekey(key), value, engine.StoreRequest{Mode: mode, Flags: flags, TTL: exptime, CAS: casID})
+	status, _, err := c.eng.StoreValue(c.ekey(key), value, engine.StoreRequest{Mode: mode, Flags: flags, TTL: exptime, CAS: casID, Tally: &c.tally})
 	c.storeReply(quiet, status, err)
 	return total
 }
@@ -400,7 +400,7 @@ func (c *conn) retrieval(line []byte) {
 		if touch {
 			item, found, err = c.eng.GetAndTouch(c.ekey(key), exptime)
 		} else {
-			item, found, err = c.eng.Get(c.ekey(key))
+			item, found, err = c.eng.GetTallied(&c.tally, c.ekey(key))
 		}
 		if err != nil {
 			// memcached's reply to a failure mid-retrieval: the error ends the reply.
