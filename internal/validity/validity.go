@@ -287,8 +287,8 @@ func (t *Table) WatchKey(w KeyWatch) {
 
 // ColumnKey appends to dst the key an entry keyed by column = value is stamped under: the lower-case column, a
 // zero byte and the value as a canonical decimal (no sign, no leading zero). ok is false for a value it cannot
-// render so that every equal value renders alike: anything but a Go integer of any size, an integral float64, or
-// a string or []byte that is already canonical. YEAR (go-mysql's int) is refused on purpose: MySQL compares a
+// render so that every equal value renders alike: anything but a Go integer of any size, an integral float64
+// below 2^53, or a string or []byte that is already canonical. YEAR (go-mysql's int) is refused on purpose: MySQL compares a
 // YEAR column with 24 as 2024. The binlog follower and the SQL door both use it, so their keys meet.
 func ColumnKey(dst []byte, column string, value any) (_ []byte, ok bool) {
 	dst = append(append(dst, strings.ToLower(column)...), 0)
@@ -301,8 +301,8 @@ func ColumnKey(dst []byte, column string, value any) (_ []byte, ok bool) {
 		return strconv.AppendInt(dst, n, 10), true
 	case uint8, uint16, uint32, uint64:
 		return strconv.AppendUint(dst, reflectUint(v), 10), true
-	case float64:
-		if v < 0 || v != float64(uint64(v)) || v >= 1<<63 {
+	case float64: // a DOUBLE: exact only below 2^53, where every integer has its own double
+		if v < 0 || v >= 1<<53 || v != float64(uint64(v)) {
 			return dst, false
 		}
 		return strconv.AppendUint(dst, uint64(v), 10), true

@@ -185,7 +185,7 @@ func TestColumnKey(t *testing.T) {
 			t.Errorf("ColumnKey(%T %v) = %q %v, want id\\x007", v, v, k, ok)
 		}
 	}
-	for _, v := range []any{int32(-1), int64(-7), 7.5, float32(7), "07", " 7", "7 ", "7.0", "", "abc", 2024 /* go-mysql's YEAR */, nil, "123456789012345678901"} {
+	for _, v := range []any{int32(-1), int64(-7), 7.5, float64(1 << 53), float32(7), "07", " 7", "7 ", "7.0", "", "abc", 2024 /* go-mysql's YEAR */, nil, "123456789012345678901"} {
 		if k, ok := ColumnKey(nil, "id", v); ok {
 			t.Errorf("ColumnKey(%T %v) = %q, want refused", v, v, k)
 		}
