@@ -170,6 +170,11 @@ func paramValue(count, n int, params []byte) (any, bool) {
 		}
 		size := 0
 		switch types[2*i] {
+		case mysql.TypeNull: // no value bytes
+			if i == n {
+				return nil, false
+			}
+			continue
 		case mysql.TypeTiny:
 			size = 1
 		case mysql.TypeShort, mysql.TypeYear:
