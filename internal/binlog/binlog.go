@@ -698,8 +698,9 @@ func (f *Follower) probeInterval() time.Duration {
 	return min(max(f.o.MaxStaleness/10, 10*time.Millisecond), 250*time.Millisecond)
 }
 
-// recheckDelay is how long after a commit's invalidations they are applied again: two probe intervals, so a fifth
-// of max_staleness at most (see the package comment).
+// recheckDelay is how long after a commit's invalidations they are applied again: two probe intervals (the probe
+// loop applies them at its next tick after that, so within three, three tenths of max_staleness when that is
+// 100 ms to 2.5 s; see the package comment).
 func (f *Follower) recheckDelay() time.Duration { return 2 * f.probeInterval() }
 
 // applyRechecks applies again the invalidations that are due at now.
