@@ -146,7 +146,7 @@ func (ks keySource) values(plans *PlanCache, plan *Plan) ([]any, bool) {
 		}
 		return vs, true
 	case ks.text != nil && plan.Key.Literal >= 0:
-		return plans.KeyValues(string(ks.text))
+		return plans.KeyValues(string(ks.text), plan)
 	}
 	return nil, false
 }

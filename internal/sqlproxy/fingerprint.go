@@ -46,12 +46,33 @@ type fingerprinter struct {
 	lastAt  bool // the last token was "@"
 	list    int  // 0: not in an IN list; 1: just after "in ("; 2: after literals; 3: after "literal ,"
 	swallow int  // literals swallowed in the current IN list
+
+	// spans, when not nil, records where each literal is in the text (literalSpans); collapsed notes an IN list
+	// of several literals, which hashes alike whatever their number.
+	spans     *[][2]int
+	collapsed bool
 }
 
 // fingerprint returns sql's fingerprint under seed (see the file comment).
 func fingerprint(seed maphash.Seed, sql string) uint64 {
 	var f fingerprinter
-	f.h.SetSeed(seed)
+	return f.run(seed, sql)
+}
+
+// literalSpans returns where sql's literals are, in text order, as the fingerprint sees them, and whether an IN
+// list of several literals collapsed (then statements of one fingerprint may differ in their number of literals).
+// Two statements of one fingerprint without such a list have their literals at the same places of the same
+// token stream, so the Nth literal of one stands where the Nth of the other does (Plan.keyToken relies on it).
+func literalSpans(sql string) (spans [][2]int, collapsed bool) {
+	f := fingerprinter{spans: &spans}
+	f.run(maphash.Seed{}, sql)
+	return spans, f.collapsed
+}
+
+func (f *fingerprinter) run(seed maphash.Seed, sql string) uint64 {
+	if seed != (maphash.Seed{}) {
+		f.h.SetSeed(seed)
+	}
 	n := len(sql)
 	for i := 0; i < n; {
 		c := sql[i]
@@ -76,8 +97,9 @@ func fingerprint(seed maphash.Seed, sql string) uint64 {
 			}
 			i = end
 		case c == '\'' || c == '"':
+			start := i
 			i = skipQuoted(sql, i+1, c)
-			f.literal()
+			f.literal(start, i)
 		case c == '`':
 			j := skipQuoted(sql, i+1, c)
 			f.token(tokWord, 0)
@@ -87,8 +109,9 @@ func fingerprint(seed maphash.Seed, sql string) uint64 {
 			f.token(tokWord, fpPlaceholder)
 			i++
 		case c == '.' && i+1 < n && isDigit(sql[i+1]) && !(f.last == tokWord && !f.space):
+			start := i
 			i = skipNumberTail(sql, i)
-			f.literal()
+			f.literal(start, i)
 		case isWordByte(c):
 			j := i
 			for j < n && isWordByte(sql[j]) {
@@ -96,14 +119,15 @@ func fingerprint(seed maphash.Seed, sql string) uint64 {
 			}
 			word := sql[i:j]
 			if (j < n && sql[j] == '\'') && len(word) == 1 && (c|0x20 == 'x' || c|0x20 == 'b' || c|0x20 == 'n') {
+				start := i
 				i = skipQuoted(sql, j+1, '\'') // x'41', b'01', n'text'
-				f.literal()
+				f.literal(start, i)
 				continue
 			}
 			if isDigit(c) {
 				if k, ok := numberEnd(sql, i, j); ok {
+					f.literal(i, k)
 					i = k
-					f.literal()
 					continue
 				}
 			}
@@ -139,6 +163,7 @@ func (f *fingerprinter) token(k int, b byte) {
 			f.h.WriteByte(fpLiteral)
 		} else {
 			f.h.WriteByte(fpList)
+			f.collapsed = true
 		}
 		f.list, f.swallow = 0, 0
 	case f.list == 2 && b == ',':
@@ -180,8 +205,11 @@ func (f *fingerprinter) flushList() {
 	f.last = tokPunct
 }
 
-// literal writes one literal, or swallows it inside an IN list.
-func (f *fingerprinter) literal() {
+// literal writes one literal, sql[start:end], or swallows it inside an IN list.
+func (f *fingerprinter) literal(start, end int) {
+	if f.spans != nil {
+		*f.spans = append(*f.spans, [2]int{start, end})
+	}
 	if f.list == 1 || f.list == 3 {
 		f.list = 2
 		f.swallow++

@@ -1,10 +1,15 @@
 package sqlproxy
 
 import (
+	"cmp"
 	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/pingcap/tidb/pkg/parser"
 	"github.com/pingcap/tidb/pkg/parser/mysql"
 )
 
@@ -51,9 +56,62 @@ func TestKeyValues(t *testing.T) {
 		"SELECT v FROM t WHERE id = -4":                   nil,
 		"SELECT v FROM t WHERE id > 4":                    nil,
 	} {
-		got, ok := pc.KeyValues(sql)
+		got, ok := pc.KeyValues(sql, pc.Plan(sql))
 		if ok != (want != nil) || !slices.Equal(got, want) {
 			t.Errorf("KeyValues(%q) = %v %v, want %v", sql, got, ok, want)
+		}
+	}
+}
+
+// The fingerprint's literal (Plan.keyToken) and the parser agree on the key of every statement sharing a plan,
+// whatever the other literals around it: concatenated strings, NULL and TRUE (literals to the parser, words to the
+// fingerprint), literals in executable comments, IN lists that collapse, leading zeros, values past int64.
+func TestKeyTokenAgreesWithParser(t *testing.T) {
+	templates := []struct {
+		sql  string
+		fast bool // the plan reads the key without parsing
+		max  int  // literals are drawn below it (1000 when 0)
+	}{
+		{"SELECT v FROM t WHERE id = %d", true, 0},
+		{"SELECT 'a' 'b', %d FROM t WHERE id = %d LIMIT %d", true, 0},
+		{"SELECT NULL, TRUE, %d FROM t WHERE id = %d", true, 0},
+		{"SELECT /*+ keyway cache ttl=60 */ v, %d FROM t WHERE %d = id", true, 0},
+		{"SELECT /*! 7, */ v, %d FROM t WHERE id = %d", true, 0},
+		{"SELECT x'41', 0x10, .5, 1e3, %d FROM t WHERE id = %d", true, 0},
+		{"SELECT v, %d IN (1, 2, 3) FROM t WHERE id = %d", false, 0},
+		{"SELECT v FROM t WHERE id = 00%d", true, 0},
+		{"SELECT v FROM t WHERE id = 1000000000000000000%d", true, 10}, // past int64, within uint64
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, tc := range templates {
+		pc := NewPlanCache(16)
+		n := strings.Count(tc.sql, "%d")
+		fill := func() string {
+			args := make([]any, n)
+			for i := range args {
+				args[i] = rng.IntN(cmp.Or(tc.max, 1000))
+			}
+			return fmt.Sprintf(tc.sql, args...)
+		}
+		first := fill()
+		plan := pc.Plan(first)
+		if fast := plan.keyToken > 0; fast != tc.fast {
+			t.Errorf("%s: fast path %v, want %v", first, fast, tc.fast)
+		}
+		for range 200 {
+			sql := fill()
+			if p := pc.Plan(sql); p != plan {
+				t.Fatalf("%s and %s do not share a plan", first, sql)
+			}
+			got, ok := pc.KeyValues(sql, plan)
+			stmts, _, err := parser.New().Parse(sql, "", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, wantOK := pointKeyValues(stmts)
+			if ok != wantOK || !slices.Equal(got, want) {
+				t.Fatalf("%s: key %v %v, the parser says %v %v", sql, got, ok, want, wantOK)
+			}
 		}
 	}
 }

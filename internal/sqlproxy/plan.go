@@ -22,6 +22,8 @@ package sqlproxy
 
 import (
 	"hash/maphash"
+	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -136,6 +138,10 @@ type Plan struct {
 
 	// literalDependent marks plans whose flags depend on a literal the digest replaced by "?" (SET autocommit=?).
 	literalDependent bool
+	// keyToken, when > 0, is 1 + which literal of the fingerprint's (literalSpans) is the key of a "column =
+	// literal" point statement, checked against the parser on the statement the plan was built from: KeyValues
+	// reads it from a statement's text without parsing it again. 0: parse again.
+	keyToken int
 	// resolved is Tables resolved in the last default database asked for (see TableIDs).
 	resolved atomic.Pointer[resolvedTables]
 }
@@ -293,6 +299,7 @@ func (pc *PlanCache) build(sql, normalized, digest string, fp uint64) (p *Plan) 
 	}
 	p.Tables = tc.Tables()
 	shape(stmts, p)
+	p.keyToken = keyToken(sql, stmts) + 1
 	// Only now: the parser recycles its AST nodes on the next Parse, so the walk above must finish first.
 	pc.parsers.Put(ps)
 	return p
@@ -436,7 +443,12 @@ func (pc *PlanCache) KillID(sql string) (id uint64, ok bool) {
 // is an integer literal. The result cache
 // asks on a miss, to key the entry by that row (cache.go), so a parse per fill is cheap beside the backend's
 // round trip.
-func (pc *PlanCache) KeyValues(sql string) (vs []any, ok bool) {
+func (pc *PlanCache) KeyValues(sql string, plan *Plan) (vs []any, ok bool) {
+	if plan.keyToken > 0 {
+		if v, ok := literalKey(sql, plan.keyToken-1); ok {
+			return []any{v}, true
+		}
+	}
 	ps := pc.parsers.Get().(*parser.Parser)
 	defer func() {
 		if r := recover(); r != nil {
@@ -449,6 +461,58 @@ func (pc *PlanCache) KeyValues(sql string) (vs []any, ok bool) {
 	}
 	pc.parsers.Put(ps)
 	return vs, ok
+}
+
+// keyToken finds which of sql's fingerprint literals (literalSpans) is the key literal of stmts, sql's parse, or
+// -1: none, an IN list of several literals (statements of one fingerprint may then number their literals
+// differently), a literal the parser records no position for, or one the fingerprint reads otherwise than the
+// parser.
+func keyToken(sql string, stmts []ast.StmtNode) int {
+	k, lits := pointKeyExpr(stmts)
+	if k == nil || k.In != 0 || len(lits) != 1 {
+		return -1
+	}
+	want, ok := pointKeyValues(stmts)
+	at := lits[0].OriginTextPosition()
+	spans, collapsed := literalSpans(sql)
+	if !ok || at <= 0 || collapsed {
+		return -1
+	}
+	for j, sp := range spans {
+		if sp[0] == at {
+			if v, ok := literalKey(sql, j); ok && v == want[0] {
+				return j
+			}
+			return -1
+		}
+	}
+	return -1
+}
+
+// literalKey reads literal j of sql (literalSpans) as the parser reads an unsigned decimal integer: int64, or
+// uint64 past its range. ok is false for anything else, or when an IN list collapsed.
+func literalKey(sql string, j int) (any, bool) {
+	spans, collapsed := literalSpans(sql)
+	if collapsed || j >= len(spans) {
+		return nil, false
+	}
+	tok := sql[spans[j][0]:spans[j][1]]
+	if len(tok) == 0 || len(tok) > 20 {
+		return nil, false
+	}
+	for i := 0; i < len(tok); i++ {
+		if tok[i] < '0' || tok[i] > '9' {
+			return nil, false
+		}
+	}
+	u, err := strconv.ParseUint(tok, 10, 64)
+	if err != nil {
+		return nil, false
+	}
+	if u <= math.MaxInt64 {
+		return int64(u), true
+	}
+	return u, true
 }
 
 // autocommitValue returns 0 or 1 for a literal autocommit value (0, 1, ON, OFF, TRUE, FALSE, 'on'…), -1 otherwise.
