@@ -133,6 +133,34 @@ func binlogStatus(t *testing.T, admin string) followerStatus {
 	return st.Binlog[0]
 }
 
+// commit is a direct write ("direct-<seq>") and when it committed.
+type commit struct {
+	seq int
+	at  time.Time
+}
+
+// mustSee is the newest of commits (in commit order) made max_staleness before began: a read that began then
+// returns it or a later value. 0: none is that old.
+func mustSee(commits []commit, began time.Time) int {
+	must := 0
+	for _, c := range commits {
+		if c.at.Add(maxStaleness).Before(began) {
+			must = c.seq
+		}
+	}
+	return must
+}
+
+// directSeq is the seq of a "direct-<seq>" value, 0 for any other.
+func directSeq(v string) int {
+	s, ok := strings.CutPrefix(v, "direct-")
+	if !ok {
+		return 0
+	}
+	n, _ := strconv.Atoi(s)
+	return n
+}
+
 // TestConsistencyUnderLoad is the core promise under concurrency: writers go
 // directly to MariaDB and through the memcache door, readers read through the
 // memcache door. Each value is "writer-seq"; a value read must have been
@@ -142,10 +170,6 @@ func binlogStatus(t *testing.T, admin string) followerStatus {
 func TestConsistencyUnderLoad(t *testing.T) {
 	kw, db := startContainers(t, "caching")
 	const keys = 4
-	type commit struct {
-		seq int
-		at  time.Time
-	}
 	var mu sync.Mutex
 	direct := map[string][]commit{} // per key, the direct writes in commit order
 	written := map[string]bool{}    // every value ever written, either way
@@ -230,19 +254,9 @@ func TestConsistencyUnderLoad(t *testing.T) {
 					fail("phantom value %q for %s", v, key)
 				}
 				// The newest direct write committed max_staleness before this read began must be seen, or a later one.
-				var must int
-				for _, c := range direct[key] {
-					if c.at.Add(maxStaleness).Before(began) {
-						must = c.seq
-					}
-				}
-				if must > 0 {
+				if must := mustSee(direct[key], began); must > 0 {
 					checked++
-					got := 0
-					if s, ok := strings.CutPrefix(v, "direct-"); ok {
-						got, _ = strconv.Atoi(s)
-					}
-					if got < must {
+					if directSeq(v) < must {
 						fail("stale read of %s: %q, but direct-%d committed over max_staleness before the read", key, v, must)
 					}
 				}

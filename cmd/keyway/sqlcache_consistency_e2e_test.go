@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,10 +22,6 @@ func TestSQLCacheConsistencyUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	type commit struct {
-		seq int
-		at  time.Time
-	}
 	commits := map[int][]commit{} // per key, the direct writes in commit order
 	written := map[string]bool{"init": true, "own-0": true}
 	for k := range keys {
@@ -131,19 +126,9 @@ func TestSQLCacheConsistencyUnderLoad(t *testing.T) {
 				if !written[v] {
 					fail("phantom value %q for %d", v, k)
 				}
-				var must int
-				for _, c := range commits[k] {
-					if c.at.Add(maxStaleness).Before(began) {
-						must = c.seq
-					}
-				}
-				if must > 0 {
+				if must := mustSee(commits[k], began); must > 0 {
 					checked++
-					got := 0
-					if s, ok := strings.CutPrefix(v, "direct-"); ok {
-						got, _ = strconv.Atoi(s)
-					}
-					if got < must {
+					if directSeq(v) < must {
 						fail("stale read of %d: %q, but direct-%d committed over max_staleness before the read", k, v, must)
 					}
 				}
