@@ -268,17 +268,18 @@ func (e *Engine) tableGet(t *Container, row []byte) (store.Item, bool, error) {
 // rows happened since the stamp (then it may be stale). The check runs under
 // the store's shard lock, so an invalidation cannot slip between check and
 // store. Cached rows are ephemeral: never written to disk (rows loaded from
-// disk would not be trusted anyway).
-func (e *Engine) cacheRow(t *Container, sk []byte, item store.Item, stamp uint64) {
+// disk would not be trusted anyway). It reports whether the copy was stored.
+func (e *Engine) cacheRow(t *Container, sk []byte, item store.Item, stamp uint64) (stored bool) {
 	item.Tag = stamp
 	item.Ephemeral = true // the table is the truth: a copy needs no disk
 	e.boundCopy(t, &item)
-	e.st.Update(sk, func(*store.Item) (store.Action, store.Item) {
-		if !t.v.KeyValid(validityKey(t, sk), stamp) {
+	_, err := e.st.Update(sk, func(*store.Item) (store.Action, store.Item) {
+		if stored = t.v.KeyValid(validityKey(t, sk), stamp); !stored {
 			return store.Keep, store.Item{}
 		}
 		return store.Replace, item
 	})
+	return stored && err == nil
 }
 
 // readOnce reads row, sharing one query among concurrent callers (single-flight;

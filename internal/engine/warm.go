@@ -68,12 +68,7 @@ func (e *Engine) RestoreCopy(c SavedCopy, stamp uint64) bool {
 		// checked against the queue: a restored copy could hide one.
 		return false
 	}
-	sk := []byte(c.Key)
-	if !t.v.KeyValid(validityKey(t, sk), stamp) {
-		return false
-	}
 	item := c.Item
 	item.LastAccess, item.Fetched, item.Stale, item.WinSent = 0, false, false, false
-	e.cacheRow(t, sk, item, stamp)
-	return true
+	return e.cacheRow(t, []byte(c.Key), item, stamp)
 }

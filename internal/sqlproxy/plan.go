@@ -480,7 +480,7 @@ func keyToken(sql string, stmts []ast.StmtNode) int {
 	}
 	for j, sp := range spans {
 		if sp[0] == at {
-			if v, ok := literalKey(sql, j); ok && v == want[0] {
+			if v, ok := decimalKey(sql[sp[0]:sp[1]]); ok && v == want[0] {
 				return j
 			}
 			return -1
@@ -489,14 +489,19 @@ func keyToken(sql string, stmts []ast.StmtNode) int {
 	return -1
 }
 
-// literalKey reads literal j of sql (literalSpans) as the parser reads an unsigned decimal integer: int64, or
-// uint64 past its range. ok is false for anything else, or when an IN list collapsed.
+// literalKey reads literal j of sql (literalSpans) as a key (decimalKey); ok is false when it is not one, or when
+// an IN list collapsed.
 func literalKey(sql string, j int) (any, bool) {
 	spans, collapsed := literalSpans(sql)
 	if collapsed || j >= len(spans) {
 		return nil, false
 	}
-	tok := sql[spans[j][0]:spans[j][1]]
+	return decimalKey(sql[spans[j][0]:spans[j][1]])
+}
+
+// decimalKey reads tok as the parser reads an unsigned decimal integer literal: int64, or uint64 past its range.
+// ok is false for anything else (signs, points, exponents, hex, quotes, more than uint64 holds).
+func decimalKey(tok string) (any, bool) {
 	if len(tok) == 0 || len(tok) > 20 {
 		return nil, false
 	}

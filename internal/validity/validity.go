@@ -293,14 +293,22 @@ func (t *Table) WatchKey(w KeyWatch) {
 func ColumnKey(dst []byte, column string, value any) (_ []byte, ok bool) {
 	dst = append(append(dst, strings.ToLower(column)...), 0)
 	switch v := value.(type) {
-	case int8, int16, int32, int64:
-		n := reflectInt(v)
-		if n < 0 {
-			return dst, false // an unsigned column's large value arrives negative without row metadata
-		}
-		return strconv.AppendInt(dst, n, 10), true
-	case uint8, uint16, uint32, uint64:
-		return strconv.AppendUint(dst, reflectUint(v), 10), true
+	case int8:
+		return appendNonNegative(dst, int64(v))
+	case int16:
+		return appendNonNegative(dst, int64(v))
+	case int32:
+		return appendNonNegative(dst, int64(v))
+	case int64:
+		return appendNonNegative(dst, v)
+	case uint8:
+		return strconv.AppendUint(dst, uint64(v), 10), true
+	case uint16:
+		return strconv.AppendUint(dst, uint64(v), 10), true
+	case uint32:
+		return strconv.AppendUint(dst, uint64(v), 10), true
+	case uint64:
+		return strconv.AppendUint(dst, v, 10), true
 	case float64: // a DOUBLE: exact only below 2^53, where every integer has its own double
 		if v < 0 || v >= 1<<53 || v != float64(uint64(v)) {
 			return dst, false
@@ -314,6 +322,15 @@ func ColumnKey(dst []byte, column string, value any) (_ []byte, ok bool) {
 	return dst, false
 }
 
+// appendNonNegative renders n, refusing a negative one: an unsigned column's large value arrives negative
+// without row metadata.
+func appendNonNegative(dst []byte, n int64) ([]byte, bool) {
+	if n < 0 {
+		return dst, false
+	}
+	return strconv.AppendInt(dst, n, 10), true
+}
+
 func appendCanonical(dst []byte, s string) ([]byte, bool) {
 	if s == "" || len(s) > 20 || (s[0] == '0' && len(s) > 1) {
 		return dst, false
@@ -324,32 +341,6 @@ func appendCanonical(dst []byte, s string) ([]byte, bool) {
 		}
 	}
 	return append(dst, s...), true
-}
-
-func reflectInt(v any) int64 {
-	switch x := v.(type) {
-	case int8:
-		return int64(x)
-	case int16:
-		return int64(x)
-	case int32:
-		return int64(x)
-	default:
-		return v.(int64)
-	}
-}
-
-func reflectUint(v any) uint64 {
-	switch x := v.(type) {
-	case uint8:
-		return uint64(x)
-	case uint16:
-		return uint64(x)
-	case uint32:
-		return uint64(x)
-	default:
-		return v.(uint64)
-	}
 }
 
 // Watches are the table's watched key columns.
