@@ -133,32 +133,92 @@ func binlogStatus(t *testing.T, admin string) followerStatus {
 	return st.Binlog[0]
 }
 
+// ledger is what a consistency test's writers wrote and when its direct writes committed, and what its readers
+// found wrong: a value read must have been written by someone (no phantoms), and a read that began max_staleness
+// after a direct commit ("direct-<seq>") of its key returns that value or a later one. Safe for concurrent use.
+type ledger[K comparable] struct {
+	mu             sync.Mutex
+	written        map[string]bool
+	direct         map[K][]commit // per key, the direct writes in commit order
+	reads, checked int
+	errs           chan string
+}
+
 // commit is a direct write ("direct-<seq>") and when it committed.
 type commit struct {
 	seq int
 	at  time.Time
 }
 
-// mustSee is the newest of commits (in commit order) made max_staleness before began: a read that began then
-// returns it or a later value. 0: none is that old.
-func mustSee(commits []commit, began time.Time) int {
-	must := 0
-	for _, c := range commits {
+func newLedger[K comparable](initial ...string) *ledger[K] {
+	l := &ledger[K]{written: map[string]bool{}, direct: map[K][]commit{}, errs: make(chan string, 100)}
+	for _, v := range initial {
+		l.written[v] = true
+	}
+	return l
+}
+
+// fail records a failure (the first hundred are reported).
+func (l *ledger[K]) fail(format string, args ...any) {
+	select {
+	case l.errs <- fmt.Sprintf(format, args...):
+	default:
+	}
+}
+
+// wrote records a value about to be written, by anyone.
+func (l *ledger[K]) wrote(v string) {
+	l.mu.Lock()
+	l.written[v] = true
+	l.mu.Unlock()
+}
+
+// committed records that the direct write "direct-<seq>" of key has committed.
+func (l *ledger[K]) committed(key K, seq int) {
+	l.mu.Lock()
+	l.direct[key] = append(l.direct[key], commit{seq, time.Now()})
+	l.mu.Unlock()
+}
+
+// read checks v, read for key by a read that began at began.
+func (l *ledger[K]) read(key K, v string, began time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reads++
+	if !l.written[v] {
+		l.fail("phantom value %q for %v", v, key)
+	}
+	must := 0 // the newest direct write committed max_staleness before the read began
+	for _, c := range l.direct[key] {
 		if c.at.Add(maxStaleness).Before(began) {
 			must = c.seq
 		}
 	}
-	return must
+	if must == 0 {
+		return
+	}
+	l.checked++
+	got := 0
+	if s, ok := strings.CutPrefix(v, "direct-"); ok {
+		got, _ = strconv.Atoi(s)
+	}
+	if got < must {
+		l.fail("stale read of %v: %q, but direct-%d committed over max_staleness before the read", key, v, must)
+	}
 }
 
-// directSeq is the seq of a "direct-<seq>" value, 0 for any other.
-func directSeq(v string) int {
-	s, ok := strings.CutPrefix(v, "direct-")
-	if !ok {
-		return 0
+// report fails t with what went wrong, or when no read was old enough to check, once every writer and reader
+// has stopped.
+func (l *ledger[K]) report(t *testing.T) {
+	t.Helper()
+	close(l.errs)
+	for e := range l.errs {
+		t.Error(e)
 	}
-	n, _ := strconv.Atoi(s)
-	return n
+	if l.checked == 0 {
+		t.Fatalf("no read was old enough to check (%d reads)", l.reads)
+	}
+	t.Logf("%d reads, %d checked against a direct write older than max_staleness", l.reads, l.checked)
 }
 
 // TestConsistencyUnderLoad is the core promise under concurrency: writers go
@@ -170,26 +230,14 @@ func directSeq(v string) int {
 func TestConsistencyUnderLoad(t *testing.T) {
 	kw, db := startContainers(t, "caching")
 	const keys = 4
-	var mu sync.Mutex
-	direct := map[string][]commit{} // per key, the direct writes in commit order
-	written := map[string]bool{}    // every value ever written, either way
+	l := newLedger[string]("init-0")
 	for k := range keys {
-		key := "c" + strconv.Itoa(k)
-		v := "init-0"
-		if _, err := db.Exec("INSERT INTO test.demo_test (c1, c2) VALUES (?, ?)", key, v); err != nil {
+		if _, err := db.Exec("INSERT INTO test.demo_test (c1, c2) VALUES (?, 'init-0')", "c"+strconv.Itoa(k)); err != nil {
 			t.Fatal(err)
 		}
-		written[v] = true
 	}
 	stop := time.Now().Add(6 * time.Second)
 	var wg sync.WaitGroup
-	errs := make(chan string, 100)
-	fail := func(format string, args ...any) {
-		select {
-		case errs <- fmt.Sprintf(format, args...):
-		default:
-		}
-	}
 	// A direct writer.
 	wg.Add(1)
 	go func() {
@@ -197,16 +245,12 @@ func TestConsistencyUnderLoad(t *testing.T) {
 		for seq := 1; time.Now().Before(stop); seq++ {
 			key := "c" + strconv.Itoa(seq%keys)
 			v := "direct-" + strconv.Itoa(seq)
-			mu.Lock()
-			written[v] = true
-			mu.Unlock()
+			l.wrote(v)
 			if _, err := db.Exec("UPDATE test.demo_test SET c2 = ? WHERE c1 = ?", v, key); err != nil {
-				fail("direct write: %v", err)
+				l.fail("direct write: %v", err)
 				return
 			}
-			mu.Lock()
-			direct[key] = append(direct[key], commit{seq, time.Now()})
-			mu.Unlock()
+			l.committed(key, seq)
 			time.Sleep(3 * time.Millisecond)
 		}
 	}()
@@ -218,21 +262,18 @@ func TestConsistencyUnderLoad(t *testing.T) {
 		mc.Timeout = 10 * time.Second
 		for seq := 1; time.Now().Before(stop); seq++ {
 			v := "kw-" + strconv.Itoa(seq)
-			mu.Lock()
-			written[v] = true
-			mu.Unlock()
+			l.wrote(v)
 			if err := mc.Set(&memcache.Item{Key: "@@aaa.own", Value: []byte(v)}); err != nil {
-				fail("set through keyway: %v", err)
+				l.fail("set through keyway: %v", err)
 				return
 			}
 			if it, err := mc.Get("@@aaa.own"); err != nil || string(it.Value) != v {
-				fail("read-your-writes: wrote %q, read %v %v", v, it, err)
+				l.fail("read-your-writes: wrote %q, read %v %v", v, it, err)
 				return
 			}
 		}
 	}()
 	// Readers through keyway.
-	var reads, checked int
 	for range 3 {
 		wg.Add(1)
 		go func() {
@@ -244,35 +285,15 @@ func TestConsistencyUnderLoad(t *testing.T) {
 				began := time.Now()
 				it, err := mc.Get("@@aaa." + key)
 				if err != nil {
-					fail("read %s: %v", key, err)
+					l.fail("read %s: %v", key, err)
 					return
 				}
-				v := string(it.Value)
-				mu.Lock()
-				reads++
-				if !written[v] {
-					fail("phantom value %q for %s", v, key)
-				}
-				// The newest direct write committed max_staleness before this read began must be seen, or a later one.
-				if must := mustSee(direct[key], began); must > 0 {
-					checked++
-					if directSeq(v) < must {
-						fail("stale read of %s: %q, but direct-%d committed over max_staleness before the read", key, v, must)
-					}
-				}
-				mu.Unlock()
+				l.read(key, string(it.Value), began)
 			}
 		}()
 	}
 	wg.Wait()
-	close(errs)
-	for e := range errs {
-		t.Error(e)
-	}
-	if checked == 0 {
-		t.Fatalf("no read was old enough to check (%d reads)", reads)
-	}
-	t.Logf("%d reads, %d checked against a direct write older than max_staleness", reads, checked)
+	l.report(t)
 }
 
 // TestTwoKeywaysStayCoherent: two keyways in front of one MariaDB, each with a caching container on the same
