@@ -245,9 +245,24 @@ type Follower struct {
 	resumed *Checkpoint // Options.Resume when the follower started from it; set before Start returns
 }
 
+// pendingKey is a change of a row under one watched key, applied at commit (see apply).
 type pendingKey struct {
 	t   *validity.Table
 	key []byte
+	// holds and img, for an after image of a watch that compares copies (KeyWatch.Holds): the copy is kept while
+	// holds says it equals img.
+	holds func([]byte, validity.RowImage, bool) bool
+	img   validity.RowImage
+}
+
+// apply invalidates the copies of p's key, unless the watch's copy holds the row as the change left it. first says
+// whether this is the commit's first application (see the package comment).
+func (p pendingKey) apply(first bool) {
+	if p.holds != nil && p.holds(p.key, p.img, first) {
+		p.t.Touched()
+		return
+	}
+	p.t.Changed(p.key)
 }
 
 // recheck is one commit's invalidations, to apply again at due (see the package comment).
@@ -519,7 +534,7 @@ func (f *Follower) handle(ev *replication.BinlogEvent) {
 	case *replication.XIDEvent:
 		f.commit()
 	case *replication.RowsEvent:
-		f.rows(e)
+		f.rows(ev.Header.EventType, e)
 		if !f.inTx {
 			f.commit()
 		}
@@ -533,7 +548,7 @@ func (f *Follower) handle(ev *replication.BinlogEvent) {
 }
 
 // rows records the keys a rows event changes, to invalidate at commit.
-func (f *Follower) rows(e *replication.RowsEvent) {
+func (f *Follower) rows(typ replication.EventType, e *replication.RowsEvent) {
 	if e.Table == nil {
 		return
 	}
@@ -548,29 +563,63 @@ func (f *Follower) rows(e *replication.RowsEvent) {
 		return
 	}
 	cols := f.columnsOf(id, e.Table)
+	images := imagesOf(typ)
 	for _, w := range watches {
 		i, ok := cols[strings.ToLower(w.Column)]
 		if !ok {
 			f.pendWhole = append(f.pendWhole, t)
 			continue
 		}
-		for _, row := range e.Rows {
+		for r, row := range e.Rows {
 			if i >= len(row) || row[i] == nil {
 				f.pendWhole = append(f.pendWhole, t) // the key is not in the image
 				continue
 			}
+			var key []byte
 			if !w.Numeric {
-				f.pendKeys = append(f.pendKeys, pendingKey{t, w.Norm(nil, valueBytes(row[i]))})
+				key = w.Norm(nil, valueBytes(row[i]))
 			} else if k, ok := validity.ColumnKey(nil, w.Column, row[i]); ok {
-				f.pendKeys = append(f.pendKeys, pendingKey{t, k})
+				key = k
 			} else {
 				f.pendWhole = append(f.pendWhole, t) // a value keys cannot be vouched for
+				continue
 			}
+			p := pendingKey{t: t, key: key}
+			if w.Holds != nil && images != noImages {
+				if images == updateImages && r%2 == 0 {
+					// A before image whose key the after image keeps is judged by the after image alone.
+					if next := e.Rows[r+1]; i < len(next) && next[i] != nil && string(w.Norm(nil, valueBytes(next[i]))) == string(key) {
+						continue
+					}
+				} else {
+					p.holds, p.img = w.Holds, validity.RowImage{Columns: cols, Values: row}
+				}
+			}
+			f.pendKeys = append(f.pendKeys, p)
 		}
 	}
 }
 
-// valueBytes is a row value as the table's key compares: strings and bytes as they are, numbers in decimal.
+// rowImages says what a rows event's rows are: after images (writes), before and after pairs (updates), or
+// images a cache cannot be compared with (deletes, and event types the follower does not model).
+type rowImages int
+
+const (
+	noImages rowImages = iota
+	afterImages
+	updateImages
+)
+
+func imagesOf(typ replication.EventType) rowImages {
+	switch typ {
+	case replication.WRITE_ROWS_EVENTv1, replication.WRITE_ROWS_EVENTv2, replication.MARIADB_WRITE_ROWS_COMPRESSED_EVENT_V1:
+		return afterImages
+	case replication.UPDATE_ROWS_EVENTv1, replication.UPDATE_ROWS_EVENTv2, replication.MARIADB_UPDATE_ROWS_COMPRESSED_EVENT_V1:
+		return updateImages
+	}
+	return noImages
+}
+
 func valueBytes(v any) []byte {
 	switch x := v.(type) {
 	case string:
@@ -667,7 +716,7 @@ func (f *Follower) ddl(schema, query string) {
 // commit applies the open transaction's invalidations and moves the checkpoint past it.
 func (f *Follower) commit() {
 	for _, p := range f.pendKeys {
-		p.t.Changed(p.key) // every watched key of the row is reported (see rows)
+		p.apply(true) // every watched key of the row is reported (see rows)
 	}
 	for _, t := range f.pendWhole {
 		t.Invalidate()
@@ -715,7 +764,7 @@ func (f *Follower) applyRechecks(now time.Time) {
 	f.recheckMu.Unlock()
 	for _, r := range due {
 		for _, p := range r.keys {
-			p.t.Changed(p.key)
+			p.apply(false)
 		}
 		for _, t := range r.whole {
 			t.Invalidate()

@@ -65,8 +65,9 @@ type Container struct {
 	// v is the table's validity state, shared with the SQL door and the binlog follower (see package
 	// validity): a cached row keeps its stamp in the store item's Tag and is served only while v says it is valid.
 	v      *validity.Table
-	fillMu sync.Mutex
-	fills  map[string]*fill
+	fillMu  sync.Mutex
+	fills   map[string]*fill
+	writing ownWrites // writes in flight to the table (see holdsRow)
 	space  tableSpace // the table as a key space (keyspace.go)
 }
 
@@ -93,8 +94,10 @@ func (e *Engine) NewContainer(o ContainerOptions) *Container {
 	t := &Container{Name: def.Name, Source: id.String(), C: o.Container, Policies: o.Policies, CopyTTL: o.CopyTTL,
 		v: e.validity.Table(id)}
 	t.space = tableSpace{t}
-	// The binlog follower turns a change of the key column into this key.
-	t.v.WatchKey(validity.KeyWatch{Column: def.KeyColumn, Norm: o.Container.AppendNormKey})
+	// The binlog follower turns a change of the key column into this key, and keeps a copy that equals the row
+	// the change left (the echo of a write this container cached as it wrote it).
+	t.v.WatchKey(validity.KeyWatch{Column: def.KeyColumn, Norm: o.Container.AppendNormKey,
+		Holds: func(vk []byte, img validity.RowImage, first bool) bool { return e.holdsRow(t, vk, img, first) }})
 	if o.WriteBehind != nil {
 		wo := *o.WriteBehind
 		wo.OnDrop = func(row []byte) { e.DroppedWrite(t, row) }
@@ -273,13 +276,91 @@ func (e *Engine) cacheRow(t *Container, sk []byte, item store.Item, stamp uint64
 	item.Tag = stamp
 	item.Ephemeral = true // the table is the truth: a copy needs no disk
 	e.boundCopy(t, &item)
-	_, err := e.st.Update(sk, func(*store.Item) (store.Action, store.Item) {
-		if stored = t.v.KeyValid(validityKey(t, sk), stamp); !stored {
+	vk := validityKey(t, sk)
+	_, err := e.st.Update(sk, func(cur *store.Item) (store.Action, store.Item) {
+		if stored = t.v.KeyValid(vk, stamp); !stored {
+			return store.Keep, store.Item{}
+		}
+		// A valid copy stamped later came from a later read or write: never put an earlier read over it (a copy
+		// kept because it equals the binlog's image of a change relies on that; see holdsRow).
+		if cur != nil && cur.Tag > stamp && t.v.KeyValid(vk, cur.Tag) {
+			stored = false
 			return store.Keep, store.Item{}
 		}
 		return store.Replace, item
 	})
 	return stored && err == nil
+}
+
+// holdsRow reports whether the local copy of the row keyed vk (validityKey's form) is valid and is what a read of
+// the row imaged by img returns: value, flags, CAS and expiry (see validity.KeyWatch.Holds). A copy whose life
+// CopyTTL bounds carries an expiry the row does not have, so it never holds.
+//
+// The binlog can echo a write of this container before the writer has learned that it committed, let alone
+// stored its copy. So on the change's first application a write in flight that leaves exactly this row holds too:
+// its writer stores the row when it returns, and the copy before it stays valid until then (the write is not
+// acknowledged yet, so no reader can expect it). The second application (a moment later) asks the copy alone.
+func (e *Engine) holdsRow(t *Container, vk []byte, img validity.RowImage, first bool) bool {
+	if t.CopyTTL > 0 || t.Policies.Get != container.Caching {
+		return false
+	}
+	row, ok := t.C.FromImage(img.Value)
+	if !ok {
+		return false
+	}
+	if cur, ok := e.st.Peek(prefixed(t, vk)); ok && t.v.KeyValid(vk, cur.Tag) && sameRow(cur, row, true) {
+		return true
+	}
+	return first && t.writing.leaves(vk, row)
+}
+
+// sameRow reports whether a copy is the row a read returns; withCAS says whether to compare CAS too.
+func sameRow(copy store.Item, row container.Item, withCAS bool) bool {
+	return bytes.Equal(copy.Value, row.Value) && copy.Flags == row.Flags && copy.Exptime == row.Exptime &&
+		(!withCAS || copy.CAS == row.CAS)
+}
+
+// ownWrites are a container's writes of rows that are on their way to the table and not yet settled in the local
+// copy, by validity key, with the row each leaves (see holdsRow).
+type ownWrites struct {
+	mu sync.Mutex
+	m  map[string]*ownWrite
+}
+
+type ownWrite struct {
+	row     container.Item
+	withCAS bool // the row's CAS is known (a container without a cas column: it hashes the value)
+	n       int  // writes of the key in flight; the row is only trusted for one
+}
+
+// begin records a write of vk that will leave row; call the returned func once the local copy is settled.
+func (w *ownWrites) begin(vk []byte, row container.Item, withCAS bool) (done func()) {
+	w.mu.Lock()
+	if w.m == nil {
+		w.m = make(map[string]*ownWrite)
+	}
+	o := w.m[string(vk)]
+	if o == nil {
+		o = &ownWrite{row: row, withCAS: withCAS}
+		w.m[string(vk)] = o
+	}
+	o.n++
+	w.mu.Unlock()
+	return func() {
+		w.mu.Lock()
+		if o.n--; o.n == 0 {
+			delete(w.m, string(vk))
+		}
+		w.mu.Unlock()
+	}
+}
+
+// leaves reports whether exactly one write of vk is in flight and it leaves row.
+func (w *ownWrites) leaves(vk []byte, row container.Item) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	o := w.m[string(vk)]
+	return o != nil && o.n == 1 && sameRow(fromRow(o.row), row, o.withCAS)
 }
 
 // readOnce reads row, sharing one query among concurrent callers (single-flight;
@@ -486,6 +567,13 @@ func (e *Engine) tableStore(t *Container, row, value []byte, r StoreRequest) (st
 	if t.Behind != nil && r.Mode == Set && t.Policies.Set != container.Disabled {
 		status, newCAS, err = e.writeBehind(t, row, item)
 	} else {
+		if t.Policies.Set == container.Caching && t.Policies.Get == container.Caching && r.Mode != Append && r.Mode != Prepend {
+			// The binlog may echo this write before it returns: say what row it leaves (see holdsRow).
+			withCAS := t.C.Def().CASColumn == ""
+			if want, ok := t.C.AsStored(item, 0); ok {
+				defer t.writing.begin(validityKey(t, rowKey(t, row)), want, withCAS)()
+			}
+		}
 		err = e.tableWrite(t, row, t.Policies.Set, "set", func(ctx context.Context) (*container.Item, error) {
 			var s container.Status
 			var werr error

@@ -168,6 +168,29 @@ type KeyWatch struct {
 	// Numeric watches key entries by ColumnKey: the follower renders a value with ColumnKey, and a value it cannot
 	// render (not an integer, negative, a type it cannot vouch for) invalidates the whole table. Norm is unused.
 	Numeric bool
+	// Holds, when set, lets a change leave a copy in place: it reports whether the cache's copy of key is valid and
+	// equals the row as the change left it (img, an after image). The binlog follower asks it when it applies the
+	// change (first) and again when it applies it a second time; while it holds, the key is not invalidated (Touched
+	// is recorded instead). This is how a write keyway made itself, and cached as it wrote it, survives its own echo
+	// in the binlog. A copy that equals the row at a commit is exactly what a read after that commit returns; any
+	// later commit comes later in the binlog and is judged on its own image.
+	Holds func(key []byte, img RowImage, first bool) bool
+}
+
+// RowImage is a row as the binlog images it after a change: Values in the table's column order, Columns giving
+// each column's position by lower-case name.
+type RowImage struct {
+	Columns map[string]int
+	Values  []any
+}
+
+// Value is the image's value of column (lower-case); ok is false when the image does not hold the column.
+func (r RowImage) Value(column string) (v any, ok bool) {
+	i, ok := r.Columns[column]
+	if !ok || i >= len(r.Values) {
+		return nil, false
+	}
+	return r.Values[i], true
 }
 
 // ID is the table's identity.
@@ -225,6 +248,14 @@ func (t *Table) changed(key []byte) uint64 {
 	raise(&t.slots[slot(key)], tick)
 	raise(&t.rows, tick)
 	return tick
+}
+
+// Touched records a change of a row whose copies keyed by its key stay valid (KeyWatch.Holds said so): only copies
+// that depend on the whole table are invalid.
+func (t *Table) Touched() {
+	t.ticking.Lock()
+	defer t.ticking.Unlock()
+	raise(&t.rows, t.clock.Add(1))
 }
 
 // WroteThrough records a write of key, as Wrote does, by a writer that wants to cache the value it wrote: since is

@@ -1,0 +1,124 @@
+package container
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// FromImage returns the item a read of key's row returns, built from the row as the binlog images it after a change
+// (value gives a column's value, by lower-case name, as go-mysql decodes it). ok is false when keyway cannot tell: a
+// column the image lacks or holds as NULL (a MINIMAL image looks the same), a column type whose SELECT keyway does not
+// model (see fit.readBack), or a value of a Go type it does not expect. Callers compare the item with a cached copy,
+// so false only costs the copy.
+func (c *Container) FromImage(value func(column string) (any, bool)) (it Item, ok bool) {
+	if !c.checked.Load() {
+		return Item{}, false // valCols are not known yet
+	}
+	parts := make([][]byte, len(c.valCols))
+	for i, f := range c.valCols {
+		v, ok := value(strings.ToLower(c.def.ValueColumns[i]))
+		if !ok || v == nil {
+			return Item{}, false
+		}
+		if parts[i], ok = f.fromImage(v); !ok {
+			return Item{}, false
+		}
+	}
+	if len(parts) == 1 {
+		it.Value = nonNil(parts[0])
+	} else {
+		it.Value = joinBytes(parts, c.sep)
+	}
+	var flags, exp int64
+	for _, col := range []struct {
+		name string
+		dst  *int64
+	}{{c.def.FlagsColumn, &flags}, {c.def.ExpiryColumn, &exp}} {
+		if col.name == "" {
+			continue
+		}
+		v, ok := value(strings.ToLower(col.name))
+		if !ok {
+			return Item{}, false
+		}
+		if *col.dst, ok = imageInt(v); !ok {
+			return Item{}, false
+		}
+	}
+	it.Flags, it.Exptime = uint32(flags), exp
+	if c.def.CASColumn == "" {
+		it.CAS = hashCAS(it.Value, it.Flags)
+		return it, true
+	}
+	v, ok := value(strings.ToLower(c.def.CASColumn))
+	if !ok {
+		return Item{}, false
+	}
+	switch n := v.(type) {
+	case nil:
+	case int64:
+		it.CAS = uint64(n) // a BIGINT UNSIGNED arrives as its bits, signed
+	default:
+		cas, ok := imageInt(v)
+		if !ok || cas < 0 {
+			return Item{}, false
+		}
+		it.CAS = uint64(cas)
+	}
+	return it, true
+}
+
+// imageInt reads an integer column's image as scanItem reads it: NULL is 0.
+func imageInt(v any) (int64, bool) {
+	switch n := v.(type) {
+	case nil:
+		return 0, true
+	case int8:
+		return int64(n), true
+	case int16:
+		return int64(n), true
+	case int32:
+		return int64(n), true
+	case int64:
+		return n, true
+	case int:
+		return int64(n), true
+	}
+	return 0, false
+}
+
+// fromImage returns the bytes a SELECT of the column returns for v, a value as the binlog images it.
+func (f fit) fromImage(v any) ([]byte, bool) {
+	var b []byte
+	switch x := v.(type) {
+	case string:
+		b = []byte(x)
+	case []byte:
+		b = x
+	default:
+		if f.readBack != readInteger {
+			return nil, false
+		}
+		n, ok := imageInt(v)
+		if !ok || (f.unsigned && n < 0) {
+			return nil, false // an unsigned column's high values arrive negative: not worth modelling
+		}
+		return strconv.AppendInt(nil, n, 10), true
+	}
+	switch f.readBack {
+	case readSame:
+		return b, true
+	case readSameASCII:
+		for _, c := range b {
+			if c >= utf8.RuneSelf {
+				return nil, false
+			}
+		}
+		return b, true
+	case readTrimmed:
+		return bytes.TrimRight(b, " "), true
+	}
+	return nil, false
+}
