@@ -64,11 +64,11 @@ type Container struct {
 
 	// v is the table's validity state, shared with the SQL door and the binlog follower (see package
 	// validity): a cached row keeps its stamp in the store item's Tag and is served only while v says it is valid.
-	v      *validity.Table
+	v       *validity.Table
 	fillMu  sync.Mutex
 	fills   map[string]*fill
-	writing ownWrites // writes in flight to the table (see holdsRow)
-	space  tableSpace // the table as a key space (keyspace.go)
+	writing ownWrites  // writes in flight to the table (see holdsRow)
+	space   tableSpace // the table as a key space (keyspace.go)
 }
 
 // JournalPrefix starts every local-store key that belongs to a container ("@@name."): cached rows, cache_only
