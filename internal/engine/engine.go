@@ -85,8 +85,11 @@ type Engine struct {
 	tables map[string]*Container // containers by name; set before serving (see SetContainers)
 	// defaultTable serves keys without "@@" (nil: the local store); see SetContainers.
 	defaultTable *Container
-	validity     *validity.Registry
-	log          *slog.Logger
+	// restoring are the containers a warm restart took copy stamps of (CopyStamp), until CopiesRestored.
+	restoreMu sync.Mutex
+	restoring []*Container
+	validity  *validity.Registry
+	log       *slog.Logger
 
 	// flush is the pending delayed truncation of db_only-flush tables. The
 	// local store keeps its own deadline (store.FlushAt); tables need a timer.

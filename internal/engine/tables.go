@@ -42,6 +42,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/keywaydb/keyway/internal/container"
@@ -67,7 +68,10 @@ type Container struct {
 	v       *validity.Table
 	fillMu  sync.Mutex
 	fills   map[string]*fill
-	writing ownWrites  // writes in flight to the table (see holdsRow)
+	writing ownWrites // writes in flight to the table (see holdsRow)
+	// filling counts the reads (and a warm restart's restore) that may store a copy under a stamp taken earlier:
+	// each counts itself before it takes its stamp and until its copy is stored or refused (see holdsRow).
+	filling atomic.Int64
 	space   tableSpace // the table as a key space (keyspace.go)
 }
 
@@ -257,6 +261,8 @@ func (e *Engine) tableGet(t *Container, row []byte) (store.Item, bool, error) {
 	if it, ok := e.st.Get(sk); ok && t.v.KeyValid(validityKey(t, sk), it.Tag) {
 		return it, true, nil
 	}
+	t.filling.Add(1) // before readOnce takes (or joins) a stamp; after cacheRow stored, or not (see holdsRow)
+	defer t.filling.Add(-1)
 	f := t.readOnce(row, sk)
 	if f.err != nil || !f.ok {
 		return store.Item{}, false, f.err
@@ -292,26 +298,37 @@ func (e *Engine) cacheRow(t *Container, sk []byte, item store.Item, stamp uint64
 	return stored && err == nil
 }
 
-// holdsRow reports whether the local copy of the row keyed vk (validityKey's form) is valid and is what a read of
-// the row imaged by img returns: value, flags, CAS and expiry (see validity.KeyWatch.Holds). A copy whose life
-// CopyTTL bounds carries an expiry the row does not have, so it never holds.
+// holdsRow reports whether this container can let a change of the row keyed vk (validityKey's form), imaged by img,
+// pass without invalidating the key (see validity.KeyWatch.Holds):
 //
-// The binlog can echo a write of this container before the writer has learned that it committed, let alone
-// stored its copy. So on the change's first application a write in flight that leaves exactly this row holds too:
-// its writer stores the row when it returns, and the copy before it stays valid until then (the write is not
-// acknowledged yet, so no reader can expect it). The second application (a moment later) asks the copy alone.
+//   - its copy is valid and is what a read of the row returns: value, flags, CAS and expiry;
+//   - or, on the change's first application, the one write of the row in flight leaves exactly this row. The
+//     binlog can echo a write before the writer has learned that it committed, let alone stored its copy; the
+//     writer stores the row when it returns, and the copy before it stays valid until then (the write is not
+//     acknowledged yet, so no reader can expect it). The second application (a moment later) asks the copy alone;
+//   - or it holds no valid copy and nothing is in flight that could store one under a stamp from before the change
+//     (no read counted in filling, no write of the row): there is nothing here to drop. This is what lets two
+//     containers share a table, where the key's mark is one for both.
+//
+// A copy whose life CopyTTL bounds carries an expiry the row does not have, so such a container never lets a
+// change pass. The table's other caches are judged by their own watches.
 func (e *Engine) holdsRow(t *Container, vk []byte, img validity.RowImage, first bool) bool {
 	if t.CopyTTL > 0 || t.Policies.Get != container.Caching {
 		return false
 	}
-	row, ok := t.C.FromImage(img.Value)
-	if !ok {
-		return false
-	}
-	if cur, ok := e.st.Peek(prefixed(t, vk)); ok && t.v.KeyValid(vk, cur.Tag) && sameRow(cur, row, true) {
+	row, known := t.C.FromImage(img.Value) // known: keyway can tell what a read of the row returns
+	cur, found := e.st.Peek(prefixed(t, vk))
+	valid := found && t.v.KeyValid(vk, cur.Tag)
+	if known && valid && sameRow(cur, row, true) {
 		return true
 	}
-	return first && t.writing.leaves(vk, row)
+	switch t.writing.leaves(vk, row, known) {
+	case leavesRow:
+		return first
+	case leavesOther:
+		return false
+	}
+	return !valid && t.filling.Load() == 0
 }
 
 // sameRow reports whether a copy is the row a read returns; withCAS says whether to compare CAS too.
@@ -355,12 +372,27 @@ func (w *ownWrites) begin(vk []byte, row container.Item, withCAS bool) (done fun
 	}
 }
 
-// leaves reports whether exactly one write of vk is in flight and it leaves row.
-func (w *ownWrites) leaves(vk []byte, row container.Item) bool {
+// inFlight is what the writes of a row in flight leave.
+type inFlight int
+
+const (
+	noWrite     inFlight = iota
+	leavesRow            // one write, leaving the row asked about
+	leavesOther          // another row, or more than one write
+)
+
+// leaves says whether writes of vk are in flight and whether exactly one is, leaving row (known: row is what a
+// read returns; otherwise no write can be said to leave it).
+func (w *ownWrites) leaves(vk []byte, row container.Item, known bool) inFlight {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	o := w.m[string(vk)]
-	return o != nil && o.n == 1 && sameRow(fromRow(o.row), row, o.withCAS)
+	switch o := w.m[string(vk)]; {
+	case o == nil:
+		return noWrite
+	case known && o.n == 1 && sameRow(fromRow(o.row), row, o.withCAS):
+		return leavesRow
+	}
+	return leavesOther
 }
 
 // readOnce reads row, sharing one query among concurrent callers (single-flight;
@@ -752,6 +784,8 @@ func (e *Engine) tableGetMany(t *Container, idx []int, rows [][]byte, items []st
 		return nil
 	}
 	// The table's stamp before anything is asked.
+	t.filling.Add(1) // see holdsRow
+	defer t.filling.Add(-1)
 	stamp := t.v.Stamp()
 	// Queued writes answer for their rows (asked after the stamp is taken;
 	// see readOnce); the table is asked for the rest.

@@ -47,13 +47,29 @@ func (e *Engine) SaveCopies(fn func(SavedCopy)) {
 }
 
 // CopyStamp is the stamp a copy of container name must be restored under (the table's stamp now), or false when
-// no caching container has that name.
+// no caching container has that name. Until CopiesRestored, the container counts as filling (see holdsRow): the
+// copies it will restore carry this stamp, so a change the followers replay meanwhile must invalidate its key
+// even though no copy is there yet.
 func (e *Engine) CopyStamp(name string) (uint64, bool) {
 	t := e.tables[name]
 	if t == nil || t.Policies.Get != container.Caching {
 		return 0, false
 	}
+	e.restoreMu.Lock()
+	e.restoring = append(e.restoring, t)
+	e.restoreMu.Unlock()
+	t.filling.Add(1)
 	return t.v.Stamp(), true
+}
+
+// CopiesRestored ends what CopyStamp began: call it once the restore is over, whether it restored anything or not.
+func (e *Engine) CopiesRestored() {
+	e.restoreMu.Lock()
+	defer e.restoreMu.Unlock()
+	for _, t := range e.restoring {
+		t.filling.Add(-1)
+	}
+	e.restoring = nil
 }
 
 // RestoreCopy stores a saved copy, stamped at stamp (CopyStamp, taken before the binlog followers started), unless

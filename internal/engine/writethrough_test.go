@@ -4,11 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/keywaydb/keyway/internal/container"
 	"github.com/keywaydb/keyway/internal/store"
 	"github.com/keywaydb/keyway/internal/testenv"
+	"github.com/keywaydb/keyway/internal/validity"
 )
 
 // writeThroughRig is an engine with one caching container per value column of test.engine_wt, all on one table
@@ -177,5 +180,67 @@ func TestSetOvertakenByAnotherWriteLeavesNoCopy(t *testing.T) {
 	got, ok, err := r.e.Get([]byte("@@vtext.race"))
 	if want := r.selectRow(t, "vtext", "race"); !ok || err != nil || !sameItem(got, want) {
 		t.Fatalf("get answered %+v (found %v, %v), the table holds %+v", got, ok, err, want)
+	}
+}
+
+// TestHoldsRow: which binlog changes a caching container lets pass without invalidating its row (the echo of its own
+// write does; anything else that leaves another row does not), for a copy, a write in flight, and a container with
+// nothing of the row.
+func TestHoldsRow(t *testing.T) {
+	r := newWriteThroughRig(t, map[string]string{"vtext": "VARCHAR(40) CHARACTER SET utf8mb4", "vother": "VARCHAR(40)"})
+	a, b := r.t["vtext"], r.t["vother"]
+	vk := []byte("h")
+	image := func(value string, flags int32, cas int64) validity.RowImage {
+		return validity.RowImage{Columns: map[string]int{"k": 0, "fl": 1, "cas": 2, "exp": 3, "vtext": 4, "vother": 5},
+			Values: []any{"h", flags, cas, int32(0), value, nil}}
+	}
+	// A write in flight: the echo of exactly its row passes on its first application only.
+	var inFlight []bool
+	testHookAfterTableWrite = func(c *Container, row []byte) {
+		cas := int64(r.selectRow(t, "vtext", "h").CAS)
+		inFlight = []bool{r.e.holdsRow(a, vk, image("mine", 7, cas), true), r.e.holdsRow(a, vk, image("mine", 7, cas), false),
+			r.e.holdsRow(a, vk, image("other", 7, cas), true)}
+	}
+	defer func() { testHookAfterTableWrite = nil }()
+	if status, _, err := r.e.StoreValue([]byte("@@vtext.h"), []byte("mine"), StoreRequest{Flags: 7}); status != Stored || err != nil {
+		t.Fatalf("set: %v %v", status, err)
+	}
+	testHookAfterTableWrite = nil
+	if want := []bool{true, false, false}; !slices.Equal(inFlight, want) {
+		t.Errorf("while the write is in flight, holds (its row, its row again, another row) = %v, want %v", inFlight, want)
+	}
+
+	// The copy it left: the row as written passes; another value, other flags or another CAS do not.
+	cas := int64(r.selectRow(t, "vtext", "h").CAS)
+	for _, c := range []struct {
+		img  validity.RowImage
+		want bool
+	}{
+		{image("mine", 7, cas), true},
+		{image("mine ", 7, cas), false},
+		{image("mine", 8, cas), false},
+		{image("mine", 7, cas+1), false},
+	} {
+		if got := r.e.holdsRow(a, vk, c.img, false); got != c.want {
+			t.Errorf("copy %q: holds(%v) = %v, want %v", "mine", c.img.Values, got, c.want)
+		}
+	}
+	// The other container on the table has no copy of the row: nothing to drop, unless a read may store one.
+	if !r.e.holdsRow(b, vk, image("mine", 7, cas), true) {
+		t.Error("a container with no copy of the row and nothing in flight does not let the change pass")
+	}
+	b.filling.Add(1)
+	if r.e.holdsRow(b, vk, image("mine", 7, cas), true) {
+		t.Error("a container with a read in flight lets a change pass: the read's older stamp would store the old row")
+	}
+	b.filling.Add(-1)
+	// Once invalidated, the copy does not hold, and a container whose copies a ttl bounds never does.
+	a.v.Wrote(vk)
+	if r.e.holdsRow(a, vk, image("mine", 7, cas), true) != true {
+		t.Error("an invalid copy with nothing in flight: want it to pass (nothing to drop)")
+	}
+	a.CopyTTL = time.Minute
+	if r.e.holdsRow(a, vk, image("mine", 7, cas), true) {
+		t.Error("a container with CopyTTL lets a change pass")
 	}
 }

@@ -27,6 +27,7 @@ func (s *Server) restoreWarm(sn *warm.Snapshot) {
 	if sn == nil {
 		return
 	}
+	defer s.engine.CopiesRestored()
 	n, err := sn.Restore(s.warmGroups((*binlog.Follower).ResumedFrom), s.containerShapes(), s.engine, s.sqlCache)
 	if err != nil {
 		s.log.Warn("warm restart: the saved copies are not restored; caches start empty", "reason", err, "saved", sn.Saved())
