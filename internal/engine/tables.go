@@ -102,6 +102,8 @@ func (e *Engine) NewContainer(o ContainerOptions) *Container {
 	// the change left (the echo of a write this container cached as it wrote it).
 	t.v.WatchKey(validity.KeyWatch{Column: def.KeyColumn, Norm: o.Container.AppendNormKey,
 		Holds: func(vk []byte, img validity.RowImage, first bool) bool { return e.holdsRow(t, vk, img, first) }})
+	// Copies of many rows live long here: a write of one row should rarely share another's mark.
+	t.v.WidenSlots(validity.WideSlots)
 	if o.WriteBehind != nil {
 		wo := *o.WriteBehind
 		wo.OnDrop = func(row []byte) { e.DroppedWrite(t, row) }

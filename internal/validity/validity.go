@@ -90,9 +90,15 @@ func Resolve(db string, names []string) []TableID {
 	return out
 }
 
-// keySlots is how many per-key marks a table keeps: enough that concurrent fills of different keys rarely share
-// one, small enough (8 KiB) to keep for every table.
+// keySlots is how many per-key marks a table keeps at first: enough that concurrent fills of different keys rarely
+// share one, small enough (8 KiB) to keep for every table.
 const keySlots = 1024
+
+// WideSlots is how many a table keeps once a cache holds copies of many of its rows for a long time (WidenSlots): a
+// copy is dropped by any write of a key that shares its slot, so with n copies kept, each of the table's writes
+// drops about n/WideSlots copies it did not touch (10,000 rows: 15% at most, against nearly all with 1024
+// slots). 512 KiB, for the tables a container keeps copies of.
+const WideSlots = 1 << 16
 
 // Table is the validity state of one table.
 type Table struct {
@@ -105,7 +111,9 @@ type Table struct {
 	single atomic.Uint64
 	// slots are the ticks of the last write of a key in each slot, indexed by a hash of the key as the table
 	// compares keys.
-	slots [keySlots]atomic.Uint64
+	// The slice only grows (WidenSlots), its length a power of two; a key's slot in a wider slice keeps the
+	// mark it had, since the new index is the old one with more bits of the same hash.
+	slots atomic.Pointer[[]atomic.Uint64]
 	// ticking orders invalidations: each takes its tick and records it before the next takes one, so WroteThrough
 	// sees every invalidation with an earlier tick. Readers never take it.
 	ticking sync.Mutex
@@ -202,7 +210,7 @@ func (t *Table) Stamp() uint64 { return t.clock.Load() }
 // KeyValid reports whether a copy of key stamped at stamp is still valid: no write of key (or of its slot), and
 // no invalidation of the whole table, came after it. key is as the table compares keys (normalized by the caller).
 func (t *Table) KeyValid(key []byte, stamp uint64) bool {
-	return t.slots[slot(key)].Load() <= stamp && t.epoch.Load() <= stamp
+	return t.slot(key).Load() <= stamp && t.epoch.Load() <= stamp
 }
 
 // TableValid reports whether a copy that depends on any row of the table (a range read), stamped at stamp, is
@@ -215,7 +223,7 @@ func (t *Table) TableValid(stamp uint64) bool {
 // change reported that key (Changed), no write known by one key only came after it (Wrote), and no invalidation
 // of the whole table.
 func (t *Table) RowKeyValid(key []byte, stamp uint64) bool {
-	return t.slots[slot(key)].Load() <= stamp && t.single.Load() <= stamp && t.epoch.Load() <= stamp
+	return t.slot(key).Load() <= stamp && t.single.Load() <= stamp && t.epoch.Load() <= stamp
 }
 
 // Wrote records a write of key by a writer that knows the row by that key only (a container's key): copies of it
@@ -245,7 +253,7 @@ func (t *Table) Changed(key []byte) {
 
 func (t *Table) changed(key []byte) uint64 {
 	tick := t.clock.Add(1)
-	raise(&t.slots[slot(key)], tick)
+	raise(t.slot(key), tick)
 	raise(&t.rows, tick)
 	return tick
 }
@@ -292,13 +300,36 @@ func raise(m *atomic.Uint64, tick uint64) {
 	}
 }
 
-// slot is key's generation slot: FNV-1a, inlined so a fill allocates nothing.
-func slot(key []byte) int {
+// slot is key's mark.
+func (t *Table) slot(key []byte) *atomic.Uint64 {
+	s := *t.slots.Load()
+	return &s[keyHash(key)&uint32(len(s)-1)]
+}
+
+// keyHash is FNV-1a, inlined so a fill allocates nothing.
+func keyHash(key []byte) uint32 {
 	h := uint32(2166136261)
 	for _, b := range key {
 		h = (h ^ uint32(b)) * 16777619
 	}
-	return int(h % keySlots)
+	return h
+}
+
+// WidenSlots makes the table keep at least n per-key marks (n a power of two). Each new mark starts at the old mark
+// its keys had, so no copy becomes valid again; a reader still on the old slice sees the marks as they were when
+// the new one replaced it (raises take ticking, and so does this).
+func (t *Table) WidenSlots(n int) {
+	t.ticking.Lock()
+	defer t.ticking.Unlock()
+	old := *t.slots.Load()
+	if n <= len(old) {
+		return
+	}
+	wide := make([]atomic.Uint64, n)
+	for i := range wide {
+		wide[i].Store(old[i&(len(old)-1)].Load())
+	}
+	t.slots.Store(&wide)
 }
 
 // WatchKey registers a column whose values key copies of the table (see KeyWatch). Registering the same column
@@ -435,6 +466,8 @@ func (r *Registry) Table(id TableID) *Table {
 	defer r.mu.Unlock()
 	if t = r.mu.tables[id]; t == nil {
 		t = &Table{id: id, reg: r}
+		slots := make([]atomic.Uint64, keySlots)
+		t.slots.Store(&slots)
 		t.clock.Store(1)
 		t.epoch.Store(1)
 		t.rows.Store(1)

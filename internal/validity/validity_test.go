@@ -2,6 +2,7 @@ package validity
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -137,7 +138,7 @@ func TestWroteThroughSeesInvalidationsSinceItsStamp(t *testing.T) {
 	}
 	since = tbl.Stamp()
 	tbl.Wrote([]byte("another key")) // a different row (unless it shares the slot, which only costs a copy)
-	if _, unchanged := tbl.WroteThrough(key, since); !unchanged && slot([]byte("another key")) != slot(key) {
+	if _, unchanged := tbl.WroteThrough(key, since); !unchanged && tbl.slot([]byte("another key")) != tbl.slot(key) {
 		t.Error("a write of another row counted against this one")
 	}
 }
@@ -238,5 +239,40 @@ func TestTrusted(t *testing.T) {
 	fail.Store(false)
 	if !base.Trusted() || asked.Load() != 4 {
 		t.Fatalf("after a failed lookup the next call asks again: %d lookups", asked.Load())
+	}
+}
+
+// WidenSlots keeps every mark: a copy invalid before is invalid after, a valid one stays valid, and a write after it
+// is seen; with more slots, writes of other keys drop fewer copies.
+func TestWidenSlots(t *testing.T) {
+	reg := NewRegistry()
+	tbl := reg.Table(TableID{Schema: "s", Name: "t"})
+	stamp := tbl.Stamp()
+	tbl.Wrote([]byte("written"))
+	tbl.WidenSlots(WideSlots)
+	if tbl.KeyValid([]byte("written"), stamp) {
+		t.Error("a copy invalidated before the slots widened is valid after")
+	}
+	after := tbl.Stamp()
+	if !tbl.KeyValid([]byte("written"), after) {
+		t.Error("a copy stamped after the write is invalid after widening")
+	}
+	tbl.Wrote([]byte("written"))
+	if tbl.KeyValid([]byte("written"), after) {
+		t.Error("a write after widening went unseen")
+	}
+	// 2,000 copies, then 2,000 writes of other keys: most copies survive.
+	copyStamp := tbl.Stamp()
+	for i := range 2000 {
+		tbl.Wrote(fmt.Appendf(nil, "other%d", i))
+	}
+	kept := 0
+	for i := range 2000 {
+		if tbl.KeyValid(fmt.Appendf(nil, "copy%d", i), copyStamp) {
+			kept++
+		}
+	}
+	if kept < 1800 {
+		t.Errorf("%d of 2000 copies survive 2000 writes of other keys with %d slots", kept, WideSlots)
 	}
 }
