@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"syscall"
@@ -90,13 +91,24 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	// KEYWAY_CPUPROFILE=FILE profiles the whole serve run, for finding where time goes under a benchmark;
 	// "%p" in FILE becomes the process id, so each keyway a benchmark starts keeps its own profile.
 	if path := os.Getenv("KEYWAY_CPUPROFILE"); path != "" {
-		f, err := os.Create(strings.ReplaceAll(path, "%p", strconv.Itoa(os.Getpid())))
+		f, err := createPerProcess(path)
 		if err != nil {
 			fmt.Fprintf(stderr, "keyway serve: KEYWAY_CPUPROFILE: %v\n", err)
 			return 1
 		}
 		pprof.StartCPUProfile(f)
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
+	// KEYWAY_TRACE=FILE writes a runtime trace of the run the same way (go tool trace; -pprof=net, sched, sync and
+	// syscall say where requests wait). A trace grows by megabytes per second under load: keep such runs short.
+	if path := os.Getenv("KEYWAY_TRACE"); path != "" {
+		f, err := createPerProcess(path)
+		if err != nil {
+			fmt.Fprintf(stderr, "keyway serve: KEYWAY_TRACE: %v\n", err)
+			return 1
+		}
+		trace.Start(f)
+		defer func() { trace.Stop(); f.Close() }()
 	}
 	srv, err := server.Start(cfg, server.Options{Logger: log, Version: version})
 	if err != nil {
@@ -201,4 +213,9 @@ func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (stat
 	fs.SetOutput(stderr)
 	fmt.Fprintf(stderr, "%s: %v (see %s -h)\n", fs.Name(), err, fs.Name())
 	return 2, true
+}
+
+// createPerProcess creates the file at path with "%p" replaced by this process's id.
+func createPerProcess(path string) (*os.File, error) {
+	return os.Create(strings.ReplaceAll(path, "%p", strconv.Itoa(os.Getpid())))
 }

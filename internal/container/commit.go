@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -55,6 +56,13 @@ type setResp struct {
 // ctx's error and the write may or may not be committed. A key or value that
 // does not fit the table fails only this Set (WriteRows checks each row).
 //
+// A Set that finds no commit in flight writes its row itself, on the caller's
+// goroutine: a lone writer pays one round trip and no hand-off. Sets that
+// arrive while a commit is in flight queue, and once it ends a committer
+// goroutine writes what queued as the next batch (and so on while Sets keep
+// queuing), as Pebble's commit pipeline does. With Options.MaxWait set every
+// Set queues and the committer waits that long before taking a batch.
+//
 // key and it.Value are only read during the call: Set copies them before it
 // queues the write, so the caller may reuse them (a connection's read buffer)
 // once Set returns, whatever it returned.
@@ -67,18 +75,31 @@ func (c *Container) Set(ctx context.Context, key []byte, it Item) (uint64, error
 	copy(own[n:], it.Value)
 	it.Value = own[n:]
 	r := &setReq{ctx: ctx, key: own[:n:n], it: it, resp: make(chan setResp, 1)}
-	c.mu.RLock()
+	c.mu.Lock()
 	if c.closed {
-		c.mu.RUnlock()
+		c.mu.Unlock()
 		return 0, c.errorf("%w", ErrClosed)
 	}
-	select {
-	case c.queue <- r:
-	case <-ctx.Done():
-		c.mu.RUnlock()
-		return 0, ctx.Err()
+	if !c.committing && c.opt.MaxWait == 0 {
+		// Alone: this Set is the batch, and its caller's context the batch's (see batchContext).
+		c.committing = true
+		c.committers.Add(1)
+		c.mu.Unlock()
+		c.commitBatch([]*setReq{r})
+		c.handOff()
+		resp := <-r.resp
+		if resp.err != nil && ctx.Err() != nil {
+			return 0, ctx.Err() // as a waiter that gave up would say
+		}
+		return resp.cas, resp.err
 	}
-	c.mu.RUnlock()
+	c.queue = append(c.queue, r)
+	if !c.committing {
+		c.committing = true
+		c.committers.Add(1)
+		go c.commitQueued()
+	}
+	c.mu.Unlock()
 	select {
 	case resp := <-r.resp:
 		return resp.cas, resp.err
@@ -87,55 +108,38 @@ func (c *Container) Set(ctx context.Context, key []byte, it Item) (uint64, error
 	}
 }
 
-// commitLoop is the group committer: it takes the first queued Set, gathers
-// what else is queued (up to MaxBatch; waiting up to MaxWait if set), writes them in one statement and answers
-// every waiter. It ends when the queue is closed and drained.
-func (c *Container) commitLoop() {
-	defer close(c.done)
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	batch := make([]*setReq, 0, c.opt.MaxBatch)
+// handOff ends a commit made on a caller's goroutine: Sets that queued meanwhile go to a committer goroutine, so the
+// caller returns at once.
+func (c *Container) handOff() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.queue) == 0 {
+		c.committing = false
+		c.committers.Done()
+		return
+	}
+	go c.commitQueued()
+}
+
+// commitQueued is the committer: it takes up to MaxBatch queued Sets (after waiting MaxWait, if set), writes them
+// in one statement and answers every waiter, until nothing is queued; then no commit is in flight.
+func (c *Container) commitQueued() {
 	for {
-		first, ok := <-c.queue
-		if !ok {
-			return
-		}
-		batch = append(batch[:0], first)
-		var deadline <-chan time.Time // nil: never fires, only what is queued is taken
 		if c.opt.MaxWait > 0 {
-			timer.Reset(c.opt.MaxWait)
-			deadline = timer.C
+			time.Sleep(c.opt.MaxWait)
 		}
-		open := true
-	gather:
-		for len(batch) < c.opt.MaxBatch {
-			var r *setReq
-			var ok bool
-			if deadline == nil {
-				select {
-				case r, ok = <-c.queue:
-				default:
-					break gather
-				}
-			} else {
-				select {
-				case r, ok = <-c.queue:
-				case <-deadline:
-					break gather
-				}
-			}
-			if !ok {
-				open = false
-				break gather
-			}
-			batch = append(batch, r)
-		}
-		timer.Stop()
-		c.commitBatch(batch)
-		clear(batch)
-		if !open {
+		c.mu.Lock()
+		n := min(len(c.queue), c.opt.MaxBatch)
+		if n == 0 {
+			c.committing = false
+			c.committers.Done()
+			c.mu.Unlock()
 			return
 		}
+		batch := slices.Clone(c.queue[:n])
+		c.queue = append(c.queue[:0], c.queue[n:]...)
+		c.mu.Unlock()
+		c.commitBatch(batch)
 	}
 }
 

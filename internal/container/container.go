@@ -8,12 +8,12 @@
 //
 //   - A Set is acknowledged (returns a nil error) only after the COMMIT of the
 //     transaction holding its row returned successfully. Concurrent Sets are
-//     group-committed: one goroutine per Container takes up to
-//     Options.MaxBatch queued Sets (those already queued when it starts a
-//     batch, plus those arriving within Options.MaxWait when that is set; by
-//     default it does not wait: Sets arriving during a commit form the next
-//     batch, so a lone writer pays no delay) and writes them as one multi-row
-//     INSERT … ON DUPLICATE KEY UPDATE in one transaction. Within a batch the
+//     group-committed: a Set that finds no commit in flight writes its row
+//     itself, on its caller's goroutine (a lone writer pays one round trip);
+//     Sets arriving during a commit queue, and a committer goroutine takes up
+//     to Options.MaxBatch of them (after Options.MaxWait, when that is set)
+//     and writes them as one multi-row INSERT … ON DUPLICATE KEY UPDATE in one
+//     transaction, until nothing is queued. Within a batch the
 //     last Set of a key wins. A batch stops once every waiter's context has
 //     ended (or after batchTimeout): the next batch never waits behind rows
 //     nobody waits for.
@@ -252,10 +252,13 @@ type Container struct {
 	stopCheck chan struct{}                    // closed by Close: checkLoop stops
 	checkDone chan struct{}                    // closed when no check runs any more
 
-	mu     sync.RWMutex // guards closed against sends on queue
-	closed bool
-	queue  chan *setReq
-	done   chan struct{}
+	// The group committer (see Set): mu guards closed, committing and queue. committing is true while a commit is
+	// in flight; committers counts that commit (0 or 1), so Close can wait for the queue to drain.
+	mu         sync.Mutex
+	closed     bool
+	committing bool
+	queue      []*setReq
+	committers sync.WaitGroup
 
 	batches     atomic.Uint64
 	batchedSets atomic.Uint64
@@ -329,9 +332,6 @@ func Open(ctx context.Context, db *sql.DB, def Def, o Options) (*Container, erro
 	default:
 		return nil, err
 	}
-	c.queue = make(chan *setReq, o.MaxBatch)
-	c.done = make(chan struct{})
-	go c.commitLoop()
 	return c, nil
 }
 
@@ -767,12 +767,11 @@ func (c *Container) Close() error {
 	c.mu.Lock()
 	if !c.closed {
 		c.closed = true
-		close(c.queue)
 		close(c.stopCheck)
 	}
 	c.mu.Unlock()
 	<-c.checkDone
-	<-c.done
+	c.committers.Wait() // what is queued is still written
 	return nil
 }
 
