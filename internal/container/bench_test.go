@@ -1,8 +1,10 @@
 package container
 
 import (
+	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -19,7 +21,14 @@ func benchContainer(b *testing.B) *Container {
 	}
 	db := OpenDB(cfg)
 	b.Cleanup(func() { db.Close() })
-	return demo(b, db, "bench_demo")
+	c := demo(b, db, "bench_demo")
+	c.opt.PoolDeadline = StatementTimeout // as keyway opens its containers
+	return c
+}
+
+// opContext is a context like the one keyway's engine gives each table operation.
+func opContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, 10*time.Second)
 }
 
 // BenchmarkGet is a single-row get of a key that exists: one SELECT by primary key.
@@ -31,13 +40,15 @@ func BenchmarkGet(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, ok, err := c.Get(ctx, key); !ok || err != nil {
+		octx, cancel := opContext()
+		if _, ok, err := c.Get(octx, key); !ok || err != nil {
 			b.Fatal(ok, err)
 		}
+		cancel()
 	}
 }
 
-// BenchmarkSet is a lone writer's set: through the group committer, one autocommit upsert.
+// BenchmarkSet is a lone writer's set, under a context like the engine's: one autocommit upsert, run unwatched.
 func BenchmarkSet(b *testing.B) {
 	c := benchContainer(b)
 	keys := make([][]byte, 1000)
@@ -48,9 +59,11 @@ func BenchmarkSet(b *testing.B) {
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		if _, err := c.Set(ctx, keys[i%len(keys)], Item{Value: value, Flags: 3}); err != nil {
+		octx, cancel := opContext()
+		if _, err := c.Set(octx, keys[i%len(keys)], Item{Value: value, Flags: 3}); err != nil {
 			b.Fatal(err)
 		}
+		cancel()
 		i++
 	}
 }
@@ -66,6 +79,22 @@ func BenchmarkDirectReplace(b *testing.B) {
 		if _, err := c.db.ExecContext(ctx, "REPLACE INTO test.bench_demo (c1, c2, c3) VALUES (?, ?, ?)", fmt.Sprintf("bench-%04d", i%1000), value, 3); err != nil {
 			b.Fatal(err)
 		}
+		i++
+	}
+}
+
+// BenchmarkDirectReplaceWatched is BenchmarkDirectReplace under a context with a deadline, as a caller's usually
+// is: go-sql-driver then hands it to a watcher goroutine and back per statement (see unwatched).
+func BenchmarkDirectReplaceWatched(b *testing.B) {
+	c := benchContainer(b)
+	value := []byte("forty bytes of value, give or take a few")
+	i := 0
+	for b.Loop() {
+		tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		if _, err := c.db.ExecContext(tctx, "REPLACE INTO test.bench_demo (c1, c2, c3) VALUES (?, ?, ?)", fmt.Sprintf("bench-%04d", i%1000), value, 3); err != nil {
+			b.Fatal(err)
+		}
+		cancel()
 		i++
 	}
 }

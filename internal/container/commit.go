@@ -162,6 +162,9 @@ func (c *Container) commitBatch(batch []*setReq) {
 	}
 	ctx, cancel := batchContext(live)
 	defer cancel()
+	if len(live) == 1 {
+		ctx = c.unwatched(live[0].ctx, ctx)
+	}
 	errs := c.WriteRows(ctx, rows)
 	for i, r := range live {
 		if errs[i] != nil {

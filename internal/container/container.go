@@ -105,6 +105,10 @@ type Options struct {
 	MaxWait  time.Duration // wait this long for more Sets after the first; 0 (default) = take only what is queued
 	// Backend names where the table lives in errors and logs, such as "group main (127.0.0.1:3306)".
 	Backend string
+	// PoolDeadline, when not 0, says the pool ends a statement after this long without a packet either way
+	// (OpenDB's pools: StatementTimeout). A statement whose caller's deadline is further away then runs unwatched
+	// (see unwatched).
+	PoolDeadline time.Duration
 	// ReadOnly says the container never writes its table (its set, delete and flush policies never reach it), so
 	// the check asks the account for SELECT alone, not INSERT, UPDATE and DELETE too.
 	ReadOnly bool

@@ -154,7 +154,7 @@ func (c *Container) Get(ctx context.Context, key []byte) (Item, bool, error) {
 	if err := c.checkKey(key); err != nil {
 		return Item{}, false, err
 	}
-	row := c.db.QueryRowContext(ctx, c.stmt.get, key)
+	row := c.db.QueryRowContext(c.unwatched(ctx, ctx), c.stmt.get, key)
 	_, it, ok, err := c.scanItem(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Item{}, false, nil
@@ -242,7 +242,7 @@ func (c *Container) GetMulti(ctx context.Context, keys [][]byte) (map[string]Ite
 		return out, nil
 	}
 	q := c.stmt.getIn + "?" + strings.Repeat(", ?", len(args)-1) + ")"
-	rows, err := c.db.QueryContext(ctx, q, args...)
+	rows, err := c.db.QueryContext(c.unwatched(ctx, ctx), q, args...)
 	if err != nil {
 		return nil, c.mapErr(err)
 	}

@@ -83,7 +83,8 @@ func openContainers(ctx context.Context, cfg config.Config, eng *engine.Engine, 
 		// An unreachable group does not stop the start: the container serves once its table is checked.
 		ct, err := container.Open(ctx, dbFor(p.group), p.def, container.Options{
 			Backend: fmt.Sprintf("group %s (%s)", p.group.Name(), p.group.Addr()), Logger: log,
-			ReadOnly: !p.policies.WritesTable()})
+			PoolDeadline: container.StatementTimeout,
+			ReadOnly:     !p.policies.WritesTable()})
 		if err != nil {
 			return nil, fmt.Errorf("container %q on group %s (%s): %w", p.def.Name, p.group.Name(), p.group.Addr(), err)
 		}
