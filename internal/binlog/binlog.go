@@ -14,6 +14,10 @@
 //     other sessions (MariaDB's and MySQL's group commit write the binlog, then commit in InnoDB); a fill that
 //     starts between the two takes its stamp after the first invalidation yet reads the row as it was, and only
 //     the second one drops that copy. So such a copy lives for recheckDelay at most, well inside max_staleness.
+//   - A watch may let a row's change pass (validity.KeyWatch.Holds): for an after image (a write, or an update whose
+//     key stays), the follower asks the watch whether its cache's copy already is that row (the echo of a write
+//     keyway made and cached itself); then only the table's rows mark ticks. It asks again on the second
+//     application. Deletes, and updates that move the key, always invalidate the old key.
 //   - DDL (any query event other than BEGIN, COMMIT and ROLLBACK) invalidates every table it names (package
 //     sqlnames); a statement that does not parse invalidates everything.
 //   - Freshness is proved, not guessed: every probe interval the follower asks the primary for the end of its
@@ -588,8 +592,10 @@ func (f *Follower) rows(typ replication.EventType, e *replication.RowsEvent) {
 			if w.Holds != nil && images != noImages {
 				if images == updateImages && r%2 == 0 {
 					// A before image whose key the after image keeps is judged by the after image alone.
-					if next := e.Rows[r+1]; i < len(next) && next[i] != nil && string(w.Norm(nil, valueBytes(next[i]))) == string(key) {
-						continue
+					if r+1 < len(e.Rows) {
+						if next := e.Rows[r+1]; i < len(next) && next[i] != nil && string(w.Norm(nil, valueBytes(next[i]))) == string(key) {
+							continue
+						}
 					}
 				} else {
 					p.holds, p.img = w.Holds, validity.RowImage{Columns: cols, Values: row}
@@ -620,6 +626,7 @@ func imagesOf(typ replication.EventType) rowImages {
 	return noImages
 }
 
+// valueBytes is a row value as the table's key compares: strings and bytes as they are, numbers in decimal.
 func valueBytes(v any) []byte {
 	switch x := v.(type) {
 	case string:

@@ -8,15 +8,18 @@
 //     on the side of invalidating). Resolve applies the rule; callers keep its result per (digest, default
 //     database), so no statement pays for string folding.
 //   - Stamps. Each Table keeps a logical clock. Every invalidation takes the next tick and records it where it
-//     applies: on the key's slot for a write of a known key (keys hash onto a fixed set of slots; two keys
-//     sharing a slot only cost each other a discarded copy, never a stale one), on the table's rows mark for any
+//     applies: on the key's slot for a write of a known key (keys hash onto a set of slots, widened for tables
+//     whose rows a cache keeps many copies of: WidenSlots; two keys sharing a slot only cost each other a
+//     discarded copy, never a stale one), on the table's rows mark for any
 //     row write (what entries tagged by the whole table, such as range reads, check), and on the epoch for a
 //     write whose rows are not known, DDL, or a gap in the binlog (every copy goes). The rule every cache
 //     follows: take Stamp before asking the backend and keep it with the copy; store the copy, and later serve
 //     it, only while KeyValid (or TableValid) says nothing was invalidated after that stamp. The store's check
 //     runs under the lock that guards the cache entry, so an invalidation can never slip between check and store.
 //   - Watched keys. A cache that keys a table's copies by a column (a container's key column, a primary key)
-//     registers it with WatchKey, so the binlog follower can turn a row change into the keys to invalidate.
+//     registers it with WatchKey, so the binlog follower can turn a row change into the keys to invalidate. A
+//     watch with Holds may say that its cache's copy already is the row a change left (the echo of the cache's own
+//     write): the follower then records Touched (the rows mark) instead of the key.
 //   - Column keys (ColumnKey, RowKeyValid): the SQL result cache keys a point select on an integer value by
 //     (column, canonical decimal), and the follower reports every changed row under every numeric watch
 //     (Changed). A write known by one key only (a container's write through the memcache door: Wrote) cannot say
