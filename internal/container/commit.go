@@ -80,10 +80,13 @@ func (c *Container) Set(ctx context.Context, key []byte, it Item) (uint64, error
 		c.mu.Unlock()
 		return 0, c.errorf("%w", ErrClosed)
 	}
-	if !c.committing && c.opt.MaxWait == 0 {
-		// Alone: this Set is the batch, and its caller's context the batch's (see batchContext).
+	lead := !c.committing // no commit in flight: this Set starts one
+	if lead {
 		c.committing = true
 		c.committers.Add(1)
+	}
+	if lead && c.opt.MaxWait == 0 {
+		// Alone: this Set is the batch, and its caller's context the batch's (see batchContext).
 		c.mu.Unlock()
 		c.commitBatch([]*setReq{r})
 		c.handOff()
@@ -94,9 +97,7 @@ func (c *Container) Set(ctx context.Context, key []byte, it Item) (uint64, error
 		return resp.cas, resp.err
 	}
 	c.queue = append(c.queue, r)
-	if !c.committing {
-		c.committing = true
-		c.committers.Add(1)
+	if lead {
 		go c.commitQueued()
 	}
 	c.mu.Unlock()

@@ -239,6 +239,11 @@ type Container struct {
 	qCAS   string
 	qExp   string
 	stmt   statements // built once by Open from the names above
+	// lower are the mapped columns' names in lower case, as a binlog image names them (FromImage); set by Open.
+	lower struct {
+		vals            []string
+		flags, cas, exp string
+	}
 	// The checked fields: set once by check, before checked turns true, and
 	// read only after notLive returned nil (see Open).
 	keyChars int64 // CHARACTER_MAXIMUM_LENGTH of the key column
@@ -323,6 +328,10 @@ func Open(ctx context.Context, db *sql.DB, def Def, o Options) (*Container, erro
 		c.qExp = quoteIdent(def.ExpiryColumn)
 	}
 	c.stmt = c.buildStatements()
+	for _, v := range def.ValueColumns {
+		c.lower.vals = append(c.lower.vals, strings.ToLower(v))
+	}
+	c.lower.flags, c.lower.cas, c.lower.exp = strings.ToLower(def.FlagsColumn), strings.ToLower(def.CASColumn), strings.ToLower(def.ExpiryColumn)
 	c.checkDone = make(chan struct{})
 	c.stopCheck = make(chan struct{})
 	switch err := c.check(ctx); {

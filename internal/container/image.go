@@ -1,9 +1,6 @@
 package container
 
-import (
-	"strconv"
-	"strings"
-)
+import "strconv"
 
 // FromImage returns the item a read of key's row returns, built from the row as the binlog images it after a change
 // (value gives a column's value, by lower-case name, as go-mysql decodes it). ok is false when keyway cannot tell: a
@@ -16,7 +13,7 @@ func (c *Container) FromImage(value func(column string) (any, bool)) (it Item, o
 	}
 	parts := make([][]byte, len(c.valCols))
 	for i, f := range c.valCols {
-		v, ok := value(strings.ToLower(c.def.ValueColumns[i]))
+		v, ok := value(c.lower.vals[i])
 		if !ok || v == nil {
 			return Item{}, false
 		}
@@ -33,11 +30,11 @@ func (c *Container) FromImage(value func(column string) (any, bool)) (it Item, o
 	for _, col := range []struct {
 		name string
 		dst  *int64
-	}{{c.def.FlagsColumn, &flags}, {c.def.ExpiryColumn, &exp}} {
+	}{{c.lower.flags, &flags}, {c.lower.exp, &exp}} {
 		if col.name == "" {
 			continue
 		}
-		v, ok := value(strings.ToLower(col.name))
+		v, ok := value(col.name)
 		if !ok {
 			return Item{}, false
 		}
@@ -46,11 +43,11 @@ func (c *Container) FromImage(value func(column string) (any, bool)) (it Item, o
 		}
 	}
 	it.Flags, it.Exptime = uint32(flags), exp
-	if c.def.CASColumn == "" {
+	if c.lower.cas == "" {
 		it.CAS = hashCAS(it.Value, it.Flags)
 		return it, true
 	}
-	v, ok := value(strings.ToLower(c.def.CASColumn))
+	v, ok := value(c.lower.cas)
 	if !ok {
 		return Item{}, false
 	}

@@ -347,20 +347,19 @@ type ownWrites struct {
 }
 
 type ownWrite struct {
-	row     container.Item
-	withCAS bool // the row's CAS is known (a container without a cas column: it hashes the value)
-	n       int  // writes of the key in flight; the row is only trusted for one
+	row container.Item // its CAS is 0 when not known yet (see tableStore)
+	n   int            // writes of the key in flight; the row is only trusted for one
 }
 
 // begin records a write of vk that will leave row; call the returned func once the local copy is settled.
-func (w *ownWrites) begin(vk []byte, row container.Item, withCAS bool) (done func()) {
+func (w *ownWrites) begin(vk []byte, row container.Item) (done func()) {
 	w.mu.Lock()
 	if w.m == nil {
 		w.m = make(map[string]*ownWrite)
 	}
 	o := w.m[string(vk)]
 	if o == nil {
-		o = &ownWrite{row: row, withCAS: withCAS}
+		o = &ownWrite{row: row}
 		w.m[string(vk)] = o
 	}
 	o.n++
@@ -391,7 +390,7 @@ func (w *ownWrites) leaves(vk []byte, row container.Item, known bool) inFlight {
 	switch o := w.m[string(vk)]; {
 	case o == nil:
 		return noWrite
-	case known && o.n == 1 && sameRow(fromRow(o.row), row, o.withCAS):
+	case known && o.n == 1 && sameRow(fromRow(o.row), row, o.row.CAS != 0):
 		return leavesRow
 	}
 	return leavesOther
@@ -602,10 +601,10 @@ func (e *Engine) tableStore(t *Container, row, value []byte, r StoreRequest) (st
 		status, newCAS, err = e.writeBehind(t, row, item)
 	} else {
 		if t.Policies.Set == container.Caching && t.Policies.Get == container.Caching && r.Mode != Append && r.Mode != Prepend {
-			// The binlog may echo this write before it returns: say what row it leaves (see holdsRow).
-			withCAS := t.C.Def().CASColumn == ""
+			// The binlog may echo this write before it returns: say what row it leaves (see holdsRow). Its CAS is
+			// known here only without a cas column (a hash, never 0); with one, the committer assigns it (0 here).
 			if want, ok := t.C.AsStored(item, 0); ok {
-				defer t.writing.begin(validityKey(t, rowKey(t, row)), want, withCAS)()
+				defer t.writing.begin(validityKey(t, rowKey(t, row)), want)()
 			}
 		}
 		err = e.tableWrite(t, row, t.Policies.Set, "set", func(ctx context.Context) (*container.Item, error) {

@@ -236,7 +236,7 @@ func TestHoldsRow(t *testing.T) {
 	b.filling.Add(-1)
 	// Once invalidated, the copy does not hold, and a container whose copies a ttl bounds never does.
 	a.v.Wrote(vk)
-	if r.e.holdsRow(a, vk, image("mine", 7, cas), true) != true {
+	if !r.e.holdsRow(a, vk, image("mine", 7, cas), true) {
 		t.Error("an invalid copy with nothing in flight: want it to pass (nothing to drop)")
 	}
 	a.CopyTTL = time.Minute
