@@ -201,15 +201,11 @@ func RunCache(ctx context.Context, o CacheOptions) (*CacheReport, error) {
 	}
 
 	fmt.Fprintf(o.Out, "cache bench 2/4 and 4/4: starting MariaDB for the PHP loops\n")
-	m, err := peers.StartMariaDB(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
-	}
-	defer m.Stop()
-	version, err := serverVersion(ctx, m.AppDSN)
+	m, version, err := startMariaDB(ctx)
 	if err != nil {
 		return nil, err
 	}
+	defer m.Stop()
 	rep.Server = "MariaDB " + version
 	if err := createCacheTables(ctx, m.AppDSN, o.Keys); err != nil {
 		return nil, err

@@ -202,9 +202,9 @@ func RunKV(ctx context.Context, o KVOptions) (*KVReport, error) {
 	}
 
 	fmt.Fprintf(o.Out, "kv bench: starting MariaDB and memcached\n")
-	m, err := peers.StartMariaDB(ctx)
+	m, version, err := startMariaDB(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
+		return nil, err
 	}
 	defer m.Stop()
 	mc, err := peers.StartMemcached(ctx, "-m", "256")
@@ -212,10 +212,6 @@ func RunKV(ctx context.Context, o KVOptions) (*KVReport, error) {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	defer mc.Stop()
-	version, err := serverVersion(ctx, m.AppDSN)
-	if err != nil {
-		return nil, err
-	}
 	db, err := sql.Open("mysql", m.AppDSN)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)

@@ -184,15 +184,11 @@ func RunSQL(ctx context.Context, o SQLOptions) (*SQLReport, error) {
 	}
 
 	fmt.Fprintf(o.Out, "sql bench: starting MariaDB\n")
-	m, err := peers.StartMariaDB(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
-	}
-	defer m.Stop()
-	version, err := serverVersion(ctx, m.AppDSN)
+	m, version, err := startMariaDB(ctx)
 	if err != nil {
 		return nil, err
 	}
+	defer m.Stop()
 	fmt.Fprintf(o.Out, "sql bench: MariaDB %s at %s; sysbench prepare: %d tables of %d rows\n", version, m.Addr, o.Tables, o.TableSize)
 	if err := sb.prepare(ctx, m.Addr); err != nil {
 		return nil, err
@@ -307,20 +303,26 @@ func (r *SQLReport) WriteText(w io.Writer) {
 	}
 }
 
-// serverVersion asks the server at dsn for version().
-func serverVersion(ctx context.Context, dsn string) (string, error) {
-	db, err := sql.Open("mysql", dsn)
+// startMariaDB starts a private MariaDB for a suite and reads its version (VERSION()); the caller stops it.
+func startMariaDB(ctx context.Context) (*peers.MariaDB, string, error) {
+	m, err := peers.StartMariaDB(ctx)
 	if err != nil {
-		return "", fmt.Errorf("bench: %w", err)
+		return nil, "", fmt.Errorf("bench: %w", err)
+	}
+	db, err := sql.Open("mysql", m.AppDSN)
+	if err != nil {
+		m.Stop()
+		return nil, "", fmt.Errorf("bench: %w", err)
 	}
 	defer db.Close()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var v string
 	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); err != nil {
-		return "", fmt.Errorf("bench: SELECT VERSION(): %w", err)
+		m.Stop()
+		return nil, "", fmt.Errorf("bench: SELECT VERSION(): %w", err)
 	}
-	return v, nil
+	return m, v, nil
 }
 
 // directStarter is MariaDB itself: nothing to start or stop per run.
