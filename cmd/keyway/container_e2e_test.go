@@ -404,27 +404,12 @@ func TestContainersThroughPHPMemcached(t *testing.T) {
 // keeps its configuration: keyway reads innodb_memcache (as created by the
 // plugin's innodb_memcached_config.sql) and serves the plugin's own demo.
 func TestMigrateInnodbMemcache(t *testing.T) {
-	m := testenv.NewMariaDB(t)
-	db, err := sql.Open("mysql", m.AppDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	for _, q := range append(innodbMemcacheSchema(),
+	m, db := mariaDBWith(t, append(innodbMemcacheSchema(),
 		`CREATE TABLE test.demo_test (c1 VARCHAR(32), c2 VARCHAR(1024), c3 INT, c4 BIGINT UNSIGNED, c5 INT, PRIMARY KEY (c1))`,
 		`INSERT INTO innodb_memcache.containers VALUES ('aaa', 'test', 'demo_test', 'c1', 'c2', 'c3', 'c4', 'c5', 'PRIMARY')`,
 		`INSERT INTO test.demo_test VALUES ('AA', 'HELLO, HELLO', 8, 0, 0)`,
-	) {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	cfg := fmt.Sprintf("[[groups]]\nname = \"main\"\nprimary = %q\nuser = \"app\"\npassword = \"secret\"\n\n[migrate]\ninnodb_memcache = \"main\"\n", m.Addr)
-	path := filepath.Join(t.TempDir(), "keyway.toml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	kw := testenv.NewKeyway(t, "--config", path)
+	)...)
+	kw := startMigrated(t, m)
 	mc := memcache.New(kw.Addr)
 	it, err := mc.Get("@@aaa.AA")
 	if err != nil || string(it.Value) != "HELLO, HELLO" || it.Flags != 8 {
@@ -519,4 +504,32 @@ func innodbMemcacheSchema() []string {
 		`INSERT INTO innodb_memcache.cache_policies VALUES ('cache_policy', 'innodb_only', 'innodb_only', 'innodb_only', 'innodb_only')`,
 		`INSERT INTO innodb_memcache.config_options VALUES ('separator', '|'), ('table_map_delimiter', '.')`,
 	}
+}
+
+// mariaDBWith starts MariaDB and runs stmts on it as the app user; the pool it returns closes at cleanup.
+func mariaDBWith(t *testing.T, stmts ...string) (*testenv.MariaDB, *sql.DB) {
+	t.Helper()
+	m := testenv.NewMariaDB(t)
+	db, err := sql.Open("mysql", m.AppDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	for _, q := range stmts {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	return m, db
+}
+
+// startMigrated starts keyway serving the containers [migrate] reads from m's innodb_memcache schema.
+func startMigrated(t *testing.T, m *testenv.MariaDB) *testenv.Process {
+	t.Helper()
+	cfg := fmt.Sprintf("[[groups]]\nname = \"main\"\nprimary = %q\nuser = \"app\"\npassword = \"secret\"\n\n[migrate]\ninnodb_memcache = \"main\"\n", m.Addr)
+	path := filepath.Join(t.TempDir(), "keyway.toml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return testenv.NewKeyway(t, "--config", path)
 }

@@ -2,14 +2,9 @@ package main
 
 import (
 	"database/sql"
-	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/keywaydb/keyway/internal/testenv"
 )
 
 // TestPluginContainerSwitch follows the InnoDB memcached plugin's setup walk-through with two containers, "default"
@@ -17,32 +12,17 @@ import (
 // answers with aaa's table ("schema/table", as the plugin answers) and switches the connection, so its keys without
 // "@@" then go to aaa, on that connection only, until "get @@default" switches it back.
 func TestPluginContainerSwitch(t *testing.T) {
-	m := testenv.NewMariaDB(t)
-	db, err := sql.Open("mysql", m.AppDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
 	demo := func(table string) string {
 		return `CREATE TABLE test.` + table + ` (c1 VARCHAR(32), c2 VARCHAR(1024), c3 INT, c4 BIGINT UNSIGNED, c5 INT, primary key(c1)) ENGINE=INNODB`
 	}
-	for _, q := range append(innodbMemcacheSchema(),
+	m, db := mariaDBWith(t, append(innodbMemcacheSchema(),
 		demo("demo_test"),
 		demo("demo_test2"),
 		`INSERT INTO innodb_memcache.containers VALUES ('default', 'test', 'demo_test', 'c1', 'c2', 'c3', 'c4', 'c5', 'PRIMARY')`,
 		`INSERT INTO innodb_memcache.containers VALUES ('aaa', 'test', 'demo_test2', 'c1', 'c2', 'c3', 'c4', 'c5', 'PRIMARY')`,
 		`INSERT INTO test.demo_test VALUES ('AA', 'HELLO, HELLO', 8, 0, 0)`,
-	) {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	cfg := fmt.Sprintf("[[groups]]\nname = \"main\"\nprimary = %q\nuser = \"app\"\npassword = \"secret\"\n\n[migrate]\ninnodb_memcache = \"main\"\n", m.Addr)
-	path := filepath.Join(t.TempDir(), "keyway.toml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	kw := testenv.NewKeyway(t, "--config", path)
+	)...)
+	kw := startMigrated(t, m)
 	row := func(table, key string) string {
 		var v string
 		if err := db.QueryRow(`SELECT c2 FROM test.`+table+` WHERE c1 = ?`, key).Scan(&v); err == sql.ErrNoRows {

@@ -227,17 +227,7 @@ func TestSQLResultCache(t *testing.T) {
 // runs for it: point selects are cached for max_staleness (no default_ttl here), so a direct write shows through
 // keyway within that, and keyway says so at startup.
 func TestSQLResultCacheTTLOnly(t *testing.T) {
-	m := testenv.NewMariaDB(t)
-	direct, err := sql.Open("mysql", m.AppDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer direct.Close()
-	for _, q := range []string{"CREATE TABLE test.tt (id INT PRIMARY KEY, c VARCHAR(20))", "INSERT INTO test.tt VALUES (1, 'one')"} {
-		if _, err := direct.Exec(q); err != nil {
-			t.Fatal(err)
-		}
-	}
+	m, direct := mariaDBWith(t, "CREATE TABLE test.tt (id INT PRIMARY KEY, c VARCHAR(20))", "INSERT INTO test.tt VALUES (1, 'one')")
 	sqlAddr, admin := freeAddr(t), freeAddr(t)
 	path := filepath.Join(t.TempDir(), "keyway.toml")
 	if err := os.WriteFile(path, []byte(fmt.Sprintf(`
@@ -294,17 +284,7 @@ invalidate = "ttl"
 // TestCachingContainerTTLOnly: a caching container on a group with invalidate = "ttl" keeps its copies for the
 // group's ttl (max_staleness here), so a direct write shows through the memcache door within that.
 func TestCachingContainerTTLOnly(t *testing.T) {
-	m := testenv.NewMariaDB(t)
-	direct, err := sql.Open("mysql", m.AppDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer direct.Close()
-	for _, q := range []string{"CREATE TABLE test.tk (k VARCHAR(32) PRIMARY KEY, v VARCHAR(20))", "INSERT INTO test.tk VALUES ('a', 'one')"} {
-		if _, err := direct.Exec(q); err != nil {
-			t.Fatal(err)
-		}
-	}
+	m, direct := mariaDBWith(t, "CREATE TABLE test.tk (k VARCHAR(32) PRIMARY KEY, v VARCHAR(20))", "INSERT INTO test.tk VALUES ('a', 'one')")
 	mcAddr := freeAddr(t)
 	path := filepath.Join(t.TempDir(), "keyway.toml")
 	if err := os.WriteFile(path, []byte(fmt.Sprintf(`
