@@ -110,14 +110,15 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		trace.Start(f)
 		defer func() { trace.Stop(); f.Close() }()
 	}
+	// SIGHUP reloads what can change while serving (see reload); its default action would end keyway silently.
+	// Caught before the doors open: a client can reach keyway, and a supervisor signal it, before Start returns.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	srv, err := server.Start(cfg, server.Options{Logger: log, Version: version})
 	if err != nil {
 		fmt.Fprintf(stderr, "keyway serve: %v\n", err)
 		return 1
 	}
-	sig := make(chan os.Signal, 1)
-	// SIGHUP reloads what can change while serving (see reload); its default action would end keyway silently.
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	code := 0
 wait:
 	for {
