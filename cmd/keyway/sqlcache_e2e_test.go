@@ -6,6 +6,7 @@ package main
 // max_staleness, and nothing is served from the cache inside a transaction.
 
 import (
+	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
@@ -48,6 +49,12 @@ func cacheStats(t *testing.T, admin string) sqlCacheStats {
 func waitCacheFresh(t *testing.T, kw *testenv.Process, admin string) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
+	// The admin listener may open after the door a caller waited for.
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	if err := testenv.WaitForPort(ctx, admin); err != nil {
+		t.Fatalf("admin listener: %v\n%s", err, kw.Output())
+	}
 	for !cacheStats(t, admin).Fresh {
 		if time.Now().After(deadline) {
 			t.Fatalf("the cache never became fresh\n%s", kw.Output())
