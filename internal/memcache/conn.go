@@ -45,11 +45,16 @@ const needMore = -1
 
 var errClose = errors.New("close connection")
 
-// conn is one client connection. Only its own goroutine touches it.
+// conn is one client connection. Only one goroutine at a time touches it: its own, or its event loop's.
 type conn struct {
 	srv *Server
 	eng *engine.Engine
-	nc  net.Conn
+	// nc is the connection, except while an event loop serves it: then loop is that loop and fd the socket (nc is
+	// nil). A connection leaves its loop for good (leaveLoop); s.mu guards the change, which Shutdown reads.
+	nc     net.Conn
+	loop   *eventLoop
+	fd     int
+	remote net.Addr // the client's address (nil for a connection that is not a socket's)
 	// container is where this connection's keys without "@@" go after a "get @@name" (the InnoDB plugin's switch;
 	// see engine.SwitchTo); nil: the engine's default. Every key goes to the engine through ekey.
 	container *engine.Container
@@ -114,7 +119,7 @@ const (
 )
 
 func newConn(s *Server, nc net.Conn) *conn {
-	c := &conn{srv: s, eng: s.eng, nc: nc, rbuf: make([]byte, initialReadBuffer), authed: s.auth == nil}
+	c := &conn{srv: s, eng: s.eng, nc: nc, fd: -1, rbuf: make([]byte, initialReadBuffer), authed: s.auth == nil}
 	c.lastCmd.Store(time.Now().Unix())
 	return c
 }
@@ -132,65 +137,26 @@ const (
 var stateNames = [...]string{"conn_new_cmd", "conn_read", "conn_nread", "conn_swallow", "conn_parse_cmd", "conn_mwrite"}
 
 func (c *conn) serve() {
-	defer c.nc.Close()
-	defer c.publish()
-	defer c.releaseBuffer()
-	defer func() {
-		// A bug met by one request costs its connection, not the server.
-		if r := recover(); r != nil {
-			c.srv.log.Error("memcache: a request crashed its connection; closing it", "remote", c.nc.RemoteAddr().String(), "panic", r, "stack", string(debug.Stack()))
-		}
-	}()
+	defer c.end()
+	defer c.recoverPanic()
+	c.serveLoop()
+}
+
+// serveLoop reads and answers requests until the connection is to close.
+func (c *conn) serveLoop() {
 	for {
-		if c.rpos == c.rend {
-			c.rpos, c.rend = 0, 0
-			// A buffer grown for one big request goes back; so does a
-			// smaller grown one when the server's budget runs short.
-			if cap(c.rbuf) > keepBuffer || c.charged > 0 && c.srv.budgetShort() {
-				c.releaseBuffer()
-			}
-		}
-		if !c.makeRoom() {
-			c.noRoom()
-			c.flush()
+		if !c.readyToRead() {
 			return
 		}
-		c.publish()
-		c.setWaitState()
 		// net.Conn.Read reads first and, when the next batch has not come
 		// yet, fails with EAGAIN, waits for the poller and reads again: a
 		// lone client's request costs about 1.8 read syscalls here, against
 		// memcached's one (it waits first). Waiting first through
 		// syscall.RawConn.Read would miss input: its poller reset forgets
-		// readiness that came before the wait. Only an event loop of our own
-		// could save that read.
+		// readiness that came before the wait. The event loops (loop_linux.go)
+		// wait first.
 		n, err := c.nc.Read(c.rbuf[c.rend:])
-		c.rend += n
-		var began time.Time
-		if n > 0 {
-			if c.srv.opts.Observe != nil {
-				began = time.Now()
-			}
-			c.srv.bytesRead.Add(int64(n))
-			c.state.Store(stateParseCmd)
-			c.lastCmd.Store(time.Now().Unix())
-			if perr := c.process(); perr != nil {
-				c.flush()
-				return
-			}
-		}
-		if c.unsent() {
-			if werr := c.flush(); werr != nil {
-				return
-			}
-			if !began.IsZero() {
-				c.srv.opts.Observe(time.Since(began))
-			}
-		}
-		if cap(c.out) > keepBuffer {
-			c.out = nil
-		}
-		if c.closeAfterWrite {
+		if !c.answer(n) {
 			return
 		}
 		if err != nil {
@@ -200,6 +166,81 @@ func (c *conn) serve() {
 			return
 		}
 	}
+}
+
+// recoverPanic, deferred, turns a bug met by one request into the loss of its connection, not the server's.
+func (c *conn) recoverPanic() {
+	if r := recover(); r != nil {
+		c.logPanic(r)
+	}
+}
+
+func (c *conn) logPanic(r any) {
+	c.srv.log.Error("memcache: a request crashed its connection; closing it", "remote", addrName(c.remote), "panic", r, "stack", string(debug.Stack()))
+}
+
+// end closes the connection and gives back what it holds; it runs once, when the connection is done.
+func (c *conn) end() {
+	c.releaseBuffer()
+	c.publish()
+	if c.loop != nil {
+		c.loop.remove(c)
+	} else if c.nc != nil { // nil: it could not leave its loop (leaveLoop)
+		c.nc.Close()
+	}
+	c.srv.finished(c)
+}
+
+// readyToRead prepares the read buffer for the next read and records what the connection waits for. It reports
+// false, after answering, when the connection must close: the in-flight budget cannot hold the request being read.
+func (c *conn) readyToRead() bool {
+	if c.rpos == c.rend {
+		c.rpos, c.rend = 0, 0
+		// A buffer grown for one big request goes back; so does a
+		// smaller grown one when the server's budget runs short.
+		if cap(c.rbuf) > keepBuffer || c.charged > 0 && c.srv.budgetShort() {
+			c.releaseBuffer()
+		}
+	}
+	if !c.makeRoom() {
+		c.noRoom()
+		c.flush()
+		return false
+	}
+	c.publish()
+	c.setWaitState()
+	return true
+}
+
+// answer answers the n bytes just read into the buffer and writes the replies out. It reports false when the
+// connection is to close.
+func (c *conn) answer(n int) bool {
+	c.rend += n
+	var began time.Time
+	if n > 0 {
+		if c.srv.opts.Observe != nil {
+			began = time.Now()
+		}
+		c.srv.bytesRead.Add(int64(n))
+		c.state.Store(stateParseCmd)
+		c.lastCmd.Store(time.Now().Unix())
+		if perr := c.process(); perr != nil {
+			c.flush()
+			return false
+		}
+	}
+	if c.unsent() {
+		if werr := c.flush(); werr != nil {
+			return false
+		}
+		if !began.IsZero() {
+			c.srv.opts.Observe(time.Since(began))
+		}
+	}
+	if cap(c.out) > keepBuffer {
+		c.out = nil
+	}
+	return !c.closeAfterWrite
 }
 
 // setWaitState records what the connection is about to wait for.
@@ -386,15 +427,21 @@ func (c *conn) flush() error {
 	}
 	c.state.Store(stateWrite)
 	defer c.state.Store(stateParseCmd)
-	c.setWriteDeadline()
 	var n int64
 	var err error
-	if len(c.large) == 0 {
+	switch {
+	case c.loop != nil:
+		n, err = c.flushFromLoop()
+	case len(c.large) == 0:
+		c.setWriteDeadline()
 		var m int
 		m, err = c.nc.Write(c.out)
 		n = int64(m)
-	} else {
-		n, err = c.writeVector()
+	default:
+		c.setWriteDeadline()
+		vec := c.replyVector()
+		n, err = vec.WriteTo(c.nc) // consumes vec, not c.bufs
+		c.releaseVector()
 	}
 	c.srv.bytesWritten.Add(n)
 	c.out = c.out[:0]
@@ -402,9 +449,27 @@ func (c *conn) flush() error {
 	return err
 }
 
-// writeVector writes out with the large values spliced in at their places
-// in one writev, and lets the values go.
-func (c *conn) writeVector() (int64, error) {
+// flushFromLoop writes the replies of a connection served by an event loop: as much as the socket takes now, and
+// when it takes less than all (the client reads slower than it asks), the connection leaves the loop and the rest
+// is written as any connection's, blocking its own goroutine up to the write timeout.
+func (c *conn) flushFromLoop() (int64, error) {
+	vec := c.replyVector()
+	defer c.releaseVector()
+	n, err := writeNow(c.fd, &vec)
+	if err != nil || len(vec) == 0 {
+		return n, err
+	}
+	if err := c.leaveLoop(); err != nil {
+		return n, err
+	}
+	c.setWriteDeadline()
+	m, err := vec.WriteTo(c.nc)
+	return n + m, err
+}
+
+// replyVector is the replies as one vector: out with the large values spliced in at their places. The vector is
+// scratch (c.bufs) until releaseVector.
+func (c *conn) replyVector() net.Buffers {
 	vec := c.bufs[:0]
 	at := 0
 	for _, l := range c.large {
@@ -418,12 +483,15 @@ func (c *conn) writeVector() (int64, error) {
 		vec = append(vec, c.out[at:])
 	}
 	c.bufs = vec
-	n, err := c.bufs.WriteTo(c.nc) // consumes c.bufs
-	clear(vec)
-	c.bufs = vec[:0]
+	return vec
+}
+
+// releaseVector lets the large values the last replies referred to go.
+func (c *conn) releaseVector() {
+	clear(c.bufs[:cap(c.bufs)])
+	c.bufs = c.bufs[:0]
 	clear(c.large)
 	c.large, c.largeBytes = c.large[:0], 0
-	return n, err
 }
 
 // unsent reports whether there are replies not yet written.

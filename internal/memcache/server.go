@@ -1,18 +1,21 @@
 // Package memcache is keyway's memcache door: the memcached text, meta and
 // binary protocols over TCP, answered by the engine.
 //
-// Each connection runs one goroutine with one read buffer and one reply
-// buffer. It answers every complete request in the read buffer, appending
-// replies, and writes them out once the buffered input is drained
-// (pipelining), or sooner: whenever the replies pass flushThreshold, between
-// requests and between the values of a multi-key get. A value of largeValue
-// bytes or more is never copied into the reply buffer: the replies refer to
-// the stored item's bytes (immutable), and the batch goes out in one vectored
-// write (writev) with them in place. A request is
-// only parsed when it is complete: the parser returns "need more" and the loop
-// reads again, growing the buffer up to the request's size, which is bounded
-// by the line limit and the item size limit. A value over the limit is
-// discarded as it arrives (swallowed), never held.
+// Each connection has one read buffer and one reply buffer, and is served
+// either by an event loop (loop_linux.go: plain TCP where no request waits on
+// anything but the client, as for a memory-only or async store) or by a
+// goroutine of its own (TLS, containers, sync durability, and a client that
+// reads slower than it asks). It answers every complete request in the read
+// buffer, appending replies, and writes them out once the buffered input is
+// drained (pipelining), or sooner: whenever the replies pass flushThreshold,
+// between requests and between the values of a multi-key get. A value of
+// largeValue bytes or more is never copied into the reply buffer: the replies
+// refer to the stored item's bytes (immutable), and the batch goes out in one
+// vectored write (writev) with them in place. A request is only parsed when
+// it is complete: the parser returns "need more" and the connection reads
+// again, growing the buffer up to the request's size, which is bounded by the
+// line limit and the item size limit. A value over the limit is discarded as
+// it arrives (swallowed), never held.
 //
 // Invariants:
 //   - A connection's reply buffer holds at most flushThreshold plus one reply
@@ -36,7 +39,8 @@
 //     reply buffer) + MaxInflightBytes, whatever the clients send.
 //   - Every write has a deadline (Options.WriteTimeout): a client that does not
 //     read blocks only its own goroutine, and only that long; then it is
-//     disconnected.
+//     disconnected. An event loop never blocks on a write: a connection whose
+//     replies the socket does not take whole gets a goroutine of its own.
 //   - An error in one client's input is answered to that client only; the
 //     connection is closed only where memcached closes it.
 //   - With Options.Users set, no command runs on a connection before it has
@@ -93,6 +97,9 @@ type Options struct {
 	// Observe, when set, is told how long each batch of requests (one request, or a pipeline read at once) took
 	// from its read to the write of its replies.
 	Observe func(time.Duration)
+	// EventLoops is how many event loops serve plain TCP connections where no request can wait on anything but
+	// the client (see loop_linux.go): 0 means GOMAXPROCS, negative means none (a goroutine per connection).
+	EventLoops int
 }
 
 // DefaultMaxConnections is Options.MaxConnections' default (memcached's -c).
@@ -149,6 +156,10 @@ type Server struct {
 		closed    bool
 	}
 	wg sync.WaitGroup
+	// loops serve connections without a goroutine each; nil when none do (see startLoops).
+	loops        []*eventLoop
+	loopsStarted bool // under mu; loops is set once, by the first Serve
+	nextLoop     int  // the loop the next connection goes to, under mu
 }
 
 // listenerInfo is what stats conns shows of a listener.
@@ -194,6 +205,10 @@ func (s *Server) Serve(ln net.Listener) error {
 		return nil
 	}
 	s.mu.listeners[ln] = listenerInfo{id: s.connIDs.Add(1), since: time.Now().Unix()}
+	if !s.loopsStarted {
+		s.loopsStarted = true
+		s.loops = s.startLoops()
+	}
 	s.mu.Unlock()
 	var backoff time.Duration
 	for {
@@ -233,6 +248,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		c := newConn(s, nc)
 		c.id = s.connIDs.Add(1)
 		c.listenAddr = ln.Addr()
+		c.remote = nc.RemoteAddr()
 		s.mu.Lock()
 		if s.mu.closed {
 			s.mu.Unlock()
@@ -244,15 +260,20 @@ func (s *Server) Serve(ln net.Listener) error {
 		s.mu.Unlock()
 		s.currConns.Add(1)
 		s.totalConns.Add(1)
-		go func() {
-			defer s.wg.Done()
-			c.serve()
-			s.currConns.Add(-1)
-			s.mu.Lock()
-			delete(s.mu.conns, c)
-			s.mu.Unlock()
-		}()
+		if s.loops != nil && s.enterLoop(c) {
+			continue
+		}
+		go c.serve()
 	}
+}
+
+// finished forgets a connection that has ended.
+func (s *Server) finished(c *conn) {
+	s.currConns.Add(-1)
+	s.mu.Lock()
+	delete(s.mu.conns, c)
+	s.mu.Unlock()
+	s.wg.Done()
 }
 
 func isTemporary(err error) bool {
@@ -270,9 +291,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	for c := range s.mu.conns {
 		// Wake a connection blocked in Read; it finishes what it has and exits.
-		c.nc.SetReadDeadline(time.Now())
+		// A connection an event loop serves is idle; its loop closes it.
+		if c.nc != nil {
+			c.nc.SetReadDeadline(time.Now())
+		}
 	}
+	loops := s.loops
 	s.mu.Unlock()
+	for _, l := range loops {
+		l.stop()
+	}
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	select {
@@ -281,7 +309,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		s.mu.Lock()
 		for c := range s.mu.conns {
-			c.nc.Close()
+			if c.nc != nil {
+				c.nc.Close()
+			}
 		}
 		s.mu.Unlock()
 		return ctx.Err()

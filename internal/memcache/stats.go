@@ -396,7 +396,7 @@ func (s *Server) connStats(w statWriter) {
 		lines = append(lines, line{id: li.id, addr: addrName(ln.Addr()), state: "conn_listening", since: li.since})
 	}
 	for c := range s.mu.conns {
-		lines = append(lines, line{id: c.id, addr: addrName(c.nc.RemoteAddr()), listenAddr: addrName(c.listenAddr),
+		lines = append(lines, line{id: c.id, addr: addrName(c.remote), listenAddr: addrName(c.listenAddr),
 			state: stateNames[c.state.Load()], since: c.lastCmd.Load()})
 	}
 	s.mu.Unlock()

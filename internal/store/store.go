@@ -284,6 +284,9 @@ func (s *Store) Close() error {
 // Persistent reports whether changes reach a disk.
 func (s *Store) Persistent() bool { return s.disk != nil }
 
+// WaitsForDisk reports whether a write waits for the disk before it returns (sync durability).
+func (s *Store) WaitsForDisk() bool { return s.disk != nil && s.disk.durability == DurabilitySync }
+
 // Now is the store's clock in Unix seconds.
 func (s *Store) Now() int64 { return s.now() }
 

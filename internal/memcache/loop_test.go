@@ -1,0 +1,142 @@
+package memcache
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keywaydb/keyway/internal/engine"
+	"github.com/keywaydb/keyway/internal/store"
+)
+
+// eventLoops is how many event loops srv runs.
+func (s *Server) eventLoops() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.loops)
+}
+
+// newLoopServer is a door with one event loop (so every connection shares it) over a fresh memory-only store.
+func newLoopServer(t *testing.T, o Options) (*Server, string) {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("event loops are Linux's")
+	}
+	o.EventLoops = 1
+	srv, _ := newDoor(t, o)
+	addr := serveTest(t, srv)
+	c := dialTest(t, addr)
+	c.send("version\r\n")
+	c.expect("VERSION ")
+	if n := srv.eventLoops(); n != 1 {
+		t.Fatalf("the door runs %d event loops, want 1", n)
+	}
+	return srv, addr
+}
+
+// TestEventLoopSlowReaderHoldsUpNobody: a client that asks for more than its socket takes and does not read leaves
+// the event loop; the loop's other connections are answered meanwhile, and the slow client, once it reads, gets
+// every reply in order.
+func TestEventLoopSlowReaderHoldsUpNobody(t *testing.T) {
+	_, addr := newLoopServer(t, Options{})
+	value := strings.Repeat("v", 512<<10)
+	slow := dialTest(t, addr)
+	slow.send(fmt.Sprintf("set big 7 0 %d\r\n%s\r\n", len(value), value))
+	slow.expect("STORED\r\n")
+
+	// 40 replies of 512 KiB: far more than loopback socket buffers hold.
+	const gets = 40
+	slow.send(strings.Repeat("get big\r\n", gets))
+	time.Sleep(200 * time.Millisecond) // the loop has written what the socket takes
+
+	other := dialTest(t, addr)
+	for i := range 20 {
+		other.send(fmt.Sprintf("set k%d 0 0 1\r\nx\r\nget k%d\r\n", i, i))
+		other.expect(fmt.Sprintf("STORED\r\nVALUE k%d 0 1\r\nx\r\nEND\r\n", i))
+	}
+
+	reply := fmt.Sprintf("VALUE big 7 %d\r\n%s\r\nEND\r\n", len(value), value)
+	for i := range gets {
+		slow.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		got := make([]byte, len(reply))
+		if n, err := readFull(slow.br, got); err != nil || string(got) != reply {
+			t.Fatalf("reply %d: %d bytes read (err %v), not the value", i, n, err)
+		}
+	}
+	// It goes on as a connection of its own.
+	slow.send("get k3\r\n")
+	slow.expect("VALUE k3 0 1\r\nx\r\nEND\r\n")
+}
+
+// TestEventLoopShutdown: Shutdown closes the connections event loops serve (idle between requests) and returns;
+// a request answered before it was answered whole.
+func TestEventLoopShutdown(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("event loops are Linux's")
+	}
+	st, err := store.Open(store.Options{MemoryLimit: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	srv := NewServer(engine.New(st, engine.Options{MaxItemSize: 1 << 20}), Options{EventLoops: 2})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	var clients []*testClient
+	for i := range 4 {
+		c := dialTest(t, ln.Addr().String())
+		c.send(fmt.Sprintf("set k%d 0 0 1\r\nx\r\n", i))
+		c.expect("STORED\r\n")
+		clients = append(clients, c)
+	}
+	if n := srv.currConns.Load(); n != 4 {
+		t.Fatalf("curr_connections %d, want 4", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v (connections left: %d)", err, srv.currConns.Load())
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	for _, c := range clients {
+		c.expectClosed()
+	}
+	if n := srv.currConns.Load(); n != 0 {
+		t.Fatalf("curr_connections %d after Shutdown, want 0", n)
+	}
+}
+
+// TestEventLoopsOnlyWhereNothingWaits: a door over a store that waits for the disk serves each connection with a
+// goroutine of its own (a loop would stall its other connections for each sync).
+func TestEventLoopsOnlyWhereNothingWaits(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("event loops are Linux's")
+	}
+	for _, tc := range []struct {
+		durability store.Durability
+		loops      bool
+	}{{store.DurabilitySync, false}, {store.DurabilityAsync, true}} {
+		st, err := store.Open(store.Options{MemoryLimit: 64 << 20, DataDir: t.TempDir(), Durability: tc.durability})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := NewServer(engine.New(st, engine.Options{MaxItemSize: 1 << 20}), Options{})
+		c := dialTest(t, serveTest(t, srv))
+		c.send("set k 0 0 1\r\nx\r\nget k\r\n")
+		c.expect("STORED\r\nVALUE k 0 1\r\nx\r\nEND\r\n")
+		if got := srv.eventLoops() > 0; got != tc.loops {
+			t.Errorf("durability %v: event loops %v, want %v", tc.durability, got, tc.loops)
+		}
+		st.Close()
+	}
+}
