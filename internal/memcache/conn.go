@@ -449,6 +449,20 @@ func (c *conn) flush() error {
 	return err
 }
 
+// ownGoroutine gives a connection an event loop serves a goroutine of its own (leaveLoop) before a request that
+// takes long whatever the client does (a walk of the whole store), so the loop's other connections are not held up
+// by it. An error means the connection could not leave, and ends: werr is set.
+func (c *conn) ownGoroutine() error {
+	if c.loop == nil {
+		return nil
+	}
+	if err := c.leaveLoop(); err != nil {
+		c.werr = err
+		return err
+	}
+	return nil
+}
+
 // flushFromLoop writes the replies of a connection served by an event loop: as much as the socket takes now, and
 // when it takes less than all (the client reads slower than it asks), the connection leaves the loop and the rest
 // is written as any connection's, blocking its own goroutine up to the write timeout.

@@ -23,7 +23,9 @@ package memcache
 //     batch with blocking writes under the write timeout, and goes on serving it
 //     as a goroutine-per-connection; a new goroutine takes over the loop first.
 //     So no client holds up a loop's other connections for longer than one
-//     non-blocking write.
+//     non-blocking write. A request that takes long whatever the client does
+//     (a walk of the whole store: lru_crawler metadump, stats cachedump) leaves
+//     the loop the same way before it starts (ownGoroutine).
 //   - Only the goroutine running a loop reads its epoll set, its connections and
 //     their buffers; conns (the fd → connection map) is shared with the accept
 //     goroutines under mu. The epoll set holds exactly the connections in conns.

@@ -140,3 +140,39 @@ func TestEventLoopsOnlyWhereNothingWaits(t *testing.T) {
 		st.Close()
 	}
 }
+
+// loopConns is how many connections srv's event loops serve.
+func (s *Server) loopConns() int {
+	s.mu.Lock()
+	loops := s.loops
+	s.mu.Unlock()
+	n := 0
+	for _, l := range loops {
+		l.mu.Lock()
+		n += len(l.conns)
+		l.mu.Unlock()
+	}
+	return n
+}
+
+// TestEventLoopWalkOnOwnGoroutine: a request that walks the whole store (lru_crawler metadump) moves its connection
+// off the event loop first, so the walk never holds up the loop's other connections; the connection goes on.
+func TestEventLoopWalkOnOwnGoroutine(t *testing.T) {
+	srv, addr := newLoopServer(t, Options{})
+	c := dialTest(t, addr)
+	c.send("set k 0 0 1\r\nx\r\n")
+	c.expect("STORED\r\n")
+	before := srv.loopConns()
+	c.send("lru_crawler metadump all\r\n")
+	c.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	line, err := c.br.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "key=k ") {
+		t.Fatalf("metadump: %q %v", line, err)
+	}
+	c.expect("END\r\n")
+	if after := srv.loopConns(); after != before-1 {
+		t.Fatalf("the loops serve %d connections after the walk, want %d (the walking one left)", after, before-1)
+	}
+	c.send("get k\r\n")
+	c.expect("VALUE k 0 1\r\nx\r\nEND\r\n")
+}

@@ -104,6 +104,9 @@ func crawlClasses(arg []byte) (all, ok bool) {
 // "\n" alone. The store is walked shard by shard; the lines go out as the
 // reply buffer fills.
 func (c *conn) metadump() {
+	if c.ownGoroutine() != nil {
+		return
+	}
 	c.eng.Store().Walk(func(key string, it store.Item) bool {
 		b := append(c.out, "key="...)
 		b = uriEncode(b, key)
@@ -190,6 +193,9 @@ func (c *conn) cachedump(toks [][]byte) {
 		return
 	}
 	if class == 1 { // itemClass
+		if c.ownGoroutine() != nil {
+			return
+		}
 		shown := uint32(0)
 		c.eng.Store().Walk(func(key string, it store.Item) bool {
 			c.out = append(c.out, "ITEM "...)
