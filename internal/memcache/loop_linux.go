@@ -14,9 +14,10 @@ package memcache
 // Invariants:
 //   - A loop serves only connections whose requests never wait on anything but
 //     the client: plain TCP, no container (a container's request waits for
-//     MySQL), a store that does not wait for the disk (sync durability). The
-//     server decides once, when it starts serving (startLoops); the engine's
-//     containers are fixed by then.
+//     MySQL), a store that does not wait for the disk (sync durability; an
+//     async store makes a writer wait only once the disk is far behind, and
+//     then every writer waits). The server decides once, when it starts
+//     serving (startLoops); the engine's containers are fixed by then.
 //   - A write the socket does not take whole means the client reads slower than
 //     it asks. The connection then leaves its loop for good (leaveLoop): the
 //     goroutine that was running the loop keeps the connection, finishes its
