@@ -12,12 +12,14 @@ package memcache
 // complete request and writes the replies in one write, on its own goroutine.
 //
 // Invariants:
-//   - A loop serves only connections whose requests never wait on anything but
-//     the client: plain TCP, no container (a container's request waits for
-//     MySQL), a store that does not wait for the disk (sync durability; an
-//     async store makes a writer wait only once the disk is far behind, and
-//     then every writer waits). The server decides once, when it starts
-//     serving (startLoops); the engine's containers are fixed by then.
+//   - A loop serves only connections whose requests wait on nothing but the
+//     client, or on what would make every connection wait anyway: plain TCP,
+//     no container (a container's request waits for MySQL), a store that does
+//     not wait for the disk per write (sync durability). An async store makes
+//     a writer wait only once the disk has fallen far behind (store's
+//     maxPendingBytes); a loop then waits with it, readers included, until the
+//     disk catches up. The server decides once, when it starts serving
+//     (startLoops); the engine's containers are fixed by then.
 //   - A write the socket does not take whole means the client reads slower than
 //     it asks. The connection then leaves its loop for good (leaveLoop): the
 //     goroutine that was running the loop keeps the connection, finishes its
@@ -124,6 +126,12 @@ func (s *Server) enterLoop(c *conn) bool {
 	s.mu.Lock()
 	l := s.loops[s.nextLoop]
 	s.nextLoop = (s.nextLoop + 1) % len(s.loops)
+	if l.stopped() && !s.mu.closed {
+		// The loop failed (epoll_wait): this connection gets a goroutine.
+		s.mu.Unlock()
+		unix.Close(fd)
+		return false
+	}
 	c.nc, c.fd, c.loop = nil, fd, l // Shutdown reads nc under mu
 	s.mu.Unlock()
 	tc.Close()
@@ -163,6 +171,23 @@ func (l *eventLoop) detach(c *conn) {
 		unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, c.fd, nil)
 	}
 	l.mu.Unlock()
+}
+
+// stopped reports whether the loop was stopped or failed.
+func (l *eventLoop) stopped() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
+}
+
+// hangUp shuts down the sockets of the loop's connections (shutdown(2), not close: the loop still owns the
+// descriptors), so a loop that is stuck finds them failed once it runs again, and their clients are let go now.
+func (l *eventLoop) hangUp() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for fd := range l.conns {
+		unix.Shutdown(fd, unix.SHUT_RDWR)
+	}
 }
 
 // stop makes the loop close its connections and exit; connections added later are refused.

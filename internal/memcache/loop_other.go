@@ -14,5 +14,6 @@ func (s *Server) startLoops() []*eventLoop      { return nil }
 func (s *Server) enterLoop(*conn) bool          { return false }
 func (l *eventLoop) remove(*conn)               {}
 func (l *eventLoop) stop()                      {}
+func (l *eventLoop) hangUp()                    {}
 func (c *conn) leaveLoop() error                { return errors.ErrUnsupported }
 func writeNow(int, *net.Buffers) (int64, error) { return 0, errors.ErrUnsupported }

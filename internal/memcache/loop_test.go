@@ -42,18 +42,31 @@ func newLoopServer(t *testing.T, o Options) (*Server, string) {
 // the event loop; the loop's other connections are answered meanwhile, and the slow client, once it reads, gets
 // every reply in order.
 func TestEventLoopSlowReaderHoldsUpNobody(t *testing.T) {
-	_, addr := newLoopServer(t, Options{})
+	srv, addr := newLoopServer(t, Options{})
 	value := strings.Repeat("v", 512<<10)
 	slow := dialTest(t, addr)
 	slow.send(fmt.Sprintf("set big 7 0 %d\r\n%s\r\n", len(value), value))
 	slow.expect("STORED\r\n")
+	if n := srv.loopConns(); n != 2 { // slow, and newLoopServer's probe
+		t.Fatalf("the loop serves %d connections, want 2", n)
+	}
 
 	// 40 replies of 512 KiB: far more than loopback socket buffers hold.
 	const gets = 40
 	slow.send(strings.Repeat("get big\r\n", gets))
-	time.Sleep(200 * time.Millisecond) // the loop has written what the socket takes
+	// The replies do not fit the socket: the slow client leaves the loop, which keeps newLoopServer's probe.
+	for deadline := time.Now().Add(10 * time.Second); srv.loopConns() != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the loop serves %d connections, want 1: the slow client did not leave it", srv.loopConns())
+		}
+	}
 
 	other := dialTest(t, addr)
+	other.send("touch nothing 0\r\n")
+	other.expect("NOT_FOUND\r\n")
+	if n := srv.loopConns(); n != 2 { // other, and the probe
+		t.Fatalf("the loop serves %d connections, want 2", n)
+	}
 	for i := range 20 {
 		other.send(fmt.Sprintf("set k%d 0 0 1\r\nx\r\nget k%d\r\n", i, i))
 		other.expect(fmt.Sprintf("STORED\r\nVALUE k%d 0 1\r\nx\r\nEND\r\n", i))
@@ -72,8 +85,8 @@ func TestEventLoopSlowReaderHoldsUpNobody(t *testing.T) {
 	slow.expect("VALUE k3 0 1\r\nx\r\nEND\r\n")
 }
 
-// TestEventLoopShutdown: Shutdown closes the connections event loops serve (idle between requests) and returns;
-// a request answered before it was answered whole.
+// TestEventLoopShutdown: Shutdown closes the connections event loops serve (idle between requests), each client
+// sees its connection closed, and Shutdown returns with none left.
 func TestEventLoopShutdown(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("event loops are Linux's")
@@ -99,6 +112,9 @@ func TestEventLoopShutdown(t *testing.T) {
 	}
 	if n := srv.currConns.Load(); n != 4 {
 		t.Fatalf("curr_connections %d, want 4", n)
+	}
+	if n := srv.loopConns(); n != 4 {
+		t.Fatalf("the loops serve %d connections, want 4", n)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -130,6 +146,7 @@ func TestEventLoopsOnlyWhereNothingWaits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { st.Close() }) // after the server's (cleanups run last first)
 		srv := NewServer(engine.New(st, engine.Options{MaxItemSize: 1 << 20}), Options{})
 		c := dialTest(t, serveTest(t, srv))
 		c.send("set k 0 0 1\r\nx\r\nget k\r\n")
@@ -137,7 +154,6 @@ func TestEventLoopsOnlyWhereNothingWaits(t *testing.T) {
 		if got := srv.eventLoops() > 0; got != tc.loops {
 			t.Errorf("durability %v: event loops %v, want %v", tc.durability, got, tc.loops)
 		}
-		st.Close()
 	}
 }
 
@@ -175,4 +191,22 @@ func TestEventLoopWalkOnOwnGoroutine(t *testing.T) {
 	}
 	c.send("get k\r\n")
 	c.expect("VALUE k 0 1\r\nx\r\nEND\r\n")
+}
+
+// TestEventLoopStoppedServesByGoroutine: once a loop has stopped while the server goes on (its epoll_wait failed),
+// new connections get a goroutine each instead of being closed by it.
+func TestEventLoopStoppedServesByGoroutine(t *testing.T) {
+	srv, addr := newLoopServer(t, Options{})
+	srv.mu.Lock()
+	l := srv.loops[0]
+	srv.mu.Unlock()
+	l.stop() // as a failed epoll_wait leaves it: shut, still in srv.loops
+	for deadline := time.Now().Add(10 * time.Second); srv.loopConns() != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the stopped loop did not close its connections")
+		}
+	}
+	c := dialTest(t, addr)
+	c.send("set k 0 0 1\r\nx\r\nget k\r\n")
+	c.expect("STORED\r\nVALUE k 0 1\r\nx\r\nEND\r\n")
 }

@@ -314,6 +314,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			}
 		}
 		s.mu.Unlock()
+		for _, l := range loops {
+			l.hangUp() // a loop still serving is stuck (a store far behind its disk)
+		}
 		return ctx.Err()
 	}
 }
