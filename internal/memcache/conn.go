@@ -85,8 +85,9 @@ type conn struct {
 	// is their total size, which flushIfFull bounds by maxReferenced.
 	large      []largeRef
 	largeBytes int
-	// bufs is scratch for the vectored write of out and large.
-	bufs net.Buffers
+	// bufs is scratch for the vectored write of out and large; writing is what of it a blocking write has yet to
+	// send (writeBlocking).
+	bufs, writing net.Buffers
 
 	// tally counts this connection's gets and sets; publish adds it to the
 	// engine's counters before replies are written and before each read.
@@ -438,9 +439,7 @@ func (c *conn) flush() error {
 		m, err = c.nc.Write(c.out)
 		n = int64(m)
 	default:
-		c.setWriteDeadline()
-		vec := c.replyVector()
-		n, err = vec.WriteTo(c.nc) // consumes vec, not c.bufs
+		n, err = c.writeBlocking(c.replyVector())
 		c.releaseVector()
 	}
 	c.srv.bytesWritten.Add(n)
@@ -467,18 +466,26 @@ func (c *conn) ownGoroutine() error {
 // when it takes less than all (the client reads slower than it asks), the connection leaves the loop and the rest
 // is written as any connection's, blocking its own goroutine up to the write timeout.
 func (c *conn) flushFromLoop() (int64, error) {
-	vec := c.replyVector()
 	defer c.releaseVector()
-	n, err := writeNow(c.fd, &vec)
-	if err != nil || len(vec) == 0 {
+	rest, n, err := writeNow(c.fd, c.replyVector())
+	if err != nil || len(rest) == 0 {
 		return n, err
 	}
 	if err := c.leaveLoop(); err != nil {
 		return n, err
 	}
-	c.setWriteDeadline()
-	m, err := vec.WriteTo(c.nc)
+	m, err := c.writeBlocking(rest)
 	return n + m, err
+}
+
+// writeBlocking writes vec to the connection under the write timeout. The vector goes through a field so that
+// WriteTo (which consumes it through a pointer) does not move it to the heap on every vectored write.
+func (c *conn) writeBlocking(vec net.Buffers) (int64, error) {
+	c.setWriteDeadline()
+	c.writing = vec
+	n, err := c.writing.WriteTo(c.nc)
+	c.writing = nil
+	return n, err
 }
 
 // replyVector is the replies as one vector: out with the large values spliced in at their places. The vector is

@@ -311,44 +311,44 @@ func (c *conn) leaveLoop() error {
 	return nil
 }
 
-// writeNow writes vec to the non-blocking socket fd until it is written or the socket is full, and consumes what
-// it wrote from vec.
-func writeNow(fd int, vec *net.Buffers) (int64, error) {
-	var total int64
-	for len(*vec) > 0 {
+// writeNow writes vec to the non-blocking socket fd until it is written or the socket is full, and returns what it
+// could not write yet.
+func writeNow(fd int, vec net.Buffers) (rest net.Buffers, written int64, err error) {
+	for len(vec) > 0 {
 		var n int
-		var err error
-		if len(*vec) == 1 {
-			n, err = unix.Write(fd, (*vec)[0])
+		var werr error
+		if len(vec) == 1 {
+			n, werr = unix.Write(fd, vec[0])
 		} else {
-			n, err = unix.Writev(fd, *vec)
+			n, werr = unix.Writev(fd, vec)
 		}
 		if n > 0 {
-			total += int64(n)
-			consume(vec, n)
+			written += int64(n)
+			vec = consume(vec, n)
 		}
-		switch err {
+		switch werr {
 		case nil:
 		case unix.EINTR:
 		case unix.EAGAIN:
-			return total, nil
+			return vec, written, nil
 		default:
-			return total, os.NewSyscallError("write", err)
+			return vec, written, os.NewSyscallError("write", werr)
 		}
 	}
-	return total, nil
+	return vec, written, nil
 }
 
 // consume drops the first n bytes of vec.
-func consume(vec *net.Buffers, n int) {
-	for len(*vec) > 0 {
-		if b := (*vec)[0]; len(b) > n {
-			(*vec)[0] = b[n:]
-			return
+func consume(vec net.Buffers, n int) net.Buffers {
+	for len(vec) > 0 {
+		if b := vec[0]; len(b) > n {
+			vec[0] = b[n:]
+			return vec
 		} else {
 			n -= len(b)
 		}
-		(*vec)[0] = nil
-		*vec = (*vec)[1:]
+		vec[0] = nil
+		vec = vec[1:]
 	}
+	return vec
 }
