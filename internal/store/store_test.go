@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -560,6 +561,19 @@ func TestEveryWaiterToldOfFailure(t *testing.T) {
 
 func copyDir(t *testing.T, dir string) string {
 	t.Helper()
+	// Pebble may remove an obsolete file (an OPTIONS file it replaced) between the listing and the read: copy again.
+	for range 10 {
+		if to, ok := copyDirOnce(t, dir); ok {
+			return to
+		}
+	}
+	t.Fatalf("copy of %s: files kept vanishing", dir)
+	return ""
+}
+
+// copyDirOnce copies dir's files; false when one vanished before it was read.
+func copyDirOnce(t *testing.T, dir string) (string, bool) {
+	t.Helper()
 	to := t.TempDir()
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -570,6 +584,9 @@ func copyDir(t *testing.T, dir string) string {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", false
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -577,7 +594,7 @@ func copyDir(t *testing.T, dir string) string {
 			t.Fatal(err)
 		}
 	}
-	return to
+	return to, true
 }
 
 // TestFlushAllRefusedOnFailedDisk: flush_all on a failed disk is refused

@@ -41,8 +41,9 @@
 //     waits for room up to WaitTimeout and then fails: memory and the loss
 //     window stay bounded.
 //   - A row the table refuses for its data (container.Refused) is dropped,
-//     logged and counted, and OnDrop is told so cached copies can go: the
-//     table stays the truth. Any other error keeps every row and retries.
+//     logged and counted, and OnDrop is told so cached copies can go, before
+//     the row leaves the queue (so before a Sync or Drain waiting for it
+//     returns): the table stays the truth. Any other error keeps every row and retries.
 //   - Sync and Drain wait until writes made before them are in the table:
 //     commands whose answer depends on the row, and SQL statements on the
 //     table, call them first so they act after every acknowledged write.
@@ -556,6 +557,12 @@ func (q *Queue) send(rows []container.Row, seqs []uint64) bool {
 		}
 	}
 	q.mu.Unlock()
+	// Cached copies of refused rows go before the rows leave pending: a Sync or Drain that returns has them gone.
+	if q.o.OnDrop != nil {
+		for _, k := range dropped {
+			q.o.OnDrop(k)
+		}
+	}
 	jerrs := make([]error, len(done))
 	for n, d := range done {
 		jerrs[n] = d.wait()
@@ -586,11 +593,6 @@ func (q *Queue) send(rows []container.Row, seqs []uint64) bool {
 	}
 	q.cond.Broadcast()
 	q.mu.Unlock()
-	if q.o.OnDrop != nil {
-		for _, k := range dropped {
-			q.o.OnDrop(k)
-		}
-	}
 	return ok
 }
 
