@@ -35,22 +35,17 @@ func newFedConn(t testing.TB) (*conn, *captureConn) {
 	return newConn(srv, cc), cc
 }
 
-// feed delivers p as one read, then answers what is complete, as serve does.
+// feed delivers p as reads, each answered as serve answers one (readyToRead, answer), until the connection closes.
 func (c *conn) feed(p []byte) {
-	for len(p) > 0 && !c.closeAfterWrite {
-		if c.rpos == c.rend {
-			c.rpos, c.rend = 0, 0
-		}
-		if !c.makeRoom() {
-			c.noRoom()
-			c.flush()
+	for len(p) > 0 {
+		if !c.readyToRead() {
 			return
 		}
 		n := copy(c.rbuf[c.rend:], p)
-		c.rend += n
 		p = p[n:]
-		c.process()
-		c.flush()
+		if !c.answer(n) {
+			return
+		}
 	}
 }
 
