@@ -53,21 +53,11 @@ func startKeywaySQL(t *testing.T, sqlAddr string, args ...string) *testenv.Proce
 // the SQL door's address and the config's path.
 func setupContainers(t *testing.T, policy, aaaExtra string) (*testenv.MariaDB, *sql.DB, string, string) {
 	t.Helper()
-	m := testenv.NewMariaDB(t)
-	db, err := sql.Open("mysql", m.AppDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	for _, q := range []string{
+	m, db := mariaDBWith(t,
 		`CREATE TABLE test.demo_test (c1 VARCHAR(32) PRIMARY KEY, c2 VARCHAR(1024), c3 INT UNSIGNED, c4 BIGINT UNSIGNED, c5 INT UNSIGNED)`,
 		`CREATE TABLE test.kv (k VARCHAR(64) PRIMARY KEY, v VARCHAR(255))`,
 		`CREATE TABLE test.multi (k VARCHAR(32) PRIMARY KEY, color VARCHAR(16), qty INT, note TEXT)`,
-	} {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatal(err)
-		}
-	}
+	)
 	sqlAddr := freeAddr(t)
 	cfg := fmt.Sprintf(`
 [sql]

@@ -35,8 +35,8 @@ func OpenDB(cfg *mysql.Config) *sql.DB {
 // go-sql-driver hands a cancellable context to a watcher goroutine and waits for that goroutine again when the
 // statement ends, and database/sql starts a goroutine per query to watch it: on two busy cores that cost 10–70 µs
 // per statement (BenchmarkDirectReplaceWatched against BenchmarkDirectReplace; the less MariaDB has to do, the more
-// the hand-offs weigh). An explicit
-// cancel of caller is then not seen until the statement ends; keyway's callers only cancel after it has.
+// the hand-offs weigh). An explicit cancel of caller is then not seen until the statement ends; keyway's callers
+// only cancel after it has.
 func (c *Container) unwatched(caller, ctx context.Context) context.Context {
 	if c.opt.PoolDeadline <= 0 {
 		return ctx
