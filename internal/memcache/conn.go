@@ -467,7 +467,7 @@ func (c *conn) ownGoroutine() error {
 // is written as any connection's, blocking its own goroutine up to the write timeout.
 func (c *conn) flushFromLoop() (int64, error) {
 	defer c.releaseVector()
-	rest, n, err := writeNow(c.fd, c.replyVector())
+	rest, n, err := c.loop.writeNow(c.fd, c.replyVector())
 	if err != nil || len(rest) == 0 {
 		return n, err
 	}

@@ -10,10 +10,12 @@ import (
 // Event loops are Linux's (epoll; see loop_linux.go): elsewhere a goroutine serves each connection.
 type eventLoop struct{}
 
-func (s *Server) startLoops() []*eventLoop                  { return nil }
-func (s *Server) enterLoop(*conn) bool                      { return false }
-func (l *eventLoop) remove(*conn)                           {}
-func (l *eventLoop) stop()                                  {}
-func (l *eventLoop) hangUp()                                {}
-func (c *conn) leaveLoop() error                            { return errors.ErrUnsupported }
-func writeNow(int, net.Buffers) (net.Buffers, int64, error) { return nil, 0, errors.ErrUnsupported }
+func (s *Server) startLoops() []*eventLoop { return nil }
+func (s *Server) enterLoop(*conn) bool     { return false }
+func (l *eventLoop) remove(*conn)          {}
+func (l *eventLoop) stop()                 {}
+func (l *eventLoop) hangUp()               {}
+func (c *conn) leaveLoop() error           { return errors.ErrUnsupported }
+func (l *eventLoop) writeNow(int, net.Buffers) (net.Buffers, int64, error) {
+	return nil, 0, errors.ErrUnsupported
+}
