@@ -37,6 +37,8 @@ import (
 	"io"
 	"net"
 	"time"
+
+	"github.com/keywaydb/keyway/internal/sockio"
 )
 
 const (
@@ -102,8 +104,10 @@ type Conn struct {
 	}
 }
 
-// NewConn wraps nc. The Conn takes nc over: close it with Conn.Close.
+// NewConn wraps nc. The Conn takes nc over: close it with Conn.Close. A socket is read and written with raw system
+// calls (sockio), which the SQL door's relay, a read and a write per packet batch on each side, needs cheap.
 func NewConn(nc net.Conn) *Conn {
+	nc = sockio.Wrap(nc)
 	return &Conn{nc: nc, br: bufio.NewReaderSize(nc, bufSize), w: nc, wbuf: make([]byte, 0, bufSize)}
 }
 

@@ -1,0 +1,64 @@
+// Package sockio reads and writes a socket with raw system calls, and waits for it through Go's poller only when
+// it is not ready.
+//
+// Why: a Read or Write on a net.Conn is a blocking-style system call to the runtime (entersyscall, exitsyscall),
+// although the socket is non-blocking and the call never waits. While a thread is in such a call, the runtime's
+// monitor (sysmon) may hand its P to another thread, and does when the call lasts over 20 µs: on this project's
+// 2-core virtual machines a loopback write that wakes its reader often does. The hand-off costs a futex wake of
+// another thread, the writer then has to find a P again, and sysmon itself keeps waking every 20 µs while it finds
+// work. Under sysbench through the SQL door that machinery (exitsyscall, handoffp, sysmon's usleep) was about 6%
+// of keyway's CPU (perf, 2026-11-24). A raw system call does not enter that state; on a non-blocking socket it
+// returns at once, with data or EAGAIN, and on EAGAIN the goroutine parks in the poller as net.Conn's would.
+//
+// Invariants:
+//   - A wrapped connection behaves as the net.Conn it wraps: the same deadlines (the poller enforces them), the same
+//     errors (a *net.OpError with Op "read" or "write"; io.EOF at end of stream), Close, addresses and SyscallConn.
+//   - Only sockets are wrapped (a syscall.Conn whose descriptor the poller manages); anything else, and every
+//     connection on systems other than Linux, is returned as it is.
+//   - A raw call never blocks: a socket in Go's poller is non-blocking, and a write copies at most what the socket
+//     buffer takes (the rest waits for writability in the poller).
+package sockio
+
+import (
+	"net"
+	"syscall"
+)
+
+// Conn is a socket whose reads and writes are raw system calls (see the package comment).
+type Conn struct {
+	net.Conn
+	raw syscall.RawConn
+}
+
+// Wrap returns nc with raw-call reads and writes when it is a socket, or nc itself.
+func Wrap(nc net.Conn) net.Conn {
+	if !supported {
+		return nc
+	}
+	if c, ok := nc.(*Conn); ok {
+		return c
+	}
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return nc
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return nc
+	}
+	return &Conn{Conn: nc, raw: raw}
+}
+
+// SyscallConn is the wrapped socket's: callers that look beneath the connection (a MSG_PEEK check) still can.
+func (c *Conn) SyscallConn() (syscall.RawConn, error) { return c.raw, nil }
+
+// opError gives a poller error (a *net.OpError of a "raw-read" or "raw-write") the operation net.Conn's own would
+// name.
+func opError(op string, err error) error {
+	if oe, ok := err.(*net.OpError); ok {
+		e := *oe
+		e.Op = op
+		return &e
+	}
+	return err
+}

@@ -1,0 +1,183 @@
+package sockio
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// pair returns a wrapped client end and the server end of a real connection on network ("tcp" or "unix").
+func pair(t *testing.T, network string) (wrapped, peer net.Conn) {
+	t.Helper()
+	addr := "127.0.0.1:0"
+	if network == "unix" {
+		addr = filepath.Join(t.TempDir(), "s")
+	}
+	ln, err := net.Listen(network, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	nc, err := net.Dial(network, ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer = <-accepted
+	if peer == nil {
+		t.Fatal("accept failed")
+	}
+	wrapped = Wrap(nc)
+	t.Cleanup(func() { wrapped.Close(); peer.Close() })
+	return wrapped, peer
+}
+
+func TestWrapTakesSocketsOnly(t *testing.T) {
+	c, _ := pair(t, "tcp")
+	if _, ok := c.(*Conn); ok != (runtime.GOOS == "linux") {
+		t.Fatalf("Wrap(tcp) = %T on %s", c, runtime.GOOS)
+	}
+	if Wrap(c) != c {
+		t.Fatal("wrapping twice made a second wrapper")
+	}
+	if _, ok := c.(syscall.Conn); !ok {
+		t.Fatal("the wrapped socket lost SyscallConn")
+	}
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	if Wrap(a) != a {
+		t.Fatal("a pipe, which has no socket, was wrapped")
+	}
+}
+
+// A transfer far larger than the socket buffers makes both sides wait in the poller; every byte arrives in order.
+func TestLargeTransfersBothWays(t *testing.T) {
+	for _, network := range []string{"tcp", "unix"} {
+		t.Run(network, func(t *testing.T) {
+			c, peer := pair(t, network)
+			data := make([]byte, 8<<20)
+			for i := range data {
+				data[i] = byte(i * 7)
+			}
+			// wrapped writes, the peer reads slowly at first so the wrapped side finds the buffer full
+			done := make(chan error, 1)
+			go func() {
+				n, err := c.Write(data)
+				if err == nil && n != len(data) {
+					err = io.ErrShortWrite
+				}
+				done <- err
+			}()
+			time.Sleep(50 * time.Millisecond)
+			got := make([]byte, len(data))
+			if _, err := io.ReadFull(peer, got); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, data) {
+				t.Fatal("the peer read other bytes than were written")
+			}
+			// the peer writes, the wrapped side reads (and waits for data that is not there yet)
+			go func() {
+				time.Sleep(50 * time.Millisecond)
+				_, err := peer.Write(data)
+				done <- err
+			}()
+			clear(got)
+			if _, err := io.ReadFull(c, got); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, data) {
+				t.Fatal("read other bytes than the peer wrote")
+			}
+		})
+	}
+}
+
+func TestErrorsAreNetConns(t *testing.T) {
+	c, peer := pair(t, "tcp")
+
+	// A read deadline: a timeout, as net.Conn reports it.
+	c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	_, err := c.Read(make([]byte, 10))
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read past the deadline: %v", err)
+	}
+	if oe := (*net.OpError)(nil); !errors.As(err, &oe) || oe.Op != "read" {
+		t.Fatalf("read past the deadline: %#v, want a *net.OpError with Op read", err)
+	}
+	c.SetReadDeadline(time.Time{})
+
+	// The peer sends and closes: the bytes, then io.EOF itself.
+	peer.Write([]byte("bye"))
+	peer.Close()
+	got, err := io.ReadAll(c)
+	if err != nil || string(got) != "bye" {
+		t.Fatalf("read to the end: %q, %v", got, err)
+	}
+	if n, err := c.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+		t.Fatalf("read after the end: %d, %v; want 0, io.EOF", n, err)
+	}
+
+	// Writing to a closed peer fails with the system's error (EPIPE or ECONNRESET), not a signal.
+	var werr error
+	for range 100 {
+		if _, werr = c.Write(make([]byte, 64<<10)); werr != nil {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if !errors.Is(werr, syscall.EPIPE) && !errors.Is(werr, syscall.ECONNRESET) {
+		t.Fatalf("write to a closed peer: %v", werr)
+	}
+	if oe := (*net.OpError)(nil); !errors.As(werr, &oe) || oe.Op != "write" {
+		t.Fatalf("write to a closed peer: %#v, want a *net.OpError with Op write", werr)
+	}
+
+	// Our own end closed: net.ErrClosed.
+	c.Close()
+	if _, err := c.Read(make([]byte, 1)); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("read after Close: %v", err)
+	}
+	if _, err := c.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("write after Close: %v", err)
+	}
+}
+
+// A Close from another goroutine wakes a read waiting in the poller, as it would a net.Conn's.
+func TestCloseWakesAWaitingRead(t *testing.T) {
+	c, _ := pair(t, "tcp")
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Read(make([]byte, 1))
+		done <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	c.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("read woken by Close: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a read waiting in the poller was not woken by Close")
+	}
+}
