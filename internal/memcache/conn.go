@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/keywaydb/keyway/internal/engine"
+	"github.com/keywaydb/keyway/internal/sockio"
 )
 
 const (
@@ -483,7 +484,7 @@ func (c *conn) flushFromLoop() (int64, error) {
 func (c *conn) writeBlocking(vec net.Buffers) (int64, error) {
 	c.setWriteDeadline()
 	c.writing = vec
-	n, err := c.writing.WriteTo(c.nc)
+	n, err := sockio.WriteBuffers(c.nc, &c.writing)
 	c.writing = nil
 	return n, err
 }

@@ -42,10 +42,12 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"syscall"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/keywaydb/keyway/internal/sockio"
 )
 
 // eventLoop is one epoll loop and the connections it serves.
@@ -58,7 +60,7 @@ type eventLoop struct {
 	conns  map[int]*conn // by socket fd
 	closed bool          // stop was called: no connection is added any more
 
-	iov []unix.Iovec // writev's scratch, used only by the goroutine running the loop
+	iov []syscall.Iovec // writev's scratch, used only by the goroutine running the loop
 }
 
 // startLoops starts the event loops when the server's connections qualify (see the invariants); nil when they do
@@ -108,7 +110,7 @@ func newEventLoop(s *Server) (*eventLoop, error) {
 // enterLoop hands a new connection to the next event loop; false (nothing changed) when the connection cannot be
 // served by one, and needs a goroutine.
 func (s *Server) enterLoop(c *conn) bool {
-	tc, ok := c.nc.(*net.TCPConn)
+	tc, ok := sockio.Unwrap(c.nc).(*net.TCPConn)
 	if !ok {
 		return false
 	}
@@ -268,14 +270,14 @@ func (l *eventLoop) serve(c *conn) (left bool) {
 			c.end()
 		}
 	}()
-	n, err := readNow(c.fd, c.rbuf[c.rend:])
-	if err == unix.EAGAIN || err == unix.EINTR {
+	n, errno := sockio.ReadNow(c.fd, c.rbuf[c.rend:])
+	if errno == unix.EAGAIN {
 		return false
 	}
 	if n < 0 {
 		n = 0
 	}
-	open := c.answer(n) && err == nil && n > 0 && c.readyToRead()
+	open := c.answer(n) && errno == 0 && n > 0 && c.readyToRead()
 	if c.loop != nil {
 		if !open {
 			c.end()
@@ -305,7 +307,7 @@ func (c *conn) leaveLoop() error {
 		return errors.Join(errors.New("memcache: a connection could not leave its event loop"), err)
 	}
 	c.srv.mu.Lock()
-	c.nc = nc
+	c.nc = sockio.Wrap(nc)
 	closing := c.srv.mu.closed
 	c.srv.mu.Unlock()
 	if closing {
@@ -314,69 +316,13 @@ func (c *conn) leaveLoop() error {
 	return nil
 }
 
-// Reads and writes on a loop's sockets are raw system calls: the sockets are non-blocking, so the call returns at
-// once, and the runtime's syscall entry and exit (which let another thread take the P in case the call blocks) cost
-// about 5% of the loop's CPU under memcaslap (perf: exitsyscall, setBlockOnExitSyscall, reentersyscall) for a hand-off
-// that never happens. epoll_wait, which blocks, keeps the ordinary path.
-
-// readNow reads what the non-blocking socket fd holds into p.
-func readNow(fd int, p []byte) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	n, _, errno := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-	if errno != 0 {
-		return -1, errno
-	}
-	return int(n), nil
-}
-
 // writeNow writes vec to the non-blocking socket fd until it is written or the socket is full, and returns what it
-// could not write yet.
+// could not write yet. Reads and writes on a loop's sockets are raw system calls (sockio): the runtime's syscall
+// entry and exit cost about 5% of the loop's CPU under memcaslap for a hand-off that never happens.
 func (l *eventLoop) writeNow(fd int, vec net.Buffers) (rest net.Buffers, written int64, err error) {
-	for len(vec) > 0 {
-		iov := l.iov[:0]
-		for _, b := range vec[:min(len(vec), maxIovecs)] {
-			if len(b) > 0 {
-				iov = append(iov, unix.Iovec{Base: &b[0], Len: uint64(len(b))})
-			}
-		}
-		l.iov = iov
-		if len(iov) == 0 {
-			return nil, written, nil
-		}
-		n, _, errno := unix.RawSyscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
-		clear(iov) // drop the references to the replies
-		if errno == 0 && n > 0 {
-			written += int64(n)
-			vec = consume(vec, int(n))
-		}
-		switch errno {
-		case 0:
-		case unix.EINTR:
-		case unix.EAGAIN:
-			return vec, written, nil
-		default:
-			return vec, written, os.NewSyscallError("writev", errno)
-		}
+	written, errno := sockio.WriteNow(fd, &vec, &l.iov)
+	if errno != 0 && errno != unix.EAGAIN {
+		return vec, written, os.NewSyscallError("writev", errno)
 	}
 	return vec, written, nil
-}
-
-// maxIovecs is the most buffers one writev takes (IOV_MAX).
-const maxIovecs = 1024
-
-// consume drops the first n bytes of vec.
-func consume(vec net.Buffers, n int) net.Buffers {
-	for len(vec) > 0 {
-		if b := vec[0]; len(b) > n {
-			vec[0] = b[n:]
-			return vec
-		} else {
-			n -= len(b)
-		}
-		vec[0] = nil
-		vec = vec[1:]
-	}
-	return vec
 }

@@ -63,6 +63,7 @@ import (
 	"time"
 
 	"github.com/keywaydb/keyway/internal/engine"
+	"github.com/keywaydb/keyway/internal/sockio"
 )
 
 // ProtocolVersion is the memcached protocol level keyway speaks: what
@@ -245,7 +246,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			nc.Close()
 			continue
 		}
-		c := newConn(s, nc)
+		c := newConn(s, sockio.Wrap(nc))
 		c.id = s.connIDs.Add(1)
 		c.listenAddr = ln.Addr()
 		c.remote = nc.RemoteAddr()

@@ -28,6 +28,7 @@ import (
 type Conn struct {
 	net.Conn
 	raw syscall.RawConn
+	iov []syscall.Iovec // writev's scratch; only a writer (under the poller's write lock) touches it
 }
 
 // Wrap returns nc with raw-call reads and writes when it is a socket, or nc itself.
@@ -49,8 +50,25 @@ func Wrap(nc net.Conn) net.Conn {
 	return &Conn{Conn: nc, raw: raw}
 }
 
+// Unwrap returns the connection Wrap wrapped, or nc itself.
+func Unwrap(nc net.Conn) net.Conn {
+	if c, ok := nc.(*Conn); ok {
+		return c.Conn
+	}
+	return nc
+}
+
 // SyscallConn is the wrapped socket's: callers that look beneath the connection (a MSG_PEEK check) still can.
 func (c *Conn) SyscallConn() (syscall.RawConn, error) { return c.raw, nil }
+
+// WriteBuffers writes v to w and consumes it, as v.WriteTo(w) does: with writev, and on a wrapped socket with raw
+// writev calls (net.Buffers.WriteTo would make a wrapper write buffer by buffer).
+func WriteBuffers(w net.Conn, v *net.Buffers) (int64, error) {
+	if c, ok := w.(*Conn); ok {
+		return c.writeBuffers(v)
+	}
+	return v.WriteTo(w)
+}
 
 // opError gives a poller error (a *net.OpError of a "raw-read" or "raw-write") the operation net.Conn's own would
 // name.

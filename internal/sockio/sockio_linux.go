@@ -18,21 +18,11 @@ func (c *Conn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	p = p[:min(len(p), maxRW)]
 	var n int
 	var errno syscall.Errno
 	err := c.raw.Read(func(fd uintptr) bool {
-		for {
-			r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-			switch e {
-			case syscall.EINTR:
-				continue
-			case syscall.EAGAIN:
-				return false
-			}
-			n, errno = int(r), e
-			return true
-		}
+		n, errno = ReadNow(int(fd), p)
+		return errno != syscall.EAGAIN
 	})
 	switch {
 	case err != nil:
@@ -80,4 +70,89 @@ func (c *Conn) Write(p []byte) (int, error) {
 func (c *Conn) sysError(op string, errno syscall.Errno) error {
 	return &net.OpError{Op: op, Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(),
 		Err: os.NewSyscallError(op, errno)}
+}
+
+// writeBuffers writes every buffer of v with writev, waiting in the poller whenever the socket's buffer is full,
+// and consumes v as net.Buffers.WriteTo does.
+func (c *Conn) writeBuffers(v *net.Buffers) (int64, error) {
+	var n int64
+	var errno syscall.Errno
+	err := c.raw.Write(func(fd uintptr) bool {
+		m, e := WriteNow(int(fd), v, &c.iov)
+		n += m
+		errno = e
+		return e != syscall.EAGAIN
+	})
+	switch {
+	case err != nil:
+		return n, opError("write", err)
+	case errno != 0:
+		return n, c.sysError("writev", errno)
+	}
+	return n, nil
+}
+
+// ReadNow reads once from the non-blocking socket fd into p, with a raw call: n is -1 on an error (EAGAIN when
+// there is nothing to read), 0 at end of stream.
+func ReadNow(fd int, p []byte) (n int, errno syscall.Errno) {
+	if len(p) == 0 {
+		return 0, 0
+	}
+	for {
+		r, _, e := syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(min(len(p), maxRW)))
+		if e == syscall.EINTR {
+			continue
+		}
+		if e != 0 {
+			return -1, e
+		}
+		return int(r), 0
+	}
+}
+
+// WriteNow writes v to the non-blocking socket fd with raw writev calls until all of it is written or the socket
+// is full (EAGAIN), and consumes what it wrote from v. iov is the caller's scratch for the iovecs, kept between
+// calls so that a write allocates nothing; WriteNow clears what it put there.
+func WriteNow(fd int, v *net.Buffers, iov *[]syscall.Iovec) (written int64, errno syscall.Errno) {
+	for len(*v) > 0 {
+		vec := (*iov)[:0]
+		for _, b := range (*v)[:min(len(*v), maxIovecs)] {
+			if len(b) > 0 {
+				vec = append(vec, syscall.Iovec{Base: &b[0], Len: uint64(min(len(b), maxRW))})
+			}
+		}
+		*iov = vec
+		if len(vec) == 0 {
+			*v = nil
+			return written, 0
+		}
+		r, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&vec[0])), uintptr(len(vec)))
+		clear(vec) // the buffers are the caller's: hold no reference to them
+		switch e {
+		case 0:
+			written += int64(r)
+			consume(v, int(r))
+		case syscall.EINTR:
+		default:
+			return written, e
+		}
+	}
+	return written, 0
+}
+
+// maxIovecs is the most buffers one writev takes (IOV_MAX).
+const maxIovecs = 1024
+
+// consume drops the first n bytes of v.
+func consume(v *net.Buffers, n int) {
+	for len(*v) > 0 {
+		if b := (*v)[0]; len(b) > n {
+			(*v)[0] = b[n:]
+			return
+		} else {
+			n -= len(b)
+		}
+		(*v)[0] = nil
+		*v = (*v)[1:]
+	}
 }
