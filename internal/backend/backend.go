@@ -44,6 +44,7 @@ import (
 	"time"
 
 	"github.com/keywaydb/keyway/internal/mysqlwire"
+	"github.com/keywaydb/keyway/internal/sockio"
 )
 
 // Defaults for zero fields of GroupOptions (the config fills them in already; these serve callers such as tests
@@ -483,7 +484,13 @@ func (g *Group) dialNet(ctx context.Context) (net.Conn, error) {
 		return nil, g.tlsErr
 	}
 	var d net.Dialer
-	return d.DialContext(ctx, g.cfg.Primary.Network, g.cfg.Primary.Address)
+	nc, err := d.DialContext(ctx, g.cfg.Primary.Network, g.cfg.Primary.Address)
+	if err != nil {
+		return nil, err
+	}
+	// Raw-call reads and writes (sockio) for every connection to the primary: the containers' pools and the binlog
+	// follower (through DialWritable) as much as the SQL door's backends.
+	return sockio.Wrap(nc), nil
 }
 
 // connect dials and runs the client handshake, bounded by ConnectTimeout.
