@@ -6,9 +6,11 @@
 // monitor (sysmon) may hand its P to another thread, and does when the call lasts over 20 µs: on this project's
 // 2-core virtual machines a loopback write that wakes its reader often does. The hand-off costs a futex wake of
 // another thread, the writer then has to find a P again, and sysmon itself keeps waking every 20 µs while it finds
-// work. Under sysbench through the SQL door that machinery (exitsyscall, handoffp, sysmon's usleep) was about 6%
-// of keyway's CPU (perf, 2026-11-24). A raw system call does not enter that state; on a non-blocking socket it
-// returns at once, with data or EAGAIN, and on EAGAIN the goroutine parks in the poller as net.Conn's would.
+// work. Under sysbench through the SQL door (point selects, 8 threads) perf put that machinery's user-space part
+// (exitsyscall, handoffp, sysmon's usleep) at about 6% of keyway's CPU, and its kernel part (futex wake-ups, thread
+// switches) at more: with raw calls a query cost 40–53 µs of CPU against 62–97 µs before (2026-11-24, three
+// alternating rounds). A raw system call does not enter that state; on a non-blocking socket it returns at once,
+// with data or EAGAIN, and on EAGAIN the goroutine parks in the poller as net.Conn's would.
 //
 // Invariants:
 //   - A wrapped connection behaves as the net.Conn it wraps: the same deadlines (the poller enforces them), the same
