@@ -38,12 +38,14 @@ package memcache
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"runtime"
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -52,9 +54,11 @@ import (
 
 // eventLoop is one epoll loop and the connections it serves.
 type eventLoop struct {
-	srv  *Server
-	epfd int
-	wake int // eventfd: written to stop the loop
+	srv   *Server
+	epfd  int
+	ep    *os.File        // owns epfd
+	ready syscall.RawConn // epfd in Go's poller: readable when a connection (or wake) is
+	wake  int             // eventfd: written to stop the loop
 
 	mu     sync.Mutex
 	conns  map[int]*conn // by socket fd
@@ -104,7 +108,24 @@ func newEventLoop(s *Server) (*eventLoop, error) {
 		unix.Close(wake)
 		return nil, os.NewSyscallError("epoll_ctl", err)
 	}
-	return &eventLoop{srv: s, epfd: epfd, wake: wake, conns: make(map[int]*conn)}, nil
+	// The loop waits for its epoll set in Go's poller (the set is itself pollable): a goroutine blocked in
+	// epoll_wait would hold a thread in a system call, which the runtime's monitor hands the P away from.
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		unix.Close(wake)
+		return nil, os.NewSyscallError("fcntl", err)
+	}
+	ep := os.NewFile(uintptr(epfd), "epoll")
+	rc, err := ep.SyscallConn()
+	if err == nil {
+		err = ep.SetReadDeadline(time.Time{}) // os.ErrNoDeadline: the poller could not take the set
+	}
+	if err != nil {
+		ep.Close()
+		unix.Close(wake)
+		return nil, fmt.Errorf("epoll set in Go's poller: %w", err)
+	}
+	return &eventLoop{srv: s, epfd: epfd, ep: ep, ready: rc, wake: wake, conns: make(map[int]*conn)}, nil
 }
 
 // enterLoop hands a new connection to the next event loop; false (nothing changed) when the connection cannot be
@@ -213,12 +234,17 @@ func (l *eventLoop) stop() {
 func (l *eventLoop) run() {
 	events := make([]unix.EpollEvent, 128)
 	for {
-		n, err := unix.EpollWait(l.epfd, events, -1)
+		var n int
+		var errno syscall.Errno
+		err := l.ready.Read(func(uintptr) bool {
+			n, errno = l.readyNow(events)
+			return n > 0 || errno != 0 // none ready: wait in the poller
+		})
+		if err == nil && errno != 0 {
+			err = os.NewSyscallError("epoll_pwait", errno)
+		}
 		if err != nil {
-			if err == unix.EINTR {
-				continue
-			}
-			l.srv.log.Error("memcache: epoll_wait failed; closing the loop's connections", "err", err)
+			l.srv.log.Error("memcache: epoll_pwait failed; closing the loop's connections", "err", err)
 			l.shut()
 			return
 		}
@@ -244,6 +270,17 @@ func (l *eventLoop) run() {
 	}
 }
 
+// readyNow fills events with what the epoll set holds ready, without waiting (a raw epoll_pwait with no timeout).
+func (l *eventLoop) readyNow(events []unix.EpollEvent) (int, syscall.Errno) {
+	for {
+		n, _, errno := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, uintptr(l.epfd),
+			uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), 0, 0, 0)
+		if errno != syscall.EINTR {
+			return int(n), errno
+		}
+	}
+}
+
 // shut closes every connection of a loop that is stopping, and the loop's own descriptors.
 func (l *eventLoop) shut() {
 	l.mu.Lock()
@@ -256,7 +293,7 @@ func (l *eventLoop) shut() {
 	for _, c := range conns {
 		c.end()
 	}
-	unix.Close(l.epfd)
+	l.ep.Close()
 	unix.Close(l.wake)
 }
 
