@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/keywaydb/keyway/internal/engine"
-	"github.com/keywaydb/keyway/internal/sockio"
 )
 
 const (
@@ -484,7 +483,7 @@ func (c *conn) flushFromLoop() (int64, error) {
 func (c *conn) writeBlocking(vec net.Buffers) (int64, error) {
 	c.setWriteDeadline()
 	c.writing = vec
-	n, err := sockio.WriteBuffers(c.nc, &c.writing)
+	n, err := c.writing.WriteTo(c.nc)
 	c.writing = nil
 	return n, err
 }

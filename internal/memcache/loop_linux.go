@@ -131,7 +131,7 @@ func newEventLoop(s *Server) (*eventLoop, error) {
 // enterLoop hands a new connection to the next event loop; false (nothing changed) when the connection cannot be
 // served by one, and needs a goroutine.
 func (s *Server) enterLoop(c *conn) bool {
-	tc, ok := sockio.Unwrap(c.nc).(*net.TCPConn)
+	tc, ok := c.nc.(*net.TCPConn)
 	if !ok {
 		return false
 	}
@@ -344,7 +344,7 @@ func (c *conn) leaveLoop() error {
 		return errors.Join(errors.New("memcache: a connection could not leave its event loop"), err)
 	}
 	c.srv.mu.Lock()
-	c.nc = sockio.Wrap(nc)
+	c.nc = nc
 	closing := c.srv.mu.closed
 	c.srv.mu.Unlock()
 	if closing {

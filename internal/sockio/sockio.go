@@ -12,6 +12,11 @@
 // alternating rounds). A raw system call does not enter that state; on a non-blocking socket it returns at once,
 // with data or EAGAIN, and on EAGAIN the goroutine parks in the poller as net.Conn's would.
 //
+// Who uses it: mysqlwire wraps every socket (the SQL door's clients and backends), backend dials every connection
+// to MySQL wrapped (the containers' pools, the binlog follower), and the memcache door's event loops read and write
+// with ReadNow and WriteNow. The memcache door's goroutine-served connections are not wrapped: there a lone
+// client's get lost about 9 µs of latency to it (see memcache's accept loop).
+//
 // Invariants:
 //   - A wrapped connection behaves as the net.Conn it wraps: the same deadlines (the poller enforces them), the same
 //     errors (a *net.OpError with Op "read" or "write"; io.EOF at end of stream), Close, addresses and SyscallConn.
@@ -30,7 +35,6 @@ import (
 type Conn struct {
 	net.Conn
 	raw syscall.RawConn
-	iov []syscall.Iovec // writev's scratch; only a writer (under the poller's write lock) touches it
 }
 
 // Wrap returns nc with raw-call reads and writes when it is a socket, or nc itself.
@@ -52,25 +56,8 @@ func Wrap(nc net.Conn) net.Conn {
 	return &Conn{Conn: nc, raw: raw}
 }
 
-// Unwrap returns the connection Wrap wrapped, or nc itself.
-func Unwrap(nc net.Conn) net.Conn {
-	if c, ok := nc.(*Conn); ok {
-		return c.Conn
-	}
-	return nc
-}
-
 // SyscallConn is the wrapped socket's: callers that look beneath the connection (a MSG_PEEK check) still can.
 func (c *Conn) SyscallConn() (syscall.RawConn, error) { return c.raw, nil }
-
-// WriteBuffers writes v to w and consumes it, as v.WriteTo(w) does: with writev, and on a wrapped socket with raw
-// writev calls (net.Buffers.WriteTo would make a wrapper write buffer by buffer).
-func WriteBuffers(w net.Conn, v *net.Buffers) (int64, error) {
-	if c, ok := w.(*Conn); ok {
-		return c.writeBuffers(v)
-	}
-	return v.WriteTo(w)
-}
 
 // opError gives a poller error (a *net.OpError of a "raw-read" or "raw-write") the operation net.Conn's own would
 // name.

@@ -72,26 +72,6 @@ func (c *Conn) sysError(op string, errno syscall.Errno) error {
 		Err: os.NewSyscallError(op, errno)}
 }
 
-// writeBuffers writes every buffer of v with writev, waiting in the poller whenever the socket's buffer is full,
-// and consumes v as net.Buffers.WriteTo does.
-func (c *Conn) writeBuffers(v *net.Buffers) (int64, error) {
-	var n int64
-	var errno syscall.Errno
-	err := c.raw.Write(func(fd uintptr) bool {
-		m, e := WriteNow(int(fd), v, &c.iov)
-		n += m
-		errno = e
-		return e != syscall.EAGAIN
-	})
-	switch {
-	case err != nil:
-		return n, opError("write", err)
-	case errno != 0:
-		return n, c.sysError("writev", errno)
-	}
-	return n, nil
-}
-
 // ReadNow reads once from the non-blocking socket fd into p, with a raw call: n is -1 on an error (EAGAIN when
 // there is nothing to read), 0 at end of stream.
 func ReadNow(fd int, p []byte) (n int, errno syscall.Errno) {

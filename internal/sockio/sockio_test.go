@@ -3,7 +3,6 @@ package sockio
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"os"
@@ -180,45 +179,5 @@ func TestCloseWakesAWaitingRead(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("a read waiting in the poller was not woken by Close")
-	}
-}
-
-// WriteBuffers sends a vector far larger than the socket buffers, with empty buffers in it, whole and in order,
-// and consumes it, as net.Buffers.WriteTo does.
-func TestWriteBuffers(t *testing.T) {
-	c, peer := pair(t, "tcp")
-	var want []byte
-	var vec net.Buffers
-	for i := range 3000 {
-		b := bytes.Repeat([]byte{byte(i)}, i%7*1000)
-		vec = append(vec, b)
-		want = append(want, b...)
-	}
-	done := make(chan error, 1)
-	go func() {
-		n, err := WriteBuffers(c, &vec)
-		if err == nil && (n != int64(len(want)) || len(vec) != 0) {
-			err = fmt.Errorf("wrote %d of %d bytes, %d buffers left", n, len(want), len(vec))
-		}
-		done <- err
-	}()
-	time.Sleep(50 * time.Millisecond)
-	got := make([]byte, len(want))
-	if _, err := io.ReadFull(peer, got); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatal("the peer read other bytes than the vector held")
-	}
-	// Without a wrapper it is net.Buffers.WriteTo.
-	a, b := net.Pipe()
-	defer a.Close()
-	go io.Copy(io.Discard, b)
-	v := net.Buffers{[]byte("ab"), []byte("cd")}
-	if n, err := WriteBuffers(a, &v); n != 4 || err != nil || len(v) != 0 {
-		t.Fatalf("WriteBuffers(pipe) = %d, %v, %d buffers left", n, err, len(v))
 	}
 }
