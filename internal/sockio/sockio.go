@@ -28,6 +28,7 @@ package sockio
 
 import (
 	"net"
+	"sync"
 	"syscall"
 )
 
@@ -35,6 +36,19 @@ import (
 type Conn struct {
 	net.Conn
 	raw syscall.RawConn
+	// The read and the write under way. net.Conn lets several goroutines read (or write) at once; each takes its
+	// turn on its op.
+	rd, wr op
+}
+
+// op is the state of one read or write, kept per connection with its poller callback bound once, so that a read
+// or write allocates nothing.
+type op struct {
+	mu    sync.Mutex
+	p     []byte
+	n     int
+	errno syscall.Errno
+	fn    func(fd uintptr) bool
 }
 
 // Wrap returns nc with raw-call reads and writes when it is a socket, or nc itself.
@@ -53,7 +67,9 @@ func Wrap(nc net.Conn) net.Conn {
 	if err != nil {
 		return nc
 	}
-	return &Conn{Conn: nc, raw: raw}
+	c := &Conn{Conn: nc, raw: raw}
+	c.bind()
+	return c
 }
 
 // SyscallConn is the wrapped socket's: callers that look beneath the connection (a MSG_PEEK check) still can.

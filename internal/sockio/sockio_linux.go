@@ -18,12 +18,13 @@ func (c *Conn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	var n int
-	var errno syscall.Errno
-	err := c.raw.Read(func(fd uintptr) bool {
-		n, errno = ReadNow(int(fd), p)
-		return errno != syscall.EAGAIN
-	})
+	o := &c.rd
+	o.mu.Lock()
+	o.p, o.n, o.errno = p, 0, 0
+	err := c.raw.Read(o.fn)
+	n, errno := o.n, o.errno
+	o.p = nil // the buffer is the caller's
+	o.mu.Unlock()
 	switch {
 	case err != nil:
 		return 0, opError("read", err)
@@ -37,26 +38,13 @@ func (c *Conn) Read(p []byte) (int, error) {
 
 // Write writes all of p, waiting in the poller whenever the socket's buffer is full.
 func (c *Conn) Write(p []byte) (int, error) {
-	var n int
-	var errno syscall.Errno
-	err := c.raw.Write(func(fd uintptr) bool {
-		for n < len(p) {
-			chunk := p[n:]
-			chunk = chunk[:min(len(chunk), maxRW)]
-			r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&chunk[0])), uintptr(len(chunk)))
-			switch e {
-			case 0:
-				n += int(r)
-			case syscall.EINTR:
-			case syscall.EAGAIN:
-				return false
-			default:
-				errno = e
-				return true
-			}
-		}
-		return true
-	})
+	o := &c.wr
+	o.mu.Lock()
+	o.p, o.n, o.errno = p, 0, 0
+	err := c.raw.Write(o.fn)
+	n, errno := o.n, o.errno
+	o.p = nil
+	o.mu.Unlock()
 	switch {
 	case err != nil:
 		return n, opError("write", err)
@@ -64,6 +52,39 @@ func (c *Conn) Write(p []byte) (int, error) {
 		return n, c.sysError("write", errno)
 	}
 	return n, nil
+}
+
+// bind sets the callbacks the poller calls, once per connection: a method value made per call would be an
+// allocation per read and write.
+func (c *Conn) bind() {
+	c.rd.fn, c.wr.fn = c.rd.readOnce, c.wr.writeOnce
+}
+
+// readOnce is a read's callback: one raw read into o.p; false (wait in the poller) when there is nothing yet.
+func (o *op) readOnce(fd uintptr) bool {
+	o.n, o.errno = ReadNow(int(fd), o.p)
+	return o.errno != syscall.EAGAIN
+}
+
+// writeOnce is a write's callback: raw writes of the rest of o.p; false (wait in the poller) when the socket's
+// buffer is full.
+func (o *op) writeOnce(fd uintptr) bool {
+	for o.n < len(o.p) {
+		chunk := o.p[o.n:]
+		chunk = chunk[:min(len(chunk), maxRW)]
+		r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&chunk[0])), uintptr(len(chunk)))
+		switch e {
+		case 0:
+			o.n += int(r)
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return false
+		default:
+			o.errno = e
+			return true
+		}
+	}
+	return true
 }
 
 // sysError is the error net.Conn gives for a failed system call.

@@ -4,3 +4,5 @@ package sockio
 
 // Raw calls are wired for Linux only; elsewhere Wrap returns the connection as it is.
 const supported = false
+
+func (c *Conn) bind() {}

@@ -181,3 +181,30 @@ func TestCloseWakesAWaitingRead(t *testing.T) {
 		t.Fatal("a read waiting in the poller was not woken by Close")
 	}
 }
+
+// A read and a write allocate nothing (their state and poller callbacks live with the connection): the SQL door
+// makes one of each per packet batch on each side.
+func TestReadWriteAllocateNothing(t *testing.T) {
+	c, peer := pair(t, "tcp")
+	if _, ok := c.(*Conn); !ok {
+		t.Skip("no raw calls on " + runtime.GOOS)
+	}
+	msg, buf := []byte("0123456789"), make([]byte, 10)
+	allocs := testing.AllocsPerRun(200, func() {
+		if _, err := c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(peer, buf); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := peer.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, buf); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("a write and a read allocated %.1f times", allocs)
+	}
+}
