@@ -31,7 +31,7 @@ vet:
 # Packages with shared state run again under the race detector.
 RACE_PKGS := ./internal/store/ ./internal/memcache/ ./internal/engine/ ./internal/container/ \
              ./internal/writebehind/ ./internal/sqlproxy/ ./internal/validity/ ./internal/backend/ \
-             ./internal/binlog/ ./internal/qcache/
+             ./internal/binlog/ ./internal/qcache/ ./internal/sockio/
 # Every fuzzer, package:name:executions, each sized to about 20 s here, so a crash found once cannot come back
 # unnoticed. A count, not a duration: Go 1.26's fuzz coordinator can fail a duration-bounded run with a spurious
 # "context deadline exceeded" at the deadline under CPU contention (golang/go#75804, fixed in Go 1.27).
