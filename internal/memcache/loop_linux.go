@@ -98,34 +98,32 @@ func newEventLoop(s *Server) (*eventLoop, error) {
 	if err != nil {
 		return nil, os.NewSyscallError("epoll_create1", err)
 	}
-	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		unix.Close(epfd)
-		return nil, os.NewSyscallError("eventfd", err)
-	}
-	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wake, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wake)}); err != nil {
-		unix.Close(epfd)
-		unix.Close(wake)
-		return nil, os.NewSyscallError("epoll_ctl", err)
-	}
 	// The loop waits for its epoll set in Go's poller (the set is itself pollable): a goroutine blocked in
 	// epoll_wait would hold a thread in a system call, which the runtime's monitor hands the P away from.
 	if err := unix.SetNonblock(epfd, true); err != nil {
 		unix.Close(epfd)
-		unix.Close(wake)
 		return nil, os.NewSyscallError("fcntl", err)
 	}
-	ep := os.NewFile(uintptr(epfd), "epoll")
-	rc, err := ep.SyscallConn()
+	ep := os.NewFile(uintptr(epfd), "epoll") // owns epfd from here
+	ready, err := ep.SyscallConn()
 	if err == nil {
 		err = ep.SetReadDeadline(time.Time{}) // os.ErrNoDeadline: the poller could not take the set
 	}
 	if err != nil {
 		ep.Close()
-		unix.Close(wake)
 		return nil, fmt.Errorf("epoll set in Go's poller: %w", err)
 	}
-	return &eventLoop{srv: s, epfd: epfd, ep: ep, ready: rc, wake: wake, conns: make(map[int]*conn)}, nil
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		ep.Close()
+		return nil, os.NewSyscallError("eventfd", err)
+	}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wake, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wake)}); err != nil {
+		ep.Close()
+		unix.Close(wake)
+		return nil, os.NewSyscallError("epoll_ctl", err)
+	}
+	return &eventLoop{srv: s, epfd: epfd, ep: ep, ready: ready, wake: wake, conns: make(map[int]*conn)}, nil
 }
 
 // enterLoop hands a new connection to the next event loop; false (nothing changed) when the connection cannot be
@@ -232,24 +230,20 @@ func (l *eventLoop) stop() {
 // run waits for readable connections and answers them, until stop. It returns early when the goroutine running it
 // left with a connection (leaveLoop), after serving that connection: another goroutine runs the loop by then.
 func (l *eventLoop) run() {
-	events := make([]unix.EpollEvent, 128)
+	w := &readyWait{epfd: l.epfd, events: make([]unix.EpollEvent, 128)}
+	take := w.take // bound once: a closure made per wait would be an allocation per wait
 	for {
-		var n int
-		var errno syscall.Errno
-		err := l.ready.Read(func(uintptr) bool {
-			n, errno = l.readyNow(events)
-			return n > 0 || errno != 0 // none ready: wait in the poller
-		})
-		if err == nil && errno != 0 {
-			err = os.NewSyscallError("epoll_pwait", errno)
+		err := l.ready.Read(take)
+		if err == nil && w.errno != 0 {
+			err = os.NewSyscallError("epoll_pwait", w.errno)
 		}
 		if err != nil {
 			l.srv.log.Error("memcache: epoll_pwait failed; closing the loop's connections", "err", err)
 			l.shut()
 			return
 		}
-		for i := range n {
-			fd := int(events[i].Fd)
+		for _, ev := range w.events[:w.n] {
+			fd := int(ev.Fd)
 			if fd == l.wake {
 				l.mu.Lock()
 				closed := l.closed
@@ -270,13 +264,23 @@ func (l *eventLoop) run() {
 	}
 }
 
-// readyNow fills events with what the epoll set holds ready, without waiting (a raw epoll_pwait with no timeout).
-func (l *eventLoop) readyNow(events []unix.EpollEvent) (int, syscall.Errno) {
+// readyWait is the state of run's waits: one per run, so its poller callback is made once.
+type readyWait struct {
+	epfd   int
+	events []unix.EpollEvent
+	n      int // events ready, from the last take
+	errno  syscall.Errno
+}
+
+// take is run's poller callback: it fills events with what the epoll set holds ready, without waiting (a raw
+// epoll_pwait with no timeout), and reports false, to wait in the poller, when nothing is.
+func (w *readyWait) take(uintptr) bool {
 	for {
-		n, _, errno := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, uintptr(l.epfd),
-			uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), 0, 0, 0)
+		n, _, errno := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, uintptr(w.epfd),
+			uintptr(unsafe.Pointer(&w.events[0])), uintptr(len(w.events)), 0, 0, 0)
 		if errno != syscall.EINTR {
-			return int(n), errno
+			w.n, w.errno = int(n), errno
+			return w.n > 0 || errno != 0
 		}
 	}
 }

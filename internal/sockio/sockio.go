@@ -45,7 +45,10 @@ type Conn struct {
 // or write allocates nothing.
 type op struct {
 	mu    sync.Mutex
-	p     []byte
+	p     []byte      // a read's buffer
+	rest  net.Buffers // what a write has left to send: one[:1] at its start
+	one   [1][]byte
+	iov   []syscall.Iovec // WriteNow's scratch
 	n     int
 	errno syscall.Errno
 	fn    func(fd uintptr) bool

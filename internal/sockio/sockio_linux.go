@@ -40,10 +40,11 @@ func (c *Conn) Read(p []byte) (int, error) {
 func (c *Conn) Write(p []byte) (int, error) {
 	o := &c.wr
 	o.mu.Lock()
-	o.p, o.n, o.errno = p, 0, 0
+	o.one[0] = p
+	o.rest, o.n, o.errno = o.one[:1], 0, 0
 	err := c.raw.Write(o.fn)
 	n, errno := o.n, o.errno
-	o.p = nil
+	o.one[0], o.rest = nil, nil // the buffer is the caller's
 	o.mu.Unlock()
 	switch {
 	case err != nil:
@@ -66,24 +67,15 @@ func (o *op) readOnce(fd uintptr) bool {
 	return o.errno != syscall.EAGAIN
 }
 
-// writeOnce is a write's callback: raw writes of the rest of o.p; false (wait in the poller) when the socket's
+// writeOnce is a write's callback: raw writes of what is left of it; false (wait in the poller) when the socket's
 // buffer is full.
 func (o *op) writeOnce(fd uintptr) bool {
-	for o.n < len(o.p) {
-		chunk := o.p[o.n:]
-		chunk = chunk[:min(len(chunk), maxRW)]
-		r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&chunk[0])), uintptr(len(chunk)))
-		switch e {
-		case 0:
-			o.n += int(r)
-		case syscall.EINTR:
-		case syscall.EAGAIN:
-			return false
-		default:
-			o.errno = e
-			return true
-		}
+	n, errno := WriteNow(int(fd), &o.rest, &o.iov)
+	o.n += int(n)
+	if errno == syscall.EAGAIN {
+		return false
 	}
+	o.errno = errno
 	return true
 }
 
