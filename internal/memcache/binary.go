@@ -217,6 +217,9 @@ func (c *conn) binaryRequest(buf []byte) (int, error) {
 		if h.extlen == 4 {
 			delay = int64(binary.BigEndian.Uint32(extras))
 		}
+		if c.eng.HasContainers() {
+			c.stepAway() // flush empties the containers' tables
+		}
 		if err := c.eng.FlushAll(delay); err != nil {
 			c.binServerError(h, err)
 			break
@@ -294,10 +297,10 @@ func (c *conn) binGet(h binHeader, quiet bool, extras, key []byte) {
 		if op == opTouch {
 			// touch is not a get: memcached counts it in touch stats only.
 			var status engine.Status
-			it, status, err = c.eng.Touch(c.ekey(key), exptime)
+			it, status, err = c.eng.Touch(c.engineKey(key, engine.AccessOther), exptime)
 			found = status == engine.Touched
 		} else {
-			it, found, err = c.eng.GetAndTouch(c.ekey(key), exptime)
+			it, found, err = c.eng.GetAndTouch(c.engineKey(key, engine.AccessOther), exptime)
 		}
 		if err != nil {
 			c.binServerError(h, err)
@@ -309,7 +312,7 @@ func (c *conn) binGet(h binHeader, quiet bool, extras, key []byte) {
 		c.container = t
 		value, found = []byte(t.PluginTableName()), true
 	} else {
-		it, ok, err := c.eng.GetTallied(&c.tally, c.ekey(key))
+		it, ok, err := c.eng.GetTallied(&c.tally, c.engineKey(key, engine.AccessRead))
 		if err != nil {
 			c.binServerError(h, err)
 			return
@@ -367,7 +370,7 @@ func (c *conn) binGetRun(buf []byte) int {
 		it, ok := items[i], found[i]
 		if err != nil && !ok {
 			var kerr error
-			if it, ok, kerr = c.eng.GetTallied(&c.tally, c.ekey(key)); kerr != nil {
+			if it, ok, kerr = c.eng.GetTallied(&c.tally, c.engineKey(key, engine.AccessRead)); kerr != nil {
 				c.binServerError(h, kerr)
 				continue
 			}
@@ -451,7 +454,7 @@ func (c *conn) binStore(h binHeader, quiet bool, extras, key, value []byte) {
 	c.srv.prefixes.set(key)
 	v := make([]byte, len(value)) // owned by the store from here on
 	copy(v, value)
-	status, it, err := c.eng.StoreValue(c.ekey(key), v, engine.StoreRequest{Mode: mode, Flags: flags, TTL: exptime, CAS: h.cas, Tally: &c.tally})
+	status, it, err := c.eng.StoreValue(c.engineKey(key, storeAccess(mode)), v, engine.StoreRequest{Mode: mode, Flags: flags, TTL: exptime, CAS: h.cas, Tally: &c.tally})
 	c.binStoreReply(h, quiet, mode, status, it.CAS, err)
 }
 
@@ -464,7 +467,7 @@ func (c *conn) binConcat(h binHeader, quiet bool, key, value []byte) {
 	c.srv.prefixes.set(key)
 	v := make([]byte, len(value))
 	copy(v, value)
-	status, it, err := c.eng.StoreValue(c.ekey(key), v, engine.StoreRequest{Mode: mode, CAS: h.cas, Tally: &c.tally})
+	status, it, err := c.eng.StoreValue(c.engineKey(key, engine.AccessOther), v, engine.StoreRequest{Mode: mode, CAS: h.cas, Tally: &c.tally})
 	c.binStoreReply(h, quiet, mode, status, it.CAS, err)
 }
 
@@ -498,7 +501,7 @@ func (c *conn) binStoreReply(h binHeader, quiet bool, mode engine.Mode, status e
 
 func (c *conn) binDelete(h binHeader, quiet bool, key []byte) {
 	c.srv.prefixes.del(key)
-	status, err := c.eng.Delete(c.ekey(key), engine.DeleteRequest{CompareCAS: h.cas != 0, CAS: h.cas})
+	status, err := c.eng.Delete(c.engineKey(key, engine.AccessOther), engine.DeleteRequest{CompareCAS: h.cas != 0, CAS: h.cas})
 	switch status {
 	case engine.Deleted:
 		c.binSuccess(h, quiet, 0)
@@ -524,7 +527,7 @@ func (c *conn) binArith(h binHeader, quiet bool, extras, key []byte) {
 		CreateTTL: int64(exp),
 		CAS:       h.cas,
 	}
-	res, err := c.eng.IncrDecr(c.ekey(key), a)
+	res, err := c.eng.IncrDecr(c.engineKey(key, engine.AccessOther), a)
 	switch res.Status {
 	case engine.Stored:
 		if !quiet {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime/debug"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/keywaydb/keyway/internal/engine"
@@ -51,9 +52,12 @@ type conn struct {
 	eng *engine.Engine
 	// nc is the connection, except while an event loop serves it: then loop is that loop and fd the socket (nc is
 	// nil). A connection leaves its loop for good (leaveLoop); s.mu guards the change, which Shutdown reads.
-	nc     net.Conn
-	loop   *eventLoop
-	fd     int
+	nc   net.Conn
+	loop *eventLoop
+	fd   int
+	// away: the loop's goroutine stepped away with the connection for a command that may wait (stepAway); the
+	// connection is out of the loop's epoll set until that goroutine puts it back. Written under the loop's mu.
+	away   bool
 	remote net.Addr // the client's address (nil for a connection that is not a socket's)
 	// container is where this connection's keys without "@@" go after a "get @@name" (the InnoDB plugin's switch;
 	// see engine.SwitchTo); nil: the engine's default. Every key goes to the engine through ekey.
@@ -88,6 +92,7 @@ type conn struct {
 	// bufs is scratch for the vectored write of out and large; writing is what of it a blocking write has yet to
 	// send (writeBlocking).
 	bufs, writing net.Buffers
+	iov           []syscall.Iovec // writeNow's scratch
 
 	// tally counts this connection's gets and sets; publish adds it to the
 	// engine's counters before replies are written and before each read.
@@ -448,26 +453,12 @@ func (c *conn) flush() error {
 	return err
 }
 
-// ownGoroutine gives a connection an event loop serves a goroutine of its own (leaveLoop) before a request that
-// takes long whatever the client does (a walk of the whole store), so the loop's other connections are not held up
-// by it. An error means the connection could not leave, and ends: werr is set.
-func (c *conn) ownGoroutine() error {
-	if c.loop == nil {
-		return nil
-	}
-	if err := c.leaveLoop(); err != nil {
-		c.werr = err
-		return err
-	}
-	return nil
-}
-
 // flushFromLoop writes the replies of a connection served by an event loop: as much as the socket takes now, and
 // when it takes less than all (the client reads slower than it asks), the connection leaves the loop and the rest
 // is written as any connection's, blocking its own goroutine up to the write timeout.
 func (c *conn) flushFromLoop() (int64, error) {
 	defer c.releaseVector()
-	rest, n, err := c.loop.writeNow(c.fd, c.replyVector())
+	rest, n, err := c.writeNow(c.replyVector())
 	if err != nil || len(rest) == 0 {
 		return n, err
 	}
@@ -562,3 +553,27 @@ func (c *conn) setWriteDeadline() {
 
 // ekey is key as the engine is to route it for this connection (engine.InContainer).
 func (c *conn) ekey(key []byte) []byte { return engine.InContainer(c.container, key) }
+
+// engineKey is ekey(key) for a command that does a with the key. On an event loop, a command that may wait on more
+// than its client (engine.MayWait) steps away from the loop first (stepAway), so the loop's other connections do not
+// wait with it.
+func (c *conn) engineKey(key []byte, a engine.Access) []byte {
+	k := c.ekey(key)
+	c.mayWait(k, a)
+	return k
+}
+
+// mayWait steps away from the connection's event loop when a command that does a with the engine's key k may wait.
+func (c *conn) mayWait(k []byte, a engine.Access) {
+	if c.loop != nil && !c.away && c.eng.MayWait(k, a) {
+		c.stepAway()
+	}
+}
+
+// storeAccess is what a storage command of mode does with its key, for engine.MayWait.
+func storeAccess(mode engine.Mode) engine.Access {
+	if mode == engine.Set {
+		return engine.AccessSet
+	}
+	return engine.AccessOther
+}

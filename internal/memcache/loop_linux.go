@@ -12,23 +12,33 @@ package memcache
 // complete request and writes the replies in one write, on its own goroutine.
 //
 // Invariants:
-//   - A loop serves only connections whose requests wait on nothing but the
-//     client, or on what would make every connection wait anyway: plain TCP,
-//     no container (a container's request waits for MySQL), a store that does
-//     not wait for the disk per write (sync durability). An async store makes
-//     a writer wait only once the disk has fallen far behind (store's
+//   - A loop waits on nothing but its clients, or on what would make every
+//     connection wait anyway: loops serve plain TCP only, with a store that
+//     does not wait for the disk per write (sync durability). An async store
+//     makes a writer wait only once the disk has fallen far behind (store's
 //     maxPendingBytes); a loop then waits with it, readers included, until the
 //     disk catches up. The server decides once, when it starts serving
-//     (startLoops); the engine's containers are fixed by then.
+//     (startLoops).
+//   - A command that may wait on more than its client (engine.MayWait: a
+//     container's table, its group commit, a fill in flight), or that takes
+//     long whatever the client does (a walk of the whole store: lru_crawler
+//     metadump, stats cachedump), does not run on the loop: before the engine runs it, the connection steps away
+//     (stepAway). It leaves the epoll set, a new goroutine takes over running
+//     the loop, and the goroutine that was running it answers the rest of the
+//     connection's batch as the connection's own, then puts it back in the set
+//     (comeBack) and ends. A connection away from its loop stays in conns (so
+//     hangUp reaches it) but only its own goroutine touches it: shut leaves it
+//     to that goroutine, which closes it when it finds the loop stopped.
+//     MayWait's "no" is a guess about the moment (a cached copy can be evicted
+//     before the read runs); a wrong guess makes the loop wait once, which is
+//     slower for its other connections, never wrong.
 //   - A write the socket does not take whole means the client reads slower than
 //     it asks. The connection then leaves its loop for good (leaveLoop): the
 //     goroutine that was running the loop keeps the connection, finishes its
 //     batch with blocking writes under the write timeout, and goes on serving it
 //     as a goroutine-per-connection; a new goroutine takes over the loop first.
 //     So no client holds up a loop's other connections for longer than one
-//     non-blocking write. A request that takes long whatever the client does
-//     (a walk of the whole store: lru_crawler metadump, stats cachedump) leaves
-//     the loop the same way before it starts (ownGoroutine).
+//     non-blocking write.
 //   - Only the goroutine running a loop reads its epoll set, its connections and
 //     their buffers; conns (the fd → connection map) is shared with the accept
 //     goroutines under mu. The epoll set holds exactly the connections in conns.
@@ -43,6 +53,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -61,17 +72,22 @@ type eventLoop struct {
 	wake  int             // eventfd: written to stop the loop
 
 	mu     sync.Mutex
-	conns  map[int]*conn // by socket fd
+	conns  map[int]*conn // by socket fd; a connection away from the loop (stepAway) too
 	closed bool          // stop was called: no connection is added any more
 
-	iov []syscall.Iovec // writev's scratch, used only by the goroutine running the loop
+	stepsAway atomic.Uint64 // commands answered away from the loop (stepAway)
+
+	// Used only by the goroutine running the loop: the state of its waits with their poller callback, bound once (a
+	// goroutine that takes the loop over after another stepped away reuses them).
+	wait readyWait
+	take func(uintptr) bool
 }
 
 // startLoops starts the event loops when the server's connections qualify (see the invariants); nil when they do
 // not, or when epoll cannot be had (connections then get a goroutine each).
 func (s *Server) startLoops() []*eventLoop {
 	n := s.opts.EventLoops
-	if n < 0 || s.opts.TLS != nil || s.eng.HasContainers() || s.eng.Store().WaitsForDisk() {
+	if n < 0 || s.opts.TLS != nil || s.eng.Store().WaitsForDisk() {
 		return nil
 	}
 	if n == 0 {
@@ -123,7 +139,10 @@ func newEventLoop(s *Server) (*eventLoop, error) {
 		unix.Close(wake)
 		return nil, os.NewSyscallError("epoll_ctl", err)
 	}
-	return &eventLoop{srv: s, epfd: epfd, ep: ep, ready: ready, wake: wake, conns: make(map[int]*conn)}, nil
+	l := &eventLoop{srv: s, epfd: epfd, ep: ep, ready: ready, wake: wake, conns: make(map[int]*conn)}
+	l.wait = readyWait{epfd: epfd, events: make([]unix.EpollEvent, 128)}
+	l.take = l.wait.take // a closure made per wait would be an allocation per wait
+	return l, nil
 }
 
 // enterLoop hands a new connection to the next event loop; false (nothing changed) when the connection cannot be
@@ -228,12 +247,12 @@ func (l *eventLoop) stop() {
 }
 
 // run waits for readable connections and answers them, until stop. It returns early when the goroutine running it
-// left with a connection (leaveLoop), after serving that connection: another goroutine runs the loop by then.
+// left with a connection (leaveLoop, stepAway), after serving that connection: another goroutine runs the loop by
+// then.
 func (l *eventLoop) run() {
-	w := &readyWait{epfd: l.epfd, events: make([]unix.EpollEvent, 128)}
-	take := w.take // bound once: a closure made per wait would be an allocation per wait
+	w := &l.wait
 	for {
-		err := l.ready.Read(take)
+		err := l.ready.Read(l.take)
 		if err == nil && w.errno != 0 {
 			err = os.NewSyscallError("epoll_pwait", w.errno)
 		}
@@ -264,7 +283,7 @@ func (l *eventLoop) run() {
 	}
 }
 
-// readyWait is the state of run's waits: one per run, so its poller callback is made once.
+// readyWait is the state of run's waits: one per loop, so its poller callback is made once.
 type readyWait struct {
 	epfd   int
 	events []unix.EpollEvent
@@ -291,7 +310,9 @@ func (l *eventLoop) shut() {
 	l.closed = true
 	conns := make([]*conn, 0, len(l.conns))
 	for _, c := range l.conns {
-		conns = append(conns, c)
+		if !c.away { // its own goroutine closes it (comeBack)
+			conns = append(conns, c)
+		}
 	}
 	l.mu.Unlock()
 	for _, c := range conns {
@@ -301,13 +322,14 @@ func (l *eventLoop) shut() {
 	unix.Close(l.wake)
 }
 
-// serve reads what c has sent and answers it. It reports true when the goroutine left the loop with c (a write
-// would have blocked); it has then served c to its end.
+// serve reads what c has sent and answers it. It reports true when the goroutine no longer runs the loop: c left
+// it for good (a write would have blocked), and the goroutine has served c to its end; or c stepped away for a
+// command that may wait, and the goroutine has answered c's batch and put c back (or closed it).
 func (l *eventLoop) serve(c *conn) (left bool) {
 	defer func() {
 		if r := recover(); r != nil {
 			c.logPanic(r)
-			left = c.loop == nil
+			left = c.loop == nil || c.away
 			c.end()
 		}
 	}()
@@ -319,22 +341,67 @@ func (l *eventLoop) serve(c *conn) (left bool) {
 		n = 0
 	}
 	open := c.answer(n) && errno == 0 && n > 0 && c.readyToRead()
-	if c.loop != nil {
-		if !open {
+	switch {
+	case c.loop == nil:
+		// The connection left the loop while answering; this goroutine is its own now.
+		if open {
+			c.serveLoop()
+		}
+		c.end()
+		return true
+	case c.away:
+		if open {
+			c.comeBack()
+		} else {
 			c.end()
 		}
-		return false
+		return true
 	}
-	// The connection left the loop while answering; this goroutine is its own now.
-	if open {
-		c.serveLoop()
+	if !open {
+		c.end()
 	}
-	c.end()
-	return true
+	return false
 }
 
-// leaveLoop moves the connection from its event loop to the calling goroutine, which runs the loop: a new
-// goroutine takes the loop over, and the connection goes on as a net.Conn (see the invariants).
+// stepAway makes the goroutine running c's loop c's own until c's batch is answered (see the invariants): c leaves
+// the epoll set and a new goroutine runs the loop. It does nothing for a connection no loop serves, or one away.
+func (c *conn) stepAway() {
+	l := c.loop
+	if l == nil || c.away {
+		return
+	}
+	l.mu.Lock()
+	c.away = true // under mu: shut reads it
+	unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, c.fd, nil)
+	l.mu.Unlock()
+	l.stepsAway.Add(1)
+	go l.run()
+}
+
+// comeBack puts c, answered away from its loop, back in the loop's epoll set, where input that came meanwhile is
+// reported at once (level-triggered). A loop that stopped meanwhile left c to this goroutine: c is closed.
+func (c *conn) comeBack() {
+	l := c.loop
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		c.end()
+		return
+	}
+	err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, c.fd, &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: int32(c.fd)})
+	if err == nil {
+		c.away = false // the loop finds c only under mu, which this goroutine lets go of last
+	}
+	l.mu.Unlock()
+	if err != nil {
+		l.srv.log.Warn("memcache: epoll_ctl failed; closing the connection", "remote", addrName(c.remote), "err", err)
+		c.end()
+	}
+}
+
+// leaveLoop moves the connection from its event loop to the calling goroutine, which runs the loop (a new goroutine
+// takes the loop over) or, when the connection is away, already runs it no more; the connection goes on as a
+// net.Conn (see the invariants).
 func (c *conn) leaveLoop() error {
 	l := c.loop
 	l.detach(c)
@@ -342,7 +409,10 @@ func (c *conn) leaveLoop() error {
 	nc, err := net.FileConn(f) // a duplicate, in Go's poller
 	f.Close()
 	c.fd, c.loop = -1, nil
-	go l.run()
+	if !c.away { // away: another goroutine runs the loop already
+		go l.run()
+	}
+	c.away = false
 	if err != nil {
 		// Nothing to serve the connection with: it ends (its socket is closed).
 		return errors.Join(errors.New("memcache: a connection could not leave its event loop"), err)
@@ -357,11 +427,11 @@ func (c *conn) leaveLoop() error {
 	return nil
 }
 
-// writeNow writes vec to the non-blocking socket fd until it is written or the socket is full, and returns what it
+// writeNow writes vec to the non-blocking socket c.fd until it is written or the socket is full, and returns what it
 // could not write yet. Reads and writes on a loop's sockets are raw system calls (sockio): the runtime's syscall
 // entry and exit cost about 5% of the loop's CPU under memcaslap for a hand-off that never happens.
-func (l *eventLoop) writeNow(fd int, vec net.Buffers) (rest net.Buffers, written int64, err error) {
-	written, errno := sockio.WriteNow(fd, &vec, &l.iov)
+func (c *conn) writeNow(vec net.Buffers) (rest net.Buffers, written int64, err error) {
+	written, errno := sockio.WriteNow(c.fd, &vec, &c.iov)
 	if errno != 0 && errno != unix.EAGAIN {
 		return vec, written, os.NewSyscallError("writev", errno)
 	}

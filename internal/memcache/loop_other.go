@@ -16,6 +16,7 @@ func (l *eventLoop) remove(*conn)          {}
 func (l *eventLoop) stop()                 {}
 func (l *eventLoop) hangUp()               {}
 func (c *conn) leaveLoop() error           { return errors.ErrUnsupported }
-func (l *eventLoop) writeNow(int, net.Buffers) (net.Buffers, int64, error) {
+func (c *conn) stepAway()                  {}
+func (c *conn) writeNow(net.Buffers) (net.Buffers, int64, error) {
 	return nil, 0, errors.ErrUnsupported
 }

@@ -104,9 +104,7 @@ func crawlClasses(arg []byte) (all, ok bool) {
 // "\n" alone. The store is walked shard by shard; the lines go out as the
 // reply buffer fills.
 func (c *conn) metadump() {
-	if c.ownGoroutine() != nil {
-		return
-	}
+	c.stepAway() // the walk takes long whatever the client does: not on the loop
 	c.eng.Store().Walk(func(key string, it store.Item) bool {
 		b := append(c.out, "key="...)
 		b = uriEncode(b, key)
@@ -193,9 +191,7 @@ func (c *conn) cachedump(toks [][]byte) {
 		return
 	}
 	if class == 1 { // itemClass
-		if c.ownGoroutine() != nil {
-			return
-		}
+		c.stepAway() // the walk takes long whatever the client does: not on the loop
 		shown := uint32(0)
 		c.eng.Store().Walk(func(key string, it store.Item) bool {
 			c.out = append(c.out, "ITEM "...)

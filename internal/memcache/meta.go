@@ -242,7 +242,7 @@ func (c *conn) metaGet(toks [][]byte) {
 		c.metaError("CLIENT_ERROR opaque token too long")
 		return
 	}
-	res, err := c.eng.MetaGet(c.ekey(f.key), engine.MetaGetRequest{
+	res, err := c.eng.MetaGet(c.engineKey(f.key, engine.AccessOther), engine.MetaGetRequest{
 		NoUpdate: f.noBump,
 		SetTTL:   f.setTTL, TTL: f.ttl,
 		Vivify: f.vivify, VivifyTTL: f.vivifyTTL,
@@ -402,7 +402,7 @@ func (c *conn) metaSet(toks [][]byte, rest []byte) int {
 			r.CAS = f.cas
 		}
 	}
-	status, it, err := c.eng.MetaSet(c.ekey(f.key), value, r)
+	status, it, err := c.eng.MetaSet(c.engineKey(f.key, engine.AccessOther), value, r)
 	switch status {
 	case engine.Stored:
 		if f.quiet {
@@ -465,7 +465,7 @@ func (c *conn) metaDelete(toks [][]byte) {
 		c.metaError("CLIENT_ERROR opaque token too long")
 		return
 	}
-	status, err := c.eng.MetaDelete(c.ekey(f.key), engine.DeleteRequest{
+	status, err := c.eng.MetaDelete(c.engineKey(f.key, engine.AccessOther), engine.DeleteRequest{
 		CompareCAS: f.compare, CAS: f.cas,
 		Invalidate: f.inval,
 		SetTTL:     f.setTTL, TTL: f.ttl,
@@ -513,7 +513,7 @@ func (c *conn) metaArithmetic(toks [][]byte) {
 		c.metaError("CLIENT_ERROR opaque token too long")
 		return
 	}
-	res, err := c.eng.MetaArith(c.ekey(f.key), engine.Arith{
+	res, err := c.eng.MetaArith(c.engineKey(f.key, engine.AccessOther), engine.Arith{
 		Decr:  decr,
 		Delta: f.delta, Initial: f.initial,
 		Create: f.vivify, CreateTTL: f.vivifyTTL,

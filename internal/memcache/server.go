@@ -294,7 +294,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	for c := range s.mu.conns {
 		// Wake a connection blocked in Read; it finishes what it has and exits.
-		// A connection an event loop serves is idle; its loop closes it.
+		// A connection an event loop serves is idle, and its loop closes it, or
+		// away from the loop, and its goroutine closes it after answering its batch.
 		if c.nc != nil {
 			c.nc.SetReadDeadline(time.Now())
 		}

@@ -296,7 +296,7 @@ func (c *conn) storage(mode engine.Mode, toks [][]byte, rest []byte) int {
 	}
 	value := make([]byte, vlen)
 	copy(value, rest[:vlen])
-	status, _, err := c.eng.StoreValue(c.ekey(key), value, engine.StoreRequest{Mode: mode, Flags: flags, TTL: exptime, CAS: casID, Tally: &c.tally})
+	status, _, err := c.eng.StoreValue(c.engineKey(key, storeAccess(mode)), value, engine.StoreRequest{Mode: mode, Flags: flags, TTL: exptime, CAS: casID, Tally: &c.tally})
 	c.storeReply(quiet, status, err)
 	return total
 }
@@ -398,9 +398,9 @@ func (c *conn) retrieval(line []byte) {
 		var found bool
 		var err error
 		if touch {
-			item, found, err = c.eng.GetAndTouch(c.ekey(key), exptime)
+			item, found, err = c.eng.GetAndTouch(c.engineKey(key, engine.AccessOther), exptime)
 		} else {
-			item, found, err = c.eng.GetTallied(&c.tally, c.ekey(key))
+			item, found, err = c.eng.GetTallied(&c.tally, c.engineKey(key, engine.AccessRead))
 		}
 		if err != nil {
 			// memcached's reply to a failure mid-retrieval: the error ends the reply.
@@ -504,12 +504,18 @@ func (c *conn) getMulti(keys [][]byte) ([]store.Item, []bool, error) {
 	if len(keys) == 0 {
 		return nil, nil, nil
 	}
-	if c.container == nil {
-		return c.eng.GetMulti(keys)
+	ek := keys
+	if c.container != nil {
+		ek = make([][]byte, len(keys))
+		for i, k := range keys {
+			ek[i] = c.ekey(k)
+		}
 	}
-	ek := make([][]byte, len(keys))
-	for i, k := range keys {
-		ek[i] = c.ekey(k)
+	for _, k := range ek {
+		if c.loop == nil || c.away {
+			break
+		}
+		c.mayWait(k, engine.AccessRead)
 	}
 	return c.eng.GetMulti(ek)
 }
@@ -571,7 +577,7 @@ func (c *conn) delete(toks [][]byte) {
 		return
 	}
 	c.srv.prefixes.del(toks[1])
-	status, err := c.eng.Delete(c.ekey(toks[1]), engine.DeleteRequest{})
+	status, err := c.eng.Delete(c.engineKey(toks[1], engine.AccessOther), engine.DeleteRequest{})
 	switch status {
 	case engine.Deleted:
 		c.reply(quiet, replyDeleted)
@@ -612,7 +618,7 @@ func (c *conn) arith(toks [][]byte, decr bool) {
 		c.reply(quiet, replyBadDelta)
 		return
 	}
-	res, err := c.eng.IncrDecr(c.ekey(toks[1]), engine.Arith{Delta: delta, Decr: decr})
+	res, err := c.eng.IncrDecr(c.engineKey(toks[1], engine.AccessOther), engine.Arith{Delta: delta, Decr: decr})
 	switch res.Status {
 	case engine.Stored:
 		if !quiet {
@@ -643,7 +649,7 @@ func (c *conn) touch(toks [][]byte) {
 		c.reply(quiet, replyBadExptime)
 		return
 	}
-	_, status, err := c.eng.Touch(c.ekey(toks[1]), exptime)
+	_, status, err := c.eng.Touch(c.engineKey(toks[1], engine.AccessOther), exptime)
 	switch status {
 	case engine.Touched:
 		c.reply(quiet, replyTouched)
@@ -674,6 +680,9 @@ func (c *conn) flushAll(toks [][]byte) {
 			return
 		}
 		delay = d
+	}
+	if c.eng.HasContainers() {
+		c.stepAway() // flush_all empties the containers' tables
 	}
 	if err := c.eng.FlushAll(delay); err != nil {
 		if !quiet {

@@ -1,0 +1,192 @@
+package memcache
+
+import (
+	"context"
+	"database/sql"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/keywaydb/keyway/internal/container"
+	"github.com/keywaydb/keyway/internal/engine"
+	"github.com/keywaydb/keyway/internal/store"
+	"github.com/keywaydb/keyway/internal/testenv"
+)
+
+// waitDoor is a door with one event loop over a private MariaDB: container "t" writes test.lw with every set
+// (db_only), and its gets keep copies (caching). Keys without "@@" are the local store's.
+type waitDoor struct {
+	srv  *Server
+	root *sql.DB
+	addr string
+}
+
+func newWaitDoor(t *testing.T) *waitDoor {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("event loops are Linux's")
+	}
+	m := testenv.NewMariaDB(t)
+	root, err := sql.Open("mysql", m.RootDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	for _, q := range []string{
+		"CREATE TABLE test.lw (k VARCHAR(64) PRIMARY KEY, v TEXT)",
+		"INSERT INTO test.lw VALUES ('locked', 'old'), ('cached', 'c')",
+	} {
+		if _, err := root.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db, err := sql.Open("mysql", m.AppDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	st, err := store.Open(store.Options{MemoryLimit: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	eng := engine.New(st, engine.Options{MaxItemSize: 1 << 20})
+	c, err := container.Open(context.Background(), db, container.Def{Name: "t", Schema: "test", Table: "lw",
+		KeyColumn: "k", ValueColumns: []string{"v"}}, container.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	eng.SetContainers([]*engine.Container{eng.NewContainer(engine.ContainerOptions{Container: c,
+		Policies: container.Policies{Get: container.Caching, Set: container.DBOnly, Delete: container.DBOnly, Flush: container.CacheOnly}})}, "")
+	srv := NewServer(eng, Options{EventLoops: 1})
+	d := &waitDoor{srv: srv, root: root, addr: serveTest(t, srv)}
+	probe := dialTest(t, d.addr)
+	probe.send("version\r\n")
+	probe.expect("VERSION ")
+	if n := srv.eventLoops(); n != 1 {
+		t.Fatalf("the door runs %d event loops, want 1 (containers are served by loops too)", n)
+	}
+	return d
+}
+
+// lockRow holds a write lock on test.lw's row k in an open transaction until the returned function rolls it back.
+func (d *waitDoor) lockRow(t *testing.T, k string) (release func()) {
+	t.Helper()
+	tx, err := d.root.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec("UPDATE test.lw SET v = 'locker' WHERE k = ?", k); err != nil {
+		tx.Rollback()
+		t.Fatal(err)
+	}
+	var once bool
+	release = func() {
+		if !once {
+			once = true
+			tx.Rollback()
+		}
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// waitForLockWait returns once the door's write of test.lw is in MariaDB, where the row lock holds it.
+func (d *waitDoor) waitForLockWait(t *testing.T) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var n int
+		if err := d.root.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'INSERT INTO `test`.`lw`%'").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the set did not reach the table")
+		}
+	}
+}
+
+// TestEventLoopContainerWaitHoldsUpNobody: a set that waits for MySQL (here for a row lock) does not hold up the
+// event loop: the loop's other connections are answered while it waits, cached rows included. Once the set
+// returns, its connection answers the rest of its batch in order and is back on the loop.
+func TestEventLoopContainerWaitHoldsUpNobody(t *testing.T) {
+	d := newWaitDoor(t)
+	other := dialTest(t, d.addr)
+	other.send("get @@t.cached\r\n") // fills the copy; later gets of it are answered from the loop
+	other.expect("VALUE @@t.cached 0 1\r\nc\r\nEND\r\n")
+	if n := d.srv.stepsAway(); n != 1 {
+		t.Fatalf("%d commands answered away from the loop, want 1 (the get that read the table)", n)
+	}
+
+	release := d.lockRow(t, "locked")
+	waiter := dialTest(t, d.addr)
+	waiter.send("set @@t.locked 0 0 3\r\nnew\r\nget @@t.locked\r\nset local 0 0 1\r\nw\r\n")
+	d.waitForLockWait(t)
+	if n := d.srv.loopConns(); n != 3 { // other, waiter (away) and newWaitDoor's probe
+		t.Fatalf("the loop has %d connections, want 3", n)
+	}
+
+	// The set waits on the row lock until release: everything the loop answers now, it answers while the set waits.
+	for range 3 {
+		other.send("set k 0 0 1\r\nx\r\nget k\r\nget @@t.cached\r\n")
+		other.expect("STORED\r\nVALUE k 0 1\r\nx\r\nEND\r\nVALUE @@t.cached 0 1\r\nc\r\nEND\r\n")
+	}
+	late := dialTest(t, d.addr) // a connection accepted meanwhile joins the loop and is answered too
+	late.send("get k\r\n")
+	late.expect("VALUE k 0 1\r\nx\r\nEND\r\n")
+
+	release()
+	waiter.expect("STORED\r\nVALUE @@t.locked 0 3\r\nnew\r\nEND\r\nSTORED\r\n")
+	// Back on the loop: it goes on being answered there.
+	waiter.send("get local\r\n")
+	waiter.expect("VALUE local 0 1\r\nw\r\nEND\r\n")
+	if n := d.srv.loopConns(); n != 4 {
+		t.Fatalf("the loop has %d connections after the set, want 4: the waiter did not come back", n)
+	}
+	// Away from the loop: the first get of the cached row and the waiter's batch; the gets of the copy were not.
+	if n := d.srv.stepsAway(); n != 2 {
+		t.Fatalf("%d commands answered away from the loop, want 2", n)
+	}
+}
+
+// TestEventLoopShutdownWhileAway: Shutdown while a connection is away from its loop, waiting for MySQL, lets that
+// request finish: its client gets the reply, then the connection closes, and Shutdown returns with none left.
+func TestEventLoopShutdownWhileAway(t *testing.T) {
+	d := newWaitDoor(t)
+	idle := dialTest(t, d.addr)
+	idle.send("set k 0 0 1\r\nx\r\n")
+	idle.expect("STORED\r\n")
+	release := d.lockRow(t, "locked")
+	waiter := dialTest(t, d.addr)
+	waiter.send("set @@t.locked 0 0 3\r\nnew\r\n")
+	d.waitForLockWait(t)
+
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		done <- d.srv.Shutdown(ctx)
+	}()
+	idle.expectClosed() // the loop closes its idle connections at once
+	select {
+	case err := <-done:
+		t.Fatalf("Shutdown returned (%v) while a request was still waiting", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	release()
+	waiter.expect("STORED\r\n")
+	waiter.expectClosed()
+	if err := <-done; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	var v string
+	if err := d.root.QueryRow("SELECT v FROM test.lw WHERE k = 'locked'").Scan(&v); err != nil || v != "new" {
+		t.Fatalf("the row holds %q (%v) after the acknowledged set, want \"new\"", v, err)
+	}
+	if n := d.srv.currConns.Load(); n != 0 {
+		t.Fatalf("curr_connections %d after Shutdown, want 0", n)
+	}
+}
