@@ -55,9 +55,12 @@ type conn struct {
 	nc   net.Conn
 	loop *eventLoop
 	fd   int
-	// away: the loop's goroutine stepped away with the connection for a command that may wait (stepAway); the
-	// connection is out of the loop's epoll set until that goroutine puts it back. Written under the loop's mu.
-	away   bool
+	// away: the loop's goroutine stepped away with the connection for a command that may wait (stepAway), and
+	// answers it until it gives it back (comeBack); disarmed: meanwhile the loop took it out of its epoll set. Both
+	// are written under the loop's mu.
+	away, disarmed bool
+	awayStreak     int // batches answered away from the loop in a row (see awayStreakLimit)
+
 	remote net.Addr // the client's address (nil for a connection that is not a socket's)
 	// container is where this connection's keys without "@@" go after a "get @@name" (the InnoDB plugin's switch;
 	// see engine.SwitchTo); nil: the engine's default. Every key goes to the engine through ekey.

@@ -23,12 +23,15 @@ package memcache
 //     container's table, its group commit, a fill in flight), or that takes
 //     long whatever the client does (a walk of the whole store: lru_crawler
 //     metadump, stats cachedump), does not run on the loop: before the engine runs it, the connection steps away
-//     (stepAway). It leaves the epoll set, a new goroutine takes over running
-//     the loop, and the goroutine that was running it answers the rest of the
-//     connection's batch as the connection's own, then puts it back in the set
-//     (comeBack) and ends. A connection away from its loop stays in conns (so
-//     hangUp reaches it) but only its own goroutine touches it: shut leaves it
-//     to that goroutine, which closes it when it finds the loop stopped.
+//     (stepAway). Another goroutine takes over running the loop (a spare, or a
+//     new one), and the goroutine that was running it answers the rest of the
+//     connection's batch as the connection's own, gives it back (comeBack) and
+//     waits as a spare. A connection away from its loop stays in conns (so
+//     hangUp reaches it) and in the epoll set, but only its own goroutine
+//     touches it: input that comes meanwhile makes the loop take it out of the
+//     set (disarmed) until it comes back; shut leaves it to its goroutine,
+//     which closes it when it finds the loop stopped. A connection that steps
+//     away for awayStreakLimit batches in a row leaves the loop for good.
 //     MayWait's "no" is a guess about the moment (a cached copy can be evicted
 //     before the read runs); a wrong guess makes the loop wait once, which is
 //     slower for its other connections, never wrong.
@@ -76,6 +79,14 @@ type eventLoop struct {
 	closed bool          // stop was called: no connection is added any more
 
 	stepsAway atomic.Uint64 // commands answered away from the loop (stepAway)
+
+	// takeOver hands the loop to a spare: a goroutine that no longer runs the loop (stepAway, leaveLoop) and is done
+	// with its connection waits on it to run the loop again (up to maxSpares of them wait; spares counts them), so a
+	// hand-over reuses a goroutine and the stack it grew instead of starting one. shutDown is closed when the loop
+	// stops, and lets them end.
+	takeOver chan struct{}
+	spares   atomic.Int32
+	shutDown chan struct{}
 
 	// Used only by the goroutine running the loop: the state of its waits with their poller callback, bound once (a
 	// goroutine that takes the loop over after another stepped away reuses them).
@@ -139,7 +150,8 @@ func newEventLoop(s *Server) (*eventLoop, error) {
 		unix.Close(wake)
 		return nil, os.NewSyscallError("epoll_ctl", err)
 	}
-	l := &eventLoop{srv: s, epfd: epfd, ep: ep, ready: ready, wake: wake, conns: make(map[int]*conn)}
+	l := &eventLoop{srv: s, epfd: epfd, ep: ep, ready: ready, wake: wake, conns: make(map[int]*conn),
+		takeOver: make(chan struct{}), shutDown: make(chan struct{})}
 	l.wait = readyWait{epfd: epfd, events: make([]unix.EpollEvent, 128)}
 	l.take = l.wait.take // a closure made per wait would be an allocation per wait
 	return l, nil
@@ -191,7 +203,7 @@ func (l *eventLoop) add(c *conn) bool {
 	if l.closed {
 		return false
 	}
-	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, c.fd, &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: int32(c.fd)}); err != nil {
+	if err := epollCtl(l.epfd, unix.EPOLL_CTL_ADD, c.fd, connEvents); err != nil {
 		l.srv.log.Warn("memcache: epoll_ctl failed; closing the connection", "remote", addrName(c.remote), "err", err)
 		return false
 	}
@@ -211,7 +223,7 @@ func (l *eventLoop) detach(c *conn) {
 	l.mu.Lock()
 	if l.conns[c.fd] == c {
 		delete(l.conns, c.fd)
-		unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, c.fd, nil)
+		epollCtl(l.epfd, unix.EPOLL_CTL_DEL, c.fd, 0)
 	}
 	l.mu.Unlock()
 }
@@ -246,10 +258,45 @@ func (l *eventLoop) stop() {
 	unix.Write(l.wake, one[:])
 }
 
-// run waits for readable connections and answers them, until stop. It returns early when the goroutine running it
-// left with a connection (leaveLoop, stepAway), after serving that connection: another goroutine runs the loop by
-// then.
+// run waits for readable connections and answers them, until stop. A goroutine that leaves the loop with a
+// connection (leaveLoop, stepAway) runs it again when, done with that connection, it waits as a spare and is handed
+// the loop back (handOver).
 func (l *eventLoop) run() {
+	for l.runUntilLeft() && l.waitAsSpare() {
+	}
+}
+
+// maxSpares bounds the goroutines that wait to take a loop over (see eventLoop.takeOver).
+const maxSpares = 4
+
+// handOver gives the loop to a spare goroutine, or to a new one when none waits; the caller runs it no more.
+func (l *eventLoop) handOver() {
+	select {
+	case l.takeOver <- struct{}{}:
+	default:
+		go l.run()
+	}
+}
+
+// waitAsSpare makes a goroutine that left the loop, and is done with the connection it left with, wait to run the
+// loop again (handOver). It reports false, and the goroutine ends, when the loop stopped or enough spares wait.
+func (l *eventLoop) waitAsSpare() bool {
+	if l.spares.Add(1) > maxSpares {
+		l.spares.Add(-1)
+		return false
+	}
+	defer l.spares.Add(-1)
+	select {
+	case <-l.takeOver:
+		return true
+	case <-l.shutDown:
+		return false
+	}
+}
+
+// runUntilLeft runs the loop until it stops (false) or the goroutine leaves it with a connection and has served
+// that connection as far as it had to (true): another goroutine runs the loop by then.
+func (l *eventLoop) runUntilLeft() bool {
 	w := &l.wait
 	for {
 		err := l.ready.Read(l.take)
@@ -259,7 +306,7 @@ func (l *eventLoop) run() {
 		if err != nil {
 			l.srv.log.Error("memcache: epoll_pwait failed; closing the loop's connections", "err", err)
 			l.shut()
-			return
+			return false
 		}
 		for _, ev := range w.events[:w.n] {
 			fd := int(ev.Fd)
@@ -269,15 +316,21 @@ func (l *eventLoop) run() {
 				l.mu.Unlock()
 				if closed {
 					l.shut()
-					return
+					return false
 				}
 				continue
 			}
 			l.mu.Lock()
 			c := l.conns[fd]
+			if c != nil && c.away {
+				// Input came while the connection is answered away from the loop: out of the set until it comes
+				// back (level-triggered, it would be reported on every wait).
+				epollCtl(l.epfd, unix.EPOLL_CTL_DEL, fd, 0)
+				c.disarmed, c = true, nil
+			}
 			l.mu.Unlock()
 			if c != nil && l.serve(c) {
-				return
+				return true
 			}
 		}
 	}
@@ -320,6 +373,7 @@ func (l *eventLoop) shut() {
 	}
 	l.ep.Close()
 	unix.Close(l.wake)
+	close(l.shutDown)
 }
 
 // serve reads what c has sent and answers it. It reports true when the goroutine no longer runs the loop: c left
@@ -350,18 +404,31 @@ func (l *eventLoop) serve(c *conn) (left bool) {
 		c.end()
 		return true
 	case c.away:
-		if open {
-			c.comeBack()
-		} else {
+		c.awayStreak++
+		switch {
+		case !open:
 			c.end()
+		case c.awayStreak < awayStreakLimit:
+			c.comeBack()
+		case c.leaveLoop() == nil:
+			c.serveLoop()
+			c.end()
+		default:
+			c.end() // it could not leave the loop (leaveLoop)
 		}
 		return true
 	}
+	c.awayStreak = 0
 	if !open {
 		c.end()
 	}
 	return false
 }
+
+// awayStreakLimit is how many batches in a row a connection may answer away from its loop (stepAway) before it
+// leaves the loop for good (leaveLoop): a client that waits on MySQL as a rule (sync sets, reads of rows not cached)
+// is served for less by a goroutine of its own than by a hand-over of the loop per batch.
+const awayStreakLimit = 8
 
 // stepAway makes the goroutine running c's loop c's own until c's batch is answered (see the invariants): c leaves
 // the epoll set and a new goroutine runs the loop. It does nothing for a connection no loop serves, or one away.
@@ -371,15 +438,15 @@ func (c *conn) stepAway() {
 		return
 	}
 	l.mu.Lock()
-	c.away = true // under mu: shut reads it
-	unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, c.fd, nil)
+	c.away = true // under mu: the loop and shut read it
 	l.mu.Unlock()
 	l.stepsAway.Add(1)
-	go l.run()
+	l.handOver()
 }
 
-// comeBack puts c, answered away from its loop, back in the loop's epoll set, where input that came meanwhile is
-// reported at once (level-triggered). A loop that stopped meanwhile left c to this goroutine: c is closed.
+// comeBack gives c, answered away from its loop, back to the loop, putting it back in the epoll set if the loop took
+// it out (input came meanwhile, which is then reported at once: level-triggered). A loop that stopped meanwhile left
+// c to this goroutine: c is closed.
 func (c *conn) comeBack() {
 	l := c.loop
 	l.mu.Lock()
@@ -388,7 +455,12 @@ func (c *conn) comeBack() {
 		c.end()
 		return
 	}
-	err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, c.fd, &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: int32(c.fd)})
+	var err error
+	if c.disarmed {
+		if err = epollCtl(l.epfd, unix.EPOLL_CTL_ADD, c.fd, connEvents); err == nil {
+			c.disarmed = false
+		}
+	}
 	if err == nil {
 		c.away = false // the loop finds c only under mu, which this goroutine lets go of last
 	}
@@ -410,7 +482,7 @@ func (c *conn) leaveLoop() error {
 	f.Close()
 	c.fd, c.loop = -1, nil
 	if !c.away { // away: another goroutine runs the loop already
-		go l.run()
+		l.handOver()
 	}
 	c.away = false
 	if err != nil {
@@ -423,6 +495,20 @@ func (c *conn) leaveLoop() error {
 	c.srv.mu.Unlock()
 	if closing {
 		nc.SetReadDeadline(time.Now())
+	}
+	return nil
+}
+
+// connEvents are what a loop waits for on a connection: input, or the client's end.
+const connEvents = unix.EPOLLIN | unix.EPOLLRDHUP
+
+// epollCtl is unix.EpollCtl as a raw system call: it never blocks, so it needs none of the runtime's bookkeeping for
+// one that might (which costs a loop's hand-overs more than the call itself).
+func epollCtl(epfd, op, fd int, events uint32) error {
+	ev := unix.EpollEvent{Events: events, Fd: int32(fd)}
+	_, _, errno := syscall.RawSyscall6(syscall.SYS_EPOLL_CTL, uintptr(epfd), uintptr(op), uintptr(fd), uintptr(unsafe.Pointer(&ev)), 0, 0)
+	if errno != 0 {
+		return os.NewSyscallError("epoll_ctl", errno)
 	}
 	return nil
 }

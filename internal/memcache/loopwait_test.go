@@ -3,6 +3,7 @@ package memcache
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"runtime"
 	"testing"
 	"time"
@@ -137,9 +138,13 @@ func TestEventLoopContainerWaitHoldsUpNobody(t *testing.T) {
 	late := dialTest(t, d.addr) // a connection accepted meanwhile joins the loop and is answered too
 	late.send("get k\r\n")
 	late.expect("VALUE k 0 1\r\nx\r\nEND\r\n")
+	// Input from the waiter while it is away is answered after its batch, in order.
+	waiter.send("get k\r\n")
+	other.send("get k\r\n")
+	other.expect("VALUE k 0 1\r\nx\r\nEND\r\n")
 
 	release()
-	waiter.expect("STORED\r\nVALUE @@t.locked 0 3\r\nnew\r\nEND\r\nSTORED\r\n")
+	waiter.expect("STORED\r\nVALUE @@t.locked 0 3\r\nnew\r\nEND\r\nSTORED\r\nVALUE k 0 1\r\nx\r\nEND\r\n")
 	// Back on the loop: it goes on being answered there.
 	waiter.send("get local\r\n")
 	waiter.expect("VALUE local 0 1\r\nw\r\nEND\r\n")
@@ -188,5 +193,39 @@ func TestEventLoopShutdownWhileAway(t *testing.T) {
 	}
 	if n := d.srv.currConns.Load(); n != 0 {
 		t.Fatalf("curr_connections %d after Shutdown, want 0", n)
+	}
+}
+
+// TestEventLoopWaitingClientLeaves: a connection whose batches wait on MySQL as a rule (awayStreakLimit in a row)
+// leaves its loop for a goroutine of its own and goes on there; one whose waits are broken by batches the loop
+// answers stays on the loop.
+func TestEventLoopWaitingClientLeaves(t *testing.T) {
+	d := newWaitDoor(t)
+	mixed := dialTest(t, d.addr)
+	for i := range 2 * awayStreakLimit {
+		mixed.send(fmt.Sprintf("set @@t.m%d 0 0 1\r\nm\r\n", i)) // db_only: every set waits for the table
+		mixed.expect("STORED\r\n")
+		mixed.send("set local 0 0 1\r\nl\r\n")
+		mixed.expect("STORED\r\n")
+	}
+	before := d.srv.loopConns() // mixed and newWaitDoor's probe
+	writer := dialTest(t, d.addr)
+	for i := range awayStreakLimit - 1 {
+		writer.send(fmt.Sprintf("set @@t.w%d 0 0 1\r\nw\r\n", i))
+		writer.expect("STORED\r\n")
+	}
+	if n := d.srv.loopConns(); n != before+1 {
+		t.Fatalf("the loop has %d connections, want %d: the writer left too soon", n, before+1)
+	}
+	writer.send("set @@t.last 0 0 1\r\nw\r\nget @@t.last\r\n")
+	writer.expect("STORED\r\nVALUE @@t.last 0 1\r\nw\r\nEND\r\n")
+	if n := d.srv.loopConns(); n != before {
+		t.Fatalf("the loop has %d connections, want %d: the writer did not leave it", n, before)
+	}
+	writer.send("set @@t.after 0 0 1\r\nw\r\nget local\r\n") // served by its own goroutine now
+	writer.expect("STORED\r\nVALUE local 0 1\r\nl\r\nEND\r\n")
+	var n int
+	if err := d.root.QueryRow("SELECT COUNT(*) FROM test.lw WHERE v IN ('m', 'w')").Scan(&n); err != nil || n != 2*awayStreakLimit+awayStreakLimit+1 {
+		t.Fatalf("%d rows written (%v), want %d", n, err, 3*awayStreakLimit+1)
 	}
 }
