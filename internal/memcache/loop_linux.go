@@ -22,11 +22,11 @@ package memcache
 //   - A command that may wait on more than its client (engine.MayWait: a
 //     container's table, its group commit, a fill in flight), or that takes
 //     long whatever the client does (a walk of the whole store: lru_crawler
-//     metadump, stats cachedump), does not run on the loop: before the engine runs it, the connection steps away
-//     (stepAway). Another goroutine takes over running the loop (a spare, or a
-//     new one), and the goroutine that was running it answers the rest of the
-//     connection's batch as the connection's own, gives it back (comeBack) and
-//     waits as a spare. A connection away from its loop stays in conns (so
+//     metadump, stats cachedump), does not run on the loop: before it runs,
+//     the connection steps away (stepAway). Another goroutine takes over
+//     running the loop (a spare, or a new one), and the goroutine that was
+//     running it answers the rest of the connection's batch as the
+//     connection's own, gives it back (comeBack) and waits as a spare. A connection away from its loop stays in conns (so
 //     hangUp reaches it) and in the epoll set, but only its own goroutine
 //     touches it: input that comes meanwhile makes the loop take it out of the
 //     set (disarmed) until it comes back; shut leaves it to its goroutine,
@@ -44,7 +44,8 @@ package memcache
 //     non-blocking write.
 //   - Only the goroutine running a loop reads its epoll set, its connections and
 //     their buffers; conns (the fd → connection map) is shared with the accept
-//     goroutines under mu. The epoll set holds exactly the connections in conns.
+//     goroutines under mu. The epoll set holds the connections in conns, less
+//     those the loop disarmed while they were away.
 //   - Shutdown wakes each loop (eventfd); the loop closes its connections,
 //     which are idle between batches, and exits. A connection arriving after
 //     that is closed at once.
@@ -430,8 +431,9 @@ func (l *eventLoop) serve(c *conn) (left bool) {
 // is served for less by a goroutine of its own than by a hand-over of the loop per batch.
 const awayStreakLimit = 8
 
-// stepAway makes the goroutine running c's loop c's own until c's batch is answered (see the invariants): c leaves
-// the epoll set and a new goroutine runs the loop. It does nothing for a connection no loop serves, or one away.
+// stepAway makes the goroutine running c's loop c's own until c's batch is answered (see the invariants): the loop
+// is handed over to another goroutine, and leaves c alone until comeBack. It does nothing for a connection no loop
+// serves, or one away.
 func (c *conn) stepAway() {
 	l := c.loop
 	if l == nil || c.away {
@@ -471,9 +473,9 @@ func (c *conn) comeBack() {
 	}
 }
 
-// leaveLoop moves the connection from its event loop to the calling goroutine, which runs the loop (a new goroutine
-// takes the loop over) or, when the connection is away, already runs it no more; the connection goes on as a
-// net.Conn (see the invariants).
+// leaveLoop moves the connection from its event loop to the calling goroutine for good, and the connection goes on as
+// a net.Conn (see the invariants). The caller runs the loop, which it hands over, or, when the connection is away,
+// runs it no more already.
 func (c *conn) leaveLoop() error {
 	l := c.loop
 	l.detach(c)

@@ -97,8 +97,8 @@ type Options struct {
 	// Observe, when set, is told how long each batch of requests (one request, or a pipeline read at once) took
 	// from its read to the write of its replies.
 	Observe func(time.Duration)
-	// EventLoops is how many event loops serve plain TCP connections where no request can wait on anything but
-	// the client (see loop_linux.go): 0 means GOMAXPROCS, negative means none (a goroutine per connection).
+	// EventLoops is how many event loops serve plain TCP connections over a store that does not wait for the disk
+	// per write (see loop_linux.go): 0 means GOMAXPROCS, negative means none (a goroutine per connection).
 	EventLoops int
 }
 
