@@ -110,6 +110,16 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		trace.Start(f)
 		defer func() { trace.Stop(); f.Close() }()
 	}
+	// KEYWAY_MEMPROFILE=FILE writes the allocations of the whole serve run (go tool pprof -sample_index=alloc_space
+	// or alloc_objects) when keyway stops, the same way.
+	if path := os.Getenv("KEYWAY_MEMPROFILE"); path != "" {
+		f, err := createPerProcess(path)
+		if err != nil {
+			fmt.Fprintf(stderr, "keyway serve: KEYWAY_MEMPROFILE: %v\n", err)
+			return 1
+		}
+		defer func() { pprof.Lookup("allocs").WriteTo(f, 0); f.Close() }()
+	}
 	// SIGHUP reloads what can change while serving (see reload); its default action would end keyway silently.
 	// Caught before the doors open: a client can reach keyway, and a supervisor signal it, before Start returns.
 	sig := make(chan os.Signal, 1)
