@@ -10,8 +10,6 @@ import (
 
 	"github.com/keywaydb/keyway/internal/container"
 	"github.com/keywaydb/keyway/internal/engine"
-	"github.com/keywaydb/keyway/internal/store"
-	"github.com/keywaydb/keyway/internal/testenv"
 )
 
 // binRunDoor is a memcache door over a private MariaDB: container "default"
@@ -26,12 +24,6 @@ type binRunDoor struct {
 
 func newBinRunDoor(t *testing.T) *binRunDoor {
 	t.Helper()
-	m := testenv.NewMariaDB(t)
-	root, err := sql.Open("mysql", m.RootDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { root.Close() })
 	stmts := []string{"CREATE TABLE test.binrun (k VARCHAR(64) PRIMARY KEY, v MEDIUMTEXT, f INT UNSIGNED NOT NULL, c BIGINT UNSIGNED NOT NULL)"}
 	for i := 0; i < 50; i++ {
 		if i%3 != 0 {
@@ -39,22 +31,7 @@ func newBinRunDoor(t *testing.T) *binRunDoor {
 		}
 	}
 	stmts = append(stmts, fmt.Sprintf("INSERT INTO test.binrun VALUES ('large', '%s', 7, 7)", strings.Repeat("L", 3*largeValue)))
-	for _, q := range stmts {
-		if _, err := root.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	db, err := sql.Open("mysql", m.AppDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	st, err := store.Open(store.Options{MemoryLimit: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	eng := engine.New(st, engine.Options{MaxItemSize: 1 << 20})
+	root, db, eng := newTableRig(t, stmts...)
 	var tables []*engine.Container
 	for name, get := range map[string]container.Policy{"default": container.DBOnly, "off": container.Disabled} {
 		c, err := container.Open(context.Background(), db, container.Def{Name: name, Schema: "test", Table: "binrun",

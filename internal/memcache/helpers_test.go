@@ -3,6 +3,7 @@ package memcache
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"net"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/keywaydb/keyway/internal/engine"
 	"github.com/keywaydb/keyway/internal/store"
+	"github.com/keywaydb/keyway/internal/testenv"
 )
 
 // newTestServer starts an in-process door on a free loopback port over a
@@ -103,4 +105,32 @@ func readFull(br *bufio.Reader, b []byte) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// newTableRig is what a door over containers needs: a private MariaDB, where stmts run as root first, a pool for the
+// containers (as the app account), and an engine over a fresh memory-only store. Both pools close with the test.
+func newTableRig(t *testing.T, stmts ...string) (root, db *sql.DB, eng *engine.Engine) {
+	t.Helper()
+	m := testenv.NewMariaDB(t)
+	root, err := sql.Open("mysql", m.RootDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	for _, q := range stmts {
+		if _, err := root.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db, err = sql.Open("mysql", m.AppDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	st, err := store.Open(store.Options{MemoryLimit: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return root, db, engine.New(st, engine.Options{MaxItemSize: 1 << 20})
 }

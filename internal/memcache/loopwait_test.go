@@ -10,8 +10,6 @@ import (
 
 	"github.com/keywaydb/keyway/internal/container"
 	"github.com/keywaydb/keyway/internal/engine"
-	"github.com/keywaydb/keyway/internal/store"
-	"github.com/keywaydb/keyway/internal/testenv"
 )
 
 // waitDoor is a door with one event loop over a private MariaDB: container "t" writes test.lw with every set
@@ -27,31 +25,9 @@ func newWaitDoor(t *testing.T) *waitDoor {
 	if runtime.GOOS != "linux" {
 		t.Skip("event loops are Linux's")
 	}
-	m := testenv.NewMariaDB(t)
-	root, err := sql.Open("mysql", m.RootDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { root.Close() })
-	for _, q := range []string{
+	root, db, eng := newTableRig(t,
 		"CREATE TABLE test.lw (k VARCHAR(64) PRIMARY KEY, v TEXT)",
-		"INSERT INTO test.lw VALUES ('locked', 'old'), ('cached', 'c')",
-	} {
-		if _, err := root.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	db, err := sql.Open("mysql", m.AppDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	st, err := store.Open(store.Options{MemoryLimit: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	eng := engine.New(st, engine.Options{MaxItemSize: 1 << 20})
+		"INSERT INTO test.lw VALUES ('locked', 'old'), ('cached', 'c')")
 	c, err := container.Open(context.Background(), db, container.Def{Name: "t", Schema: "test", Table: "lw",
 		KeyColumn: "k", ValueColumns: []string{"v"}}, container.Options{})
 	if err != nil {
@@ -227,5 +203,30 @@ func TestEventLoopWaitingClientLeaves(t *testing.T) {
 	var n int
 	if err := d.root.QueryRow("SELECT COUNT(*) FROM test.lw WHERE v IN ('m', 'w')").Scan(&n); err != nil || n != 2*awayStreakLimit+awayStreakLimit+1 {
 		t.Fatalf("%d rows written (%v), want %d", n, err, 3*awayStreakLimit+1)
+	}
+}
+
+// TestEventLoopHandOversReuseGoroutines: a loop handed over at every other batch (a set that waits for the table,
+// then one the loop answers) leaves no goroutines behind: those that stepped away wait as spares, at most maxSpares.
+func TestEventLoopHandOversReuseGoroutines(t *testing.T) {
+	d := newWaitDoor(t)
+	c := dialTest(t, d.addr)
+	turn := func(i int) {
+		c.send(fmt.Sprintf("set @@t.h%d 0 0 1\r\nh\r\n", i))
+		c.expect("STORED\r\n")
+		c.send("set local 0 0 1\r\nl\r\n")
+		c.expect("STORED\r\n")
+	}
+	turn(0)
+	before := runtime.NumGoroutine()
+	const turns = 100
+	for i := 1; i <= turns; i++ {
+		turn(i)
+	}
+	if n := d.srv.stepsAway(); n != turns+1 {
+		t.Fatalf("%d commands answered away from the loop, want %d", n, turns+1)
+	}
+	if after := runtime.NumGoroutine(); after > before+maxSpares {
+		t.Fatalf("%d goroutines after %d hand-overs, %d before: the hand-overs leave goroutines behind", after, turns, before)
 	}
 }
