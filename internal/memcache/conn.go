@@ -51,7 +51,8 @@ type conn struct {
 	srv *Server
 	eng *engine.Engine
 	// nc is the connection, except while an event loop serves it: then loop is that loop and fd the socket (nc is
-	// nil). A connection leaves its loop for good (leaveLoop); s.mu guards the change, which Shutdown reads.
+	// nil). A connection leaves its loop for a goroutine of its own (leaveLoop), and one that left because it waited
+	// on MySQL may go back (backToLoop); s.mu guards the changes, which Shutdown reads.
 	nc   net.Conn
 	loop *eventLoop
 	fd   int
@@ -60,6 +61,11 @@ type conn struct {
 	// are written under the loop's mu.
 	away, disarmed bool
 	awayStreak     int // batches answered away from the loop in a row (see awayStreakLimit)
+	// waits: the connection left its loop because its commands wait on MySQL as a rule (awayStreakLimit); it goes
+	// back once quiet, the batches it has had answered in a row on its own goroutine with no command that may wait,
+	// reaches quietToReturn. waited: a command of the batch being answered may wait.
+	waits, waited bool
+	quiet         int
 
 	remote net.Addr // the client's address (nil for a connection that is not a socket's)
 	// container is where this connection's keys without "@@" go after a "get @@name" (the InnoDB plugin's switch;
@@ -146,16 +152,26 @@ const (
 var stateNames = [...]string{"conn_new_cmd", "conn_read", "conn_nread", "conn_swallow", "conn_parse_cmd", "conn_mwrite"}
 
 func (c *conn) serve() {
-	defer c.end()
+	handedBack := false
+	defer func() {
+		if !handedBack {
+			c.end()
+		}
+	}()
 	defer c.recoverPanic()
-	c.serveLoop()
+	handedBack = c.serveLoop()
 }
 
-// serveLoop reads and answers requests until the connection is to close.
-func (c *conn) serveLoop() {
+// serveLoop reads and answers requests until the connection is to close (false), or until it is handed back to an
+// event loop (true; see backToLoop): the caller no longer owns it then.
+func (c *conn) serveLoop() (handedBack bool) {
 	for {
 		if !c.readyToRead() {
-			return
+			return false
+		}
+		// Between batches, with no input left to answer: a loop reports what comes next.
+		if c.waits && c.quiet >= quietToReturn && c.rpos == c.rend && c.backToLoop() {
+			return true
 		}
 		// net.Conn.Read reads first and, when the next batch has not come
 		// yet, fails with EAGAIN, waits for the poller and reads again: a
@@ -165,16 +181,40 @@ func (c *conn) serveLoop() {
 		// readiness that came before the wait. The event loops (loop_linux.go)
 		// wait first.
 		n, err := c.nc.Read(c.rbuf[c.rend:])
+		c.waited = false
 		if !c.answer(n) {
-			return
+			return false
+		}
+		switch {
+		case c.waited:
+			c.quiet = 0
+		case n > 0:
+			c.quiet++
 		}
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) && !c.srv.closing() {
 				continue
 			}
-			return
+			return false
 		}
 	}
+}
+
+// quietToReturn is how many batches in a row a connection that left its loop because it waited on MySQL as a rule
+// must have had answered without a command that may wait before it goes back to a loop (backToLoop): a cache that
+// was cold has warmed, say. Leaving again takes awayStreakLimit batches that wait, so a client that does both goes
+// back and forth at most once per quietToReturn+awayStreakLimit batches.
+const quietToReturn = 32
+
+// backToLoop hands the connection, between batches, to an event loop (Server.enterLoop); true when a loop took it,
+// and the caller owns it no more.
+func (c *conn) backToLoop() bool {
+	c.waits, c.quiet = false, 0
+	if c.srv.loops != nil && c.srv.enterLoop(c) {
+		return true
+	}
+	c.waits = true // nothing changed: it stays on its goroutine
+	return false
 }
 
 // recoverPanic, deferred, turns a bug met by one request into the loss of its connection, not the server's.
@@ -566,12 +606,21 @@ func (c *conn) engineKey(key []byte, a engine.Access) []byte {
 	return k
 }
 
-// mayWait steps away from the connection's event loop when a command that does a with the engine's key k may wait.
+// mayWait steps away from the connection's event loop when a command that does a with the engine's key k may wait;
+// on a connection that left its loop because it waited, it notes that the batch did (see quietToReturn).
 func (c *conn) mayWait(k []byte, a engine.Access) {
-	if c.loop != nil && !c.away && c.eng.MayWait(k, a) {
-		c.stepAway()
+	switch {
+	case c.loop != nil && !c.away:
+		if c.eng.MayWait(k, a) {
+			c.stepAway()
+		}
+	case c.waits && !c.waited:
+		c.waited = c.eng.MayWait(k, a)
 	}
 }
+
+// watchesWaits reports whether mayWait has anything left to decide for the batch being answered.
+func (c *conn) watchesWaits() bool { return c.loop != nil && !c.away || c.waits && !c.waited }
 
 // storeAccess is what a storage command of mode does with its key, for engine.MayWait.
 func storeAccess(mode engine.Mode) engine.Access {

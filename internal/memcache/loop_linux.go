@@ -31,7 +31,9 @@ package memcache
 //     touches it: input that comes meanwhile makes the loop take it out of the
 //     set (disarmed) until it comes back; shut leaves it to its goroutine,
 //     which closes it when it finds the loop stopped. A connection that steps
-//     away for awayStreakLimit batches in a row leaves the loop for good.
+//     away for awayStreakLimit batches in a row leaves the loop for a
+//     goroutine of its own, and comes back once quietToReturn batches in a
+//     row had no command that may wait (backToLoop).
 //     MayWait's "no" is a guess about the moment (a cached copy can be evicted
 //     before the read runs); a wrong guess makes the loop wait once, which is
 //     slower for its other connections, never wrong.
@@ -378,8 +380,9 @@ func (l *eventLoop) shut() {
 }
 
 // serve reads what c has sent and answers it. It reports true when the goroutine no longer runs the loop: c left
-// it for good (a write would have blocked), and the goroutine has served c to its end; or c stepped away for a
-// command that may wait, and the goroutine has answered c's batch and put c back (or closed it).
+// it (a write would have blocked, or its commands wait as a rule), and the goroutine has served c until it ended or
+// went back to a loop; or c stepped away for a command that may wait, and the goroutine has answered c's batch and
+// put c back (or closed it).
 func (l *eventLoop) serve(c *conn) (left bool) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -399,10 +402,9 @@ func (l *eventLoop) serve(c *conn) (left bool) {
 	switch {
 	case c.loop == nil:
 		// The connection left the loop while answering; this goroutine is its own now.
-		if open {
-			c.serveLoop()
+		if !open || !c.serveLoop() {
+			c.end()
 		}
-		c.end()
 		return true
 	case c.away:
 		c.awayStreak++
@@ -412,8 +414,10 @@ func (l *eventLoop) serve(c *conn) (left bool) {
 		case c.awayStreak < awayStreakLimit:
 			c.comeBack()
 		case c.leaveLoop() == nil:
-			c.serveLoop()
-			c.end()
+			c.waits = true
+			if !c.serveLoop() {
+				c.end()
+			}
 		default:
 			c.end() // it could not leave the loop (leaveLoop)
 		}
@@ -427,8 +431,9 @@ func (l *eventLoop) serve(c *conn) (left bool) {
 }
 
 // awayStreakLimit is how many batches in a row a connection may answer away from its loop (stepAway) before it
-// leaves the loop for good (leaveLoop): a client that waits on MySQL as a rule (sync sets, reads of rows not cached)
-// is served for less by a goroutine of its own than by a hand-over of the loop per batch.
+// leaves the loop for a goroutine of its own (leaveLoop; it may come back, see quietToReturn): a client that waits on
+// MySQL as a rule (sync sets, reads of rows not cached) is served for less by its own goroutine than by a hand-over
+// of the loop per batch.
 const awayStreakLimit = 8
 
 // stepAway makes the goroutine running c's loop c's own until c's batch is answered (see the invariants): the loop
@@ -473,8 +478,8 @@ func (c *conn) comeBack() {
 	}
 }
 
-// leaveLoop moves the connection from its event loop to the calling goroutine for good, and the connection goes on as
-// a net.Conn (see the invariants). The caller runs the loop, which it hands over, or, when the connection is away,
+// leaveLoop moves the connection from its event loop to the calling goroutine, and the connection goes on as a
+// net.Conn (see the invariants). The caller runs the loop, which it hands over, or, when the connection is away,
 // runs it no more already.
 func (c *conn) leaveLoop() error {
 	l := c.loop

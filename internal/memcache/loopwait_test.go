@@ -174,7 +174,8 @@ func TestEventLoopShutdownWhileAway(t *testing.T) {
 
 // TestEventLoopWaitingClientLeaves: a connection whose batches wait on MySQL as a rule (awayStreakLimit in a row)
 // leaves its loop for a goroutine of its own and goes on there; one whose waits are broken by batches the loop
-// answers stays on the loop.
+// answers stays on the loop. The one that left comes back once quietToReturn batches in a row had nothing that
+// may wait (a cached row, a local key), and not while its batches still wait now and then.
 func TestEventLoopWaitingClientLeaves(t *testing.T) {
 	d := newWaitDoor(t)
 	mixed := dialTest(t, d.addr)
@@ -204,6 +205,29 @@ func TestEventLoopWaitingClientLeaves(t *testing.T) {
 	if err := d.root.QueryRow("SELECT COUNT(*) FROM test.lw WHERE v IN ('m', 'w')").Scan(&n); err != nil || n != 2*awayStreakLimit+awayStreakLimit+1 {
 		t.Fatalf("%d rows written (%v), want %d", n, err, 3*awayStreakLimit+1)
 	}
+
+	// Quiet batches, broken by one that waits: not back yet.
+	for i := range 2 * quietToReturn {
+		if i == quietToReturn-1 {
+			writer.send("set @@t.again 0 0 1\r\nw\r\n")
+			writer.expect("STORED\r\n")
+			continue
+		}
+		writer.send("get local\r\nget @@t.last\r\n") // @@t.last's copy is cached: nothing waits
+		writer.expect("VALUE local 0 1\r\nl\r\nEND\r\nVALUE @@t.last 0 1\r\nw\r\nEND\r\n")
+		if i == quietToReturn+1 { // without the wait, it would have come back before this batch
+			if n := d.srv.loopConns(); n != before {
+				t.Fatalf("the loop has %d connections, want %d: the writer came back while its batches still wait", n, before)
+			}
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); d.srv.loopConns() != before+1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the loop has %d connections after %d quiet batches, want %d: the writer did not come back", d.srv.loopConns(), quietToReturn, before+1)
+		}
+	}
+	writer.send("get local\r\n") // answered by the loop again
+	writer.expect("VALUE local 0 1\r\nl\r\nEND\r\n")
 }
 
 // TestEventLoopHandOversReuseGoroutines: a loop handed over at every other batch (a set that waits for the table,

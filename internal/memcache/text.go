@@ -512,7 +512,7 @@ func (c *conn) getMulti(keys [][]byte) ([]store.Item, []bool, error) {
 		}
 	}
 	for _, k := range ek {
-		if c.loop == nil || c.away {
+		if !c.watchesWaits() {
 			break
 		}
 		c.mayWait(k, engine.AccessRead)
