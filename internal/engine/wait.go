@@ -18,8 +18,9 @@ const (
 //
 // False is a guess about the moment of the call, made cheaply: for a read, a valid local copy of the row, which an
 // eviction or an invalidation may take away before the read runs (the read then goes to the table on the loop: right,
-// only slower for the loop's other connections); for a set on a write = "async" container, room in its queue. True
-// errs on the side of waiting: the command may well be answered at once.
+// only slower for the loop's other connections); for a set on a write = "async" container, room to spare in its
+// queue (Queue.Roomy: while the table is down or behind, sets stop being answered on a loop long before one would
+// wait for room). True errs on the side of waiting: the command may well be answered at once.
 func (e *Engine) MayWait(key []byte, a Access) bool {
 	t, row, err := e.route(key)
 	if err != nil || t == nil {
@@ -42,7 +43,8 @@ func (e *Engine) MayWait(key []byte, a Access) bool {
 		case t.Policies.Set == container.CacheOnly:
 			return false
 		case t.Behind != nil && t.Policies.Set != container.Disabled:
-			return false // queued and journaled (see writeBehind); the queue makes a set wait only when full
+			// Queued and journaled (see writeBehind): a set waits only for room, which a roomy queue has.
+			return !t.Behind.Roomy()
 		}
 		return true
 	}

@@ -114,9 +114,11 @@ type Queue struct {
 	norm    func(string) string // the container's key rule; nil until it is live (see goLive)
 	byRow   map[string]string   // until live: the row as written → its key in pending
 	bytes   int64               // size of pending (see entry.size)
-	// queued is len(pending), stored under mu after each change, so Drain can see "nothing pending" without the
-	// lock: the SQL door settles before every statement that names the table.
-	queued  atomic.Int64
+	// queued is len(pending) and queuedBytes is bytes, stored under mu after each change (countLocked), so Drain
+	// can see "nothing pending" and Roomy "room to spare" without the lock: the SQL door settles before every
+	// statement that names the table, and an event loop asks before a set.
+	queued      atomic.Int64
+	queuedBytes atomic.Int64
 	seq     uint64 // the last Put's number
 	lastErr error  // the last failure to reach the table; nil once a round succeeds
 	closed  bool
@@ -200,7 +202,7 @@ func New(c *container.Container, j Journal, prefix string, o Options) *Queue {
 		q.byRow[string(row)] = k[len(prefix):]
 		q.bytes += e.size()
 	}
-	q.queued.Store(int64(len(q.pending)))
+	q.countLocked()
 	if n := len(q.pending); n > 0 {
 		o.Logger.Info("write-behind: writes acknowledged before the last stop are written first", "container", q.name, "rows", n)
 	}
@@ -242,7 +244,7 @@ func (q *Queue) goLive(norm func(string) string) {
 		}
 		q.pending[nk] = e
 	}
-	q.queued.Store(int64(len(q.pending)))
+	q.countLocked()
 	for nk := range moved {
 		e := q.pending[nk]
 		waits = append(waits, q.j.JournalPut(q.journalKey(nk), encode(e.row, e.item)))
@@ -309,11 +311,11 @@ func (q *Queue) Put(row []byte, item container.Item, queued func()) error {
 		q.bytes -= old.size()
 	}
 	q.pending[k] = e
-	q.queued.Store(int64(len(q.pending)))
 	if q.byRow != nil {
 		q.byRow[string(e.row)] = k
 	}
 	q.bytes += e.size()
+	q.countLocked()
 	if queued != nil {
 		queued()
 	}
@@ -327,6 +329,21 @@ func (q *Queue) Put(row []byte, item container.Item, queued func()) error {
 		return fmt.Errorf("container %q: write-behind journal: %w", q.name, err)
 	}
 	return nil
+}
+
+// countLocked publishes the size of pending (queued, queuedBytes); the caller holds q.mu and calls it after changing
+// pending or bytes.
+func (q *Queue) countLocked() {
+	q.queued.Store(int64(len(q.pending)))
+	q.queuedBytes.Store(q.bytes)
+}
+
+// Roomy reports, without the lock, whether the queue has room to spare: fewer than half of MaxPending rows and
+// half of MaxPendingBytes wait. A Put made then finds room unless others filled the other half meanwhile; a caller
+// that must not wait for room (an event loop) asks first, and when the table falls behind or is down, the queue
+// stops being roomy long before Put would wait.
+func (q *Queue) Roomy() bool {
+	return q.queued.Load() < int64(q.o.MaxPending)/2 && q.queuedBytes.Load() < q.o.MaxPendingBytes/2
 }
 
 // fullLocked reports whether queuing e for the row with NormKey k must wait
@@ -581,7 +598,7 @@ func (q *Queue) send(rows []container.Row, seqs []uint64) bool {
 		if e := q.pending[d.k]; e != nil && e.seq == seqs[d.i] {
 			q.bytes -= e.size()
 			delete(q.pending, d.k)
-			q.queued.Store(int64(len(q.pending)))
+			q.countLocked()
 			if q.byRow != nil {
 				delete(q.byRow, string(e.row))
 			}

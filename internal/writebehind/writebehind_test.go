@@ -401,3 +401,48 @@ func TestReplayNeverGoesBackInTime(t *testing.T) {
 		t.Fatalf("k = %q after the replay, want the newer row newer/0/1", got)
 	}
 }
+
+// TestRoomy: with the table down, the queue stops being roomy once half of MaxPending rows (or half of
+// MaxPendingBytes) wait, long before a Put would wait for room; it is roomy again once the table took them.
+func TestRoomy(t *testing.T) {
+	db := testenv.SharedDB(t)
+	dead := deadTable(t, db, "wb_roomy")
+	s := openStore(t, "")
+	defer s.Close()
+	q := New(dead, s, "@@wb_roomy.", Options{Window: time.Hour, MaxPending: 8, WaitTimeout: 100 * time.Millisecond})
+	for i := range 4 {
+		if !q.Roomy() {
+			t.Fatalf("not roomy with %d of 8 rows waiting", i)
+		}
+		if err := q.Put([]byte(fmt.Sprint("r", i)), container.Item{Value: []byte("v")}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if q.Roomy() {
+		t.Fatal("roomy with 4 of 8 rows waiting")
+	}
+	q.Close()
+
+	bytes := New(dead, s, "@@wb_roomy_bytes.", Options{Window: time.Hour, MaxPendingBytes: 380, WaitTimeout: 100 * time.Millisecond})
+	defer bytes.Close()
+	if err := bytes.Put([]byte("big"), container.Item{Value: []byte(strings.Repeat("v", 60))}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Roomy() {
+		t.Fatalf("roomy with %d of 380 bytes waiting", bytes.Stats().PendingBytes)
+	}
+
+	live := New(table(t, db, "wb_roomy_live", true), s, "@@wb_roomy_live.", Options{Window: 10 * time.Millisecond, MaxPending: 8})
+	defer live.Close()
+	for i := range 6 {
+		if err := live.Put([]byte(fmt.Sprint("r", i)), container.Item{Value: []byte("v")}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := live.Drain(); err != nil {
+		t.Fatal(err)
+	}
+	if !live.Roomy() {
+		t.Fatal("not roomy once the table took every row")
+	}
+}
