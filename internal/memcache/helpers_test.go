@@ -111,7 +111,12 @@ func readFull(br *bufio.Reader, b []byte) (int, error) {
 // containers (as the app account), and an engine over a fresh memory-only store. Both pools close with the test.
 func newTableRig(t *testing.T, stmts ...string) (root, db *sql.DB, eng *engine.Engine) {
 	t.Helper()
-	m := testenv.NewMariaDB(t)
+	return newTableRigOn(t, testenv.NewMariaDB(t), stmts...)
+}
+
+// newTableRigOn is newTableRig over m.
+func newTableRigOn(t *testing.T, m *testenv.MariaDB, stmts ...string) (root, db *sql.DB, eng *engine.Engine) {
+	t.Helper()
 	root, err := sql.Open("mysql", m.RootDSN)
 	if err != nil {
 		t.Fatal(err)

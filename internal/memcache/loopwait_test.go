@@ -10,6 +10,8 @@ import (
 
 	"github.com/keywaydb/keyway/internal/container"
 	"github.com/keywaydb/keyway/internal/engine"
+	"github.com/keywaydb/keyway/internal/testenv"
+	"github.com/keywaydb/keyway/internal/writebehind"
 )
 
 // waitDoor is a door with one event loop over a private MariaDB: container "t" writes test.lw with every set
@@ -252,5 +254,58 @@ func TestEventLoopHandOversReuseGoroutines(t *testing.T) {
 	}
 	if after := runtime.NumGoroutine(); after > before+maxSpares {
 		t.Fatalf("%d goroutines after %d hand-overs, %d before: the hand-overs leave goroutines behind", after, turns, before)
+	}
+}
+
+// TestEventLoopAsyncSetsTableDown: sets on a write = "async" container are answered on the loop while its queue has
+// room to spare; with the table down the queue fills, and a set that must wait for room (here until WaitTimeout,
+// then refused) waits away from the loop, whose other connections are answered meanwhile.
+func TestEventLoopAsyncSetsTableDown(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("event loops are Linux's")
+	}
+	m := testenv.NewMariaDB(t)
+	_, _, eng := newTableRigOn(t, m, "CREATE TABLE test.down (k VARCHAR(64) PRIMARY KEY, v TEXT)")
+	deadDB, err := sql.Open("mysql", m.AppDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := container.Open(context.Background(), deadDB, container.Def{Name: "a", Schema: "test", Table: "down",
+		KeyColumn: "k", ValueColumns: []string{"v"}}, container.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	deadDB.Close() // MySQL "down" for this container: every write-behind round fails
+	a := eng.NewContainer(engine.ContainerOptions{Container: c,
+		WriteBehind: &writebehind.Options{Window: 10 * time.Millisecond, MaxPending: 4, WaitTimeout: 3 * time.Second},
+		Policies:    container.Policies{Get: container.Caching, Set: container.Caching, Delete: container.Caching, Flush: container.CacheOnly}})
+	t.Cleanup(func() { a.Behind.Close() })
+	eng.SetContainers([]*engine.Container{a}, "")
+	srv := NewServer(eng, Options{EventLoops: 1})
+	addr := serveTest(t, srv)
+
+	writer, other := dialTest(t, addr), dialTest(t, addr)
+	other.send("set local 0 0 1\r\nl\r\n")
+	other.expect("STORED\r\n")
+	writer.send("set @@a.k0 0 0 1\r\nv\r\nset @@a.k1 0 0 1\r\nv\r\n")
+	writer.expect("STORED\r\nSTORED\r\n")
+	if n := srv.stepsAway(); n != 0 {
+		t.Fatalf("%d commands answered away from the loop, want 0: the queue had room to spare", n)
+	}
+	// Half full: the next sets step away; the fifth waits for room the dead table never makes.
+	writer.send("set @@a.k2 0 0 1\r\nv\r\nset @@a.k3 0 0 1\r\nv\r\nset @@a.k4 0 0 1\r\nv\r\n")
+	for range 3 {
+		other.send("get local\r\n")
+		other.expect("VALUE local 0 1\r\nl\r\nEND\r\n")
+	}
+	writer.nc.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if b, err := writer.br.Peek(len("STORED\r\nSTORED\r\nSERVER_ERROR")); err == nil {
+		t.Fatalf("the writer had all its replies (%q) before the loop answered another connection: the loop waited for room", b)
+	}
+	writer.nc.SetReadDeadline(time.Time{})
+	writer.expect("STORED\r\nSTORED\r\nSERVER_ERROR ")
+	if n := srv.stepsAway(); n != 1 {
+		t.Fatalf("%d commands answered away from the loop, want 1 (the batch once the queue was half full)", n)
 	}
 }
