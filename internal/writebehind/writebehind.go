@@ -119,9 +119,9 @@ type Queue struct {
 	// statement that names the table, and an event loop asks before a set.
 	queued      atomic.Int64
 	queuedBytes atomic.Int64
-	seq     uint64 // the last Put's number
-	lastErr error  // the last failure to reach the table; nil once a round succeeds
-	closed  bool
+	seq         uint64 // the last Put's number
+	lastErr     error  // the last failure to reach the table; nil once a round succeeds
+	closed      bool
 
 	kick chan struct{}
 	quit chan struct{}
