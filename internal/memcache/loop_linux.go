@@ -491,7 +491,8 @@ func (c *conn) leaveLoop() error {
 	if !c.away { // away: another goroutine runs the loop already
 		l.handOver()
 	}
-	c.away = false
+	// Out of the loop and its epoll set (detach): a loop that takes it again (backToLoop) starts from scratch.
+	c.away, c.disarmed, c.awayStreak = false, false, 0
 	if err != nil {
 		// Nothing to serve the connection with: it ends (its socket is closed).
 		return errors.Join(errors.New("memcache: a connection could not leave its event loop"), err)

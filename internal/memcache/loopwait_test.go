@@ -198,8 +198,10 @@ func TestEventLoopWaitingClientLeaves(t *testing.T) {
 	}
 	writer.send("set @@t.last 0 0 1\r\nw\r\nget @@t.last\r\n")
 	writer.expect("STORED\r\nVALUE @@t.last 0 1\r\nw\r\nEND\r\n")
-	if n := d.srv.loopConns(); n != before {
-		t.Fatalf("the loop has %d connections, want %d: the writer did not leave it", n, before)
+	for deadline := time.Now().Add(10 * time.Second); d.srv.loopConns() != before; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) { // it leaves once its batch is answered
+			t.Fatalf("the loop has %d connections, want %d: the writer did not leave it", d.srv.loopConns(), before)
+		}
 	}
 	writer.send("set @@t.after 0 0 1\r\nw\r\nget local\r\n") // served by its own goroutine now
 	writer.expect("STORED\r\nVALUE local 0 1\r\nl\r\nEND\r\n")
@@ -307,5 +309,67 @@ func TestEventLoopAsyncSetsTableDown(t *testing.T) {
 	writer.expect("STORED\r\nSTORED\r\nSERVER_ERROR ")
 	if n := srv.stepsAway(); n != 1 {
 		t.Fatalf("%d commands answered away from the loop, want 1 (the batch once the queue was half full)", n)
+	}
+}
+
+// TestEventLoopComesBackAfterLeavingDisarmed: a connection that leaves its loop on the batch during which the loop
+// took it out of the epoll set (input came while it was away), then comes back, steps away again and comes back
+// again, stays open and answered: leaving forgets that the loop had taken it out of the set.
+func TestEventLoopComesBackAfterLeavingDisarmed(t *testing.T) {
+	d := newWaitDoor(t)
+	w := dialTest(t, d.addr)
+	w.send("set local 0 0 1\r\nl\r\n")
+	w.expect("STORED\r\n")
+	for i := range awayStreakLimit - 1 {
+		w.send(fmt.Sprintf("set @@t.s%d 0 0 1\r\ns\r\n", i))
+		w.expect("STORED\r\n")
+	}
+	before := d.srv.loopConns()
+	release := d.lockRow(t, "locked")
+	w.send("set @@t.locked 0 0 1\r\nn\r\n") // the last batch of the streak, held by the row lock
+	d.waitForLockWait(t)
+	w.send("get local\r\n") // input while away: the loop takes w out of its set
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		d.srv.mu.Lock()
+		l := d.srv.loops[0]
+		d.srv.mu.Unlock()
+		l.mu.Lock()
+		disarmed := 0
+		for _, c := range l.conns {
+			if c.disarmed {
+				disarmed++
+			}
+		}
+		l.mu.Unlock()
+		if disarmed == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the loop did not take the away connection out of its set")
+		}
+	}
+	release()
+	w.expect("STORED\r\n")
+	w.expect("VALUE local 0 1\r\nl\r\nEND\r\n") // answered on its own goroutine: the first quiet batch
+	if n := d.srv.loopConns(); n != before-1 {
+		t.Fatalf("the loop has %d connections, want %d: w did not leave it", n, before-1)
+	}
+	for range quietToReturn - 1 { // the get sent while away was the first quiet batch
+		w.send("get local\r\n")
+		w.expect("VALUE local 0 1\r\nl\r\nEND\r\n")
+	}
+	for deadline := time.Now().Add(10 * time.Second); d.srv.loopConns() != before; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("w did not come back to the loop")
+		}
+	}
+	for i := range 3 { // away and back, each time; the first batch back on the loop is away already
+		w.send(fmt.Sprintf("set @@t.again%d 0 0 1\r\na\r\n", i))
+		w.expect("STORED\r\n")
+		w.send("get local\r\n")
+		w.expect("VALUE local 0 1\r\nl\r\nEND\r\n")
+	}
+	if n := d.srv.loopConns(); n != before {
+		t.Fatalf("the loop has %d connections, want %d: w left again without a new streak of waits", n, before)
 	}
 }
