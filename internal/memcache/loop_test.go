@@ -55,11 +55,7 @@ func TestEventLoopSlowReaderHoldsUpNobody(t *testing.T) {
 	const gets = 40
 	slow.send(strings.Repeat("get big\r\n", gets))
 	// The replies do not fit the socket: the slow client leaves the loop, which keeps newLoopServer's probe.
-	for deadline := time.Now().Add(10 * time.Second); srv.loopConns() != 1; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the loop serves %d connections, want 1: the slow client did not leave it", srv.loopConns())
-		}
-	}
+	waitLoopConns(t, srv, 1, "the slow client did not leave it")
 
 	other := dialTest(t, addr)
 	other.send("touch nothing 0\r\n")
@@ -157,6 +153,17 @@ func TestEventLoopsOnlyWhereNothingWaits(t *testing.T) {
 	}
 }
 
+// waitLoopConns waits until srv's event loops serve want connections (a connection leaves or comes back after the
+// reply that triggers it); it fails the test, saying why, when they do not within 10 s.
+func waitLoopConns(t *testing.T, srv *Server, want int, why string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); srv.loopConns() != want; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the loops serve %d connections, want %d: %s", srv.loopConns(), want, why)
+		}
+	}
+}
+
 // loopConns is how many connections srv's event loops serve.
 func (s *Server) loopConns() int {
 	s.mu.Lock()
@@ -219,11 +226,7 @@ func TestEventLoopStoppedServesByGoroutine(t *testing.T) {
 	l := srv.loops[0]
 	srv.mu.Unlock()
 	l.stop() // as a failed epoll_wait leaves it: shut, still in srv.loops
-	for deadline := time.Now().Add(10 * time.Second); srv.loopConns() != 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the stopped loop did not close its connections")
-		}
-	}
+	waitLoopConns(t, srv, 0, "the stopped loop did not close its connections")
 	c := dialTest(t, addr)
 	c.send("set k 0 0 1\r\nx\r\nget k\r\n")
 	c.expect("STORED\r\nVALUE k 0 1\r\nx\r\nEND\r\n")

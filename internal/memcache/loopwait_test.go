@@ -198,11 +198,7 @@ func TestEventLoopWaitingClientLeaves(t *testing.T) {
 	}
 	writer.send("set @@t.last 0 0 1\r\nw\r\nget @@t.last\r\n")
 	writer.expect("STORED\r\nVALUE @@t.last 0 1\r\nw\r\nEND\r\n")
-	for deadline := time.Now().Add(10 * time.Second); d.srv.loopConns() != before; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) { // it leaves once its batch is answered
-			t.Fatalf("the loop has %d connections, want %d: the writer did not leave it", d.srv.loopConns(), before)
-		}
-	}
+	waitLoopConns(t, d.srv, before, "the writer did not leave it")
 	writer.send("set @@t.after 0 0 1\r\nw\r\nget local\r\n") // served by its own goroutine now
 	writer.expect("STORED\r\nVALUE local 0 1\r\nl\r\nEND\r\n")
 	var n int
@@ -225,11 +221,7 @@ func TestEventLoopWaitingClientLeaves(t *testing.T) {
 			}
 		}
 	}
-	for deadline := time.Now().Add(10 * time.Second); d.srv.loopConns() != before+1; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the loop has %d connections after %d quiet batches, want %d: the writer did not come back", d.srv.loopConns(), quietToReturn, before+1)
-		}
-	}
+	waitLoopConns(t, d.srv, before+1, "the writer did not come back")
 	writer.send("get local\r\n") // answered by the loop again
 	writer.expect("VALUE local 0 1\r\nl\r\nEND\r\n")
 }
@@ -358,11 +350,7 @@ func TestEventLoopComesBackAfterLeavingDisarmed(t *testing.T) {
 		w.send("get local\r\n")
 		w.expect("VALUE local 0 1\r\nl\r\nEND\r\n")
 	}
-	for deadline := time.Now().Add(10 * time.Second); d.srv.loopConns() != before; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("w did not come back to the loop")
-		}
-	}
+	waitLoopConns(t, d.srv, before, "w did not come back to the loop")
 	for i := range 3 { // away and back, each time; the first batch back on the loop is away already
 		w.send(fmt.Sprintf("set @@t.again%d 0 0 1\r\na\r\n", i))
 		w.expect("STORED\r\n")
