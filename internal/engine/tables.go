@@ -549,10 +549,13 @@ func (e *Engine) tableWrite(t *Container, row []byte, policy container.Policy, o
 	if testHookAfterTableWrite != nil {
 		testHookAfterTableWrite(t, row)
 	}
-	if policy == container.Caching {
+	// A container that keeps copies for gets must not keep one older than this write, whatever the write's own
+	// policy: a db_only set or delete is read back through the copy too (keyway's promise: an acknowledged write
+	// is visible to every later read through it).
+	if policy == container.Caching || t.Policies.Get == container.Caching {
 		sk := rowKey(t, row)
 		vk := validityKey(t, sk)
-		if err == nil && written != nil && t.Policies.Get == container.Caching {
+		if err == nil && written != nil && policy == container.Caching && t.Policies.Get == container.Caching {
 			tick, unchanged := t.v.WroteThrough(vk, since)
 			e.keepWritten(t, sk, fromRow(*written), tick, unchanged)
 			return nil

@@ -244,3 +244,39 @@ func TestHoldsRow(t *testing.T) {
 		t.Error("a container with CopyTTL lets a change pass")
 	}
 }
+
+// TestDBOnlyWriteDropsTheCopy: on a container whose gets keep copies but whose sets and deletes go to the table
+// alone (db_only), a set, an incr, a touch and a delete through keyway each drop the row's copy, so the next get
+// reads what the write left, not the copy from before it (no binlog follower here to invalidate it later).
+func TestDBOnlyWriteDropsTheCopy(t *testing.T) {
+	r := newWriteThroughRig(t, map[string]string{"v": "VARCHAR(20)"})
+	c := r.t["v"]
+	c.Policies.Set, c.Policies.Delete = container.DBOnly, container.DBOnly // before the container serves anything
+	key := []byte("@@v.k")
+	get := func(want string, found bool) {
+		t.Helper()
+		it, ok, err := r.e.Get(key)
+		if err != nil || ok != found || string(it.Value) != want {
+			t.Fatalf("get: %q %v %v, want %q %v", it.Value, ok, err, want, found)
+		}
+	}
+	if st, _, err := r.e.StoreValue(key, []byte("1"), StoreRequest{Mode: Set}); err != nil || st != Stored {
+		t.Fatalf("set: %v %v", st, err)
+	}
+	get("1", true) // fills the copy
+	if r.e.MayWait(key, AccessRead) {
+		t.Fatal("no copy after a get that read the row")
+	}
+	if st, _, err := r.e.StoreValue(key, []byte("2"), StoreRequest{Mode: Set}); err != nil || st != Stored {
+		t.Fatalf("set: %v %v", st, err)
+	}
+	get("2", true)
+	if res, err := r.e.IncrDecr(key, Arith{Delta: 5}); err != nil || res.Status != Stored {
+		t.Fatalf("incr: %+v %v", res, err)
+	}
+	get("7", true)
+	if st, err := r.e.Delete(key, DeleteRequest{}); err != nil || st != Deleted {
+		t.Fatalf("delete: %v %v", st, err)
+	}
+	get("", false)
+}
