@@ -4,7 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -359,5 +362,89 @@ func TestEventLoopComesBackAfterLeavingDisarmed(t *testing.T) {
 	}
 	if n := d.srv.loopConns(); n != before {
 		t.Fatalf("the loop has %d connections, want %d: w left again without a new streak of waits", n, before)
+	}
+}
+
+// TestEventLoopMixedLoad: clients on one loop mix sets of their own rows (which wait for the table), gets of them
+// (from the copy, or the table after a set dropped it), local keys, pipelined batches, and reads of rows a direct
+// writer keeps changing; every reply is the one due, in order, and every client reads its own writes, while
+// connections step away, leave the loop and come back.
+func TestEventLoopMixedLoad(t *testing.T) {
+	d := newWaitDoor(t)
+	stop := time.Now().Add(4 * time.Second)
+	var wg sync.WaitGroup
+	errs := make(chan string, 16)
+	wg.Add(1)
+	go func() { // the direct writer
+		defer wg.Done()
+		for i := 0; time.Now().Before(stop); i++ {
+			if _, err := d.root.Exec("INSERT INTO test.lw VALUES (?, ?) ON DUPLICATE KEY UPDATE v = VALUES(v)", fmt.Sprint("d", i%8), fmt.Sprint(i)); err != nil {
+				errs <- fmt.Sprintf("direct write: %v", err)
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	for w := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := dialTest(t, d.addr)
+			last := map[string]string{} // this client's rows: what it wrote last
+			rng := rand.New(rand.NewPCG(uint64(w), 1))
+			for n := 0; time.Now().Before(stop); n++ {
+				var req, want strings.Builder
+				direct := 0 // gets of the direct writer's rows, answered last in the batch
+				for range 1 + rng.IntN(3) {
+					switch k, v := fmt.Sprintf("@@t.w%d-%d", w, rng.IntN(4)), fmt.Sprint(n); rng.IntN(5) {
+					case 0, 1:
+						fmt.Fprintf(&req, "set %s 0 0 %d\r\n%s\r\n", k, len(v), v)
+						want.WriteString("STORED\r\n")
+						last[k] = v
+					case 2:
+						fmt.Fprintf(&req, "get %s\r\n", k)
+						if v, ok := last[k]; ok {
+							fmt.Fprintf(&want, "VALUE %s 0 %d\r\n%s\r\n", k, len(v), v)
+						}
+						want.WriteString("END\r\n")
+					case 3:
+						fmt.Fprintf(&req, "set l%d 0 0 %d\r\n%s\r\nget l%d\r\n", w, len(v), v, w)
+						fmt.Fprintf(&want, "STORED\r\nVALUE l%d 0 %d\r\n%s\r\nEND\r\n", w, len(v), v)
+					default:
+						direct++
+					}
+				}
+				for i := range direct {
+					fmt.Fprintf(&req, "get @@t.d%d\r\n", i)
+				}
+				c.send(req.String())
+				c.nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+				got := make([]byte, want.Len())
+				if m, err := readFull(c.br, got); err != nil || string(got) != want.String() {
+					errs <- fmt.Sprintf("client %d: got %q (%v), want %q", w, got[:m], err, want.String())
+					return
+				}
+				for range direct { // a row the direct writer keeps changing: any value, then END
+					for {
+						line, err := c.br.ReadString('\n')
+						if err != nil {
+							errs <- fmt.Sprintf("client %d: %v", w, err)
+							return
+						}
+						if line == "END\r\n" {
+							break
+						}
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	if d.srv.stepsAway() == 0 {
+		t.Error("no command was answered away from the loop")
 	}
 }
