@@ -217,10 +217,7 @@ func (c *conn) binaryRequest(buf []byte) (int, error) {
 		if h.extlen == 4 {
 			delay = int64(binary.BigEndian.Uint32(extras))
 		}
-		if c.eng.HasContainers() {
-			c.stepAway() // flush empties the containers' tables
-		}
-		if err := c.eng.FlushAll(delay); err != nil {
+		if err := c.engineFlushAll(delay); err != nil {
 			c.binServerError(h, err)
 			break
 		}

@@ -619,8 +619,14 @@ func (c *conn) mayWait(k []byte, a engine.Access) {
 	}
 }
 
-// watchesWaits reports whether mayWait has anything left to decide for the batch being answered.
-func (c *conn) watchesWaits() bool { return c.loop != nil && !c.away || c.waits && !c.waited }
+// engineFlushAll is engine.FlushAll for flush_all in either protocol: with containers it may truncate their tables,
+// so on an event loop it steps away first.
+func (c *conn) engineFlushAll(delay int64) error {
+	if c.eng.HasContainers() {
+		c.stepAway()
+	}
+	return c.eng.FlushAll(delay)
+}
 
 // storeAccess is what a storage command of mode does with its key, for engine.MayWait.
 func storeAccess(mode engine.Mode) engine.Access {

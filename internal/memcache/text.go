@@ -512,9 +512,6 @@ func (c *conn) getMulti(keys [][]byte) ([]store.Item, []bool, error) {
 		}
 	}
 	for _, k := range ek {
-		if !c.watchesWaits() {
-			break
-		}
 		c.mayWait(k, engine.AccessRead)
 	}
 	return c.eng.GetMulti(ek)
@@ -681,10 +678,7 @@ func (c *conn) flushAll(toks [][]byte) {
 		}
 		delay = d
 	}
-	if c.eng.HasContainers() {
-		c.stepAway() // flush_all empties the containers' tables
-	}
-	if err := c.eng.FlushAll(delay); err != nil {
+	if err := c.engineFlushAll(delay); err != nil {
 		if !quiet {
 			c.serverError(err)
 		}
