@@ -60,8 +60,10 @@ type setResp struct {
 // goroutine: a lone writer pays one round trip and no hand-off. Sets that
 // arrive while a commit is in flight queue, and once it ends a committer
 // goroutine writes what queued as the next batch (and so on while Sets keep
-// queuing), as Pebble's commit pipeline does. With Options.MaxWait set every
-// Set queues and the committer waits that long before taking a batch.
+// queuing), as Pebble's commit pipeline does; before it takes a batch the
+// committer waits a little for the writers the last commit answered (see
+// gatherLocked). With Options.MaxWait set every Set queues and the committer
+// waits that long before taking a batch.
 //
 // key and it.Value are only read during the call: Set copies them before it
 // queues the write, so the caller may reuse them (a connection's read buffer)
@@ -88,8 +90,8 @@ func (c *Container) Set(ctx context.Context, key []byte, it Item) (uint64, error
 	if lead && c.opt.MaxWait == 0 {
 		// Alone: this Set is the batch, and its caller's context the batch's (see batchContext).
 		c.mu.Unlock()
-		c.commitBatch([]*setReq{r})
-		c.handOff()
+		took := c.commitBatch([]*setReq{r})
+		c.handOff(took)
 		resp := <-r.resp
 		if resp.err != nil && ctx.Err() != nil {
 			return 0, ctx.Err() // as a waiter that gave up would say
@@ -99,6 +101,9 @@ func (c *Container) Set(ctx context.Context, key []byte, it Item) (uint64, error
 	c.queue = append(c.queue, r)
 	if lead {
 		go c.commitQueued()
+	} else if c.gathering > 0 && len(c.queue) >= c.gathering {
+		c.gathering = 0
+		c.grown <- struct{}{} // buffered; only the gathering committer receives, once per gathering
 	}
 	c.mu.Unlock()
 	select {
@@ -109,9 +114,9 @@ func (c *Container) Set(ctx context.Context, key []byte, it Item) (uint64, error
 	}
 }
 
-// handOff ends a commit made on a caller's goroutine: Sets that queued meanwhile go to a committer goroutine, so the
-// caller returns at once.
-func (c *Container) handOff() {
+// handOff ends a commit of one Set made on a caller's goroutine, whose statement took took: Sets that queued
+// meanwhile go to a committer goroutine, so the caller returns at once.
+func (c *Container) handOff(took time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.queue) == 0 {
@@ -119,17 +124,19 @@ func (c *Container) handOff() {
 		c.committers.Done()
 		return
 	}
+	c.lastRows, c.lastExec = 1, took
 	go c.commitQueued()
 }
 
-// commitQueued is the committer: it takes up to MaxBatch queued Sets (after waiting MaxWait, if set), writes them
-// in one statement and answers every waiter, until nothing is queued; then no commit is in flight.
+// commitQueued is the committer: it takes up to MaxBatch queued Sets (after waiting MaxWait, if set, or gathering),
+// writes them in one statement and answers every waiter, until nothing is queued; then no commit is in flight.
 func (c *Container) commitQueued() {
 	for {
 		if c.opt.MaxWait > 0 {
 			time.Sleep(c.opt.MaxWait)
 		}
 		c.mu.Lock()
+		c.gatherLocked()
 		n := min(len(c.queue), c.opt.MaxBatch)
 		if n == 0 {
 			c.committing = false
@@ -139,13 +146,59 @@ func (c *Container) commitQueued() {
 		}
 		batch := slices.Clone(c.queue[:n])
 		c.queue = append(c.queue[:0], c.queue[n:]...)
+		c.lastRows = n
 		c.mu.Unlock()
-		c.commitBatch(batch)
+		c.lastExec = c.commitBatch(batch) // only the committer reads or writes it while a commit is in flight
 	}
 }
 
-// commitBatch writes batch as one multi-row upsert and answers each waiter.
-func (c *Container) commitBatch(batch []*setReq) {
+// gatherLimit bounds a gathering's wait (see gatherLocked) whatever the last statement took: a container's gatherMax
+// (which tests change).
+const gatherLimit = time.Millisecond
+
+// gatherLocked waits, before the committer takes a batch, for the writers the last batch answered to queue their
+// next Sets: until the queue holds as many Sets as the last batch and the queue held together (at most MaxBatch),
+// or for as long as the last batch's statement took (at most gatherMax). The caller holds c.mu, which is released
+// while waiting.
+//
+// Why: with one commit in flight, writers that each wait for their Set before sending the next (a PHP page, a
+// gomemcache client) split into two halves that alternate. The Sets answered by one commit arrive while the next
+// batch, the other half, is already being written, and wait for all of it before theirs starts: 8 such writers make
+// batches of 4, and each Set waits for two commits. A commit's cost hardly grows with its rows (one round trip, one
+// fsync), so a wait for the answered writers, shorter than a commit, makes batches of 8 and commits more rows per
+// second (measured with 8 gomemcache writers on MariaDB: 7.7 rows per commit instead of 3.9, and 8.2k sets/s instead
+// of 6.4–7.1k). Nothing waits when the last batch and the queue together hold one Set (a lone writer); a writer that
+// does not come back costs the batch the bounded wait.
+func (c *Container) gatherLocked() {
+	want := min(c.lastRows+len(c.queue), c.opt.MaxBatch)
+	if c.opt.MaxWait > 0 || want < 2 || len(c.queue) >= want {
+		return
+	}
+	c.gathering = want
+	wait := min(c.lastExec, c.gatherMax)
+	c.mu.Unlock()
+	if c.gatherTimer == nil {
+		c.gatherTimer = time.NewTimer(wait)
+	} else {
+		c.gatherTimer.Reset(wait)
+	}
+	select {
+	case <-c.grown:
+	case <-c.gatherTimer.C:
+	}
+	c.gatherTimer.Stop()
+	c.mu.Lock()
+	if c.gathering == 0 { // a Set signalled (maybe after the timer fired): take the signal
+		select {
+		case <-c.grown:
+		default:
+		}
+	}
+	c.gathering = 0
+}
+
+// commitBatch writes batch as one multi-row upsert and answers each waiter. It returns how long the statement took.
+func (c *Container) commitBatch(batch []*setReq) (took time.Duration) {
 	// Drop waiters that gave up before their write started.
 	live := batch[:0:0]
 	rows := make([]Row, 0, len(batch))
@@ -159,14 +212,16 @@ func (c *Container) commitBatch(batch []*setReq) {
 		rows = append(rows, Row{Key: r.key, Item: r.it})
 	}
 	if len(live) == 0 {
-		return
+		return 0
 	}
 	ctx, cancel := batchContext(live)
 	defer cancel()
 	if len(live) == 1 {
 		ctx = c.unwatched(live[0].ctx, ctx)
 	}
+	start := time.Now()
 	errs := c.WriteRows(ctx, rows)
+	took = time.Since(start)
 	for i, r := range live {
 		if errs[i] != nil {
 			r.resp <- setResp{err: errs[i]}
@@ -174,6 +229,7 @@ func (c *Container) commitBatch(batch []*setReq) {
 			r.resp <- setResp{cas: r.it.CAS}
 		}
 	}
+	return took
 }
 
 // batchContext is the context of a batch for the waiters live: it ends after

@@ -297,3 +297,80 @@ func TestDeadlockRetriedAsBatch(t *testing.T) {
 		t.Fatalf("%d INSERT statements, want 2 (the batch, then the batch again)", n)
 	}
 }
+
+// TestCommitGathersAnsweredWriters: writers that each send their next Set as soon as the last one is answered make
+// one batch with the Sets that queued meanwhile, instead of the committer sending those at once and the answered
+// writer's Set alone after them; and a writer that does not come back holds the batch only for the bounded wait.
+func TestCommitGathersAnsweredWriters(t *testing.T) {
+	db := openDB(t)
+	c := demo(t, db, "demo_gather")
+	// The test's wait bound: long enough for a goroutine to come back on a loaded machine, or short.
+	setLimit := func(d time.Duration) {
+		c.mu.Lock()
+		c.gatherMax = d
+		c.mu.Unlock()
+	}
+	set := func(key string) {
+		if _, err := c.Set(ctx, []byte(key), Item{Value: []byte("v-" + key)}); err != nil {
+			t.Errorf("set %s: %v", key, err)
+		}
+	}
+	// round: A's Set waits on a locked row while B and C queue; when the lock goes, A (if again) sets again soon.
+	round := func(a, again string, queued ...string) (statements uint64) {
+		release := lockRow(t, db, "demo_gather", a)
+		before := c.Stats().Batches
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			set(a)
+			if again != "" {
+				// Later than a committer that does not gather takes what queued, well within A's statement's time.
+				time.Sleep(50 * time.Millisecond)
+				set(again)
+			}
+		}()
+		waitFor(t, "A's commit in flight", func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.committing })
+		for _, k := range queued {
+			wg.Add(1)
+			go func() { defer wg.Done(); set(k) }()
+		}
+		waitFor(t, "the others queued", func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.queue) == len(queued) })
+		time.Sleep(300 * time.Millisecond) // A's statement takes longer than A takes to come back
+		release()
+		wg.Wait()
+		for _, k := range append([]string{a, again}, queued...) {
+			if k != "" {
+				if r := readDemo(t, db, "demo_gather", k); r.v != "v-"+k {
+					t.Errorf("%s = %+v", k, r)
+				}
+			}
+		}
+		return c.Stats().Batches - before
+	}
+
+	t.Run("comes back", func(t *testing.T) {
+		setLimit(time.Minute)
+		if n := round("a1", "a2", "b1", "c1"); n != 2 {
+			t.Fatalf("%d statements, want 2: a1 alone, then b1, c1 and a2 together", n)
+		}
+	})
+	t.Run("does not come back", func(t *testing.T) {
+		setLimit(50 * time.Millisecond)
+		if n := round("a3", "", "b3", "c3"); n != 2 {
+			t.Fatalf("%d statements, want 2: a3 alone, then b3 and c3 after the bounded wait", n)
+		}
+	})
+}
+
+// waitFor polls cond until it holds, or fails the test after 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10s for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

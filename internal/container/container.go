@@ -11,9 +11,11 @@
 //     group-committed: a Set that finds no commit in flight writes its row
 //     itself, on its caller's goroutine (a lone writer pays one round trip);
 //     Sets arriving during a commit queue, and a committer goroutine takes up
-//     to Options.MaxBatch of them (after Options.MaxWait, when that is set)
-//     and writes them as one multi-row INSERT … ON DUPLICATE KEY UPDATE in one
-//     transaction, until nothing is queued. Within a batch the
+//     to Options.MaxBatch of them (after Options.MaxWait, when that is set;
+//     else after gathering the writers the last batch answered, for at most as
+//     long as its statement took: see gatherLocked) and writes them as one
+//     multi-row INSERT … ON DUPLICATE KEY UPDATE in one transaction, until
+//     nothing is queued. Within a batch the
 //     last Set of a key wins. A batch stops once every waiter's context has
 //     ended (or after batchTimeout): the next batch never waits behind rows
 //     nobody waits for.
@@ -268,6 +270,16 @@ type Container struct {
 	committing bool
 	queue      []*setReq
 	committers sync.WaitGroup
+	// Gathering (see gatherLocked): the Sets the last batch answered and how long its statement took, the queue
+	// length a gathering committer waits for (0: none waits), the signal that the queue reached it, and the bound of
+	// a wait. lastRows, gathering and gatherMax are guarded by mu; lastExec and gatherTimer belong to the one
+	// committer in flight.
+	gatherMax   time.Duration
+	lastRows    int
+	lastExec    time.Duration
+	gathering   int
+	grown       chan struct{} // buffered (1)
+	gatherTimer *time.Timer   // reused
 
 	batches     atomic.Uint64
 	batchedSets atomic.Uint64
@@ -314,6 +326,7 @@ func Open(ctx context.Context, db *sql.DB, def Def, o Options) (*Container, erro
 		table: quoteIdent(def.Schema) + "." + quoteIdent(def.Table),
 		qKey:  quoteIdent(def.KeyColumn),
 		cas:   casCounterFor(def.Schema, def.Table),
+		grown: make(chan struct{}, 1), gatherMax: gatherLimit,
 	}
 	for _, v := range def.ValueColumns {
 		c.qVals = append(c.qVals, quoteIdent(v))
