@@ -271,15 +271,16 @@ type Container struct {
 	queue      []*setReq
 	committers sync.WaitGroup
 	// Gathering (see gatherLocked): the Sets the last batch answered and how long its statement took, the queue
-	// length a gathering committer waits for (0: none waits), the signal that the queue reached it, and the bound of
-	// a wait. lastRows, gathering and gatherMax are guarded by mu; lastExec and gatherTimer belong to the one
-	// committer in flight.
-	gatherMax   time.Duration
-	lastRows    int
-	lastExec    time.Duration
-	gathering   int
-	grown       chan struct{} // buffered (1)
-	gatherTimer *time.Timer   // reused
+	// length a gathering committer waits for (0: none waits), the signal that the queue reached it, the bound of a
+	// wait and whether the last wait ran out. lastRows, gathering, gatherMax and gatherMissed are guarded by mu;
+	// lastExec and gatherTimer belong to the one committer in flight.
+	gatherMax    time.Duration
+	gatherMissed bool
+	lastRows     int
+	lastExec     time.Duration
+	gathering    int
+	grown        chan struct{} // buffered (1)
+	gatherTimer  *time.Timer   // reused
 
 	batches     atomic.Uint64
 	batchedSets atomic.Uint64
