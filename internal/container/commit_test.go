@@ -360,7 +360,6 @@ func TestCommitGathersAnsweredWriters(t *testing.T) {
 		if n := round("a3", "", "b3", "c3"); n != 2 {
 			t.Fatalf("%d statements, want 2: a3 alone, then b3 and c3 after the bounded wait", n)
 		}
-
 	})
 }
 
