@@ -87,6 +87,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/keywaydb/keyway/internal/backend"
+	"github.com/keywaydb/keyway/internal/gather"
 )
 
 // Def describes one container (the InnoDB memcached plugin's `containers` row).
@@ -271,16 +272,15 @@ type Container struct {
 	queue      []*setReq
 	committers sync.WaitGroup
 	// Gathering (see gatherLocked): the Sets the last batch answered and how long its statement took, the queue
-	// length a gathering committer waits for (0: none waits), the signal that the queue reached it, the bound of a
-	// wait and whether the last wait ran out. lastRows, gathering, gatherMax and gatherMissed are guarded by mu;
-	// lastExec and gatherTimer belong to the one committer in flight.
-	gatherMax    time.Duration
-	gatherMissed bool
-	lastRows     int
-	lastExec     time.Duration
-	gathering    int
-	grown        chan struct{} // buffered (1)
-	gatherTimer  *time.Timer   // reused
+	// length a gathering committer waits for (0: none waits), the signal that the queue reached it, and the bound of
+	// a wait. lastRows, gathering and gatherMax are guarded by mu; lastExec and gather belong to the one committer
+	// in flight.
+	lastRows  int
+	lastExec  time.Duration
+	gathering int
+	grown     chan struct{} // buffered (1)
+	gatherMax time.Duration
+	gather    gather.Gatherer
 
 	batches     atomic.Uint64
 	batchedSets atomic.Uint64
@@ -327,7 +327,7 @@ func Open(ctx context.Context, db *sql.DB, def Def, o Options) (*Container, erro
 		table: quoteIdent(def.Schema) + "." + quoteIdent(def.Table),
 		qKey:  quoteIdent(def.KeyColumn),
 		cas:   casCounterFor(def.Schema, def.Table),
-		grown: make(chan struct{}, 1), gatherMax: gatherLimit,
+		grown: make(chan struct{}, 1), gatherMax: gather.Limit,
 	}
 	for _, v := range def.ValueColumns {
 		c.qVals = append(c.qVals, quoteIdent(v))

@@ -8,7 +8,8 @@ package store
 //
 //   - sync:  a writer waits until the committer reports a durable sequence
 //     number at or past its own; the committer runs rounds back to back while
-//     anyone is behind.
+//     anyone is behind, each after a short wait for the writers the last
+//     round answered (package gather).
 //   - async: writers do not wait; the committer runs a round every
 //     FlushInterval (or sooner when a shard's log grows long).
 //
@@ -52,6 +53,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble"
+
+	"github.com/keywaydb/keyway/internal/gather"
 )
 
 type recordOp uint8
@@ -112,6 +115,13 @@ type disk struct {
 	quit   chan struct{}
 	done   chan struct{}
 
+	// The committer's own (see gatherNext): the writers its last round answered and how long the round took, the
+	// bound of a gathering wait (gather.Limit; tests change it before the first write) and the gathering state.
+	lastRound int
+	lastTook  time.Duration
+	gatherMax time.Duration
+	gather    gather.Gatherer
+
 	mu struct {
 		sync.Mutex
 		// cond is broadcast after every round and at close; waiters check
@@ -157,6 +167,7 @@ func openDisk(s *Store, o Options) (*disk, error) {
 		durability: o.Durability,
 		interval:   o.FlushInterval,
 		kick:       make(chan struct{}, 1),
+		gatherMax:  gather.Limit,
 		quit:       make(chan struct{}),
 		done:       make(chan struct{}),
 	}
@@ -338,23 +349,46 @@ func (d *disk) commitLoop() {
 		case <-tick:
 		}
 		d.commitRound()
-		// A sync writer may have appended to a shard after this round drained it;
-		// keep going until nobody is behind.
-		for d.durability == DurabilitySync && d.seq.Load() > d.visible.Load() && d.failed.Load() == nil {
+		// A sync writer may have appended to a shard after this round drained it; keep going until nobody is
+		// behind, each round after a short wait for the writers the last one answered (see gatherNext).
+		for d.durability == DurabilitySync && d.failed.Load() == nil {
+			d.gatherNext()
+			if d.seq.Load() <= d.visible.Load() {
+				break
+			}
 			d.commitRound()
 		}
 	}
 }
 
+// gatherNext waits, with sync durability, for the writers the last round answered to append their next changes
+// (see package gather: the wait, its reason and its policy), for at most as long as the last round took and
+// gatherMax. Each sync append kicks the committer, which is the signal to look again.
+func (d *disk) gatherNext() {
+	pending := func() int { return int(d.seq.Load() - d.visible.Load()) }
+	want := d.gather.Want(d.lastRound, pending(), maxGathered)
+	if want == 0 {
+		return
+	}
+	d.gather.Wait(min(d.lastTook, d.gatherMax), d.kick, func() bool { return pending() >= want })
+}
+
+// maxGathered caps the changes a round waits for.
+const maxGathered = 1 << 16
+
 // commitRound writes everything pending in one synced batch. Every sequence
 // number at or below the one read before draining is in the batch, because a
 // writer takes its number and appends under the same shard lock.
 func (d *disk) commitRound() {
+	start := time.Now()
 	upTo := d.seq.Load()
 	b := d.db.NewBatch()
 	var scratch []record
 	var err error
 	var committedEarly bool // a full batch went out unsynced; the round must end with a sync
+	// The round's writers, for gatherNext: each change counts as one, except the write-behind queue's journal
+	// removals, which one writer appends by the batch (and waits for once).
+	var writes, journalDeletes int
 	visible := d.visible.Load()
 	for i := range d.s.shards {
 		sh := &d.s.shards[i]
@@ -366,6 +400,11 @@ func (d *disk) commitRound() {
 		for j := range scratch {
 			r := &scratch[j]
 			drained += int64(len(r.key) + len(r.value) + recordOverhead)
+			if r.shard == journalPrefix && r.op == opDelete {
+				journalDeletes++
+			} else {
+				writes++
+			}
 			addToBatch(b, r)
 			*r = record{} // let values be collected
 			if b.Len() >= maxBatchBytes && d.failed.Load() == nil {
@@ -398,6 +437,7 @@ func (d *disk) commitRound() {
 	if err != nil {
 		d.fail(err) // any commit error is sticky; see disk.failed
 	}
+	d.lastRound, d.lastTook = writes+min(journalDeletes, 1), time.Since(start)
 	if d.failed.Load() == nil && upTo > d.visible.Load() {
 		d.visible.Store(upTo) // only the committer stores it
 	}

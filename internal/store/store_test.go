@@ -387,6 +387,67 @@ func newWALSyncGate() (*walSyncGate, vfs.FS) {
 	return g, fs
 }
 
+// TestSyncGroupCommitGathers: with sync durability, a writer that sends its next write as soon as the last one is
+// answered joins the round of the writes that queued meanwhile, instead of the committer syncing those at once and
+// the answered writer's write alone after them.
+func TestSyncGroupCommitGathers(t *testing.T) {
+	g, fs := newWALSyncGate()
+	s, err := Open(Options{MemoryLimit: 8 << 20, DataDir: t.TempDir(), Durability: DurabilitySync, FS: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// Long enough for a goroutine to come back on a loaded machine; the round it follows takes longer still.
+	s.disk.gatherMax = time.Minute
+	set(t, s, "warm", "v", 0)
+	before := s.disk.rounds.Load()
+
+	g.armed.Store(true)
+	var releaseOnce sync.Once
+	releaseSync := func() { releaseOnce.Do(func() { close(g.release) }) }
+	defer releaseSync() // before Close, which waits for the committer
+	var wg sync.WaitGroup
+	write := func(key string) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			set(t, s, key, "v-"+key, 0)
+		}()
+	}
+	wg.Add(1)
+	go func() { // A: a1 alone in a round held in its WAL write; a2 once a1 is answered
+		defer wg.Done()
+		set(t, s, "a1", "v-a1", 0)
+		// Later than a committer that does not gather starts the next round, well within the last round's time.
+		time.Sleep(50 * time.Millisecond)
+		set(t, s, "a2", "v-a2", 0)
+	}()
+	select {
+	case <-g.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a1's WAL write never started")
+	}
+	write("b")
+	write("c")
+	for deadline := time.Now().Add(10 * time.Second); s.disk.seq.Load()-s.disk.visible.Load() < 3; {
+		if time.Now().After(deadline) {
+			t.Fatal("b and c never appended")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // a1's round takes longer than A takes to come back
+	releaseSync()
+	wg.Wait()
+	if n := s.disk.rounds.Load() - before; n != 2 {
+		t.Fatalf("%d commit rounds, want 2: a1 alone, then b, c and a2 together", n)
+	}
+	for _, k := range []string{"a1", "a2", "b", "c"} {
+		if it, ok := s.Get([]byte(k)); !ok || string(it.Value) != "v-"+k {
+			t.Errorf("%s: %q %v", k, it.Value, ok)
+		}
+	}
+}
+
 // TestSyncWriteInvisibleUntilSynced: with sync durability, a reader does not
 // see a write while its WAL sync is in flight (a crash then would lose a
 // write somebody read); it sees the value before, and the write once synced.
