@@ -62,8 +62,8 @@ type setResp struct {
 // goroutine writes what queued as the next batch (and so on while Sets keep
 // queuing), as Pebble's commit pipeline does; before it takes a batch the
 // committer waits a little for the writers the last commit answered (see
-// gatherLocked and package gather). With Options.MaxWait set every Set queues and the committer
-// waits that long before taking a batch.
+// gatherLocked and package gather). With Options.MaxWait set every Set
+// queues and the committer waits that long before taking a batch.
 //
 // key and it.Value are only read during the call: Set copies them before it
 // queues the write, so the caller may reuse them (a connection's read buffer)
