@@ -317,6 +317,8 @@ func TestCommitGathersAnsweredWriters(t *testing.T) {
 	}
 	// round: A's Set waits on a locked row while B and C queue; when the lock goes, A (if again) sets again soon.
 	round := func(a, again string, queued ...string) (statements uint64) {
+		// The last round's committer may still wait for writers that are done: A must find no commit in flight.
+		waitFor(t, "no commit in flight", func() bool { c.mu.Lock(); defer c.mu.Unlock(); return !c.committing })
 		release := lockRow(t, db, "demo_gather", a)
 		before := c.Stats().Batches
 		var wg sync.WaitGroup
