@@ -29,10 +29,10 @@ type Gatherer struct {
 }
 
 // Want returns how many writes the next batch should wait for, given the writes the last batch held and those
-// queued now, capped at max; 0 means take the batch now. A call that returns 0 because the last wait ran out
+// queued now, capped at most; 0 means take the batch now. A call that returns 0 because the last wait ran out
 // forgets that, so the batch after waits again.
-func (g *Gatherer) Want(last, queued, max int) int {
-	want := min(last+queued, max)
+func (g *Gatherer) Want(last, queued, most int) int {
+	want := min(last+queued, most)
 	if want < 2 || queued >= want {
 		return 0
 	}

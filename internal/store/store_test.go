@@ -370,9 +370,26 @@ func TestEphemeralItemsNeverReachDisk(t *testing.T) {
 // cannot intercept the SyncData that Pebble's WAL uses) reports on entered and
 // waits for release.
 type walSyncGate struct {
-	armed   atomic.Bool
-	entered chan struct{}
-	release chan struct{}
+	armed    atomic.Bool
+	entered  chan struct{}
+	release  chan struct{}
+	released sync.Once
+}
+
+// open lets the held write, and every later one, through; it may be called again.
+func (g *walSyncGate) open() { g.released.Do(func() { close(g.release) }) }
+
+// gatedStore is a sync store on a walSyncGate, closed at the test's end after the gate is opened (Close waits for
+// the committer, which a held write would hold).
+func gatedStore(t *testing.T) (*walSyncGate, *Store) {
+	t.Helper()
+	g, fs := newWALSyncGate()
+	s, err := Open(Options{MemoryLimit: 8 << 20, DataDir: t.TempDir(), Durability: DurabilitySync, FS: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.open(); s.Close() })
+	return g, s
 }
 
 func newWALSyncGate() (*walSyncGate, vfs.FS) {
@@ -391,21 +408,13 @@ func newWALSyncGate() (*walSyncGate, vfs.FS) {
 // answered joins the round of the writes that queued meanwhile, instead of the committer syncing those at once and
 // the answered writer's write alone after them.
 func TestSyncGroupCommitGathers(t *testing.T) {
-	g, fs := newWALSyncGate()
-	s, err := Open(Options{MemoryLimit: 8 << 20, DataDir: t.TempDir(), Durability: DurabilitySync, FS: fs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	g, s := gatedStore(t)
 	// Long enough for a goroutine to come back on a loaded machine; the round it follows takes longer still.
 	s.disk.gatherMax = time.Minute
 	set(t, s, "warm", "v", 0)
 	before := s.disk.rounds.Load()
 
 	g.armed.Store(true)
-	var releaseOnce sync.Once
-	releaseSync := func() { releaseOnce.Do(func() { close(g.release) }) }
-	defer releaseSync() // before Close, which waits for the committer
 	var wg sync.WaitGroup
 	write := func(key string) {
 		wg.Add(1)
@@ -436,7 +445,7 @@ func TestSyncGroupCommitGathers(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	time.Sleep(300 * time.Millisecond) // a1's round takes longer than A takes to come back
-	releaseSync()
+	g.open()
 	wg.Wait()
 	if n := s.disk.rounds.Load() - before; n != 2 {
 		t.Fatalf("%d commit rounds, want 2: a1 alone, then b, c and a2 together", n)
@@ -452,19 +461,12 @@ func TestSyncGroupCommitGathers(t *testing.T) {
 // see a write while its WAL sync is in flight (a crash then would lose a
 // write somebody read); it sees the value before, and the write once synced.
 func TestSyncWriteInvisibleUntilSynced(t *testing.T) {
-	g, fs := newWALSyncGate()
-	s, err := Open(Options{MemoryLimit: 8 << 20, DataDir: t.TempDir(), Durability: DurabilitySync, FS: fs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	g, s := gatedStore(t)
 	set(t, s, "k", "old", 0)
 
 	g.armed.Store(true)
 	var released atomic.Bool
-	var releaseOnce sync.Once
-	releaseSync := func() { releaseOnce.Do(func() { released.Store(true); close(g.release) }) }
-	defer releaseSync() // before Close, which waits for the committer
+	releaseSync := func() { released.Store(true); g.open() }
 	wrote := make(chan error, 1)
 	go func() {
 		_, err := s.Update([]byte("k"), func(*Item) (Action, Item) { return Replace, Item{Value: []byte("new")} })
