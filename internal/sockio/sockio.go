@@ -14,8 +14,9 @@
 //
 // Who uses it: mysqlwire wraps every socket (the SQL door's clients and backends), backend dials every connection
 // to MySQL wrapped (the containers' pools, the binlog follower), and the memcache door's event loops read and write
-// with ReadNow and WriteNow. The memcache door's goroutine-served connections are not wrapped: there a lone
-// client's get lost about 9 µs of latency to it (see memcache's accept loop).
+// with ReadNow and WriteNow, and wraps a connection that leaves its loop for MySQL's sake (leaveLoop). The memcache
+// door's connections served by a goroutine from the start (no event loops) are not wrapped: there a lone client's get
+// lost about 9 µs of latency to it (see memcache's accept loop).
 //
 // Invariants:
 //   - A wrapped connection behaves as the net.Conn it wraps: the same deadlines (the poller enforces them), the same
