@@ -457,12 +457,25 @@ func (g *Group) failingFast() error {
 // *UnavailableError at once, and a failed dial marks the group down. The network and address the driver passes are
 // ignored: the group decides where to go.
 func (g *Group) DialWritable(ctx context.Context, _, _ string) (net.Conn, error) {
+	return g.dialWritable(ctx, false)
+}
+
+// dialPooled is DialWritable for the containers' database/sql pools (SQLConfig): the connection checks itself
+// before each request that follows a response (sockio.WrapPooled), in place of go-sql-driver's liveness check.
+func (g *Group) dialPooled(ctx context.Context, _, _ string) (net.Conn, error) {
+	return g.dialWritable(ctx, true)
+}
+
+func (g *Group) dialWritable(ctx context.Context, pooled bool) (net.Conn, error) {
 	if err := g.failingFast(); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.ConnectTimeout)
 	defer cancel()
 	nc, err := g.dialNet(ctx)
+	if err == nil && pooled {
+		nc = sockio.WrapPooled(nc) // before requireTLSOffer, which may wrap it again
+	}
 	if err == nil && (g.cfg.TLS == TLSRequired || g.cfg.TLS == TLSVerify) {
 		dl, _ := ctx.Deadline()
 		var rc net.Conn

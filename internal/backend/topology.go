@@ -10,6 +10,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/keywaydb/keyway/internal/mysqlwire"
+	"github.com/keywaydb/keyway/internal/sockio"
 )
 
 // Topology is every backend group keyway knows, built once by the server and shared by the SQL door, the
@@ -74,7 +75,7 @@ func (t *Topology) Close() {
 }
 
 // SQLConfig is a go-sql-driver configuration that logs in with keyway's own account on the group
-// (GroupOptions.User) and dials through DialWritable, so a database/sql pool built on it follows the group's
+// (GroupOptions.User) and dials as DialWritable does, so a database/sql pool built on it follows the group's
 // writable member and shares its health state. The caller adds its own parameters.
 //
 // TLS follows the group's mode as for the SQL door's connections: Config.TLS is the group's own configuration
@@ -85,7 +86,10 @@ func (g *Group) SQLConfig() *mysql.Config {
 	dc.User, dc.Passwd = g.cfg.User, g.cfg.Password
 	dc.Net, dc.Addr = g.cfg.Primary.Network, g.cfg.Primary.Address // for messages; DialFunc decides
 	dc.Timeout = g.cfg.ConnectTimeout
-	dc.DialFunc = g.DialWritable
+	dc.DialFunc = g.dialPooled
+	// The connections check themselves before a request that follows an idle spell, with a raw call
+	// (sockio.WrapPooled); go-sql-driver's own check wakes the runtime's sysmon once per statement.
+	dc.CheckConnLiveness = !sockio.ChecksPooled
 	if g.tls != nil {
 		dc.TLS = g.tls.Clone()
 		if g.cfg.TLS == TLSPreferred {

@@ -5,12 +5,54 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"net"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 )
+
+// TestSQLConfigRetriesAConnectionKilledWhileIdle: a pool connection the server closed while it sat idle (KILL, a
+// wait_timeout, a restart) is found out before the next statement is sent on it, and the statement runs on a new
+// connection (the pool's connections check themselves: sockio.WrapPooled), instead of failing with go-sql-driver's
+// "invalid connection".
+func TestSQLConfigRetriesAConnectionKilledWhileIdle(t *testing.T) {
+	m := mariadb(t)
+	g := newGroup(t, m.Addr, nil)
+	db := sql.OpenDB(mustConnector(t, g.SQLConfig()))
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	root, err := sql.Open("mysql", m.RootDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	for round := range 3 {
+		var id int64
+		if err := db.QueryRow("SELECT CONNECTION_ID()").Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := root.Exec(fmt.Sprintf("KILL CONNECTION %d", id)); err != nil {
+			t.Fatal(err)
+		}
+		// Once the server has ended the thread, the socket holds its end.
+		deadline := time.Now().Add(10 * time.Second)
+		for n := 1; n > 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if err := root.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", id).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(20 * time.Millisecond) // the FIN's way through loopback
+		var next int64
+		if err := db.QueryRow("SELECT CONNECTION_ID()").Scan(&next); err != nil {
+			t.Fatalf("round %d: a statement after the idle connection %d was killed: %v", round, id, err)
+		}
+		if next == id {
+			t.Fatalf("round %d: the statement ran on the killed connection %d", round, id)
+		}
+	}
+}
 
 // TestSQLConfigDialsThroughGroup: a database/sql pool built on Group.SQLConfig reaches the group's primary with
 // keyway's own account, and shares the group's health: a refused dial marks the group down (the SQL door's pools

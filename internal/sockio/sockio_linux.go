@@ -33,6 +33,9 @@ func (c *Conn) Read(p []byte) (int, error) {
 	case n == 0:
 		return 0, io.EOF
 	}
+	if c.pooled {
+		c.readLast.Store(true)
+	}
 	return n, nil
 }
 
@@ -40,6 +43,12 @@ func (c *Conn) Read(p []byte) (int, error) {
 func (c *Conn) Write(p []byte) (int, error) {
 	o := &c.wr
 	o.mu.Lock()
+	if c.pooled && c.readLast.Swap(false) {
+		if err := c.checkIdle(o); err != nil {
+			o.mu.Unlock()
+			return 0, err
+		}
+	}
 	o.one[0] = p
 	o.rest, o.n, o.errno = o.one[:1], 0, 0
 	err := c.raw.Write(o.fn)
@@ -59,6 +68,39 @@ func (c *Conn) Write(p []byte) (int, error) {
 // allocation per read and write.
 func (c *Conn) bind() {
 	c.rd.fn, c.wr.fn = c.rd.readOnce, c.wr.writeOnce
+	c.wr.peek = c.wr.peekOnce
+}
+
+// checkIdle is a pooled connection's check before a request (see WrapPooled); the caller holds o, the write op.
+func (c *Conn) checkIdle(o *op) error {
+	if err := c.raw.Control(o.peek); err != nil {
+		return opError("write", err)
+	}
+	var err error
+	switch {
+	case o.errno == syscall.EAGAIN: // nothing to read: the connection is as the last response left it
+		return nil
+	case o.errno != 0:
+		return c.sysError("write", o.errno)
+	case o.n == 0:
+		err = ErrClosedWhileIdle
+	default:
+		err = ErrSentWhileIdle
+	}
+	return &net.OpError{Op: "write", Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+}
+
+// peekOnce peeks at one byte of the socket without taking it and without waiting, with a raw call.
+func (o *op) peekOnce(fd uintptr) {
+	for {
+		r, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&o.b[0])), 1,
+			syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+		if e == syscall.EINTR {
+			continue
+		}
+		o.n, o.errno = int(r), e
+		return
+	}
 }
 
 // readOnce is a read's callback: one raw read into o.p; false (wait in the poller) when there is nothing yet.

@@ -11,10 +11,17 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // pair returns a wrapped client end and the server end of a real connection on network ("tcp" or "unix").
 func pair(t *testing.T, network string) (wrapped, peer net.Conn) {
+	t.Helper()
+	return pairWrapped(t, network, Wrap)
+}
+
+// pairWrapped is pair with the client end wrapped by wrap.
+func pairWrapped(t *testing.T, network string, wrap func(net.Conn) net.Conn) (wrapped, peer net.Conn) {
 	t.Helper()
 	addr := "127.0.0.1:0"
 	if network == "unix" {
@@ -38,7 +45,7 @@ func pair(t *testing.T, network string) (wrapped, peer net.Conn) {
 	if peer == nil {
 		t.Fatal("accept failed")
 	}
-	wrapped = Wrap(nc)
+	wrapped = wrap(nc)
 	t.Cleanup(func() { wrapped.Close(); peer.Close() })
 	return wrapped, peer
 }
@@ -185,7 +192,12 @@ func TestCloseWakesAWaitingRead(t *testing.T) {
 // A read and a write allocate nothing (their state and poller callbacks live with the connection): the SQL door
 // makes one of each per packet batch on each side.
 func TestReadWriteAllocateNothing(t *testing.T) {
-	c, peer := pair(t, "tcp")
+	t.Run("plain", func(t *testing.T) { testReadWriteAllocateNothing(t, Wrap) })
+	t.Run("pooled", func(t *testing.T) { testReadWriteAllocateNothing(t, WrapPooled) }) // each write checks first
+}
+
+func testReadWriteAllocateNothing(t *testing.T, wrap func(net.Conn) net.Conn) {
+	c, peer := pairWrapped(t, "tcp", wrap)
 	if _, ok := c.(*Conn); !ok {
 		t.Skip("no raw calls on " + runtime.GOOS)
 	}
@@ -207,4 +219,101 @@ func TestReadWriteAllocateNothing(t *testing.T) {
 	if allocs != 0 {
 		t.Fatalf("a write and a read allocated %.1f times", allocs)
 	}
+}
+
+// A pooled connection's first write after a read checks the socket first: a peer that closed the connection, or
+// sent something unasked, while it sat idle fails the write with nothing written (what go-sql-driver retries on
+// another connection); a live one writes as ever. A plain wrapped connection writes into the closed one.
+func TestPooledWriteChecksAfterIdle(t *testing.T) {
+	request := func(t *testing.T, c, peer net.Conn) {
+		t.Helper()
+		buf := make([]byte, 4)
+		if _, err := c.Write([]byte("ping")); err != nil {
+			t.Fatalf("write on a live connection: %v", err)
+		}
+		if _, err := io.ReadFull(peer, buf); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := peer.Write([]byte("pong")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// waitReadable waits until the client's socket holds what the peer did (a byte, or its end).
+	waitReadable := func(t *testing.T, c net.Conn) {
+		t.Helper()
+		raw, _ := c.(*Conn).SyscallConn()
+		var b [1]byte
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			ready := false
+			raw.Control(func(fd uintptr) {
+				_, _, e := syscall.Syscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
+					syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+				ready = e != syscall.EAGAIN
+			})
+			if ready {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+		t.Fatal("the peer's end or data never reached the client's socket")
+	}
+
+	t.Run("live", func(t *testing.T) {
+		c, peer := pairWrapped(t, "tcp", WrapPooled)
+		if _, ok := c.(*Conn); !ok {
+			t.Skip("no raw calls on " + runtime.GOOS)
+		}
+		for range 3 {
+			request(t, c, peer)
+		}
+	})
+	t.Run("closed", func(t *testing.T) {
+		c, peer := pairWrapped(t, "tcp", WrapPooled)
+		if _, ok := c.(*Conn); !ok {
+			t.Skip("no raw calls on " + runtime.GOOS)
+		}
+		request(t, c, peer)
+		peer.Close()
+		waitReadable(t, c)
+		n, err := c.Write([]byte("ping"))
+		if n != 0 || !errors.Is(err, ErrClosedWhileIdle) {
+			t.Fatalf("write after the peer closed: %d, %v; want 0, ErrClosedWhileIdle", n, err)
+		}
+		var oe *net.OpError
+		if !errors.As(err, &oe) || oe.Op != "write" {
+			t.Fatalf("error %#v is not a *net.OpError of a write", err)
+		}
+	})
+	t.Run("unasked", func(t *testing.T) {
+		c, peer := pairWrapped(t, "tcp", WrapPooled)
+		if _, ok := c.(*Conn); !ok {
+			t.Skip("no raw calls on " + runtime.GOOS)
+		}
+		request(t, c, peer)
+		peer.Write([]byte("bye"))
+		waitReadable(t, c)
+		if n, err := c.Write([]byte("ping")); n != 0 || !errors.Is(err, ErrSentWhileIdle) {
+			t.Fatalf("write after the peer spoke unasked: %d, %v; want 0, ErrSentWhileIdle", n, err)
+		}
+		peer.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		if n, err := peer.Read(make([]byte, 4)); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("the peer read %d bytes (%v) of a write that should have written nothing", n, err)
+		}
+	})
+	t.Run("plain", func(t *testing.T) {
+		c, peer := pair(t, "tcp")
+		if _, ok := c.(*Conn); !ok {
+			t.Skip("no raw calls on " + runtime.GOOS)
+		}
+		request(t, c, peer)
+		peer.Close()
+		waitReadable(t, c)
+		if n, err := c.Write([]byte("ping")); err != nil || n != 4 {
+			t.Fatalf("a plain connection's write into a closed one: %d, %v; want 4, nil (TCP takes it)", n, err)
+		}
+	})
 }
