@@ -175,8 +175,8 @@ func reload(srv *server.Server, args []string, log *slog.Logger) {
 	}
 }
 
-// useDriverLogger sends go-sql-driver's own lines ("closing bad idle connection: EOF") to log, instead of to
-// stderr in the driver's format.
+// useDriverLogger sends go-sql-driver's own lines (a write on a connection found closed while idle) to log,
+// instead of to stderr in the driver's format.
 func useDriverLogger(log *slog.Logger) {
 	_ = mysql.SetLogger(driverLogger{log.With("component", "mysql-driver")}) // fails only on a nil logger
 }
