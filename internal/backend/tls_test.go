@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,9 +30,27 @@ func sqlCipher(t *testing.T, g *Group) (string, error) {
 	defer db.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	db.SetMaxOpenConns(1)
 	var name, cipher string
-	err := db.QueryRowContext(ctx, "SHOW STATUS LIKE 'Ssl_cipher'").Scan(&name, &cipher)
-	return cipher, err
+	if err := db.QueryRowContext(ctx, "SHOW STATUS LIKE 'Ssl_cipher'").Scan(&name, &cipher); err != nil {
+		return "", err
+	}
+	// More statements on the one connection: each request after a response checks the connection first
+	// (sockio.WrapPooled), beneath TLS, and must find nothing left unread there; a check that did would fail the
+	// request and database/sql would go on on a new connection.
+	var first int64
+	for i := range 3 {
+		var id int64
+		if err := db.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+			return "", err
+		}
+		if i == 0 {
+			first = id
+		} else if id != first {
+			return "", fmt.Errorf("statement %d ran on connection %d, not %d: the pool dropped a live connection", i, id, first)
+		}
+	}
+	return cipher, nil
 }
 
 // tlsServer is one MariaDB offering TLS with a certificate from its own CA, for the tests of this file.
