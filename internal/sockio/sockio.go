@@ -21,6 +21,8 @@
 // Invariants:
 //   - A wrapped connection behaves as the net.Conn it wraps: the same deadlines (the poller enforces them), the same
 //     errors (a *net.OpError with Op "read" or "write"; io.EOF at end of stream), Close, addresses and SyscallConn.
+//     One difference, asked for: a pooled connection (WrapPooled) fails the first write after a read, with nothing
+//     written, when its peer has closed the connection or spoken unasked.
 //   - Only sockets are wrapped (a syscall.Conn whose descriptor the poller manages); anything else, and every
 //     connection on systems other than Linux, is returned as it is.
 //   - A raw call never blocks: a socket in Go's poller is non-blocking, and a write copies at most what the socket
