@@ -265,24 +265,38 @@ type Row struct {
 // Nothing runs after ctx ends.
 func (c *Container) WriteRows(ctx context.Context, rows []Row) []error {
 	errs := make([]error, len(rows))
+	// Every row's arguments (key, then writeArgs) slice one array; each key is normalized once.
+	width := 1 + c.writeWidth()
+	flat := make([]any, 0, len(rows)*width)
 	args := make([][]any, len(rows))
-	last := map[string]int{} // normalized key → index of its last valid row
+	// Normalized keys, and the index of each one's last valid row: only a batch can hold one row twice.
+	norm := make([]string, len(rows))
+	var last map[string]int
+	if len(rows) > 1 {
+		last = make(map[string]int, len(rows))
+	}
 	for i, r := range rows {
 		if err := c.checkKey(r.Key); err != nil {
 			errs[i] = err
 			continue
 		}
-		a, err := c.writeArgs(r.Item, r.Item.CAS)
+		start := len(flat)
+		a, err := c.appendWriteArgs(append(flat, r.Key), r.Item, r.Item.CAS)
 		if err != nil {
 			errs[i] = err
 			continue
 		}
-		args[i] = append([]any{r.Key}, a...)
-		last[c.normKey(string(r.Key))] = i
+		flat = a
+		args[i] = flat[start:len(flat):len(flat)]
+		if last != nil {
+			norm[i] = c.normKey(string(r.Key))
+			last[norm[i]] = i
+		}
 	}
-	write := make([][]any, 0, len(last))
+	isLast := func(i int) bool { return errs[i] == nil && (last == nil || last[norm[i]] == i) }
+	write := make([][]any, 0, len(rows))
 	for i := range rows {
-		if errs[i] == nil && last[c.normKey(string(rows[i].Key))] == i {
+		if isLast(i) {
 			write = append(write, args[i])
 		}
 	}
@@ -290,17 +304,20 @@ func (c *Container) WriteRows(ctx context.Context, rows []Row) []error {
 		return errs
 	}
 	err := c.upsertRetry(ctx, write)
-	byKey := map[string]error{}
+	var byKey map[string]error
 	if err != nil && dataError(err) && len(write) > 1 {
-		for _, a := range write {
-			byKey[c.normKey(string(a[0].([]byte)))] = c.mapErr(c.upsertRetry(ctx, [][]any{a}))
+		byKey = make(map[string]error, len(write))
+		for i := range rows {
+			if isLast(i) {
+				byKey[norm[i]] = c.mapErr(c.upsertRetry(ctx, [][]any{args[i]}))
+			}
 		}
 	}
-	for i, r := range rows {
+	for i := range rows {
 		if errs[i] != nil {
 			continue
 		}
-		if e, ok := byKey[c.normKey(string(r.Key))]; ok {
+		if e, ok := byKey[norm[i]]; ok {
 			errs[i] = e
 		} else {
 			errs[i] = c.mapErr(err)

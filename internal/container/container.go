@@ -825,32 +825,30 @@ func (c *Container) checkKey(key []byte) error {
 	return nil
 }
 
-// split turns a memcache value into one argument per value column.
-func (c *Container) split(v []byte) ([]any, error) {
+// appendSplit appends to dst the memcache value v as one argument per value column.
+func (c *Container) appendSplit(dst []any, v []byte) ([]any, error) {
 	n := len(c.qVals)
-	out := make([]any, n)
 	if n == 1 {
 		if err := c.valCols[0].checkBytes(v); err != nil {
 			return nil, c.errorf("%w", err)
 		}
-		out[0] = nonNil(v)
-		return out, nil
+		return append(dst, nonNil(v)), nil
 	}
 	parts := strings.Split(string(v), c.sep)
 	if len(parts) > n {
 		return nil, c.errorf("%w: %d parts, %d value columns", ErrTooManyValues, len(parts), n)
 	}
-	for i := range out {
+	for i := range n {
+		part := ""
 		if i < len(parts) {
-			out[i] = parts[i]
-		} else {
-			out[i] = ""
+			part = parts[i]
 		}
-		if err := c.valCols[i].checkBytes([]byte(out[i].(string))); err != nil {
+		if err := c.valCols[i].checkBytes([]byte(part)); err != nil {
 			return nil, c.errorf("%w", err)
 		}
+		dst = append(dst, part)
 	}
-	return out, nil
+	return dst, nil
 }
 
 // Check reports whether key and it can be written to the table (the key

@@ -288,7 +288,24 @@ func (c *Container) writeCols() []string {
 
 // writeArgs returns the values for writeCols and the item's CAS.
 func (c *Container) writeArgs(it Item, cas uint64) ([]any, error) {
-	args, err := c.split(it.Value)
+	return c.appendWriteArgs(make([]any, 0, c.writeWidth()), it, cas)
+}
+
+// writeWidth is how many values writeArgs gives: one per writeCols.
+func (c *Container) writeWidth() int {
+	n := len(c.qVals)
+	for _, q := range []string{c.qFlags, c.qCAS, c.qExp} {
+		if q != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// appendWriteArgs appends writeArgs' values to dst. Flags go as int64, a type the driver takes as it is (a uint32
+// it would convert, boxing the value a second time).
+func (c *Container) appendWriteArgs(dst []any, it Item, cas uint64) ([]any, error) {
+	dst, err := c.appendSplit(dst, it.Value)
 	if err != nil {
 		return nil, err
 	}
@@ -296,18 +313,18 @@ func (c *Container) writeArgs(it Item, cas uint64) ([]any, error) {
 		if err := c.flagsFit.checkUint(uint64(it.Flags)); err != nil {
 			return nil, c.errorf("flags: %w", err)
 		}
-		args = append(args, it.Flags)
+		dst = append(dst, int64(it.Flags))
 	}
 	if c.qCAS != "" {
-		args = append(args, cas)
+		dst = append(dst, cas)
 	}
 	if c.qExp != "" {
 		if err := c.expFit.checkInt(it.Exptime); err != nil {
 			return nil, c.errorf("expiry: %w", err)
 		}
-		args = append(args, it.Exptime)
+		dst = append(dst, it.Exptime)
 	}
-	return args, nil
+	return dst, nil
 }
 
 // SeenCAS tells the container of a CAS assigned earlier that the table does
