@@ -568,6 +568,15 @@ func (f *Follower) rows(typ replication.EventType, e *replication.RowsEvent) {
 	}
 	cols := f.columnsOf(id, e.Table)
 	images := imagesOf(typ)
+	// The event's normalized keys share one array (they live as long as the commit's rechecks); raw is scratch.
+	keys := make([]byte, 0, len(e.Rows)*len(watches)*16)
+	var raw []byte
+	norm := func(w validity.KeyWatch, v any) []byte {
+		raw = appendValue(raw[:0], v)
+		start := len(keys)
+		keys = w.Norm(keys, raw)
+		return keys[start:len(keys):len(keys)]
+	}
 	for _, w := range watches {
 		i, ok := cols[strings.ToLower(w.Column)]
 		if !ok {
@@ -581,7 +590,7 @@ func (f *Follower) rows(typ replication.EventType, e *replication.RowsEvent) {
 			}
 			var key []byte
 			if !w.Numeric {
-				key = w.Norm(nil, valueBytes(row[i]))
+				key = norm(w, row[i])
 			} else if k, ok := validity.ColumnKey(nil, w.Column, row[i]); ok {
 				key = k
 			} else {
@@ -593,7 +602,7 @@ func (f *Follower) rows(typ replication.EventType, e *replication.RowsEvent) {
 				if images == updateImages && r%2 == 0 {
 					// A before image whose key the after image keeps is judged by the after image alone.
 					if r+1 < len(e.Rows) {
-						if next := e.Rows[r+1]; i < len(next) && next[i] != nil && string(w.Norm(nil, valueBytes(next[i]))) == string(key) {
+						if next := e.Rows[r+1]; i < len(next) && next[i] != nil && string(norm(w, next[i])) == string(key) {
 							continue
 						}
 					}
@@ -626,17 +635,17 @@ func imagesOf(typ replication.EventType) rowImages {
 	return noImages
 }
 
-// valueBytes is a row value as the table's key compares: strings and bytes as they are, numbers in decimal.
-func valueBytes(v any) []byte {
+// appendValue appends a row value as the table's key compares it: strings and bytes as they are, numbers in decimal.
+func appendValue(dst []byte, v any) []byte {
 	switch x := v.(type) {
 	case string:
-		return []byte(x)
+		return append(dst, x...)
 	case []byte:
-		return x
+		return append(dst, x...)
 	case int8, int16, int32, int64, int, uint8, uint16, uint32, uint64:
-		return fmt.Appendf(nil, "%d", x)
+		return fmt.Appendf(dst, "%d", x)
 	}
-	return fmt.Append(nil, v)
+	return fmt.Append(dst, v)
 }
 
 // columnsOf returns the ordinals of t's columns by lower-case name: from the table map when the server logs

@@ -26,8 +26,8 @@ const journalPrefix = 0xfe
 // that appended them, so a caller that orders its calls (under its own lock)
 // and waits outside that lock keeps its order without holding the lock across
 // a disk sync. Without persistence it does nothing.
-func (s *Store) JournalPut(key, value []byte) (wait func() error) {
-	return s.journal(record{op: opPut, shard: journalPrefix, key: string(key), value: value})
+func (s *Store) JournalPut(key string, value []byte) (wait func() error) {
+	return s.journal(record{op: opPut, shard: journalPrefix, key: key, value: value})
 }
 
 // JournalDelete appends the removal of key's record, like JournalPut, but its
@@ -35,8 +35,8 @@ func (s *Store) JournalPut(key, value []byte) (wait func() error) {
 // durability: a removal lost in a crash would let the record's write be
 // replayed over whatever the table received after it (back in time), so the
 // write-behind queue counts a row as written only once this returns.
-func (s *Store) JournalDelete(key []byte) (wait func() error) {
-	seq := s.journalAppend(record{op: opDelete, shard: journalPrefix, key: string(key)})
+func (s *Store) JournalDelete(key string) (wait func() error) {
+	seq := s.journalAppend(record{op: opDelete, shard: journalPrefix, key: key})
 	return func() error {
 		if seq == 0 {
 			return nil

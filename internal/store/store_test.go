@@ -286,14 +286,14 @@ func TestJournalSurvivesRestartAndFlush(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, k := range []string{"@@a.1", "@@a.2", "@@b.1"} {
-		if err := s.JournalPut([]byte(k), []byte("v"+k))(); err != nil {
+		if err := s.JournalPut(k, []byte("v"+k))(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.JournalPut([]byte("@@a.1"), []byte("newer"))(); err != nil {
+	if err := s.JournalPut("@@a.1", []byte("newer"))(); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.JournalDelete([]byte("@@a.2"))(); err != nil {
+	if err := s.JournalDelete("@@a.2")(); err != nil {
 		t.Fatal(err)
 	}
 	set(t, s, "item", "x", 0)
@@ -592,7 +592,7 @@ func TestEveryWaiterToldOfFailure(t *testing.T) {
 		go func(g int) { // more failed rounds while the waiters wake
 			defer spin.Done()
 			for !stop.Load() {
-				s.JournalPut([]byte(fmt.Sprint("spin-", g)), []byte("v"))()
+				s.JournalPut(fmt.Sprint("spin-", g), []byte("v"))()
 			}
 		}(g)
 	}
@@ -858,7 +858,7 @@ func TestJournalDeleteOnDiskWhateverDurability(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.JournalPut([]byte("@@a.1"), []byte("old"))(); err != nil {
+	if err := s.JournalPut("@@a.1", []byte("old"))(); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -870,7 +870,7 @@ func TestJournalDeleteOnDiskWhateverDurability(t *testing.T) {
 	if got := s.TakeJournal("@@a."); len(got) != 1 {
 		t.Fatalf("journal before the delete: %q", got)
 	}
-	if err := s.JournalDelete([]byte("@@a.1"))(); err != nil {
+	if err := s.JournalDelete("@@a.1")(); err != nil {
 		t.Fatal(err)
 	}
 	crashed := copyDir(t, dir) // what the disk holds if keyway dies now

@@ -105,10 +105,10 @@ func TestGoingLiveKeysFirst(t *testing.T) {
 	s := openStore(t, dir)
 	// As the run before wrote them: "K" under "k"; and a record whose key is
 	// its row as written (a run whose collation did not fold case).
-	if err := s.JournalPut([]byte("@@wb_live.k"), encode([]byte("K"), container.Item{Value: []byte("queued"), CAS: 5}))(); err != nil {
+	if err := s.JournalPut("@@wb_live.k", encode([]byte("K"), container.Item{Value: []byte("queued"), CAS: 5}))(); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.JournalPut([]byte("@@wb_live.Q"), encode([]byte("Q"), container.Item{Value: []byte("q"), CAS: 6}))(); err != nil {
+	if err := s.JournalPut("@@wb_live.Q", encode([]byte("Q"), container.Item{Value: []byte("q"), CAS: 6}))(); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {

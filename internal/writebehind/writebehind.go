@@ -72,8 +72,8 @@ import (
 // Journal is where acknowledged writes are kept until the table has them
 // (the local store; see store.JournalPut).
 type Journal interface {
-	JournalPut(key, value []byte) (wait func() error)
-	JournalDelete(key []byte) (wait func() error)
+	JournalPut(key string, value []byte) (wait func() error)
+	JournalDelete(key string) (wait func() error)
 	TakeJournal(prefix string) map[string][]byte
 }
 
@@ -192,7 +192,7 @@ func New(c *container.Container, j Journal, prefix string, o Options) *Queue {
 		row, it, ok := decode(v)
 		if !ok {
 			o.Logger.Error("write-behind: unreadable journal record dropped", "container", q.name, "key", k)
-			j.JournalDelete([]byte(k))
+			j.JournalDelete(k)
 			continue
 		}
 		c.SeenCAS(it.CAS)
@@ -659,8 +659,8 @@ func (q *Queue) behindLocked() error {
 }
 
 // journalKey is the journal's key for the row with key k in pending.
-func (q *Queue) journalKey(k string) []byte {
-	return append([]byte(q.prefix), k...)
+func (q *Queue) journalKey(k string) string {
+	return q.prefix + k
 }
 
 // Journal record: key length (2), key, flags (4), exptime (8), cas (8), value.

@@ -331,8 +331,7 @@ func newSlowDeleteJournal(s *store.Store, delay time.Duration) *slowDeleteJourna
 	return &slowDeleteJournal{Store: s, delay: delay, crashCh: make(chan struct{})}
 }
 
-func (j *slowDeleteJournal) JournalDelete(key []byte) (wait func() error) {
-	key = append([]byte(nil), key...)
+func (j *slowDeleteJournal) JournalDelete(key string) (wait func() error) {
 	forwarded := make(chan func() error, 1)
 	go func() {
 		select {
