@@ -8,8 +8,9 @@
 //   - A pooled connection is clean: it went through COM_RESET_CONNECTION after its last user and answered OK. A
 //     connection in an unknown state (mid-result, an I/O error, a failed reset, marked broken) is closed, never
 //     pooled.
-//   - A connection in a pool with key K negotiated exactly K.Caps of mysqlwire.ProtocolCaps with the backend, so it
-//     can serve any client that negotiated the same flags with keyway: their packets are the same.
+//   - A connection in a pool with key K negotiated exactly K.Caps of mysqlwire.ProtocolCaps and K.ExtCaps of
+//     mysqlwire.ExtProtocolCaps (MariaDB's extended capabilities) with the backend, so it can serve any client that
+//     negotiated the same flags with keyway: their packets are the same.
 //   - At most Group.MaxOpen connections per pool exist (open counts dials in progress), and at most the group's
 //     budget (GroupOptions.MaxConnections, by default the server's max_connections less a reserve, see
 //     budgetFor) across all its pools together, so keyway never takes the server's last connections from its
@@ -100,13 +101,14 @@ func (e *LoginError) Unwrap() error { return e.Err }
 type PoolKey struct {
 	User      string // backend user
 	Caps      uint32 // client capability flags & mysqlwire.ProtocolCaps
+	ExtCaps   uint32 // the client's MariaDB extended capabilities & mysqlwire.ExtProtocolCaps
 	Collation uint8  // the connection's character set/collation from the handshake (COM_RESET_CONNECTION restores it)
 }
 
 // PoolStats is a pool's state for metrics.
 type PoolStats struct {
 	Group, Address, User string
-	Caps                 uint32
+	Caps, ExtCaps        uint32
 	Open, Idle, InUse    int
 	Waits, Errors        int64
 }
@@ -232,6 +234,7 @@ func (g *Group) Healthy() (bool, error) {
 // Pool returns the pool for key, creating it (empty) on first use. password is the backend password for key.User.
 func (g *Group) Pool(key PoolKey, password string) *Pool {
 	key.Caps &= mysqlwire.ProtocolCaps
+	key.ExtCaps &= mysqlwire.ExtProtocolCaps
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	p := g.mu.pools[key]
@@ -414,11 +417,11 @@ func (g *Group) isClosed() bool {
 
 // dial opens and logs in a backend connection. Network and handshake I/O failures are *UnavailableError and start
 // the fast-fail backoff; "too many connections" is a *BusyError, any other refusal by the server a *LoginError.
-func (g *Group) dial(ctx context.Context, user, password string, caps uint32, collation uint8) (*Conn, error) {
+func (g *Group) dial(ctx context.Context, user, password string, caps, ext uint32, collation uint8) (*Conn, error) {
 	if err := g.failingFast(); err != nil {
 		return nil, err
 	}
-	c, err := g.connect(ctx, user, password, caps, collation)
+	c, err := g.connect(ctx, user, password, caps, ext, collation)
 	if err != nil {
 		var me *mysqlwire.Error
 		if errors.As(err, &me) && me.Code == mysqlwire.ERConCount {
@@ -437,6 +440,11 @@ func (g *Group) dial(ctx context.Context, user, password string, caps uint32, co
 		c.Close()
 		return nil, fmt.Errorf("keyway: backend group %s (%s) does not support capability flags 0x%x the client negotiated: reconnect the client",
 			g.cfg.Name, g.cfg.Primary.Address, caps&^got&mysqlwire.ProtocolCaps)
+	}
+	if c.ExtCapabilities != ext&mysqlwire.ExtProtocolCaps {
+		c.Close()
+		return nil, fmt.Errorf("keyway: backend group %s (%s) does not support the MariaDB extended capabilities 0x%x the client negotiated: reconnect the client",
+			g.cfg.Name, g.cfg.Primary.Address, ext&^c.ExtCapabilities)
 	}
 	return c, nil
 }
@@ -507,7 +515,7 @@ func (g *Group) dialNet(ctx context.Context) (net.Conn, error) {
 }
 
 // connect dials and runs the client handshake, bounded by ConnectTimeout.
-func (g *Group) connect(ctx context.Context, user, password string, caps uint32, collation uint8) (*Conn, error) {
+func (g *Group) connect(ctx context.Context, user, password string, caps, ext uint32, collation uint8) (*Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.ConnectTimeout)
 	defer cancel()
 	nc, err := g.dialNet(ctx)
@@ -519,7 +527,7 @@ func (g *Group) connect(ctx context.Context, user, password string, caps uint32,
 	}
 	mc := mysqlwire.NewConn(nc)
 	info, err := mysqlwire.ClientHandshake(mc, &mysqlwire.ClientConfig{
-		User: user, Password: password, Capabilities: caps, Collation: collation,
+		User: user, Password: password, Capabilities: caps, ExtCapabilities: ext, Collation: collation,
 		TLS: g.tls, TLSOptional: g.cfg.TLS == TLSPreferred,
 	})
 	if err != nil {
@@ -581,7 +589,7 @@ func (g *Group) monitor() {
 			if g.cfg.User == "" {
 				mc, err = g.handshakeOnly()
 			} else {
-				mc, err = g.connect(context.Background(), g.cfg.User, g.cfg.Password, 0, 0)
+				mc, err = g.connect(context.Background(), g.cfg.User, g.cfg.Password, 0, 0, 0)
 			}
 			var refused *mysqlwire.Error
 			if errors.As(err, &refused) {
@@ -810,8 +818,11 @@ func (c *Conn) queryInt(q string) (int, error) {
 	if p[0] == mysqlwire.HeaderERR {
 		return 0, mysqlwire.ParseError(p)
 	}
-	cols, _, _ := mysqlwire.ReadLenEnc(p)
+	cols, defs, _ := mysqlwire.ReadColumnCount(p, c.ExtCapabilities)
 	skip := int(cols)
+	if !defs {
+		skip = 0
+	}
 	if c.Capabilities&mysqlwire.ClientDeprecateEOF == 0 {
 		skip++ // the EOF after the column definitions
 	}

@@ -64,7 +64,7 @@ func (p *Pool) Get(ctx context.Context) (*Conn, error) {
 				p.mu.open++
 				p.mu.inUse++
 				p.mu.Unlock()
-				c, err := p.g.dial(ctx, p.key.User, p.password, p.key.Caps, p.key.Collation)
+				c, err := p.g.dial(ctx, p.key.User, p.password, p.key.Caps, p.key.ExtCaps, p.key.Collation)
 				if err != nil {
 					p.mu.Lock()
 					p.mu.open--
@@ -237,7 +237,7 @@ func (p *Pool) fill(n int) {
 		}
 		p.mu.open++
 		p.mu.Unlock()
-		c, err := p.g.dial(context.Background(), p.key.User, p.password, p.key.Caps, p.key.Collation)
+		c, err := p.g.dial(context.Background(), p.key.User, p.password, p.key.Caps, p.key.ExtCaps, p.key.Collation)
 		p.mu.Lock()
 		if err != nil || p.mu.closed {
 			p.mu.open--
@@ -276,7 +276,7 @@ func (p *Pool) Stats() PoolStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return PoolStats{
-		Group: p.g.cfg.Name, Address: p.g.cfg.Primary.Address, User: p.key.User, Caps: p.key.Caps,
+		Group: p.g.cfg.Name, Address: p.g.cfg.Primary.Address, User: p.key.User, Caps: p.key.Caps, ExtCaps: p.key.ExtCaps,
 		Open: p.mu.open, Idle: len(p.mu.idle), InUse: p.mu.inUse, Waits: p.mu.waits, Errors: p.mu.errors,
 	}
 }

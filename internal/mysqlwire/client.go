@@ -17,7 +17,10 @@ type ClientConfig struct {
 	DB       string // "" = no default database
 	// Capabilities are requested beyond BaseCaps (typically a client's ProtocolCaps); the server's offer masks them.
 	Capabilities uint32
-	Collation    uint8 // 0 = utf8mb4_general_ci (45)
+	// ExtCapabilities are the MariaDB extended capabilities requested (ExtProtocolCaps); the server's offer masks
+	// them. Asking for any leaves CLIENT_MYSQL out of the response, as libmariadb does.
+	ExtCapabilities uint32
+	Collation       uint8 // 0 = utf8mb4_general_ci (45)
 	// TLS, when set, switches the connection to TLS (SSLRequest, then tls.Client) before the handshake response.
 	// A server that does not offer TLS is then an error wrapping ErrNoTLS, unless TLSOptional is set: then the login
 	// continues in plaintext (MySQL's ssl-mode PREFERRED). Whether the server's certificate is verified is decided
@@ -36,11 +39,12 @@ var ErrNoTLS = errors.New("mysqlwire: the server does not offer TLS")
 
 // ServerInfo is what a backend announced in its handshake.
 type ServerInfo struct {
-	Version      string
-	ConnectionID uint32
-	Capabilities uint32 // offered by the server
-	Collation    uint8
-	Status       uint16
+	Version         string
+	ConnectionID    uint32
+	Capabilities    uint32 // offered by the server
+	ExtCapabilities uint32 // MariaDB extended capabilities offered by the server (none from MySQL)
+	Collation       uint8
+	Status          uint16
 }
 
 // ReadServerHandshake reads a server's v10 handshake (client side). An ERR instead (too many connections, host
@@ -72,6 +76,9 @@ func ReadServerHandshake(c *Conn) (*ServerInfo, []byte, string, error) {
 		info.Status = binary.LittleEndian.Uint16(rest[1:])
 		info.Capabilities |= uint32(binary.LittleEndian.Uint16(rest[3:])) << 16
 		authLen := int(rest[5])
+		if info.Capabilities&ClientLongPassword == 0 { // no CLIENT_MYSQL: a MariaDB server, extended capabilities
+			info.ExtCapabilities = binary.LittleEndian.Uint32(rest[12:16])
+		}
 		rest = rest[16:]
 		if info.Capabilities&ClientSecureConnection != 0 {
 			n := max(13, authLen-8)
@@ -106,6 +113,10 @@ func ClientHandshake(c *Conn, cfg *ClientConfig) (*ServerInfo, error) {
 	}
 	caps := (BaseCaps | cfg.Capabilities) & info.Capabilities
 	caps &^= ClientSSL | ClientConnectWithDB | ClientConnectAttrs
+	c.ExtCapabilities = cfg.ExtCapabilities & ExtProtocolCaps & info.ExtCapabilities
+	if c.ExtCapabilities != 0 {
+		caps &^= ClientLongPassword
+	}
 	if cfg.DB != "" {
 		caps |= ClientConnectWithDB & info.Capabilities
 	}
@@ -130,11 +141,7 @@ func ClientHandshake(c *Conn, cfg *ClientConfig) (*ServerInfo, error) {
 	}
 	reply, _ := scrambleFor(plugin, scramble, cfg.Password)
 
-	b := c.Begin()
-	b = binary.LittleEndian.AppendUint32(b, caps)
-	b = binary.LittleEndian.AppendUint32(b, MaxPayload)
-	b = append(b, collation)
-	b = append(b, make([]byte, 23)...)
+	b := appendResponseHead(c.Begin(), caps, collation, c.ExtCapabilities)
 	b = append(b, cfg.User...)
 	b = append(b, 0)
 	if caps&ClientPluginAuthLenenc != 0 {
@@ -176,18 +183,23 @@ func ClientStartTLS(c *Conn, info *ServerInfo, cfg *tls.Config) error {
 // sslRequest sends the SSLRequest packet (the first 32 bytes of a handshake response, CLIENT_SSL set in caps) and
 // runs the TLS handshake over the connection.
 func sslRequest(c *Conn, caps uint32, collation uint8, cfg *tls.Config) error {
-	b := c.Begin()
-	b = binary.LittleEndian.AppendUint32(b, caps)
-	b = binary.LittleEndian.AppendUint32(b, MaxPayload)
-	b = append(b, collation)
-	b = append(b, make([]byte, 23)...)
-	if err := c.Finish(b); err != nil {
+	if err := c.Finish(appendResponseHead(c.Begin(), caps, collation, c.ExtCapabilities)); err != nil {
 		return err
 	}
 	if err := c.Flush(); err != nil {
 		return err
 	}
 	return c.upgradeTLS(cfg, false)
+}
+
+// appendResponseHead appends the first 32 bytes of a handshake response (the whole of an SSLRequest): capabilities,
+// the largest packet, the collation and 23 filler bytes, whose last four carry MariaDB's extended capabilities.
+func appendResponseHead(b []byte, caps uint32, collation uint8, ext uint32) []byte {
+	b = binary.LittleEndian.AppendUint32(b, caps)
+	b = binary.LittleEndian.AppendUint32(b, MaxPayload)
+	b = append(b, collation)
+	b = append(b, make([]byte, 19)...)
+	return binary.LittleEndian.AppendUint32(b, ext)
 }
 
 // clientAuthLoop reads the server's answers until OK or ERR, answering switches and caching_sha2 requests.

@@ -93,6 +93,8 @@ type Conn struct {
 	MaxPacket int
 	// Capabilities are the negotiated capability flags, set by the handshakes.
 	Capabilities uint32
+	// ExtCapabilities are the negotiated MariaDB extended capabilities (ExtProtocolCaps), set by the handshakes.
+	ExtCapabilities uint32
 	// TLS is true once the connection runs over TLS.
 	TLS bool
 

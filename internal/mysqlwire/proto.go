@@ -34,6 +34,21 @@ const (
 	ClientSSLVerifyServerCt = mysql.CLIENT_SSL_VERIFY_SERVER_CERT
 )
 
+// MariaDB's extended capabilities: the upper half of its 64-bit capability flags, exchanged in reserved bytes of
+// the handshake by a server and a client that both leave out CLIENT_MYSQL (MariaDB's name for ClientLongPassword,
+// which no MariaDB server sets). keyway negotiates only those that change what travels on the wire (ExtProtocolCaps).
+const (
+	// MariaCacheMetadata (MARIADB_CLIENT_CACHE_METADATA): every result set's column count is followed by a byte
+	// that says whether the column definitions follow; the execute of a prepared statement leaves them out when the
+	// client has them already (from the prepare or an earlier execute), which saves the server, the wire and the
+	// client the columns' descriptions on every execute. libmariadb (sysbench, the mariadb CLI, MariaDB
+	// Connector/C) asks for it.
+	MariaCacheMetadata = 1 << (36 - 32)
+)
+
+// ExtProtocolCaps are the extended capabilities keyway negotiates, on both sides of a session alike.
+const ExtProtocolCaps = MariaCacheMetadata
+
 // ProtocolCaps are the capability flags that change what travels on the wire after the handshake. A backend
 // connection can serve a client only if both negotiated the same subset of these; pools are keyed by it.
 const ProtocolCaps = ClientDeprecateEOF | ClientMultiStatements | ClientMultiResults | ClientPSMultiResults |
@@ -271,6 +286,22 @@ func readNul(p []byte) (s, rest []byte, ok bool) {
 	return nil, nil, false
 }
 
+// ReadColumnCount decodes the first packet of a result set: its number of columns, and whether their definitions
+// follow (always, unless MariaCacheMetadata is among ext, the connection's negotiated extended capabilities, and the
+// server left them out for a client that has them). ok is false for a malformed packet.
+func ReadColumnCount(p []byte, ext uint32) (cols uint64, defs, ok bool) {
+	cols, k, ok := ReadLenEnc(p)
+	switch {
+	case !ok:
+		return 0, false, false
+	case ext&MariaCacheMetadata == 0:
+		return cols, true, true
+	case len(p) <= k:
+		return 0, false, false
+	}
+	return cols, p[k] != 0, true
+}
+
 // readLenEncString returns the length-encoded string at the start of p and the rest.
 func readLenEncString(p []byte) (s, rest []byte, ok bool) {
 	n, k, ok := ReadLenEnc(p)
@@ -286,7 +317,11 @@ func readLenEncString(p []byte) (s, rest []byte, ok bool) {
 func (c *Conn) WriteTextResult(columns []string, rows [][]*string, status uint16) error {
 	deprecateEOF := c.Capabilities&ClientDeprecateEOF != 0
 	lenStr := func(b []byte, s string) []byte { return append(AppendLenEnc(b, uint64(len(s))), s...) }
-	if err := c.WritePacket(AppendLenEnc(nil, uint64(len(columns)))); err != nil {
+	count := AppendLenEnc(nil, uint64(len(columns)))
+	if c.ExtCapabilities&MariaCacheMetadata != 0 {
+		count = append(count, 1) // the definitions follow
+	}
+	if err := c.WritePacket(count); err != nil {
 		return err
 	}
 	for _, name := range columns {

@@ -25,9 +25,12 @@ type ServerConfig struct {
 	Version      string // server version string shown to the client
 	ConnectionID uint32
 	Capabilities uint32 // flags offered; CLIENT_SSL is added when TLS is set
-	Collation    uint8  // default collation announced (0 = utf8mb4_general_ci, 45)
-	Status       uint16 // status flags announced
-	TLS          *tls.Config
+	// ExtCapabilities are the MariaDB extended capabilities offered (ExtProtocolCaps); offering any leaves
+	// CLIENT_MYSQL out of Capabilities, as a MariaDB server does.
+	ExtCapabilities uint32
+	Collation       uint8  // default collation announced (0 = utf8mb4_general_ci, 45)
+	Status          uint16 // status flags announced
+	TLS             *tls.Config
 
 	// DefaultPlugin is announced in the handshake and used for accounts without a plugin.
 	DefaultPlugin string
@@ -58,12 +61,13 @@ type ServerConfig struct {
 
 // Handshake is the outcome of a successful ServerHandshake.
 type Handshake struct {
-	User         string
-	DB           string // from CLIENT_CONNECT_WITH_DB; "" = none
-	Capabilities uint32 // negotiated (also stored in Conn.Capabilities)
-	Collation    uint8  // the client's collation
-	Account      Account
-	Scramble     []byte // the nonce of this connection; COM_CHANGE_USER replies are computed on it
+	User            string
+	DB              string // from CLIENT_CONNECT_WITH_DB; "" = none
+	Capabilities    uint32 // negotiated (also stored in Conn.Capabilities)
+	ExtCapabilities uint32 // negotiated MariaDB extended capabilities (also in Conn.ExtCapabilities)
+	Collation       uint8  // the client's collation
+	Account         Account
+	Scramble        []byte // the nonce of this connection; COM_CHANGE_USER replies are computed on it
 }
 
 // ErrAuth marks an authentication failure; the client has been sent ERR 1045.
@@ -84,6 +88,10 @@ func ServerHandshake(c *Conn, cfg *ServerConfig) (*Handshake, error) {
 		return nil, err
 	}
 	offered := cfg.Capabilities | BaseCaps
+	extOffered := cfg.ExtCapabilities & ExtProtocolCaps
+	if extOffered != 0 {
+		offered &^= ClientLongPassword // CLIENT_MYSQL: its absence says the reserved bytes carry extended capabilities
+	}
 	if cfg.TLS != nil {
 		offered |= ClientSSL
 	} else {
@@ -106,7 +114,8 @@ func ServerHandshake(c *Conn, cfg *ServerConfig) (*Handshake, error) {
 	b = append(b, scramble[:8]...)
 	b = append(b, 0, byte(offered), byte(offered>>8), collation, byte(cfg.Status), byte(cfg.Status>>8),
 		byte(offered>>16), byte(offered>>24), ScrambleLen+1)
-	b = append(b, make([]byte, 10)...)
+	b = append(b, make([]byte, 6)...)
+	b = binary.LittleEndian.AppendUint32(b, extOffered) // reserved (zero) unless extended capabilities are offered
 	b = append(b, scramble[8:]...)
 	b = append(b, 0)
 	b = append(b, plugin...)
@@ -151,6 +160,10 @@ func ServerHandshake(c *Conn, cfg *ServerConfig) (*Handshake, error) {
 		return nil, c.fail(ERMalformedPacket, "08S01", "keyway: malformed handshake response")
 	}
 	hs.Capabilities = caps & offered
+	if extOffered != 0 && caps&ClientLongPassword == 0 {
+		hs.ExtCapabilities = binary.LittleEndian.Uint32(p[28:32]) & extOffered // the filler's last four bytes
+	}
+	c.ExtCapabilities = hs.ExtCapabilities
 	hs.Scramble = scramble
 	c.Capabilities = hs.Capabilities
 	if clientPlugin == "" && caps&ClientPluginAuth == 0 {

@@ -367,7 +367,7 @@ type PoolStatus struct {
 	Address string `json:"address"`
 	User    string `json:"user"`
 	// Capabilities are the protocol-changing capability flags its connections negotiated (the pool's key), by
-	// their MySQL names.
+	// their MySQL names, and MariaDB's extended ones by MariaDB's.
 	Capabilities []string `json:"capabilities"`
 	Open         int      `json:"open"`   // connections, idle or in use
 	Idle         int      `json:"idle"`   // waiting in the pool
@@ -376,27 +376,34 @@ type PoolStatus struct {
 	Errors       int64    `json:"errors"` // failed dials and broken connections
 }
 
-// capabilityNames name the flags of mysqlwire.ProtocolCaps, the ones a pool's key holds.
+// capabilityNames name the flags of mysqlwire.ProtocolCaps and mysqlwire.ExtProtocolCaps (ext), the ones a pool's
+// key holds.
 var capabilityNames = []struct {
 	flag uint32
+	ext  bool
 	name string
 }{
-	{mysqlwire.ClientFoundRows, "CLIENT_FOUND_ROWS"},
-	{mysqlwire.ClientLocalFiles, "CLIENT_LOCAL_FILES"},
-	{mysqlwire.ClientIgnoreSpace, "CLIENT_IGNORE_SPACE"},
-	{mysqlwire.ClientInteractive, "CLIENT_INTERACTIVE"},
-	{mysqlwire.ClientMultiStatements, "CLIENT_MULTI_STATEMENTS"},
-	{mysqlwire.ClientMultiResults, "CLIENT_MULTI_RESULTS"},
-	{mysqlwire.ClientPSMultiResults, "CLIENT_PS_MULTI_RESULTS"},
-	{mysqlwire.ClientSessionTrack, "CLIENT_SESSION_TRACK"},
-	{mysqlwire.ClientDeprecateEOF, "CLIENT_DEPRECATE_EOF"},
+	{mysqlwire.ClientFoundRows, false, "CLIENT_FOUND_ROWS"},
+	{mysqlwire.ClientLocalFiles, false, "CLIENT_LOCAL_FILES"},
+	{mysqlwire.ClientIgnoreSpace, false, "CLIENT_IGNORE_SPACE"},
+	{mysqlwire.ClientInteractive, false, "CLIENT_INTERACTIVE"},
+	{mysqlwire.ClientMultiStatements, false, "CLIENT_MULTI_STATEMENTS"},
+	{mysqlwire.ClientMultiResults, false, "CLIENT_MULTI_RESULTS"},
+	{mysqlwire.ClientPSMultiResults, false, "CLIENT_PS_MULTI_RESULTS"},
+	{mysqlwire.ClientSessionTrack, false, "CLIENT_SESSION_TRACK"},
+	{mysqlwire.ClientDeprecateEOF, false, "CLIENT_DEPRECATE_EOF"},
+	{mysqlwire.MariaCacheMetadata, true, "MARIADB_CLIENT_CACHE_METADATA"},
 }
 
 // poolStatus is p as /status shows it.
 func poolStatus(p backend.PoolStats) PoolStatus {
 	caps := []string{}
 	for _, c := range capabilityNames {
-		if p.Caps&c.flag != 0 {
+		set := p.Caps
+		if c.ext {
+			set = p.ExtCaps
+		}
+		if set&c.flag != 0 {
 			caps = append(caps, c.name)
 		}
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/pingcap/tidb/pkg/parser/mysql"
 
+	"github.com/keywaydb/keyway/internal/mysqlwire"
 	"github.com/keywaydb/keyway/internal/qcache"
 )
 
@@ -28,10 +29,13 @@ import (
 func (ss *session) cacheKey(kind byte, text string, params []byte) string {
 	var b strings.Builder
 	b.Grow(len(ss.hs.User) + len(ss.db) + len(text) + len(params) + 8)
-	caps := ss.c.Capabilities // the negotiated flags: CLIENT_DEPRECATE_EOF and the like change the reply's framing
+	// The negotiated flags that change the reply's framing (CLIENT_DEPRECATE_EOF, MariaDB's metadata cache…), and
+	// only those: whether TLS or CLIENT_MYSQL was negotiated makes no difference to a reply.
+	caps, ext := ss.c.Capabilities&mysqlwire.ProtocolCaps, ss.c.ExtCapabilities
 	b.WriteByte(kind)
 	b.WriteByte(ss.hs.Collation)
 	b.Write([]byte{byte(caps), byte(caps >> 8), byte(caps >> 16), byte(caps >> 24)})
+	b.Write([]byte{byte(ext), byte(ext >> 8), byte(ext >> 16), byte(ext >> 24)})
 	b.WriteString(ss.hs.User)
 	b.WriteByte(0)
 	b.WriteString(ss.db)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keywaydb/keyway/internal/mysqlwire"
 	"github.com/keywaydb/keyway/internal/qcache"
 	"github.com/keywaydb/keyway/internal/validity"
 )
@@ -306,5 +307,66 @@ func TestTTLOnlyGroup(t *testing.T) {
 	mustExec(t, through, "UPDATE qc_ttl SET c = 'three' WHERE id = 1")
 	if got := read(); got != "three" {
 		t.Fatalf("after a write through keyway: %q, want three at once", got)
+	}
+}
+
+// TestMariaDBMetadataCache: a client that asks for MariaDB's metadata cache (MARIADB_CLIENT_CACHE_METADATA, as
+// libmariadb does: sysbench, the mariadb CLI) gets it through keyway as it would from MariaDB. Every column count
+// carries the byte that says whether the definitions follow; a relayed execute of a prepared statement whose
+// definitions the client has leaves them out; executes answered from the cache come whole; keyway's own result sets
+// say their definitions follow. A client that did not ask is never answered from a reply captured for one that did.
+func TestMariaDBMetadataCache(t *testing.T) {
+	r := newCacheRig(t, "qc_meta", "(1, 'first'), (2, 'second')")
+	addr := r.start(t, nil)
+	// keyway offers the capability once it knows the backend has it: the first session dials the backend.
+	plain := newRawClient(t, addr, "app", "secret", 0)
+	if _, err := plain.query("SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+	if plain.c.ExtCapabilities != 0 {
+		t.Fatalf("a client that did not ask negotiated extended capabilities %#x", plain.c.ExtCapabilities)
+	}
+
+	a := newRawClientExt(t, addr, "app", "secret", 0, mysqlwire.MariaCacheMetadata)
+	if a.c.ExtCapabilities != mysqlwire.MariaCacheMetadata {
+		t.Fatalf("negotiated extended capabilities %#x, want MARIADB_CLIENT_CACHE_METADATA (%#x): keyway offered %#x",
+			a.c.ExtCapabilities, mysqlwire.MariaCacheMetadata, a.info.ExtCapabilities)
+	}
+	if rows, err := a.query("SELECT c FROM qc_meta ORDER BY id"); err != nil || strings.Join(rows, ",") != "first,second" || !a.lastDefs {
+		t.Fatalf("text query: %q %v, definitions %v", rows, err, a.lastDefs)
+	}
+	if _, err := a.query("SHOW KEYWAY CANDIDATES"); err != nil || !a.lastDefs { // (rows or none, read to the end)
+		t.Fatalf("keyway's own result set: %v, definitions %v", err, a.lastDefs)
+	}
+
+	// Relayed (a range read is not a key-value read): the second execute comes without definitions.
+	scan := a.prepareStmt("SELECT c FROM qc_meta WHERE id >= ? ORDER BY id")
+	for i := range 2 {
+		got := a.executeOne(executeInt(scan, 1, i == 0))
+		if !strings.Contains(got, "first") || !strings.Contains(got, "second") {
+			t.Fatalf("relayed execute %d: %q", i+1, got)
+		}
+		if i == 1 && a.lastDefs {
+			t.Errorf("relayed execute %d came with the column definitions the client has", i+1)
+		}
+	}
+
+	// Cached: filled by this client, then a hit, whole.
+	point := a.prepareStmt("SELECT c FROM qc_meta WHERE id = ?")
+	hits := r.cache.Stats().Hits
+	for i := range 3 {
+		if got := a.executeOne(executeInt(point, 2, i == 0)); !strings.Contains(got, "second") {
+			t.Fatalf("point execute %d: %q", i+1, got)
+		}
+	}
+	if r.cache.Stats().Hits == hits {
+		t.Fatalf("no execute was answered from the cache")
+	}
+	// The same statement from the client that did not ask: its own reply, definitions and all.
+	id := plain.prepareStmt("SELECT c FROM qc_meta WHERE id = ?")
+	for i := range 2 {
+		if got := plain.executeOne(executeInt(id, 2, i == 0)); !strings.Contains(got, "second") || !plain.lastDefs {
+			t.Fatalf("plain client's execute %d: %q, definitions %v", i+1, got, plain.lastDefs)
+		}
 	}
 }

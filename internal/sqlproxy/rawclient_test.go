@@ -15,9 +15,17 @@ type rawClient struct {
 	t    *testing.T
 	c    *mysqlwire.Conn
 	info *mysqlwire.ServerInfo // keyway's handshake: ConnectionID is the session's keyway id
+	// lastDefs says whether the last result set read came with its column definitions (see MariaCacheMetadata).
+	lastDefs bool
 }
 
 func newRawClient(t *testing.T, addr, user, password string, caps uint32) *rawClient {
+	t.Helper()
+	return newRawClientExt(t, addr, user, password, caps, 0)
+}
+
+// newRawClientExt is newRawClient asking also for MariaDB extended capabilities ext.
+func newRawClientExt(t *testing.T, addr, user, password string, caps, ext uint32) *rawClient {
 	t.Helper()
 	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
@@ -26,7 +34,7 @@ func newRawClient(t *testing.T, addr, user, password string, caps uint32) *rawCl
 	_ = nc.SetDeadline(time.Now().Add(30 * time.Second))
 	c := mysqlwire.NewConn(nc)
 	t.Cleanup(func() { c.Close() })
-	info, err := mysqlwire.ClientHandshake(c, &mysqlwire.ClientConfig{User: user, Password: password, DB: "test", Capabilities: caps})
+	info, err := mysqlwire.ClientHandshake(c, &mysqlwire.ClientConfig{User: user, Password: password, DB: "test", Capabilities: caps, ExtCapabilities: ext})
 	if err != nil {
 		t.Fatalf("handshake: %v", err)
 	}
@@ -62,7 +70,14 @@ func (rc *rawClient) readResult(binaryRows bool) ([]string, error) {
 	if p[0] == mysqlwire.HeaderOK {
 		return nil, nil
 	}
-	cols, _, _ := mysqlwire.ReadLenEnc(p)
+	cols, defs, ok := mysqlwire.ReadColumnCount(p, c.ExtCapabilities)
+	if !ok {
+		return nil, errors.New("bad column count")
+	}
+	rc.lastDefs = defs
+	if !defs {
+		cols = 0
+	}
 	for range cols {
 		if _, err := c.ReadPacket(); err != nil {
 			return nil, err

@@ -115,9 +115,12 @@ func (ss *session) relayResults(query bool) (rows int64, failed bool, err error)
 		case isErr(n, first):
 			return rows, true, nil
 		}
-		cols, _, ok := mysqlwire.ReadLenEnc(first)
+		cols, defs, ok := mysqlwire.ReadColumnCount(first, ss.c.ExtCapabilities)
 		if !ok || cols == 0 {
 			return rows, failed, errUnexpected("as a column count", first)
+		}
+		if !defs {
+			cols = 0 // the client has them (MariaDB's metadata cache): none follow
 		}
 		for i := uint64(0); i < cols; i++ {
 			if _, _, err := ss.pkt(); err != nil {

@@ -6,8 +6,9 @@
 //   - A client session owns one backend connection, from its user's pool, for its whole life (until COM_QUIT,
 //     disconnect or COM_CHANGE_USER). Transactions, SET, USE, temporary tables, locks, user variables and prepared
 //     statement ids therefore work unchanged: the backend connection is the client's own.
-//   - The backend connection negotiated the same protocol-changing capability flags as the client (the pool key), so
-//     packets pass unchanged; only sequence ids are rewritten, from each side's own counter.
+//   - The backend connection negotiated the same protocol-changing capability flags as the client (the pool key), and
+//     the same MariaDB extended ones (the metadata cache, offered only once every group's server is known to have
+//     it), so packets pass unchanged; only sequence ids are rewritten, from each side's own counter.
 //   - A reply streams through a bounded buffer: keyway reads only each packet's leading bytes to know where the
 //     reply ends (OK/ERR/EOF, column counts, SERVER_MORE_RESULTS_EXISTS) and counts rows without decoding them.
 //   - A backend connection whose state is unknown (the client vanished mid-reply, an I/O error, a transaction left
@@ -422,22 +423,28 @@ func (s *Server) serverConfig(remote string, a *accounts) *mysqlwire.ServerConfi
 	known := false
 	version := defaultVersion
 	caps := uint32(offeredCaps)
+	ext := uint32(mysqlwire.ExtProtocolCaps)
 	// Offer what every backend group can also do, so the backend connection negotiates the same protocol whichever
-	// group the user (not known yet) belongs to. The version shown is the default group's.
+	// group the user (not known yet) belongs to. The version shown is the default group's. MariaDB's extended
+	// capabilities are offered only once every group's server is known to have them.
 	for i, g := range s.groups {
 		if info := g.ServerInfo(); info != nil {
 			if i == 0 {
 				version = info.Version
 			}
 			caps &= info.Capabilities | mysqlwire.ClientConnectAttrs
+			ext &= info.ExtCapabilities
+		} else {
+			ext = 0
 		}
 	}
 	return &mysqlwire.ServerConfig{
-		Version:       version,
-		Capabilities:  caps,
-		Status:        mysqlwire.StatusAutocommit,
-		TLS:           s.tls,
-		DefaultPlugin: mysqlwire.NativePassword,
+		Version:         version,
+		Capabilities:    caps,
+		ExtCapabilities: ext,
+		Status:          mysqlwire.StatusAutocommit,
+		TLS:             s.tls,
+		DefaultPlugin:   mysqlwire.NativePassword,
 		Lookup: func(name string) (mysqlwire.Account, bool) {
 			acct, ok := a.lookup(name)
 			user, known = name, ok

@@ -191,7 +191,7 @@ func (ss *session) setKillUser() {
 // been sent an ERR and the returned error ends the session.
 func (ss *session) attach(db string) error {
 	u := ss.user
-	key := backend.PoolKey{User: u.backendUser, Caps: ss.hs.Capabilities, Collation: ss.hs.Collation}
+	key := backend.PoolKey{User: u.backendUser, Caps: ss.hs.Capabilities, ExtCaps: ss.hs.ExtCapabilities, Collation: ss.hs.Collation}
 	pool := u.group.Pool(key, u.backendPassword)
 	ctx, cancel := context.WithTimeout(context.Background(), backendCheckoutTimeout)
 	defer cancel()
