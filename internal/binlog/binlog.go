@@ -17,7 +17,9 @@
 //   - A watch may let a row's change pass (validity.KeyWatch.Holds): for an after image (a write, or an update whose
 //     key stays), the follower asks the watch whether its cache's copy already is that row (the echo of a write
 //     keyway made and cached itself); then only the table's rows mark ticks. It asks again on the second
-//     application. Deletes, and updates that move the key, always invalidate the old key.
+//     application, unless the watch said the first answer was settled and its Settling count has not moved since
+//     (read before the first application): then nothing has started that could store an older copy, and the
+//     answer stands. Deletes, and updates that move the key, always invalidate the old key.
 //   - DDL (any query event other than BEGIN, COMMIT and ROLLBACK) invalidates every table it names (package
 //     sqlnames); a statement that does not parse invalidates everything.
 //   - Freshness is proved, not guessed: every probe interval the follower asks the primary for the end of its
@@ -253,18 +255,32 @@ type Follower struct {
 type pendingKey struct {
 	t   *validity.Table
 	key []byte
-	// holds and img, for an after image of a watch that compares copies (KeyWatch.Holds): the copy is kept while
-	// holds says it equals img.
-	holds func([]byte, validity.RowImage, bool) bool
+	// watch and img, for an after image of a watch that compares copies (KeyWatch.Holds): the copy is kept while
+	// the watch says it equals img.
+	watch *validity.KeyWatch
 	img   validity.RowImage
+	// settled and epoch: the first application's answer kept the copy and stands for the second while the watch's
+	// Settling is still epoch (see the package comment).
+	settled bool
+	epoch   uint64
 }
 
 // apply invalidates the copies of p's key, unless the watch's copy holds the row as the change left it. first says
-// whether this is the commit's first application (see the package comment).
-func (p pendingKey) apply(first bool) {
-	if p.holds != nil && p.holds(p.key, p.img, first) {
-		p.t.Touched()
-		return
+// whether this is the commit's first application (see the package comment); it records there what the second needs.
+func (p *pendingKey) apply(first bool) {
+	if p.watch != nil {
+		if first {
+			p.epoch = p.watch.Settling() // before the look: whatever starts after it moves the count
+		} else if p.settled && p.watch.Settling() == p.epoch {
+			p.t.Touched()
+			return
+		}
+		holds, settled := p.watch.Holds(p.key, p.img, first)
+		p.settled = first && holds && settled
+		if holds {
+			p.t.Touched()
+			return
+		}
 	}
 	p.t.Changed(p.key)
 }
@@ -577,7 +593,7 @@ func (f *Follower) rows(typ replication.EventType, e *replication.RowsEvent) {
 		keys = w.Norm(keys, raw)
 		return keys[start:len(keys):len(keys)]
 	}
-	for _, w := range watches {
+	for wi, w := range watches {
 		i, ok := cols[strings.ToLower(w.Column)]
 		if !ok {
 			f.pendWhole = append(f.pendWhole, t)
@@ -607,7 +623,7 @@ func (f *Follower) rows(typ replication.EventType, e *replication.RowsEvent) {
 						}
 					}
 				} else {
-					p.holds, p.img = w.Holds, validity.RowImage{Columns: cols, Values: row}
+					p.watch, p.img = &watches[wi], validity.RowImage{Columns: cols, Values: row}
 				}
 			}
 			f.pendKeys = append(f.pendKeys, p)
@@ -731,8 +747,8 @@ func (f *Follower) ddl(schema, query string) {
 
 // commit applies the open transaction's invalidations and moves the checkpoint past it.
 func (f *Follower) commit() {
-	for _, p := range f.pendKeys {
-		p.apply(true) // every watched key of the row is reported (see rows)
+	for i := range f.pendKeys {
+		f.pendKeys[i].apply(true) // every watched key of the row is reported (see rows); keeps what the recheck needs
 	}
 	for _, t := range f.pendWhole {
 		t.Invalidate()
@@ -779,8 +795,8 @@ func (f *Follower) applyRechecks(now time.Time) {
 	f.rechecks = slices.Delete(f.rechecks, 0, n)
 	f.recheckMu.Unlock()
 	for _, r := range due {
-		for _, p := range r.keys {
-			p.apply(false)
+		for i := range r.keys {
+			r.keys[i].apply(false)
 		}
 		for _, t := range r.whole {
 			t.Invalidate()

@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -270,5 +272,52 @@ func TestCommitsInvalidateTwice(t *testing.T) {
 	r.waitFor(t, "the second invalidation of a", func() bool { return !r.kv.KeyValid(a, late) })
 	if !r.kv.KeyValid(b, late) {
 		t.Fatal("the second invalidation of a dropped b")
+	}
+}
+
+// TestSettledAnswerIsNotAskedAgain: a watch whose first answer kept the copy and was settled is not asked again at
+// the second application while its Settling count stands; it is asked again when the count moved in between, or
+// when the first answer was not settled. Every key stays valid (Touched, not changed).
+func TestSettledAnswerIsNotAskedAgain(t *testing.T) {
+	r := newRig(t)
+	mustExec(t, r.db, "CREATE TABLE echo (k VARCHAR(32) PRIMARY KEY, v VARCHAR(32)) ENGINE=InnoDB")
+	echo := r.reg.Table(validity.TableID{Schema: "test", Name: "echo"})
+	var settling atomic.Uint64
+	var mu sync.Mutex
+	asked := map[string][]bool{} // key → the first flag of each question
+	echo.WatchKey(validity.KeyWatch{Column: "k", Norm: func(dst, v []byte) []byte { return append(dst, v...) },
+		Holds: func(key []byte, _ validity.RowImage, first bool) (bool, bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			asked[string(key)] = append(asked[string(key)], first)
+			return true, string(key) != "unsettled"
+		},
+		Settling: settling.Load})
+	questions := func(key string) []bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(asked[key])
+	}
+	r.start(t)
+	stamp := echo.Stamp()
+
+	mustExec(t, r.db, "INSERT INTO echo VALUES ('moved', '1')")
+	r.waitFor(t, "the first application", func() bool { return len(questions("moved")) == 1 })
+	settling.Add(1) // something that may store an older copy started after the first look
+	r.waitFor(t, "the second application", func() bool { return len(questions("moved")) == 2 })
+
+	mustExec(t, r.db, "INSERT INTO echo VALUES ('quiet', '1'), ('unsettled', '1')")
+	r.waitFor(t, "the unsettled answer's second application", func() bool { return len(questions("unsettled")) == 2 })
+	// The quiet key's commit is the same: its second application is over, and it was not asked.
+	if got := questions("quiet"); !slices.Equal(got, []bool{true}) {
+		t.Errorf("settled, nothing started since: asked %v, want only the first application", got)
+	}
+	if got := questions("moved"); !slices.Equal(got, []bool{true, false}) {
+		t.Errorf("settled, then Settling moved: asked %v, want both applications", got)
+	}
+	for _, k := range []string{"moved", "quiet", "unsettled"} {
+		if !echo.KeyValid([]byte(k), stamp) {
+			t.Errorf("%s: a change the watch held invalidated the key", k)
+		}
 	}
 }

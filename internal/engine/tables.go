@@ -72,7 +72,10 @@ type Container struct {
 	// filling counts the reads (and a warm restart's restore) that may store a copy under a stamp taken earlier:
 	// each counts itself before it takes its stamp and until its copy is stored or refused (see holdsRow).
 	filling atomic.Int64
-	space   tableSpace // the table as a key space (keyspace.go)
+	// settling counts the starts of those reads and of the writes that store the row they leave (writing): the
+	// binlog follower's validity.KeyWatch.Settling (see holdsRow).
+	settling atomic.Uint64
+	space    tableSpace // the table as a key space (keyspace.go)
 }
 
 // JournalPrefix starts every local-store key that belongs to a container ("@@name."): cached rows, cache_only
@@ -101,7 +104,8 @@ func (e *Engine) NewContainer(o ContainerOptions) *Container {
 	// The binlog follower turns a change of the key column into this key, and keeps a copy that equals the row
 	// the change left (the echo of a write this container cached as it wrote it).
 	t.v.WatchKey(validity.KeyWatch{Column: def.KeyColumn, Norm: o.Container.AppendNormKey,
-		Holds: func(vk []byte, img validity.RowImage, first bool) bool { return e.holdsRow(t, vk, img, first) }})
+		Holds:    func(vk []byte, img validity.RowImage, first bool) (bool, bool) { return e.holdsRow(t, vk, img, first) },
+		Settling: t.settling.Load})
 	// Copies of many rows live long here: a write of one row should rarely share another's mark.
 	t.v.WidenSlots(validity.WideSlots)
 	if o.WriteBehind != nil {
@@ -263,7 +267,7 @@ func (e *Engine) tableGet(t *Container, row []byte) (store.Item, bool, error) {
 	if it, ok := e.st.Get(sk); ok && t.v.KeyValid(validityKey(t, sk), it.Tag) {
 		return it, true, nil
 	}
-	t.filling.Add(1) // before readOnce takes (or joins) a stamp; after cacheRow stored, or not (see holdsRow)
+	t.startFill() // before readOnce takes (or joins) a stamp; after cacheRow stored, or not (see holdsRow)
 	defer t.filling.Add(-1)
 	f := t.readOnce(row, sk)
 	if f.err != nil || !f.ok {
@@ -312,25 +316,40 @@ func (e *Engine) cacheRow(t *Container, sk []byte, item store.Item, stamp uint64
 //     (no read counted in filling, no write of the row): there is nothing here to drop. This is what lets two
 //     containers share a table, where the key's mark is one for both.
 //
+// settled (first application only): the answer kept the copy, or found none to keep, with no read counted in
+// filling and no write of the row in flight. Only a read or a write that starts later could then store a copy of
+// the row as it was before the change, and each start moves settling, which the follower read before asking; while
+// it has not moved, the second application has nothing new to look at. (A set on an async container stores its
+// copy without moving it: its value is newer than any row the table holds.)
+//
 // A copy whose life CopyTTL bounds carries an expiry the row does not have, so such a container never lets a
 // change pass. The table's other caches are judged by their own watches.
-func (e *Engine) holdsRow(t *Container, vk []byte, img validity.RowImage, first bool) bool {
+func (e *Engine) holdsRow(t *Container, vk []byte, img validity.RowImage, first bool) (holds, settled bool) {
 	if t.CopyTTL > 0 || t.Policies.Get != container.Caching {
-		return false
+		return false, false
 	}
 	row, known := t.C.FromImage(img.Value) // known: keyway can tell what a read of the row returns
 	cur, found := e.st.Peek(prefixed(t, vk))
 	valid := found && t.v.KeyValid(vk, cur.Tag)
 	if known && valid && sameRow(cur, row, true) {
-		return true
+		return true, first && t.filling.Load() == 0 && !t.writing.any(vk)
 	}
 	switch t.writing.leaves(vk, row, known) {
 	case leavesRow:
-		return first
+		return first, false
 	case leavesOther:
-		return false
+		return false, false
 	}
-	return !valid && t.filling.Load() == 0
+	holds = !valid && t.filling.Load() == 0
+	return holds, holds && first
+}
+
+// startFill counts a read (or a warm restart's restore) that may store a copy under a stamp taken from now on: in
+// filling until it ends (filling.Add(-1)), and in settling (see holdsRow). filling first: the follower reads
+// settling before it looks at filling, so a start it does not find in filling has moved settling.
+func (t *Container) startFill() {
+	t.filling.Add(1)
+	t.settling.Add(1)
 }
 
 // sameRow reports whether a copy is the row a read returns; withCAS says whether to compare CAS too.
@@ -371,6 +390,13 @@ func (w *ownWrites) begin(vk []byte, row container.Item) (done func()) {
 		}
 		w.mu.Unlock()
 	}
+}
+
+// any reports whether a write of vk is in flight.
+func (w *ownWrites) any(vk []byte) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.m[string(vk)] != nil
 }
 
 // inFlight is what the writes of a row in flight leave.
@@ -608,6 +634,7 @@ func (e *Engine) tableStore(t *Container, row, value []byte, r StoreRequest) (st
 			// known here only without a cas column (a hash, never 0); with one, the committer assigns it (0 here).
 			if want, ok := t.C.AsStored(item, 0); ok {
 				defer t.writing.begin(validityKey(t, rowKey(t, row)), want)()
+				t.settling.Add(1) // after begin, as startFill: see holdsRow
 			}
 		}
 		err = e.tableWrite(t, row, t.Policies.Set, "set", func(ctx context.Context) (*container.Item, error) {
@@ -788,7 +815,7 @@ func (e *Engine) tableGetMany(t *Container, idx []int, rows [][]byte, items []st
 		return nil
 	}
 	// The table's stamp before anything is asked.
-	t.filling.Add(1) // see holdsRow
+	t.startFill() // see holdsRow
 	defer t.filling.Add(-1)
 	stamp := t.v.Stamp()
 	// Queued writes answer for their rows (asked after the stamp is taken;

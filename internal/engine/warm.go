@@ -58,7 +58,7 @@ func (e *Engine) CopyStamp(name string) (uint64, bool) {
 	e.restoreMu.Lock()
 	e.restoring = append(e.restoring, t)
 	e.restoreMu.Unlock()
-	t.filling.Add(1)
+	t.startFill()
 	return t.v.Stamp(), true
 }
 

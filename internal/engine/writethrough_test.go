@@ -185,7 +185,7 @@ func TestSetOvertakenByAnotherWriteLeavesNoCopy(t *testing.T) {
 
 // TestHoldsRow: which binlog changes a caching container lets pass without invalidating its row (the echo of its own
 // write does; anything else that leaves another row does not), for a copy, a write in flight, and a container with
-// nothing of the row.
+// nothing of the row; and when the first answer is settled, so that the second application need not look again.
 func TestHoldsRow(t *testing.T) {
 	r := newWriteThroughRig(t, map[string]string{"vtext": "VARCHAR(40) CHARACTER SET utf8mb4", "vother": "VARCHAR(40)"})
 	a, b := r.t["vtext"], r.t["vother"]
@@ -194,20 +194,27 @@ func TestHoldsRow(t *testing.T) {
 		return validity.RowImage{Columns: map[string]int{"k": 0, "fl": 1, "cas": 2, "exp": 3, "vtext": 4, "vother": 5},
 			Values: []any{"h", flags, cas, int32(0), value, nil}}
 	}
-	// A write in flight: the echo of exactly its row passes on its first application only.
+	holds := func(c *Container, img validity.RowImage, first bool) bool {
+		h, _ := r.e.holdsRow(c, vk, img, first)
+		return h
+	}
+	// A write in flight: the echo of exactly its row passes on its first application only, never settled (the
+	// write will store its row after the follower looked).
 	var inFlight []bool
+	beforeSet := a.settling.Load()
 	testHookAfterTableWrite = func(c *Container, row []byte) {
 		cas := int64(r.selectRow(t, "vtext", "h").CAS)
-		inFlight = []bool{r.e.holdsRow(a, vk, image("mine", 7, cas), true), r.e.holdsRow(a, vk, image("mine", 7, cas), false),
-			r.e.holdsRow(a, vk, image("other", 7, cas), true)}
+		h, settled := r.e.holdsRow(a, vk, image("mine", 7, cas), true)
+		inFlight = []bool{h, settled, holds(a, image("mine", 7, cas), false), holds(a, image("other", 7, cas), true),
+			a.settling.Load() != beforeSet}
 	}
 	defer func() { testHookAfterTableWrite = nil }()
 	if status, _, err := r.e.StoreValue([]byte("@@vtext.h"), []byte("mine"), StoreRequest{Flags: 7}); status != Stored || err != nil {
 		t.Fatalf("set: %v %v", status, err)
 	}
 	testHookAfterTableWrite = nil
-	if want := []bool{true, false, false}; !slices.Equal(inFlight, want) {
-		t.Errorf("while the write is in flight, holds (its row, its row again, another row) = %v, want %v", inFlight, want)
+	if want := []bool{true, false, false, false, true}; !slices.Equal(inFlight, want) {
+		t.Errorf("while the write is in flight, holds (its row, settled, its row again, another row; settling moved) = %v, want %v", inFlight, want)
 	}
 
 	// The copy it left: the row as written passes; another value, other flags or another CAS do not.
@@ -221,26 +228,50 @@ func TestHoldsRow(t *testing.T) {
 		{image("mine", 8, cas), false},
 		{image("mine", 7, cas+1), false},
 	} {
-		if got := r.e.holdsRow(a, vk, c.img, false); got != c.want {
+		if got := holds(a, c.img, false); got != c.want {
 			t.Errorf("copy %q: holds(%v) = %v, want %v", "mine", c.img.Values, got, c.want)
 		}
 	}
+	// Settled: the copy holds with nothing in flight; not while a read may store an older copy, nor on the second
+	// application, nor when the copy does not hold.
+	settled := func(c *Container, img validity.RowImage, first bool) []bool {
+		h, s := r.e.holdsRow(c, vk, img, first)
+		return []bool{h, s}
+	}
+	if got := settled(a, image("mine", 7, cas), true); !slices.Equal(got, []bool{true, true}) {
+		t.Errorf("the copy's own row, nothing in flight: (holds, settled) = %v, want both", got)
+	}
+	if got := settled(a, image("mine", 7, cas), false); !slices.Equal(got, []bool{true, false}) {
+		t.Errorf("the copy's own row, second application: (holds, settled) = %v, want [true false]", got)
+	}
+	if got := settled(a, image("other", 7, cas), true); !slices.Equal(got, []bool{false, false}) {
+		t.Errorf("another row: (holds, settled) = %v, want neither", got)
+	}
+	before := a.settling.Load()
+	a.startFill()
+	if a.settling.Load() == before {
+		t.Error("a read that may fill a copy does not move settling")
+	}
+	if got := settled(a, image("mine", 7, cas), true); !slices.Equal(got, []bool{true, false}) {
+		t.Errorf("the copy's own row with a read in flight: (holds, settled) = %v, want [true false]", got)
+	}
+	a.filling.Add(-1)
 	// The other container on the table has no copy of the row: nothing to drop, unless a read may store one.
-	if !r.e.holdsRow(b, vk, image("mine", 7, cas), true) {
-		t.Error("a container with no copy of the row and nothing in flight does not let the change pass")
+	if got := settled(b, image("mine", 7, cas), true); !slices.Equal(got, []bool{true, true}) {
+		t.Errorf("a container with no copy of the row and nothing in flight: (holds, settled) = %v, want both", got)
 	}
 	b.filling.Add(1)
-	if r.e.holdsRow(b, vk, image("mine", 7, cas), true) {
+	if holds(b, image("mine", 7, cas), true) {
 		t.Error("a container with a read in flight lets a change pass: the read's older stamp would store the old row")
 	}
 	b.filling.Add(-1)
 	// Once invalidated, the copy does not hold, and a container whose copies a ttl bounds never does.
 	a.v.Wrote(vk)
-	if !r.e.holdsRow(a, vk, image("mine", 7, cas), true) {
+	if !holds(a, image("mine", 7, cas), true) {
 		t.Error("an invalid copy with nothing in flight: want it to pass (nothing to drop)")
 	}
 	a.CopyTTL = time.Minute
-	if r.e.holdsRow(a, vk, image("mine", 7, cas), true) {
+	if holds(a, image("mine", 7, cas), true) {
 		t.Error("a container with CopyTTL lets a change pass")
 	}
 }

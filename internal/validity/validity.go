@@ -185,7 +185,16 @@ type KeyWatch struct {
 	// is recorded instead). This is how a write keyway made itself, and cached as it wrote it, survives its own echo
 	// in the binlog. A copy that equals the row at a commit is exactly what a read after that commit returns; any
 	// later commit comes later in the binlog and is judged on its own image.
-	Holds func(key []byte, img RowImage, first bool) bool
+	//
+	// settled, on the first application, says the answer needs no second look unless Settling moves: nothing was
+	// in flight that could store a copy of the row older than the change (a read of the table, a write of the
+	// row), so only something that starts later can, and every such start moves Settling.
+	Holds func(key []byte, img RowImage, first bool) (holds, settled bool)
+	// Settling, required with Holds, counts the starts of whatever may store a copy of a row as it was before then
+	// (a read of the table that may fill a copy, a write that will store the row it leaves). The follower reads it
+	// before a change's first application; at the second, a settled answer stands while Settling has not moved,
+	// and Holds is not asked again (the second look costs a lookup per row, and most echoes need none).
+	Settling func() uint64
 }
 
 // RowImage is a row as the binlog images it after a change: Values in the table's column order, Columns giving
@@ -338,6 +347,9 @@ func (t *Table) WidenSlots(n int) {
 // WatchKey registers a column whose values key copies of the table (see KeyWatch). Registering the same column
 // twice keeps both: each normalizer's keys are invalidated; a numeric watch is kept once per column.
 func (t *Table) WatchKey(w KeyWatch) {
+	if w.Holds != nil && w.Settling == nil {
+		panic("validity: a KeyWatch with Holds needs Settling")
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if w.Numeric {
