@@ -159,6 +159,17 @@ type KVCase struct {
 	// Ratios divide medians: "set/insert" for a load; "get/select" and
 	// "get/memcached" for the fetch.
 	Ratios map[string]float64
+	// Commits, for a load, are what MariaDB committed for each target that writes the table.
+	Commits []KVCommits `json:",omitempty"`
+}
+
+// KVCommits is how one target's writes reached MariaDB's disk, per repetition (SHOW GLOBAL STATUS over the run):
+// rows per binlog commit (what the writer grouped into one transaction: 1 for an autocommit INSERT, a batch for
+// keyway's group commit and write-behind) and rows per InnoDB fsync (that, times what MariaDB's own group commit
+// grouped: how much each wait for the disk carried).
+type KVCommits struct {
+	Target                      string
+	RowsPerCommit, RowsPerFsync Series
 }
 
 // KVLatency is one target's latency percentiles in ms, per repetition.
@@ -172,6 +183,9 @@ type kvSample struct {
 	ops      float64 // ops/s
 	n        int     // operations
 	p50, p99 float64 // ms
+	// a load into the table: its rows, and MariaDB's binlog commits and InnoDB fsyncs over the run (0 otherwise)
+	rows            int
+	commits, fsyncs int64
 }
 
 // kvEnv is everything the targets reach: one MariaDB, one memcached, and the
@@ -303,6 +317,10 @@ func (e *kvEnv) alternate(ctx context.Context, phase string, c int, targets []st
 			kc.Latency[i].P99.Runs = append(kc.Latency[i].P99.Runs, s.p99)
 			fmt.Fprintf(e.o.Out, "rep %d/%d %-11s %10.0f ops/s  p50 %.3f ms  p99 %.3f ms  (%d ops)\n",
 				rep, e.o.Repetitions, t, s.ops, s.p50, s.p99, s.n)
+			if s.commits > 0 && s.fsyncs > 0 {
+				kc.addCommits(t, float64(s.rows)/float64(s.commits), float64(s.rows)/float64(s.fsyncs))
+				fmt.Fprintf(e.o.Out, "  %s: %d rows in %d commits, %d fsyncs\n", t, s.rows, s.commits, s.fsyncs)
+			}
 		}
 	}
 	for i := range kc.Results {
@@ -310,17 +328,80 @@ func (e *kvEnv) alternate(ctx context.Context, phase string, c int, targets []st
 		kc.Latency[i].P50.summarize()
 		kc.Latency[i].P99.summarize()
 	}
+	for i := range kc.Commits {
+		kc.Commits[i].RowsPerCommit.summarize()
+		kc.Commits[i].RowsPerFsync.summarize()
+	}
 	return kc, nil
 }
 
-// run measures target t once at concurrency c.
+// addCommits records one run of target's commit figures.
+func (kc *KVCase) addCommits(target string, rowsPerCommit, rowsPerFsync float64) {
+	i := slices.IndexFunc(kc.Commits, func(c KVCommits) bool { return c.Target == target })
+	if i < 0 {
+		kc.Commits = append(kc.Commits, KVCommits{Target: target})
+		i = len(kc.Commits) - 1
+	}
+	c := &kc.Commits[i]
+	c.RowsPerCommit.Runs = append(c.RowsPerCommit.Runs, rowsPerCommit)
+	c.RowsPerFsync.Runs = append(c.RowsPerFsync.Runs, rowsPerFsync)
+}
+
+// run measures target t once at concurrency c. A load into the table starts from an empty one and counts what
+// MariaDB committed for it (see KVCommits).
 func (e *kvEnv) run(ctx context.Context, t string, c int) (kvSample, error) {
 	switch t {
 	case insertTarget, kwSetTarget, kwAsyncTarget, kwAsyncLazyTarget:
-		if _, err := e.db.ExecContext(ctx, "TRUNCATE TABLE "+kvTable); err != nil {
-			return kvSample{}, fmt.Errorf("truncate: %w", err)
+	default:
+		return e.measure(ctx, t, c)
+	}
+	if _, err := e.db.ExecContext(ctx, "TRUNCATE TABLE "+kvTable); err != nil {
+		return kvSample{}, fmt.Errorf("truncate: %w", err)
+	}
+	before, err := e.commitCounters(ctx)
+	if err != nil {
+		return kvSample{}, err
+	}
+	s, err := e.measure(ctx, t, c)
+	if err != nil {
+		return s, err
+	}
+	after, err := e.commitCounters(ctx)
+	if err != nil {
+		return s, err
+	}
+	s.rows, s.commits, s.fsyncs = len(e.keys), after.commits-before.commits, after.fsyncs-before.fsyncs
+	return s, nil
+}
+
+// commitCounters are MariaDB's counts of binlog commits and of InnoDB fsyncs (SHOW GLOBAL STATUS).
+type commitCounters struct{ commits, fsyncs int64 }
+
+func (e *kvEnv) commitCounters(ctx context.Context) (commitCounters, error) {
+	var c commitCounters
+	rows, err := e.db.QueryContext(ctx, "SHOW GLOBAL STATUS WHERE Variable_name IN ('Binlog_commits', 'Innodb_data_fsyncs')")
+	if err != nil {
+		return c, fmt.Errorf("bench: commit counters: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var n int64
+		if err := rows.Scan(&name, &n); err != nil {
+			return c, fmt.Errorf("bench: commit counters: %w", err)
+		}
+		switch strings.ToLower(name) {
+		case "binlog_commits":
+			c.commits = n
+		case "innodb_data_fsyncs":
+			c.fsyncs = n
 		}
 	}
+	return c, rows.Err()
+}
+
+// measure runs target t once at concurrency c.
+func (e *kvEnv) measure(ctx context.Context, t string, c int) (kvSample, error) {
 	switch t {
 	case insertTarget:
 		stmt, err := e.db.PrepareContext(ctx, "INSERT INTO "+kvTable+" (c1, c2) VALUES (?, ?)")
@@ -619,7 +700,11 @@ func (r *KVReport) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "\n%s, concurrency %d:\n", c.Phase, c.Concurrency)
 		writeTable(w, c.Results, base, ratios(c.Results, base))
 		for _, l := range c.Latency {
-			fmt.Fprintf(w, "  %-11s p50 %7.3f ms  p99 %7.3f ms  (medians)\n", l.Target, l.P50.Median, l.P99.Median)
+			fmt.Fprintf(w, "  %-15s p50 %7.3f ms  p99 %7.3f ms  (medians)\n", l.Target, l.P50.Median, l.P99.Median)
+		}
+		for _, m := range c.Commits {
+			fmt.Fprintf(w, "  %-15s %6.1f rows per commit  %6.1f rows per fsync  (medians, MariaDB's counters)\n", m.Target,
+				m.RowsPerCommit.Median, m.RowsPerFsync.Median)
 		}
 	}
 	fmt.Fprintf(w, "\nratios of medians:\n")

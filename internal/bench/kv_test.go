@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -56,6 +57,20 @@ func TestRunKV(t *testing.T) {
 			}
 		}
 	}
+	// MariaDB's counters for each target that writes the table: one autocommit INSERT is one commit per row.
+	var committed []string
+	for _, m := range rep.Cases[0].Commits {
+		committed = append(committed, m.Target)
+		if m.RowsPerCommit.Median <= 0 || m.RowsPerFsync.Median <= 0 {
+			t.Errorf("%s: %+v, want rows per commit and per fsync", m.Target, m)
+		}
+		if m.Target == insertTarget && m.RowsPerCommit.Median != 1 {
+			t.Errorf("insert: %v rows per commit, want 1", m.RowsPerCommit.Median)
+		}
+	}
+	if want := []string{insertTarget, kwSetTarget, kwAsyncTarget, kwAsyncLazyTarget}; !slices.Equal(committed, want) {
+		t.Errorf("commit figures for %v, want %v", committed, want)
+	}
 	for _, k := range []string{"set/insert", "async/insert", "async-1s/insert", "async/memcached-set"} {
 		if rep.Cases[0].Ratios[k] <= 0 {
 			t.Errorf("load ratio %s missing: %v", k, rep.Cases[0].Ratios)
@@ -68,8 +83,9 @@ func TestRunKV(t *testing.T) {
 	}
 	var text bytes.Buffer
 	rep.WriteText(&text)
-	if !strings.Contains(text.String(), "keyway-get") || !strings.Contains(text.String(), "get/memcached") {
-		t.Errorf("text report lacks keyway-get or get/memcached:\n%s", text.String())
+	if !strings.Contains(text.String(), "keyway-get") || !strings.Contains(text.String(), "get/memcached") ||
+		!strings.Contains(text.String(), "rows per fsync") {
+		t.Errorf("text report lacks keyway-get, get/memcached or rows per fsync:\n%s", text.String())
 	}
 	if _, err := json.Marshal(rep); err != nil {
 		t.Errorf("JSON: %v", err)
