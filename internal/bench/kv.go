@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -161,6 +162,23 @@ type KVCase struct {
 	Ratios map[string]float64
 	// Commits, for a load, are what MariaDB committed for each target that writes the table.
 	Commits []KVCommits `json:",omitempty"`
+	// CPU is what each target's operations cost the processes that served and sent them.
+	CPU []KVCPU `json:",omitempty"`
+}
+
+// KVCPU is one target's CPU per operation by process (keyway, MariaDB, memcached, and the client: this process's
+// goroutines), per repetition, and the share of the machine's CPUs they kept busy together (0–1). The servers'
+// figures come in clock ticks of 10 ms, so a run of less than a second or so is coarse (see cpuMeter).
+type KVCPU struct {
+	Target    string
+	Processes []KVProcessCPU
+	Busy      Series
+}
+
+// KVProcessCPU is one process's CPU per operation, in µs.
+type KVProcessCPU struct {
+	Process     string
+	MicrosPerOp Series
 }
 
 // KVCommits is how one target's writes reached MariaDB's disk, per repetition (SHOW GLOBAL STATUS over the run):
@@ -186,6 +204,9 @@ type kvSample struct {
 	// a load into the table: its rows, and MariaDB's binlog commits and InnoDB fsyncs over the run (0 otherwise)
 	rows            int
 	commits, fsyncs int64
+	// CPU per operation by process, and the CPUs' busy share, over the drive (nil when not measured)
+	cpu  []procCPU
+	busy float64
 }
 
 // kvEnv is everything the targets reach: one MariaDB, one memcached, and the
@@ -198,6 +219,27 @@ type kvEnv struct {
 	mcAddr string
 	keys   []string
 	values [][]byte
+	// the servers' processes, metered during each run (see cpuMeter)
+	mariadb, memcached cpuProc
+}
+
+// procOf is a peer's process for the CPU meter, under name.
+func procOf(name string, p *peers.Process) cpuProc {
+	pid := -1 // never readable: the meter reports nothing
+	if p != nil && p.Cmd != nil && p.Cmd.Process != nil {
+		pid = p.Cmd.Process.Pid
+	}
+	return cpuProc{name: name, pid: pid}
+}
+
+// meteredDrive is drive with the CPU that procs and the client used over it (see cpuMeter).
+func (e *kvEnv) meteredDrive(ctx context.Context, c, n int, d time.Duration, procs []cpuProc, op func(i int) error) (kvSample, error) {
+	m := startCPU(procs...)
+	s, err := drive(ctx, c, n, d, op)
+	if err == nil {
+		s.cpu, s.busy, _ = m.stop(s.n, runtime.NumCPU())
+	}
+	return s, err
 }
 
 // RunKV runs the InnoDB-memcached seed experiment side by side: loading the
@@ -243,7 +285,7 @@ func RunKV(ctx context.Context, o KVOptions) (*KVReport, error) {
 	}
 	defer os.Remove(cfg)
 
-	e := &kvEnv{o: o, bin: bin, cfg: cfg, db: db, mcAddr: mc.Addr}
+	e := &kvEnv{o: o, bin: bin, cfg: cfg, db: db, mcAddr: mc.Addr, mariadb: procOf("mariadb", m.Process()), memcached: procOf("memcached", mc.Process())}
 	e.keys, e.values = kvPairs(o.Pairs, o.KeySize, o.ValueSize)
 	rep := &KVReport{Server: "MariaDB " + version, Pairs: o.Pairs, KeySize: o.KeySize, ValueSize: o.ValueSize, Duration: o.Duration}
 	fmt.Fprintf(o.Out, "kv bench: MariaDB %s at %s, memcached at %s; %d pairs of %d+%d bytes\n",
@@ -317,6 +359,11 @@ func (e *kvEnv) alternate(ctx context.Context, phase string, c int, targets []st
 			kc.Latency[i].P99.Runs = append(kc.Latency[i].P99.Runs, s.p99)
 			fmt.Fprintf(e.o.Out, "rep %d/%d %-11s %10.0f ops/s  p50 %.3f ms  p99 %.3f ms  (%d ops)\n",
 				rep, e.o.Repetitions, t, s.ops, s.p50, s.p99, s.n)
+			if s.cpu != nil {
+				kc.addCPU(t, s.cpu, s.busy)
+				fmt.Fprintf(e.o.Out, "  %s: CPU per op %s, %.0f%% of %d CPUs busy\n", t, cpuText(s.cpu, func(p procCPU) string { return p.Process }, func(p procCPU) float64 { return p.MicrosPerOp }),
+					100*s.busy, runtime.NumCPU())
+			}
 			if s.commits > 0 && s.fsyncs > 0 {
 				kc.addCommits(t, float64(s.rows)/float64(s.commits), float64(s.rows)/float64(s.fsyncs))
 				fmt.Fprintf(e.o.Out, "  %s: %d rows in %d commits, %d fsyncs\n", t, s.rows, s.commits, s.fsyncs)
@@ -332,7 +379,47 @@ func (e *kvEnv) alternate(ctx context.Context, phase string, c int, targets []st
 		kc.Commits[i].RowsPerCommit.summarize()
 		kc.Commits[i].RowsPerFsync.summarize()
 	}
+	for i := range kc.CPU {
+		for j := range kc.CPU[i].Processes {
+			kc.CPU[i].Processes[j].MicrosPerOp.summarize()
+		}
+		kc.CPU[i].Busy.summarize()
+	}
 	return kc, nil
+}
+
+// addCPU records one run of target's CPU figures.
+func (kc *KVCase) addCPU(target string, cpu []procCPU, busy float64) {
+	i := slices.IndexFunc(kc.CPU, func(c KVCPU) bool { return c.Target == target })
+	if i < 0 {
+		kc.CPU = append(kc.CPU, KVCPU{Target: target})
+		i = len(kc.CPU) - 1
+	}
+	c := &kc.CPU[i]
+	for _, p := range cpu {
+		j := slices.IndexFunc(c.Processes, func(q KVProcessCPU) bool { return q.Process == p.Process })
+		if j < 0 {
+			c.Processes = append(c.Processes, KVProcessCPU{Process: p.Process})
+			j = len(c.Processes) - 1
+		}
+		c.Processes[j].MicrosPerOp.Runs = append(c.Processes[j].MicrosPerOp.Runs, p.MicrosPerOp)
+	}
+	c.Busy.Runs = append(c.Busy.Runs, busy)
+}
+
+// cpuText prints processes' CPU per op ("keyway 15.8 µs + mariadb 3.5 µs + client 8.4 µs = 27.7 µs").
+func cpuText[P any](procs []P, name func(P) string, us func(P) float64) string {
+	var b strings.Builder
+	var total float64
+	for i, p := range procs {
+		if i > 0 {
+			b.WriteString(" + ")
+		}
+		fmt.Fprintf(&b, "%s %.1f µs", name(p), us(p))
+		total += us(p)
+	}
+	fmt.Fprintf(&b, " = %.1f µs", total)
+	return b.String()
 }
 
 // addCommits records one run of target's commit figures.
@@ -409,7 +496,7 @@ func (e *kvEnv) measure(ctx context.Context, t string, c int) (kvSample, error) 
 			return kvSample{}, err
 		}
 		defer stmt.Close()
-		s, err := drive(ctx, c, len(e.keys), 0, func(i int) error {
+		s, err := e.meteredDrive(ctx, c, len(e.keys), 0, []cpuProc{e.mariadb}, func(i int) error {
 			_, err := stmt.ExecContext(ctx, e.keys[i], e.values[i])
 			return err
 		})
@@ -435,7 +522,7 @@ func (e *kvEnv) measure(ctx context.Context, t string, c int) (kvSample, error) 
 		if err != nil {
 			return kvSample{}, err
 		}
-		s, err := drive(ctx, c, len(e.keys), 0, func(i int) error {
+		s, err := e.meteredDrive(ctx, c, len(e.keys), 0, []cpuProc{procOf("keyway", kw), e.mariadb}, func(i int) error {
 			return client.Set(&memcache.Item{Key: prefix + e.keys[i], Value: e.values[i]})
 		})
 		// Stopping writes what an async container still holds.
@@ -455,7 +542,7 @@ func (e *kvEnv) measure(ctx context.Context, t string, c int) (kvSample, error) 
 			return kvSample{}, err
 		}
 		defer stmt.Close()
-		return drive(ctx, c, 0, e.o.Duration, func(int) error {
+		return e.meteredDrive(ctx, c, 0, e.o.Duration, []cpuProc{e.mariadb}, func(int) error {
 			i := rand.IntN(len(e.keys))
 			var v []byte
 			if err := stmt.QueryRowContext(ctx, e.keys[i]).Scan(&v); err != nil {
@@ -475,7 +562,7 @@ func (e *kvEnv) measure(ctx context.Context, t string, c int) (kvSample, error) 
 		})
 		var s kvSample
 		if err == nil {
-			s, err = drive(ctx, c, 0, e.o.Duration, func(int) error {
+			s, err = e.meteredDrive(ctx, c, 0, e.o.Duration, []cpuProc{procOf("keyway", kw), e.mariadb}, func(int) error {
 				i := rand.IntN(len(e.keys))
 				it, err := client.Get("@@" + kvContainer + "." + e.keys[i])
 				if err != nil {
@@ -487,7 +574,7 @@ func (e *kvEnv) measure(ctx context.Context, t string, c int) (kvSample, error) 
 		return s, errors.Join(err, kw.Stop())
 	case kvMemcachedName:
 		client := e.memcacheClient(e.mcAddr, c)
-		return drive(ctx, c, 0, e.o.Duration, func(int) error {
+		return e.meteredDrive(ctx, c, 0, e.o.Duration, []cpuProc{e.memcached}, func(int) error {
 			i := rand.IntN(len(e.keys))
 			it, err := client.Get(e.keys[i])
 			if err != nil {
@@ -497,7 +584,7 @@ func (e *kvEnv) measure(ctx context.Context, t string, c int) (kvSample, error) 
 		})
 	case kvMemcachedSetTarget:
 		client := e.memcacheClient(e.mcAddr, c)
-		return drive(ctx, c, len(e.keys), 0, func(i int) error {
+		return e.meteredDrive(ctx, c, len(e.keys), 0, []cpuProc{e.memcached}, func(i int) error {
 			return client.Set(&memcache.Item{Key: e.keys[i], Value: e.values[i]})
 		})
 	}
@@ -701,6 +788,11 @@ func (r *KVReport) WriteText(w io.Writer) {
 		writeTable(w, c.Results, base, ratios(c.Results, base))
 		for _, l := range c.Latency {
 			fmt.Fprintf(w, "  %-15s p50 %7.3f ms  p99 %7.3f ms  (medians)\n", l.Target, l.P50.Median, l.P99.Median)
+		}
+		for _, m := range c.CPU {
+			fmt.Fprintf(w, "  %-15s CPU per op: %s, %.0f%% of the CPUs busy (medians)\n", m.Target,
+				cpuText(m.Processes, func(p KVProcessCPU) string { return p.Process }, func(p KVProcessCPU) float64 { return p.MicrosPerOp.Median }),
+				100*m.Busy.Median)
 		}
 		for _, m := range c.Commits {
 			fmt.Fprintf(w, "  %-15s %6.1f rows per commit  %6.1f rows per fsync  (medians, MariaDB's counters)\n", m.Target,

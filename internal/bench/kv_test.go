@@ -71,6 +71,29 @@ func TestRunKV(t *testing.T) {
 	if want := []string{insertTarget, kwSetTarget, kwAsyncTarget, kwAsyncLazyTarget}; !slices.Equal(committed, want) {
 		t.Errorf("commit figures for %v, want %v", committed, want)
 	}
+	// Every target's CPU per op, by the processes that served it and the client.
+	procs := map[string][]string{insertTarget: {"mariadb", clientProc}, selectTarget: {"mariadb", clientProc},
+		kvMemcachedSetTarget: {"memcached", clientProc}, kvMemcachedName: {"memcached", clientProc}}
+	for _, k := range []string{kwSetTarget, kwAsyncTarget, kwAsyncLazyTarget, kwGetTarget} {
+		procs[k] = []string{"keyway", "mariadb", clientProc}
+	}
+	for _, c := range rep.Cases {
+		if len(c.CPU) != len(c.Results) {
+			t.Errorf("%s: CPU figures for %d targets, want %d", c.Phase, len(c.CPU), len(c.Results))
+		}
+		for _, m := range c.CPU {
+			var names []string
+			for _, p := range m.Processes {
+				names = append(names, p.Process)
+				if len(p.MicrosPerOp.Runs) != 1 || p.MicrosPerOp.Median < 0 {
+					t.Errorf("%s %s %s: %+v", c.Phase, m.Target, p.Process, p.MicrosPerOp)
+				}
+			}
+			if !slices.Equal(names, procs[m.Target]) {
+				t.Errorf("%s %s: CPU of %v, want %v", c.Phase, m.Target, names, procs[m.Target])
+			}
+		}
+	}
 	for _, k := range []string{"set/insert", "async/insert", "async-1s/insert", "async/memcached-set"} {
 		if rep.Cases[0].Ratios[k] <= 0 {
 			t.Errorf("load ratio %s missing: %v", k, rep.Cases[0].Ratios)
@@ -84,7 +107,7 @@ func TestRunKV(t *testing.T) {
 	var text bytes.Buffer
 	rep.WriteText(&text)
 	if !strings.Contains(text.String(), "keyway-get") || !strings.Contains(text.String(), "get/memcached") ||
-		!strings.Contains(text.String(), "rows per fsync") {
+		!strings.Contains(text.String(), "rows per fsync") || !strings.Contains(text.String(), "CPU per op") {
 		t.Errorf("text report lacks keyway-get, get/memcached or rows per fsync:\n%s", text.String())
 	}
 	if _, err := json.Marshal(rep); err != nil {

@@ -1,0 +1,8 @@
+//go:build !unix
+
+package bench
+
+import "time"
+
+// selfCPU is not measured here.
+func selfCPU() (time.Duration, bool) { return 0, false }
