@@ -311,3 +311,44 @@ func TestDBOnlyWriteDropsTheCopy(t *testing.T) {
 	}
 	get("", false)
 }
+
+// TestMarksGrowWithCopies: as a container stores copies of more rows, its table keeps more per-key marks (a write
+// of one row drops every copy that shares its mark), four per item the store holds, within an eighth of the store's
+// memory limit; and a copy that was invalid stays invalid when they grow.
+func TestMarksGrowWithCopies(t *testing.T) {
+	for _, c := range []struct {
+		items, limit int64
+		want         int
+	}{
+		{10000, 64 << 20, 1 << 16},
+		{40000, 64 << 20, 1 << 18},
+		{1 << 20, 64 << 20, 1 << 20}, // capped: 8 MiB of marks for 64 MiB of items
+		{40000, 1 << 20, 1 << 14},
+	} {
+		if got := marksFor(c.items, c.limit); got != c.want {
+			t.Errorf("marksFor(%d items, %d bytes) = %d, want %d", c.items, c.limit, got, c.want)
+		}
+	}
+
+	r := newWriteThroughRig(t, map[string]string{"v": "VARCHAR(20)"})
+	c := r.t["v"]
+	if c.v.Slots() != validity.WideSlots {
+		t.Fatalf("a container's table starts with %d marks, want %d", c.v.Slots(), validity.WideSlots)
+	}
+	stale := rowKey(c, []byte("stale"))
+	stamp := c.v.Stamp()
+	c.v.Wrote(validityKey(c, stale)) // a write after the stamp: a copy stamped before it is invalid
+	for i := range 40000 {
+		sk := rowKey(c, fmt.Appendf(nil, "k%d", i))
+		if !r.e.cacheRow(c, sk, store.Item{Value: []byte("x")}, c.v.Stamp()) {
+			t.Fatalf("copy %d not stored", i)
+		}
+	}
+	// Last checked at 36,864 copies: 4 × 36,864 marks, rounded up to a power of two.
+	if got := c.v.Slots(); got != 1<<18 {
+		t.Errorf("after 40,000 copies the table keeps %d marks, want %d", got, 1<<18)
+	}
+	if c.v.KeyValid(validityKey(c, stale), stamp) {
+		t.Error("a copy stamped before a write of its key is valid again once the marks grew")
+	}
+}

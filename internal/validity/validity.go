@@ -100,7 +100,7 @@ const keySlots = 1024
 // WideSlots is how many a table keeps once a cache holds copies of many of its rows for a long time (WidenSlots): a
 // copy is dropped by any write of a key that shares its slot, so with n copies kept, each of the table's writes
 // drops about n/WideSlots copies it did not touch (10,000 rows: 15% at most, against nearly all with 1024
-// slots). 512 KiB, for the tables a container keeps copies of.
+// slots). 512 KiB, for the tables a container keeps copies of; a container widens them further as its copies grow.
 const WideSlots = 1 << 16
 
 // Table is the validity state of one table.
@@ -326,6 +326,9 @@ func keyHash(key []byte) uint32 {
 	}
 	return h
 }
+
+// Slots is how many per-key marks the table keeps.
+func (t *Table) Slots() int { return len(*t.slots.Load()) }
 
 // WidenSlots makes the table keep at least n per-key marks (n a power of two). Each new mark starts at the old mark
 // its keys had, so no copy becomes valid again; a reader still on the old slice sees the marks as they were when
