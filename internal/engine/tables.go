@@ -311,11 +311,11 @@ func (e *Engine) cacheRow(t *Container, sk []byte, item store.Item, stamp uint64
 	return stored && err == nil
 }
 
-// countCopy counts a copy stored under a key that had none. A copy is dropped by any write of a key that shares
-// its per-key mark (validity.Table.WidenSlots), so the marks must grow with the copies: every copiesPerCheck new
-// copies, the table gets slotsPerCopy marks per item the store holds now (a write then drops at most about
-// 1/slotsPerCopy copies it did not touch), within an eighth of the store's memory limit (8 bytes a mark). The
-// count never goes down (a cache whose keys come and go asks again), and the store's own count decides.
+// countCopy counts a copy stored under a key that had none. A copy is dropped by the second write of another key
+// that shares its slot (validity.Table.WidenSlots), so the slots must grow with the copies: every copiesPerCheck
+// new copies, the table gets slotsPerCopy slots per item the store holds now (a write then touches about
+// 1/slotsPerCopy copies of other keys), within an eighth of the store's memory limit (16 bytes a slot). The count
+// never goes down (a cache whose keys come and go asks again), and the store's own count decides.
 func (e *Engine) countCopy(t *Container) {
 	if t.copies.Add(1)%copiesPerCheck != 0 {
 		return
@@ -326,15 +326,15 @@ func (e *Engine) countCopy(t *Container) {
 	}
 }
 
-// marksFor is how many per-key marks a container's table keeps when the store holds items within limit bytes (see
+// marksFor is how many per-key slots a container's table keeps when the store holds items within limit bytes (see
 // countCopy): a power of two.
 func marksFor(items, limit int64) int {
-	return int(min(roundUpPow2(slotsPerCopy*items), roundDownPow2(limit/64)))
+	return int(min(roundUpPow2(slotsPerCopy*items), roundDownPow2(limit/8/16)))
 }
 
-// slotsPerCopy is how many per-key marks a container's table keeps per cached item (see countCopy). Measured with
-// 30,000 rows set through a container then read at random: with one mark per two rows (WideSlots), 22% of the
-// gets missed once and read the table; with many more marks, none did.
+// slotsPerCopy is how many per-key slots a container's table keeps per cached item (see countCopy). Measured with
+// 30,000 rows set through a container then read at random, when a slot remembered only its last write's tick: with
+// one slot per two rows (WideSlots), 22% of the gets missed once and read the table; with many more, none did.
 const slotsPerCopy = 4
 
 // copiesPerCheck is how often countCopy asks the store how many items it holds (a lock of each shard).

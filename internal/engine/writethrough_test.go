@@ -322,8 +322,8 @@ func TestMarksGrowWithCopies(t *testing.T) {
 	}{
 		{10000, 64 << 20, 1 << 16},
 		{40000, 64 << 20, 1 << 18},
-		{1 << 20, 64 << 20, 1 << 20}, // capped: 8 MiB of marks for 64 MiB of items
-		{40000, 1 << 20, 1 << 14},
+		{1 << 20, 64 << 20, 1 << 19}, // capped: 8 MiB of slots for 64 MiB of items
+		{40000, 1 << 20, 1 << 13},
 	} {
 		if got := marksFor(c.items, c.limit); got != c.want {
 			t.Errorf("marksFor(%d items, %d bytes) = %d, want %d", c.items, c.limit, got, c.want)
@@ -344,9 +344,9 @@ func TestMarksGrowWithCopies(t *testing.T) {
 			t.Fatalf("copy %d not stored", i)
 		}
 	}
-	// Last checked at 36,864 copies: 4 × 36,864 marks, rounded up to a power of two.
-	if got := c.v.Slots(); got != 1<<18 {
-		t.Errorf("after 40,000 copies the table keeps %d marks, want %d", got, 1<<18)
+	// Last checked at 36,864 copies: 4 × 36,864 slots, rounded up to a power of two, within the store's limit.
+	if got, want := c.v.Slots(), marksFor(36864, r.e.st.Stats().Limit); got != want || got <= validity.WideSlots {
+		t.Errorf("after 40,000 copies the table keeps %d slots, want %d (more than %d)", got, want, validity.WideSlots)
 	}
 	if c.v.KeyValid(validityKey(c, stale), stamp) {
 		t.Error("a copy stamped before a write of its key is valid again once the marks grew")

@@ -9,8 +9,10 @@
 //     database), so no statement pays for string folding.
 //   - Stamps. Each Table keeps a logical clock. Every invalidation takes the next tick and records it where it
 //     applies: on the key's slot for a write of a known key (keys hash onto a set of slots, widened for tables
-//     whose rows a cache keeps many copies of: WidenSlots; two keys sharing a slot only cost each other a
-//     discarded copy, never a stale one), on the table's rows mark for any
+//     whose rows a cache keeps many copies of: WidenSlots; a slot remembers which key its last write was, by a
+//     fingerprint, so a copy survives one write of another key sharing its slot, and a second such write, or a
+//     fingerprint that matches by chance, only costs a discarded copy, never a stale one), on the table's rows
+//     mark for any
 //     row write (what entries tagged by the whole table, such as range reads, check), and on the epoch for a
 //     write whose rows are not known, DDL, or a gap in the binlog (every copy goes). The rule every cache
 //     follows: take Stamp before asking the backend and keep it with the copy; store the copy, and later serve
@@ -93,14 +95,14 @@ func Resolve(db string, names []string) []TableID {
 	return out
 }
 
-// keySlots is how many per-key marks a table keeps at first: enough that concurrent fills of different keys rarely
-// share one, small enough (8 KiB) to keep for every table.
+// keySlots is how many per-key slots a table keeps at first: enough that concurrent fills of different keys rarely
+// share one, small enough (16 KiB) to keep for every table.
 const keySlots = 1024
 
 // WideSlots is how many a table keeps once a cache holds copies of many of its rows for a long time (WidenSlots): a
-// copy is dropped by any write of a key that shares its slot, so with n copies kept, each of the table's writes
-// drops about n/WideSlots copies it did not touch (10,000 rows: 15% at most, against nearly all with 1024
-// slots). 512 KiB, for the tables a container keeps copies of; a container widens them further as its copies grow.
+// copy is dropped by the second write of another key that shares its slot (keySlot), so with n copies kept, each
+// write of the table puts about n/WideSlots copies it did not touch one step closer to that. 1 MiB (16 bytes a
+// slot), for the tables a container keeps copies of; a container widens them further as its copies grow.
 const WideSlots = 1 << 16
 
 // Table is the validity state of one table.
@@ -112,11 +114,11 @@ type Table struct {
 	// single is the tick of the last write known by one key only (Wrote): column-keyed entries cannot tell
 	// whether it touched their row.
 	single atomic.Uint64
-	// slots are the ticks of the last write of a key in each slot, indexed by a hash of the key as the table
-	// compares keys.
+	// slots are the marks of the writes of the keys in each slot (keySlot), indexed by a hash of the key as the
+	// table compares keys.
 	// The slice only grows (WidenSlots), its length a power of two; a key's slot in a wider slice keeps the
-	// mark it had, since the new index is the old one with more bits of the same hash.
-	slots atomic.Pointer[[]atomic.Uint64]
+	// marks it had, since the new index is the old one with more bits of the same hash.
+	slots atomic.Pointer[[]keySlot]
 	// ticking orders invalidations: each takes its tick and records it before the next takes one, so WroteThrough
 	// sees every invalidation with an earlier tick. Readers never take it.
 	ticking sync.Mutex
@@ -222,7 +224,7 @@ func (t *Table) Stamp() uint64 { return t.clock.Load() }
 // KeyValid reports whether a copy of key stamped at stamp is still valid: no write of key (or of its slot), and
 // no invalidation of the whole table, came after it. key is as the table compares keys (normalized by the caller).
 func (t *Table) KeyValid(key []byte, stamp uint64) bool {
-	return t.slot(key).Load() <= stamp && t.epoch.Load() <= stamp
+	return t.slot(key).valid(stamp) && t.epoch.Load() <= stamp
 }
 
 // TableValid reports whether a copy that depends on any row of the table (a range read), stamped at stamp, is
@@ -235,7 +237,7 @@ func (t *Table) TableValid(stamp uint64) bool {
 // change reported that key (Changed), no write known by one key only came after it (Wrote), and no invalidation
 // of the whole table.
 func (t *Table) RowKeyValid(key []byte, stamp uint64) bool {
-	return t.slot(key).Load() <= stamp && t.single.Load() <= stamp && t.epoch.Load() <= stamp
+	return t.slot(key).valid(stamp) && t.single.Load() <= stamp && t.epoch.Load() <= stamp
 }
 
 // Wrote records a write of key by a writer that knows the row by that key only (a container's key): copies of it
@@ -265,7 +267,7 @@ func (t *Table) Changed(key []byte) {
 
 func (t *Table) changed(key []byte) uint64 {
 	tick := t.clock.Add(1)
-	raise(t.slot(key), tick)
+	t.slot(key).raise(tick)
 	raise(&t.rows, tick)
 	return tick
 }
@@ -312,19 +314,74 @@ func raise(m *atomic.Uint64, tick uint64) {
 	}
 }
 
-// slot is key's mark.
-func (t *Table) slot(key []byte) *atomic.Uint64 {
+// slot is key's slot, with key's fingerprint.
+func (t *Table) slot(key []byte) slotRef {
 	s := *t.slots.Load()
-	return &s[keyHash(key)&uint32(len(s)-1)]
+	h := keyHash(key)
+	return slotRef{&s[h&uint64(len(s)-1)], fingerprint(h)}
 }
 
-// keyHash is FNV-1a, inlined so a fill allocates nothing.
-func keyHash(key []byte) uint32 {
-	h := uint32(2166136261)
+// keyHash is FNV-1a 64, inlined so a fill allocates nothing: its low bits pick the slot, its top bits are the
+// fingerprint.
+func keyHash(key []byte) uint64 {
+	h := uint64(14695981039346656037)
 	for _, b := range key {
-		h = (h ^ uint32(b)) * 16777619
+		h = (h ^ uint64(b)) * 1099511628211
 	}
 	return h
+}
+
+// keySlot is the marks of the keys that share a slot: last, the tick of the slot's last write with the
+// fingerprint of its key, and before, the highest tick of every write before it. A copy of a key stamped at s is
+// valid while before ≤ s and the last write was of another key or is ≤ s: it outlives one write of another key
+// of its slot, not two. A fingerprint is not a key: two keys with the same one count as one, so a copy is then
+// dropped as if its own key had been written (never kept when it was).
+//
+// Writers take the table's ticking lock, in tick order, and move last into before before they replace last;
+// readers load last, then before, so whatever pair they see is a state the slot was in, or one that drops more.
+type keySlot struct {
+	last   atomic.Uint64 // tick<<fingerprintBits | fingerprint; 0 when none
+	before atomic.Uint64
+}
+
+// fingerprintBits of a key's hash tell keys of one slot apart; the tick takes the rest of last's bits.
+const (
+	fingerprintBits = 16
+	maxPackedTick   = 1<<(64-fingerprintBits) - 1
+)
+
+func fingerprint(h uint64) uint64 {
+	return max(h>>(64-fingerprintBits), 1) // 0 is no key: a last write recorded without one
+}
+
+// slotRef is a key's slot and fingerprint.
+type slotRef struct {
+	s  *keySlot
+	fp uint64
+}
+
+// valid reports whether a copy of the key stamped at stamp is still valid as far as the slot can tell.
+func (r slotRef) valid(stamp uint64) bool {
+	last := r.s.last.Load()
+	if last&(1<<fingerprintBits-1) == r.fp && last>>fingerprintBits > stamp {
+		return false
+	}
+	return r.s.before.Load() <= stamp
+}
+
+// raise records a write of the key at tick (the caller holds ticking). A tick past what last can hold goes to
+// before, where it drops every copy of the slot, as a write of each of its keys would.
+func (r slotRef) raise(tick uint64) {
+	last := r.s.last.Load()
+	if last&(1<<fingerprintBits-1) != r.fp {
+		raise(&r.s.before, last>>fingerprintBits)
+	}
+	if tick > maxPackedTick {
+		raise(&r.s.before, tick)
+		r.s.last.Store(0)
+		return
+	}
+	r.s.last.Store(tick<<fingerprintBits | r.fp)
 }
 
 // Slots is how many per-key marks the table keeps.
@@ -340,9 +397,11 @@ func (t *Table) WidenSlots(n int) {
 	if n <= len(old) {
 		return
 	}
-	wide := make([]atomic.Uint64, n)
+	wide := make([]keySlot, n)
 	for i := range wide {
-		wide[i].Store(old[i&(len(old)-1)].Load())
+		o := &old[i&(len(old)-1)]
+		wide[i].before.Store(o.before.Load())
+		wide[i].last.Store(o.last.Load())
 	}
 	t.slots.Store(&wide)
 }
@@ -484,7 +543,7 @@ func (r *Registry) Table(id TableID) *Table {
 	defer r.mu.Unlock()
 	if t = r.mu.tables[id]; t == nil {
 		t = &Table{id: id, reg: r}
-		slots := make([]atomic.Uint64, keySlots)
+		slots := make([]keySlot, keySlots)
 		t.slots.Store(&slots)
 		t.clock.Store(1)
 		t.epoch.Store(1)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -139,6 +140,7 @@ func TestWroteThroughSeesInvalidationsSinceItsStamp(t *testing.T) {
 	since = tbl.Stamp()
 	tbl.Wrote([]byte("another key")) // a different row (unless it shares the slot, which only costs a copy)
 	if _, unchanged := tbl.WroteThrough(key, since); !unchanged && tbl.slot([]byte("another key")) != tbl.slot(key) {
+		// (one write of another key never drops a copy: only one of the same slot and fingerprint can)
 		t.Error("a write of another row counted against this one")
 	}
 }
@@ -274,5 +276,70 @@ func TestWidenSlots(t *testing.T) {
 	}
 	if kept < 1800 {
 		t.Errorf("%d of 2000 copies survive 2000 writes of other keys with %d slots", kept, WideSlots)
+	}
+}
+
+// TestSlotSharing: keys that share a slot. A copy survives one write of another key of its slot (and any number of
+// writes of that one key), and is dropped by a write of a second other key, by a write of its own key, and by a
+// write of a key with its fingerprint; widening keeps what each slot knew; a tick too large to pack drops the slot.
+func TestSlotSharing(t *testing.T) {
+	tb := NewRegistry().Table(TableID{"s", "t"})
+	a := []byte("a")
+	var others [][]byte // keys of a's slot, each with another fingerprint
+	for i := 0; len(others) < 1; i++ {
+		k := []byte("k" + strconv.Itoa(i))
+		if r := tb.slot(k); r.s == tb.slot(a).s && r.fp != tb.slot(a).fp {
+			others = append(others, k)
+		}
+	}
+	b := others[0]
+
+	stamp := tb.Stamp()
+	tb.Wrote(b)
+	tb.Wrote(b)
+	if !tb.KeyValid(a, stamp) {
+		t.Fatal("writes of one other key of the slot dropped the copy")
+	}
+	if tb.KeyValid(b, stamp) {
+		t.Fatal("a write of b did not drop b's copy")
+	}
+	tb.WidenSlots(keySlots * 4)
+	if !tb.KeyValid(a, stamp) || tb.KeyValid(b, stamp) {
+		t.Fatal("widening changed what the slot knew")
+	}
+	// After widening a and c may no longer share a slot; find a key that does, with another fingerprint.
+	var c []byte
+	for i := 0; c == nil; i++ {
+		k := []byte("w" + strconv.Itoa(i))
+		if r := tb.slot(k); r.s == tb.slot(a).s && r.fp != tb.slot(a).fp && r.fp != tb.slot(b).fp {
+			c = k
+		}
+	}
+	tb.Wrote(c) // the second other key of a's slot since the stamp (b's write came with the slot it widened from)
+	if tb.KeyValid(a, stamp) {
+		t.Fatal("a second other key's write left the copy valid")
+	}
+
+	stamp = tb.Stamp()
+	tb.Wrote(a)
+	if tb.KeyValid(a, stamp) {
+		t.Fatal("a write of the key left its copy valid")
+	}
+
+	// A fingerprint shared by two keys counts them as one: the other's write drops the copy.
+	var s keySlot
+	mine, same := slotRef{&s, 7}, slotRef{&s, 7}
+	same.raise(10)
+	if mine.valid(9) {
+		t.Error("a write under the copy's fingerprint left it valid")
+	}
+	other := slotRef{&s, 8}
+	if !other.valid(9) {
+		t.Error("one write of another fingerprint dropped the copy")
+	}
+	// A tick too large to pack goes to before: every copy of the slot drops.
+	other.raise(maxPackedTick + 1)
+	if mine.valid(maxPackedTick) || other.valid(maxPackedTick) || !other.valid(maxPackedTick+1) {
+		t.Error("an unpackable tick did not drop every copy stamped before it")
 	}
 }
