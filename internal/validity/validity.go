@@ -12,9 +12,8 @@
 //     whose rows a cache keeps many copies of: WidenSlots; a slot remembers which key its last write was, by a
 //     fingerprint, so a copy survives one write of another key sharing its slot, and a second such write, or a
 //     fingerprint that matches by chance, only costs a discarded copy, never a stale one), on the table's rows
-//     mark for any
-//     row write (what entries tagged by the whole table, such as range reads, check), and on the epoch for a
-//     write whose rows are not known, DDL, or a gap in the binlog (every copy goes). The rule every cache
+//     mark for any row write (what entries tagged by the whole table, such as range reads, check), and on the
+//     epoch for a write whose rows are not known, DDL, or a gap in the binlog (every copy goes). The rule every cache
 //     follows: take Stamp before asking the backend and keep it with the copy; store the copy, and later serve
 //     it, only while KeyValid (or TableValid) says nothing was invalidated after that stamp. The store's check
 //     runs under the lock that guards the cache entry, so an invalidation can never slip between check and store.
@@ -332,7 +331,8 @@ func keyHash(key []byte) uint64 {
 }
 
 // keySlot is the marks of the keys that share a slot: last, the tick of the slot's last write with the
-// fingerprint of its key, and before, the highest tick of every write before it. A copy of a key stamped at s is
+// fingerprint of its key, and before, the highest tick of the earlier writes of other keys than that one (a key's
+// writes in a row keep only the latest in last). A copy of a key stamped at s is
 // valid while before ≤ s and the last write was of another key or is ≤ s: it outlives one write of another key
 // of its slot, not two. A fingerprint is not a key: two keys with the same one count as one, so a copy is then
 // dropped as if its own key had been written (never kept when it was).
