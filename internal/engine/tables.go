@@ -321,14 +321,14 @@ func (e *Engine) countCopy(t *Container) {
 		return
 	}
 	st := e.st.Stats()
-	if want := marksFor(st.CurrItems, st.Limit); want > t.v.Slots() {
+	if want := slotsFor(st.CurrItems, st.Limit); want > t.v.Slots() {
 		t.v.WidenSlots(want)
 	}
 }
 
-// marksFor is how many per-key slots a container's table keeps when the store holds items within limit bytes (see
+// slotsFor is how many per-key slots a container's table keeps when the store holds items within limit bytes (see
 // countCopy): a power of two.
-func marksFor(items, limit int64) int {
+func slotsFor(items, limit int64) int {
 	return int(min(roundUpPow2(slotsPerCopy*items), roundDownPow2(limit/8/16)))
 }
 

@@ -312,10 +312,10 @@ func TestDBOnlyWriteDropsTheCopy(t *testing.T) {
 	get("", false)
 }
 
-// TestMarksGrowWithCopies: as a container stores copies of more rows, its table keeps more per-key marks (a write
-// of one row drops every copy that shares its mark), four per item the store holds, within an eighth of the store's
-// memory limit; and a copy that was invalid stays invalid when they grow.
-func TestMarksGrowWithCopies(t *testing.T) {
+// TestSlotsGrowWithCopies: as a container stores copies of more rows, its table keeps more per-key slots (writes of
+// other keys of a copy's slot drop it), four per item the store holds, within an eighth of the store's memory
+// limit; and a copy that was invalid stays invalid when they grow.
+func TestSlotsGrowWithCopies(t *testing.T) {
 	for _, c := range []struct {
 		items, limit int64
 		want         int
@@ -325,15 +325,15 @@ func TestMarksGrowWithCopies(t *testing.T) {
 		{1 << 20, 64 << 20, 1 << 19}, // capped: 8 MiB of slots for 64 MiB of items
 		{40000, 1 << 20, 1 << 13},
 	} {
-		if got := marksFor(c.items, c.limit); got != c.want {
-			t.Errorf("marksFor(%d items, %d bytes) = %d, want %d", c.items, c.limit, got, c.want)
+		if got := slotsFor(c.items, c.limit); got != c.want {
+			t.Errorf("slotsFor(%d items, %d bytes) = %d, want %d", c.items, c.limit, got, c.want)
 		}
 	}
 
 	r := newWriteThroughRig(t, map[string]string{"v": "VARCHAR(20)"})
 	c := r.t["v"]
 	if c.v.Slots() != validity.WideSlots {
-		t.Fatalf("a container's table starts with %d marks, want %d", c.v.Slots(), validity.WideSlots)
+		t.Fatalf("a container's table starts with %d slots, want %d", c.v.Slots(), validity.WideSlots)
 	}
 	stale := rowKey(c, []byte("stale"))
 	stamp := c.v.Stamp()
@@ -345,10 +345,10 @@ func TestMarksGrowWithCopies(t *testing.T) {
 		}
 	}
 	// Last checked at 36,864 copies: 4 × 36,864 slots, rounded up to a power of two, within the store's limit.
-	if got, want := c.v.Slots(), marksFor(36864, r.e.st.Stats().Limit); got != want || got <= validity.WideSlots {
+	if got, want := c.v.Slots(), slotsFor(36864, r.e.st.Stats().Limit); got != want || got <= validity.WideSlots {
 		t.Errorf("after 40,000 copies the table keeps %d slots, want %d (more than %d)", got, want, validity.WideSlots)
 	}
 	if c.v.KeyValid(validityKey(c, stale), stamp) {
-		t.Error("a copy stamped before a write of its key is valid again once the marks grew")
+		t.Error("a copy stamped before a write of its key is valid again once the slots grew")
 	}
 }
