@@ -2,6 +2,7 @@ package bench
 
 import (
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,7 +29,7 @@ const clientProc = "client"
 
 // startCPU starts metering procs and the client.
 func startCPU(procs ...cpuProc) *cpuMeter {
-	m := &cpuMeter{procs: append(procs, cpuProc{name: clientProc}), ok: true}
+	m := &cpuMeter{procs: append(slices.Clip(procs), cpuProc{name: clientProc}), ok: true}
 	for _, p := range m.procs {
 		t, ok := cpuTime(p.pid)
 		m.ok = m.ok && ok

@@ -201,8 +201,7 @@ type kvSample struct {
 	ops      float64 // ops/s
 	n        int     // operations
 	p50, p99 float64 // ms
-	// a load into the table: its rows, and MariaDB's binlog commits and InnoDB fsyncs over the run (0 otherwise)
-	rows            int
+	// a load into the table (of every pair): MariaDB's binlog commits and InnoDB fsyncs over the run (0 otherwise)
 	commits, fsyncs int64
 	// CPU per operation by process, and the CPUs' busy share, over the drive (nil when not measured)
 	cpu  []procCPU
@@ -365,8 +364,9 @@ func (e *kvEnv) alternate(ctx context.Context, phase string, c int, targets []st
 					100*s.busy, runtime.NumCPU())
 			}
 			if s.commits > 0 && s.fsyncs > 0 {
-				kc.addCommits(t, float64(s.rows)/float64(s.commits), float64(s.rows)/float64(s.fsyncs))
-				fmt.Fprintf(e.o.Out, "  %s: %d rows in %d commits, %d fsyncs\n", t, s.rows, s.commits, s.fsyncs)
+				rows := len(e.keys)
+				kc.addCommits(t, float64(rows)/float64(s.commits), float64(rows)/float64(s.fsyncs))
+				fmt.Fprintf(e.o.Out, "  %s: %d rows in %d commits, %d fsyncs\n", t, rows, s.commits, s.fsyncs)
 			}
 		}
 	}
@@ -390,21 +390,22 @@ func (e *kvEnv) alternate(ctx context.Context, phase string, c int, targets []st
 
 // addCPU records one run of target's CPU figures.
 func (kc *KVCase) addCPU(target string, cpu []procCPU, busy float64) {
-	i := slices.IndexFunc(kc.CPU, func(c KVCPU) bool { return c.Target == target })
-	if i < 0 {
-		kc.CPU = append(kc.CPU, KVCPU{Target: target})
-		i = len(kc.CPU) - 1
-	}
-	c := &kc.CPU[i]
+	c := entry(&kc.CPU, func(c KVCPU) bool { return c.Target == target }, KVCPU{Target: target})
 	for _, p := range cpu {
-		j := slices.IndexFunc(c.Processes, func(q KVProcessCPU) bool { return q.Process == p.Process })
-		if j < 0 {
-			c.Processes = append(c.Processes, KVProcessCPU{Process: p.Process})
-			j = len(c.Processes) - 1
-		}
-		c.Processes[j].MicrosPerOp.Runs = append(c.Processes[j].MicrosPerOp.Runs, p.MicrosPerOp)
+		q := entry(&c.Processes, func(q KVProcessCPU) bool { return q.Process == p.Process }, KVProcessCPU{Process: p.Process})
+		q.MicrosPerOp.Runs = append(q.MicrosPerOp.Runs, p.MicrosPerOp)
 	}
 	c.Busy.Runs = append(c.Busy.Runs, busy)
+}
+
+// entry is the element of *list that is, appending fresh when none is.
+func entry[T any](list *[]T, is func(T) bool, fresh T) *T {
+	i := slices.IndexFunc(*list, is)
+	if i < 0 {
+		*list = append(*list, fresh)
+		i = len(*list) - 1
+	}
+	return &(*list)[i]
 }
 
 // cpuText prints processes' CPU per op ("keyway 15.8 µs + mariadb 3.5 µs + client 8.4 µs = 27.7 µs").
@@ -424,12 +425,7 @@ func cpuText[P any](procs []P, name func(P) string, us func(P) float64) string {
 
 // addCommits records one run of target's commit figures.
 func (kc *KVCase) addCommits(target string, rowsPerCommit, rowsPerFsync float64) {
-	i := slices.IndexFunc(kc.Commits, func(c KVCommits) bool { return c.Target == target })
-	if i < 0 {
-		kc.Commits = append(kc.Commits, KVCommits{Target: target})
-		i = len(kc.Commits) - 1
-	}
-	c := &kc.Commits[i]
+	c := entry(&kc.Commits, func(c KVCommits) bool { return c.Target == target }, KVCommits{Target: target})
 	c.RowsPerCommit.Runs = append(c.RowsPerCommit.Runs, rowsPerCommit)
 	c.RowsPerFsync.Runs = append(c.RowsPerFsync.Runs, rowsPerFsync)
 }
@@ -457,7 +453,7 @@ func (e *kvEnv) run(ctx context.Context, t string, c int) (kvSample, error) {
 	if err != nil {
 		return s, err
 	}
-	s.rows, s.commits, s.fsyncs = len(e.keys), after.commits-before.commits, after.fsyncs-before.fsyncs
+	s.commits, s.fsyncs = after.commits-before.commits, after.fsyncs-before.fsyncs
 	return s, nil
 }
 

@@ -39,6 +39,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strconv"
 	"strings"
 	"sync"
@@ -340,21 +341,11 @@ const slotsPerCopy = 4
 // copiesPerCheck is how often countCopy asks the store how many items it holds (a lock of each shard).
 const copiesPerCheck = 4096
 
-func roundUpPow2(n int64) int64 {
-	p := int64(1)
-	for p < n {
-		p <<= 1
-	}
-	return p
-}
+// roundUpPow2 is the least power of two ≥ n (1 for n ≤ 1).
+func roundUpPow2(n int64) int64 { return 1 << bits.Len64(uint64(max(n, 1)-1)) }
 
-func roundDownPow2(n int64) int64 {
-	p := int64(1)
-	for p*2 <= n {
-		p <<= 1
-	}
-	return p
-}
+// roundDownPow2 is the greatest power of two ≤ n (1 for n ≤ 1).
+func roundDownPow2(n int64) int64 { return 1 << max(bits.Len64(uint64(max(n, 1)))-1, 0) }
 
 // holdsRow reports whether this container can let a change of the row keyed vk (validityKey's form), imaged by img,
 // pass without invalidating the key (see validity.KeyWatch.Holds):
