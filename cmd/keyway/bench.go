@@ -136,6 +136,12 @@ func sqlFlags(fs *flag.FlagSet) suiteRun {
 	fs.IntVar(&o.Tables, "tables", 0, "`number` of sysbench tables, --tables (default 4)")
 	fs.IntVar(&o.TableSize, "table-size", 0, "sysbench --table-size, `rows` per table (default 10000)")
 	fs.BoolVar(&o.BackendTCP, "backend-tcp", false, "keyway reaches MariaDB over loopback TCP instead of its unix socket")
+	fs.Func("targets", "comma-separated `targets` to run, of direct, haproxy, keyway, kw-nocache (default all)", func(s string) error {
+		for _, f := range strings.Split(s, ",") {
+			o.Targets = append(o.Targets, strings.TrimSpace(f))
+		}
+		return nil
+	})
 	return suiteRun{func() (int, time.Duration) { return o.Plan() }, func(ctx context.Context, self string, out io.Writer, prog *bench.Progress) (report, error) {
 		o.KeywayBinary, o.Out, o.Progress = self, out, prog
 		return bench.RunSQL(ctx, *o)

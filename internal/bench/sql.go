@@ -235,6 +235,7 @@ func RunSQL(ctx context.Context, o SQLOptions) (*SQLReport, error) {
 // newSQLCase compares keyway with direct in results.
 func newSQLCase(workload string, threads int, results []Result) SQLCase {
 	c := SQLCase{Workload: workload, Threads: threads, Results: results}
+	c.RelayRatio = ratios(results, haproxyTarget)[ratioKey(nocacheTarget, haproxyTarget)]
 	var direct, keyway *Result
 	for i := range results {
 		switch results[i].Target {
@@ -258,7 +259,6 @@ func newSQLCase(workload string, threads int, results []Result) SQLCase {
 	if direct.P95 != nil && keyway.P95 != nil {
 		c.P95Added = keyway.P95.Median - direct.P95.Median
 	}
-	c.RelayRatio = ratios(results, haproxyTarget)[ratioKey(nocacheTarget, haproxyTarget)]
 	return c
 }
 

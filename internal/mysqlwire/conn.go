@@ -79,9 +79,15 @@ var (
 // buffer (see the package invariants).
 type Conn struct {
 	nc  net.Conn
-	br  *bufio.Reader
-	w   io.Writer // nc, or a test writer
+	br  *bufio.Reader // reads src (through connReader)
+	src io.Reader     // nc, or a test reader
+	w   io.Writer     // nc, or a test writer
 	seq uint8
+
+	// raw is nc when it is a socket with raw calls (sockio) and no TLS runs over it: where FlushBeforeReply can hold
+	// a request for the read that fetches its reply. held says the write buffer is such a request.
+	raw  *sockio.Conn
+	held bool
 
 	// rbuf is the reassembly buffer ReadPacket returns slices of.
 	rbuf []byte
@@ -110,12 +116,32 @@ type Conn struct {
 // calls (sockio), which the SQL door's relay, a read and a write per packet batch on each side, needs cheap.
 func NewConn(nc net.Conn) *Conn {
 	nc = sockio.Wrap(nc)
-	return &Conn{nc: nc, br: bufio.NewReaderSize(nc, bufSize), w: nc, wbuf: make([]byte, 0, bufSize)}
+	c := &Conn{nc: nc, src: nc, w: nc, wbuf: make([]byte, 0, bufSize)}
+	c.raw, _ = nc.(*sockio.Conn)
+	c.br = bufio.NewReaderSize(connReader{c}, bufSize)
+	return c
 }
 
 // NewConnRW builds a Conn over a plain reader and writer, for tests and fuzzing: deadlines and TLS are unavailable.
 func NewConnRW(r io.Reader, w io.Writer) *Conn {
-	return &Conn{br: bufio.NewReaderSize(r, bufSize), w: w, wbuf: make([]byte, 0, bufSize)}
+	c := &Conn{src: r, w: w, wbuf: make([]byte, 0, bufSize)}
+	c.br = bufio.NewReaderSize(connReader{c}, bufSize)
+	return c
+}
+
+// connReader is what a Conn's read buffer reads from: src, or, when a request is held (FlushBeforeReply), the
+// request's write and the read of its reply in one wait.
+type connReader struct{ c *Conn }
+
+func (r connReader) Read(p []byte) (int, error) {
+	c := r.c
+	if !c.held {
+		return c.src.Read(p)
+	}
+	c.held = false
+	_, n, err := c.raw.WriteThenRead(c.wbuf, p)
+	c.resetWrite()
+	return n, err
 }
 
 // NetConn returns the underlying connection (nil for NewConnRW).
@@ -167,8 +193,8 @@ func (c *Conn) upgradeTLS(cfg *tls.Config, server bool) error {
 	if err := tc.Handshake(); err != nil {
 		return fmt.Errorf("mysqlwire: TLS handshake: %w", err)
 	}
-	c.nc, c.w, c.TLS = tc, tc, true
-	c.br.Reset(tc)
+	c.nc, c.src, c.w, c.raw, c.TLS = tc, tc, tc, nil, true
+	c.br.Reset(connReader{c})
 	return nil
 }
 
@@ -298,20 +324,39 @@ func (c *Conn) WritePacket(p []byte) error {
 
 // Flush writes the buffered packets to the network.
 func (c *Conn) Flush() error {
+	c.held = false
 	if len(c.wbuf) == 0 {
 		return nil
 	}
 	_, err := c.w.Write(c.wbuf)
+	c.resetWrite()
+	return err
+}
+
+// FlushBeforeReply is Flush for a request whose reply the caller reads next, and nothing else before it: on a plain
+// socket the request is held until that read, which writes it and then waits for the reply without first trying a
+// read that would find nothing (sockio.Conn.WriteThenRead); a failed write is then that read's error. Anywhere else
+// (TLS, a test reader, bytes already buffered for reading) it is Flush. A Flush or Discard before the read ends the
+// hold as it would end buffering.
+func (c *Conn) FlushBeforeReply() error {
+	if c.raw == nil || len(c.wbuf) == 0 || c.br.Buffered() > 0 {
+		return c.Flush()
+	}
+	c.held = true
+	return nil
+}
+
+// resetWrite empties the write buffer after its bytes went out.
+func (c *Conn) resetWrite() {
 	if cap(c.wbuf) > 4*bufSize {
 		c.wbuf = make([]byte, 0, bufSize) // let a huge packet's buffer go
 	} else {
 		c.wbuf = c.wbuf[:0]
 	}
-	return err
 }
 
 // Discard drops buffered, unflushed packets (after an error, before writing an ERR instead).
-func (c *Conn) Discard() { c.wbuf = c.wbuf[:0] }
+func (c *Conn) Discard() { c.wbuf, c.held = c.wbuf[:0], false }
 
 // PeekHead returns the next packet's payload length and up to max of its leading payload bytes without consuming
 // the packet (the slice is c's read buffer, valid until the next read). It checks the sequence id.

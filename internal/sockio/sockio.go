@@ -12,11 +12,12 @@
 // alternating rounds). A raw system call does not enter that state; on a non-blocking socket it returns at once,
 // with data or EAGAIN, and on EAGAIN the goroutine parks in the poller as net.Conn's would.
 //
-// Who uses it: mysqlwire wraps every socket (the SQL door's clients and backends), backend dials every connection
-// to MySQL wrapped (the containers' pools, the binlog follower), and the memcache door's event loops read and write
-// with ReadNow and WriteNow, and wraps a connection that leaves its loop for MySQL's sake (leaveLoop). The memcache
-// door's connections served by a goroutine from the start (no event loops) are not wrapped: there a lone client's get
-// lost about 9 µs of latency to it (see memcache's accept loop).
+// Who uses it: mysqlwire wraps every socket (the SQL door's clients and backends, whose commands go out with the
+// read of their reply: WriteThenRead), backend dials every connection to MySQL wrapped (the containers' pools, the
+// binlog follower), and the memcache door's event loops read and write with ReadNow and WriteNow, and wraps a
+// connection that leaves its loop for MySQL's sake (leaveLoop). The memcache door's connections served by a goroutine
+// from the start (no event loops) are not wrapped: there a lone client's get lost about 9 µs of latency to it (see
+// memcache's accept loop).
 //
 // Invariants:
 //   - A wrapped connection behaves as the net.Conn it wraps: the same deadlines (the poller enforces them), the same
@@ -62,7 +63,11 @@ type op struct {
 	errno syscall.Errno
 	fn    func(fd uintptr) bool
 	peek  func(fd uintptr) // a pooled write's check (peekOnce), bound once like fn
-	b     [1]byte          // its scratch
+	// WriteThenRead's: its callback (bound once like fn), and its write's progress (rest is its request).
+	writeFirst func(fd uintptr) bool
+	wn         int
+	werrno     syscall.Errno
+	b          [1]byte // its scratch
 }
 
 // Wrap returns nc with raw-call reads and writes when it is a socket, or nc itself.

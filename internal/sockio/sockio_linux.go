@@ -64,10 +64,86 @@ func (c *Conn) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// WriteThenRead writes all of w, then reads into p what the peer sends after it: it is for a request whose reply
+// cannot come before the request is sent (a command to a MySQL server). Read tries once and finds nothing (EAGAIN)
+// before it waits in the poller, and right after a request that try always finds nothing: a read syscall per request
+// for nothing (the SQL door's relay made 3.5 reads per statement, 2 that found data). Here the write is made inside
+// the poller's read, after the poller forgot the readiness it had seen (its reset comes first), so the read can
+// wait first: whatever becomes readable after the write wakes it. What the peer sent before the write, nobody asked
+// for; a peer that closed the connection is found by the write (EPIPE) or by its answer to it (a reset, which wakes
+// the wait).
+//
+// nw is how much of w was written; on a failed write the read is not attempted and err is the write's. A write the
+// socket does not take whole at once is finished as Write does (waiting for room), then the read is an ordinary Read.
+func (c *Conn) WriteThenRead(w, p []byte) (nw, nr int, err error) {
+	if len(p) == 0 {
+		nw, err = c.Write(w)
+		return nw, 0, err
+	}
+	if c.pooled && c.readLast.Load() { // the pooled check is Write's
+		if nw, err = c.Write(w); err != nil {
+			return nw, 0, err
+		}
+		nr, err = c.Read(p)
+		return nw, nr, err
+	}
+	o := &c.rd
+	o.mu.Lock()
+	o.one[0] = w
+	o.rest, o.wn, o.werrno = o.one[:1], 0, 0
+	o.p, o.n, o.errno = p, 0, 0
+	err = c.raw.Read(o.writeFirst)
+	nw, werrno, left := o.wn, o.werrno, len(o.rest) > 0
+	nr, errno := o.n, o.errno
+	o.one[0], o.rest, o.p = nil, nil, nil // the buffers are the caller's
+	o.mu.Unlock()
+	switch {
+	case werrno != 0 && werrno != syscall.EAGAIN:
+		return nw, 0, c.sysError("write", werrno)
+	case left: // the socket's buffer was full: finish the write as Write does, then read as Read does
+		if err == nil {
+			var n int
+			n, err = c.Write(w[nw:])
+			nw += n
+		}
+		if err != nil {
+			return nw, 0, opError("write", err)
+		}
+		nr, err = c.Read(p)
+		return nw, nr, err
+	case err != nil:
+		return nw, 0, opError("read", err)
+	case errno != 0:
+		return nw, 0, c.sysError("read", errno)
+	case nr == 0:
+		return nw, 0, io.EOF
+	}
+	return nw, nr, nil
+}
+
+// writeFirst is WriteThenRead's callback: its first call writes the request (under the write op's lock, as Write
+// would) and, when it went out whole, reports false to wait for the reply; later calls read, as readOnce.
+func (c *Conn) writeFirst(fd uintptr) bool {
+	o := &c.rd
+	if len(o.rest) == 0 {
+		return o.readOnce(fd)
+	}
+	c.wr.mu.Lock()
+	n, errno := WriteNow(int(fd), &o.rest, &c.wr.iov)
+	c.wr.mu.Unlock()
+	o.wn += int(n)
+	if errno != 0 || len(o.rest) > 0 { // failed, or the socket is full: WriteThenRead takes it from there
+		o.werrno = errno
+		return true
+	}
+	return false
+}
+
 // bind sets the callbacks the poller calls, once per connection: a method value made per call would be an
 // allocation per read and write.
 func (c *Conn) bind() {
 	c.rd.fn, c.wr.fn = c.rd.readOnce, c.wr.writeOnce
+	c.rd.writeFirst = c.writeFirst
 	c.wr.peek = c.wr.peekOnce
 }
 

@@ -317,3 +317,114 @@ func TestPooledWriteChecksAfterIdle(t *testing.T) {
 		}
 	})
 }
+
+// WriteThenRead sends a request and returns the reply that follows it, on both networks: a peer that answers as
+// soon as the request lands (the reply may come before the read waits: the wait must still see it), a request too
+// big for the socket's buffer (the write finishes waiting for room, then the read), and no allocation per call.
+func TestWriteThenRead(t *testing.T) {
+	for _, network := range []string{"tcp", "unix"} {
+		t.Run(network, func(t *testing.T) {
+			w, peer := pair(t, network)
+			c, ok := w.(*Conn)
+			if !ok {
+				t.Skip("no raw calls on " + runtime.GOOS)
+			}
+			c.SetDeadline(time.Now().Add(10 * time.Second)) // a lost wake-up fails the test instead of hanging it
+			go func() {                                     // echoes each 8-byte request back, reversed, at once
+				req := make([]byte, 8)
+				for {
+					if _, err := io.ReadFull(peer, req); err != nil {
+						return
+					}
+					for i, j := 0, len(req)-1; i < j; i, j = i+1, j-1 {
+						req[i], req[j] = req[j], req[i]
+					}
+					if _, err := peer.Write(req); err != nil {
+						return
+					}
+				}
+			}()
+			req, reply := []byte("abcdefgh"), make([]byte, 8)
+			for i := range 2000 {
+				nw, nr, err := c.WriteThenRead(req, reply)
+				if err != nil || nw != len(req) || nr == 0 {
+					t.Fatalf("exchange %d: wrote %d, read %d, err %v", i, nw, nr, err)
+				}
+				if nr < len(reply) {
+					if _, err := io.ReadFull(c, reply[nr:]); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if string(reply) != "hgfedcba" {
+					t.Fatalf("exchange %d: reply %q", i, reply)
+				}
+			}
+			allocs := testing.AllocsPerRun(100, func() {
+				if _, _, err := c.WriteThenRead(req, reply); err != nil {
+					t.Fatal(err)
+				}
+			})
+			if allocs != 0 {
+				t.Fatalf("WriteThenRead allocated %.1f times", allocs)
+			}
+		})
+	}
+	t.Run("big request", func(t *testing.T) {
+		w, peer := pair(t, "tcp")
+		c, ok := w.(*Conn)
+		if !ok {
+			t.Skip("no raw calls on " + runtime.GOOS)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		big := bytes.Repeat([]byte("x"), 8<<20)
+		go func() {
+			got, _ := io.ReadAll(io.LimitReader(peer, int64(len(big))))
+			peer.Write([]byte{byte(len(got) >> 20)})
+		}()
+		reply := make([]byte, 1)
+		nw, nr, err := c.WriteThenRead(big, reply)
+		if err != nil || nw != len(big) || nr != 1 || reply[0] != 8 {
+			t.Fatalf("wrote %d of %d, read %d (%v), err %v", nw, len(big), nr, reply, err)
+		}
+	})
+}
+
+// A peer that closed the connection before the request fails WriteThenRead, without waiting for a reply that will not
+// come: on a unix socket the write fails, on TCP the peer's reset to the request ends the wait.
+func TestWriteThenReadClosedPeer(t *testing.T) {
+	for _, network := range []string{"tcp", "unix"} {
+		t.Run(network, func(t *testing.T) {
+			w, peer := pair(t, network)
+			c, ok := w.(*Conn)
+			if !ok {
+				t.Skip("no raw calls on " + runtime.GOOS)
+			}
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			peer.Close()
+			time.Sleep(50 * time.Millisecond) // the close has reached c's socket
+			_, _, err := c.WriteThenRead([]byte("request"), make([]byte, 8))
+			if err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("err %v, want the closed connection's", err)
+			}
+			var oe *net.OpError
+			if !errors.As(err, &oe) && err != io.EOF {
+				t.Fatalf("err %T %v, want a *net.OpError or io.EOF", err, err)
+			}
+		})
+	}
+	t.Run("deadline passed", func(t *testing.T) {
+		w, peer := pair(t, "tcp")
+		if _, ok := w.(*Conn); !ok {
+			t.Skip("no raw calls on " + runtime.GOOS)
+		}
+		w.SetDeadline(time.Now().Add(-time.Second))
+		nw, _, err := w.(*Conn).WriteThenRead([]byte("request"), make([]byte, 8))
+		if nw != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("wrote %d, err %v: want nothing written and the deadline's error", nw, err)
+		}
+		peer.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		if n, _ := peer.Read(make([]byte, 8)); n != 0 {
+			t.Fatalf("the peer received %d bytes", n)
+		}
+	})
+}

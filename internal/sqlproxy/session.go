@@ -402,16 +402,17 @@ func (ss *session) freshBackend(now time.Time) error {
 
 // send relays a command that has no reply.
 func (ss *session) send(p []byte) error {
-	return ss.writeCommand(p)
+	return ss.writeCommand(p, false)
 }
 
 // staleAfter is how long a backend connection may sit idle before a command checks that the server has not
 // dropped it (wait_timeout is at least a second, and a restart drops every connection).
 const staleAfter = time.Second
 
-// writeCommand sends command p to the backend as a new exchange (sequence 0).
-// A failure breaks the backend connection, tells the client, and ends the session.
-func (ss *session) writeCommand(p []byte) error {
+// writeCommand sends command p to the backend as a new exchange (sequence 0). With replyNext, the caller reads the
+// reply next and nothing else before it: the command goes out with that read (FlushBeforeReply), and a failure to
+// send it is the read's. A failure breaks the backend connection, tells the client, and ends the session.
+func (ss *session) writeCommand(p []byte, replyNext bool) error {
 	now := time.Now()
 	if err := ss.freshBackend(now); err != nil {
 		return err
@@ -420,7 +421,11 @@ func (ss *session) writeCommand(p []byte) error {
 	ss.beUsed = now
 	be.ResetSeq()
 	err := be.WritePacket(p)
-	if err == nil {
+	switch {
+	case err != nil:
+	case replyNext:
+		err = be.FlushBeforeReply()
+	default:
 		err = be.Flush()
 	}
 	if err != nil {
@@ -452,7 +457,7 @@ func (ss *session) exchange(p []byte, plan *Plan, relay func() (int64, bool, err
 		}
 		return 0, true, ss.c.Flush()
 	}
-	if err := ss.writeCommand(p); err != nil {
+	if err := ss.writeCommand(p, true); err != nil {
 		return 0, true, err
 	}
 	be := ss.be
