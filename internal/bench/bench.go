@@ -14,7 +14,10 @@
 //     2: every target, ...), so drift on the machine hits all targets alike.
 //   - Results are throughputs (and latency percentiles, where the load
 //     generator reports them) as the load generator reports them; ratios are
-//     taken between medians. Nothing here asserts a speed.
+//     taken between medians. Nothing here asserts a speed. Each run also
+//     meters the CPU its processes used per operation (the target's, the
+//     shared MariaDB's, the load generator's: cpuMeter), so that a ratio on
+//     shared CPUs can be read as what each side spent.
 //
 // Report gathers the suites' results (run now, or read back from their
 // --json) with the machine they ran on, and draws them as one self-contained
@@ -28,33 +31,53 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"runtime"
+	"slices"
+	"time"
 
 	"github.com/keywaydb/keyway/internal/peers"
 )
 
-// target is one server under test. start brings up a fresh instance and
-// returns its address and a stop function that also removes whatever the
-// instance owned (its data directory).
+// target is one server under test. start brings up a fresh instance.
 type target struct {
 	name  string
-	start func(ctx context.Context) (addr string, stop func() error, err error)
+	start func(ctx context.Context) (running, error)
+}
+
+// running is a started instance: its address, a stop function that also removes whatever the instance owned (its
+// data directory), and its processes, whose CPU is metered while the load runs.
+type running struct {
+	addr  string
+	stop  func() error
+	procs []cpuProc
 }
 
 // sample is what one run measured.
 type sample struct {
 	ops    float64 // throughput, ops/s as the load generator counts them
+	n      int64   // operations the load generator counted (0: unknown, taken as ops/s over the run's time)
 	p95    float64 // 95th-percentile latency in ms, if hasP95
 	hasP95 bool    // the load generator reports latency (sysbench does, memcaslap does not)
 	note   string  // a short note for the progress line
+	// CPU per operation by process, and the CPUs' busy share, over the run (nil when not measured)
+	cpu  []procCPU
+	busy float64
 }
 
 // loadFunc drives the server at addr for one run.
 type loadFunc func(ctx context.Context, addr string) (sample, error)
 
+// meter says whose CPU runTargets meters in each run besides the target's own processes: the load generator, a
+// command the load runs and waits for (see cpuMeter), and the servers every target reaches (one MariaDB).
+type meter struct {
+	client cpuProc
+	shared []cpuProc
+}
+
 // runTargets runs load reps times against every target, a fresh server per
 // run, alternating targets within each repetition. Result lines go to out;
 // prog (nil for none) shows scenario, round and target while each runs.
-func runTargets(ctx context.Context, targets []target, reps int, load loadFunc, out io.Writer, prog *Progress, scenario string) ([]Result, error) {
+func runTargets(ctx context.Context, targets []target, reps int, load loadFunc, m meter, out io.Writer, prog *Progress, scenario string) ([]Result, error) {
 	results := make([]Result, len(targets))
 	for i, t := range targets {
 		results[i].Target = t.name
@@ -65,13 +88,16 @@ func runTargets(ctx context.Context, targets []target, reps int, load loadFunc, 
 				return nil, err
 			}
 			prog.Start(scenario, rep, reps, t.name)
-			s, err := runOne(ctx, t, load, out)
+			s, err := runOne(ctx, t, load, m, out)
 			prog.Done()
 			if err != nil {
 				return nil, fmt.Errorf("bench: %s, repetition %d: %w", t.name, rep, err)
 			}
 			results[i].add(s)
 			fmt.Fprintf(out, "rep %d/%d %-14s %10.0f ops/s  %s\n", rep, reps, t.name, s.ops, s.note)
+			if s.cpu != nil {
+				fmt.Fprintf(out, "  %s: CPU per op %s\n", t.name, runCPUText(s.cpu, s.busy, runtime.NumCPU()))
+			}
 		}
 	}
 	for i := range results {
@@ -80,15 +106,24 @@ func runTargets(ctx context.Context, targets []target, reps int, load loadFunc, 
 	return results, nil
 }
 
-// runOne starts t, runs load against it and stops it. A failed stop after a
-// good run is reported on out but does not discard the measurement.
-func runOne(ctx context.Context, t target, load loadFunc, out io.Writer) (sample, error) {
-	addr, stop, err := t.start(ctx)
+// runOne starts t, runs load against it, metering the CPU m and t's processes use, and stops it. A failed stop
+// after a good run is reported on out but does not discard the measurement.
+func runOne(ctx context.Context, t target, load loadFunc, m meter, out io.Writer) (sample, error) {
+	r, err := t.start(ctx)
 	if err != nil {
 		return sample{}, fmt.Errorf("start: %w", err)
 	}
-	s, err := load(ctx, addr)
-	if serr := stop(); serr != nil {
+	cpu := startCPU(m.client, append(slices.Clip(r.procs), m.shared...)...)
+	began := time.Now()
+	s, err := load(ctx, r.addr)
+	if err == nil {
+		n := s.n
+		if n <= 0 {
+			n = int64(s.ops * time.Since(began).Seconds())
+		}
+		s.cpu, s.busy, _ = cpu.stop(int(n), runtime.NumCPU())
+	}
+	if serr := r.stop(); serr != nil {
 		if err != nil {
 			return sample{}, fmt.Errorf("%w (and stopping it: %v)", err, serr)
 		}

@@ -109,7 +109,7 @@ func TestMemcaslapAgainstMemcached(t *testing.T) {
 	}
 	defer ml.close()
 	var progress bytes.Buffer
-	results, err := runTargets(context.Background(), []target{memcachedStarter("64")}, 1, ml.run, &progress, nil, "memcache")
+	results, err := runTargets(context.Background(), []target{memcachedStarter("64")}, 1, ml.run, meter{client: loadGenerator("memcaslap")}, &progress, nil, "memcache")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,5 +119,15 @@ func TestMemcaslapAgainstMemcached(t *testing.T) {
 	}
 	if r := results[0]; r.Runs[0] <= 0 || r.Median != r.Runs[0] {
 		t.Fatalf("result = %+v, want a positive ops/s", r)
+	}
+	// The run's CPU per op: memcached's from /proc, memcaslap's as the child it was; both did work.
+	c := results[0].CPU
+	if c == nil || len(c.Processes) != 2 || c.Processes[0].Process != "memcached" || c.Processes[1].Process != "memcaslap" {
+		t.Fatalf("CPU = %+v, want memcached's and memcaslap's", c)
+	}
+	for _, p := range c.Processes {
+		if p.MicrosPerOp.Median <= 0 {
+			t.Errorf("%s: %.2f µs per op, want some", p.Process, p.MicrosPerOp.Median)
+		}
 	}
 }

@@ -231,12 +231,12 @@ func RunCache(ctx context.Context, o CacheOptions) (*CacheReport, error) {
 	byAddr := map[string]string{}
 	named := func(t target) target {
 		start := t.start
-		t.start = func(ctx context.Context) (string, func() error, error) {
-			addr, stop, err := start(ctx)
+		t.start = func(ctx context.Context) (running, error) {
+			r, err := start(ctx)
 			if err == nil {
-				byAddr[addr] = t.name
+				byAddr[r.addr] = t.name
 			}
-			return addr, stop, err
+			return r, err
 		}
 		return t
 	}
@@ -246,7 +246,8 @@ func RunCache(ctx context.Context, o CacheOptions) (*CacheReport, error) {
 		q = fmt.Sprintf("/*+ keyway cache ttl=%d */ %s", phpTTL, q)
 		c := PHPCase{Query: q, Loops: o.Loops, Hits: map[string][]int64{}}
 		record := func(addr string, hits int64) { c.Hits[byAddr[addr]] = append(c.Hits[byAddr[addr]], hits) }
-		results, err := runTargets(ctx, targets, o.Repetitions, phpLoop(php, q, o.Loops, record), o.Out, o.Progress, "cache php "+q)
+		results, err := runTargets(ctx, targets, o.Repetitions, phpLoop(php, q, o.Loops, record),
+			meter{client: loadGenerator("php"), shared: []cpuProc{procOf("mariadb", m.Process())}}, o.Out, o.Progress, "cache php "+q)
 		if err != nil {
 			return nil, err
 		}
@@ -439,21 +440,21 @@ func runPHP(ctx context.Context, timeout time.Duration, script string, args ...s
 // every read bypasses the cache, and the run would measure the relay.
 func freshStarter(t target) target {
 	start := t.start
-	t.start = func(ctx context.Context) (string, func() error, error) {
-		addr, stop, err := start(ctx)
+	t.start = func(ctx context.Context) (running, error) {
+		r, err := start(ctx)
 		if err != nil {
-			return "", nil, err
+			return running{}, err
 		}
-		db, err := sql.Open("mysql", sqlUser+":"+sqlPassword+"@tcp("+addr+")/"+sqlDatabase)
+		db, err := sql.Open("mysql", sqlUser+":"+sqlPassword+"@tcp("+r.addr+")/"+sqlDatabase)
 		if err == nil {
 			err = waitFresh(ctx, db)
 			db.Close()
 		}
 		if err != nil {
-			_ = stop()
-			return "", nil, err
+			_ = r.stop()
+			return running{}, err
 		}
-		return addr, stop, nil
+		return r, nil
 	}
 	return t
 }
@@ -549,18 +550,18 @@ func (r *restarter) keyway(ctx context.Context) ([]RestartSecond, error) {
 	}
 	defer os.RemoveAll(dir)
 	kw := keywaySQLStarter(warmTarget, r.bin, r.cfg, "--data-dir", dir)
-	addr, stop, err := freshStarter(kw).start(ctx)
+	first, err := freshStarter(kw).start(ctx)
 	if err != nil {
 		return nil, err
 	}
-	host, port, err := splitAddr(addr)
+	host, port, err := splitAddr(first.addr)
 	if err == nil {
 		_, err = runPHP(ctx, r.loopTimeout(), r.php, "warm", host, port, strconv.Itoa(r.o.Keys))
 	}
 	if err == nil {
-		r.entries, err = cacheFigure(ctx, addr, "sql_cache_entries")
+		r.entries, err = cacheFigure(ctx, first.addr, "sql_cache_entries")
 	}
-	if serr := stop(); err == nil && serr != nil {
+	if serr := first.stop(); err == nil && serr != nil {
 		err = fmt.Errorf("stopping keyway: %w", serr)
 	}
 	if err != nil {
@@ -568,12 +569,12 @@ func (r *restarter) keyway(ctx context.Context) ([]RestartSecond, error) {
 	}
 	// Counted from the moment the SQL door accepts: whatever keyway does before it vouches for its cache is in the
 	// figures.
-	addr, stop, err = kw.start(ctx)
+	again, err := kw.start(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("restart: %w", err)
 	}
-	defer stop()
-	if host, port, err = splitAddr(addr); err != nil {
+	defer again.stop()
+	if host, port, err = splitAddr(again.addr); err != nil {
 		return nil, err
 	}
 	out, err := runPHP(ctx, r.loopTimeout(), r.php, "sql", host, port, strconv.Itoa(r.o.Keys), strconv.Itoa(r.window()))
@@ -683,6 +684,7 @@ func (r *CacheReport) WriteText(w io.Writer) {
 		for _, c := range r.PHP {
 			fmt.Fprintf(w, "%s (%d×):\n", c.Query, c.Loops)
 			writeTable(w, c.Results, directTarget, c.Ratios)
+			writeCPU(w, c.Results)
 			fmt.Fprintf(w, "cached/direct: %.2f; keyway's cache hits per run: %v\n", c.Ratios[ratioKey(phpCachedTarget, directTarget)],
 				c.Hits[phpCachedTarget])
 			if hits := c.Hits[phpCachedTarget]; len(hits) > 0 && slices.Max(hits) == 0 {

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"os"
+	"os/exec"
 	"runtime"
 	"testing"
 	"time"
@@ -13,7 +14,7 @@ func TestCPUMeter(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("/proc is Linux's") // the bench runs on Linux; elsewhere it reports no CPU figures
 	}
-	m := startCPU(cpuProc{name: "server", pid: os.Getpid()})
+	m := startCPU(selfClient, cpuProc{name: "server", pid: os.Getpid()})
 	// Burn 200 ms of this process's CPU (not of the wall clock: the machine may be shared).
 	start, _ := selfCPU()
 	for x := 0; ; x++ {
@@ -39,10 +40,29 @@ func TestCPUMeter(t *testing.T) {
 	if busy <= 0 {
 		t.Errorf("busy %v, want a share of the CPUs", busy)
 	}
-	if _, ok := cpuTime(-1); ok {
+	if _, ok := cpuTime(cpuProc{pid: -1}); ok {
 		t.Error("a process that does not exist has a CPU time")
 	}
-	if _, _, ok := startCPU(cpuProc{name: "gone", pid: -1}).stop(10, 2); ok {
+	if _, _, ok := startCPU(selfClient, cpuProc{name: "gone", pid: -1}).stop(10, 2); ok {
 		t.Error("a meter with an unreadable process reports figures")
+	}
+}
+
+// TestCPUMeterLoadGenerator: a load generator's CPU is what the child this process ran used, once waited for.
+func TestCPUMeterLoadGenerator(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the bench meters CPU on Linux")
+	}
+	m := startCPU(loadGenerator("sh"))
+	// A shell that counts to 300,000: some tens of ms of CPU on any machine.
+	if out, err := exec.Command("sh", "-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done").CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	perOp, _, ok := m.stop(1, runtime.NumCPU())
+	if !ok || len(perOp) != 1 || perOp[0].Process != "sh" {
+		t.Fatalf("stop: %+v %v", perOp, ok)
+	}
+	if perOp[0].MicrosPerOp < 10_000 {
+		t.Errorf("sh: %.0f µs, want the tens of ms it counted for", perOp[0].MicrosPerOp)
 	}
 }

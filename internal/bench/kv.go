@@ -162,23 +162,6 @@ type KVCase struct {
 	Ratios map[string]float64
 	// Commits, for a load, are what MariaDB committed for each target that writes the table.
 	Commits []KVCommits `json:",omitempty"`
-	// CPU is what each target's operations cost the processes that served and sent them.
-	CPU []KVCPU `json:",omitempty"`
-}
-
-// KVCPU is one target's CPU per operation by process (keyway, MariaDB, memcached, and the client: this process's
-// goroutines), per repetition, and the share of the machine's CPUs they kept busy together (0–1). The servers'
-// figures come in clock ticks of 10 ms, so a run of less than a second or so is coarse (see cpuMeter).
-type KVCPU struct {
-	Target    string
-	Processes []KVProcessCPU
-	Busy      Series
-}
-
-// KVProcessCPU is one process's CPU per operation, in µs.
-type KVProcessCPU struct {
-	Process     string
-	MicrosPerOp Series
 }
 
 // KVCommits is how one target's writes reached MariaDB's disk, per repetition (SHOW GLOBAL STATUS over the run):
@@ -233,7 +216,7 @@ func procOf(name string, p *peers.Process) cpuProc {
 
 // meteredDrive is drive with the CPU that procs and the client used over it (see cpuMeter).
 func (e *kvEnv) meteredDrive(ctx context.Context, c, n int, d time.Duration, procs []cpuProc, op func(i int) error) (kvSample, error) {
-	m := startCPU(procs...)
+	m := startCPU(selfClient, procs...)
 	s, err := drive(ctx, c, n, d, op)
 	if err == nil {
 		s.cpu, s.busy, _ = m.stop(s.n, runtime.NumCPU())
@@ -353,15 +336,13 @@ func (e *kvEnv) alternate(ctx context.Context, phase string, c int, targets []st
 			if err != nil {
 				return kc, fmt.Errorf("bench: %s, concurrency %d, %s, repetition %d: %w", phase, c, t, rep, err)
 			}
-			kc.Results[i].add(sample{ops: s.ops})
+			kc.Results[i].add(sample{ops: s.ops, cpu: s.cpu, busy: s.busy})
 			kc.Latency[i].P50.Runs = append(kc.Latency[i].P50.Runs, s.p50)
 			kc.Latency[i].P99.Runs = append(kc.Latency[i].P99.Runs, s.p99)
 			fmt.Fprintf(e.o.Out, "rep %d/%d %-11s %10.0f ops/s  p50 %.3f ms  p99 %.3f ms  (%d ops)\n",
 				rep, e.o.Repetitions, t, s.ops, s.p50, s.p99, s.n)
 			if s.cpu != nil {
-				kc.addCPU(t, s.cpu, s.busy)
-				fmt.Fprintf(e.o.Out, "  %s: CPU per op %s, %.0f%% of %d CPUs busy\n", t, cpuText(s.cpu, func(p procCPU) string { return p.Process }, func(p procCPU) float64 { return p.MicrosPerOp }),
-					100*s.busy, runtime.NumCPU())
+				fmt.Fprintf(e.o.Out, "  %s: CPU per op %s\n", t, runCPUText(s.cpu, s.busy, runtime.NumCPU()))
 			}
 			if s.commits > 0 && s.fsyncs > 0 {
 				rows := len(e.keys)
@@ -379,48 +360,7 @@ func (e *kvEnv) alternate(ctx context.Context, phase string, c int, targets []st
 		kc.Commits[i].RowsPerCommit.summarize()
 		kc.Commits[i].RowsPerFsync.summarize()
 	}
-	for i := range kc.CPU {
-		for j := range kc.CPU[i].Processes {
-			kc.CPU[i].Processes[j].MicrosPerOp.summarize()
-		}
-		kc.CPU[i].Busy.summarize()
-	}
 	return kc, nil
-}
-
-// addCPU records one run of target's CPU figures.
-func (kc *KVCase) addCPU(target string, cpu []procCPU, busy float64) {
-	c := entry(&kc.CPU, func(c KVCPU) bool { return c.Target == target }, KVCPU{Target: target})
-	for _, p := range cpu {
-		q := entry(&c.Processes, func(q KVProcessCPU) bool { return q.Process == p.Process }, KVProcessCPU{Process: p.Process})
-		q.MicrosPerOp.Runs = append(q.MicrosPerOp.Runs, p.MicrosPerOp)
-	}
-	c.Busy.Runs = append(c.Busy.Runs, busy)
-}
-
-// entry is the element of *list that is, appending fresh when none is.
-func entry[T any](list *[]T, is func(T) bool, fresh T) *T {
-	i := slices.IndexFunc(*list, is)
-	if i < 0 {
-		*list = append(*list, fresh)
-		i = len(*list) - 1
-	}
-	return &(*list)[i]
-}
-
-// cpuText prints processes' CPU per op ("keyway 15.8 µs + mariadb 3.5 µs + client 8.4 µs = 27.7 µs").
-func cpuText[P any](procs []P, name func(P) string, us func(P) float64) string {
-	var b strings.Builder
-	var total float64
-	for i, p := range procs {
-		if i > 0 {
-			b.WriteString(" + ")
-		}
-		fmt.Fprintf(&b, "%s %.1f µs", name(p), us(p))
-		total += us(p)
-	}
-	fmt.Fprintf(&b, " = %.1f µs", total)
-	return b.String()
 }
 
 // addCommits records one run of target's commit figures.
@@ -785,11 +725,7 @@ func (r *KVReport) WriteText(w io.Writer) {
 		for _, l := range c.Latency {
 			fmt.Fprintf(w, "  %-15s p50 %7.3f ms  p99 %7.3f ms  (medians)\n", l.Target, l.P50.Median, l.P99.Median)
 		}
-		for _, m := range c.CPU {
-			fmt.Fprintf(w, "  %-15s CPU per op: %s, %.0f%% of the CPUs busy (medians)\n", m.Target,
-				cpuText(m.Processes, func(p KVProcessCPU) string { return p.Process }, func(p KVProcessCPU) float64 { return p.MicrosPerOp.Median }),
-				100*m.Busy.Median)
-		}
+		writeCPU(w, c.Results)
 		for _, m := range c.Commits {
 			fmt.Fprintf(w, "  %-15s %6.1f rows per commit  %6.1f rows per fsync  (medians, MariaDB's counters)\n", m.Target,
 				m.RowsPerCommit.Median, m.RowsPerFsync.Median)

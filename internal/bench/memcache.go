@@ -143,7 +143,7 @@ func RunMemcache(ctx context.Context, o MemcacheOptions) (*MemcacheReport, error
 		keywayStarter(keywaySync, bin, true, "-m", mb, "--durability", "sync"),
 	}
 	fmt.Fprintf(o.Out, "memcache bench: %s\n", ml.describe())
-	results, err := runTargets(ctx, targets, o.Repetitions, ml.run, o.Out, o.Progress,
+	results, err := runTargets(ctx, targets, o.Repetitions, ml.run, meter{client: loadGenerator("memcaslap")}, o.Out, o.Progress,
 		fmt.Sprintf("memcache, concurrency %d", o.Concurrency))
 	if err != nil {
 		return nil, err
@@ -163,6 +163,7 @@ func (r *MemcacheReport) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "load: %s\n", r.Load)
 	}
 	writeTable(w, r.Results, memcachedTarget, r.Ratios)
+	writeCPU(w, r.Results)
 }
 
 // memcachedStarter starts a real memcached with -m mb (and its default
@@ -170,12 +171,12 @@ func (r *MemcacheReport) WriteText(w io.Writer) {
 func memcachedStarter(mb string) target {
 	return target{
 		name: memcachedTarget,
-		start: func(ctx context.Context) (string, func() error, error) {
+		start: func(ctx context.Context) (running, error) {
 			m, err := peers.StartMemcached(ctx, "-m", mb)
 			if err != nil {
-				return "", nil, err
+				return running{}, err
 			}
-			return m.Addr, m.Stop, nil
+			return running{m.Addr, m.Stop, []cpuProc{procOf("memcached", m.Process())}}, nil
 		},
 	}
 }
@@ -185,13 +186,13 @@ func memcachedStarter(mb string) target {
 func keywayStarter(name, bin string, persistent bool, args ...string) target {
 	return target{
 		name: name,
-		start: func(ctx context.Context) (string, func() error, error) {
+		start: func(ctx context.Context) (running, error) {
 			argv := slices.Clone(args)
 			var dataDir string
 			if persistent {
 				var err error
 				if dataDir, err = os.MkdirTemp("", "keyway-bench-"); err != nil {
-					return "", nil, fmt.Errorf("make data dir: %w", err)
+					return running{}, fmt.Errorf("make data dir: %w", err)
 				}
 				argv = append(argv, "--data-dir", dataDir)
 			}
@@ -200,7 +201,7 @@ func keywayStarter(name, bin string, persistent bool, args ...string) target {
 				if dataDir != "" {
 					_ = os.RemoveAll(dataDir)
 				}
-				return "", nil, err
+				return running{}, err
 			}
 			stop := func() error {
 				err := p.Stop()
@@ -209,7 +210,7 @@ func keywayStarter(name, bin string, persistent bool, args ...string) target {
 				}
 				return err
 			}
-			return p.Addr, stop, nil
+			return running{p.Addr, stop, []cpuProc{procOf("keyway", p)}}, nil
 		},
 	}
 }
@@ -300,7 +301,7 @@ func (m *memcaslap) run(ctx context.Context, addr string) (sample, error) {
 		return sample{}, fmt.Errorf("memcaslap %s: %w\n%s", strings.Join(argv, " "), err, tail(out))
 	}
 	note := fmt.Sprintf("(ops %d in %.1fs; gets %d, sets %d, get misses %d)", s.ops, s.seconds, s.gets, s.sets, s.getMisses)
-	return sample{ops: s.tps, note: note}, nil
+	return sample{ops: s.tps, n: s.ops, note: note}, nil
 }
 
 // memcaslapSummary is what parseMemcaslap extracts from memcaslap's final

@@ -37,6 +37,8 @@ type Result struct {
 	// P95 is the 95th-percentile latency in ms per repetition, where the load generator reports one (sysbench);
 	// nil otherwise (memcaslap).
 	P95 *Series `json:",omitempty"`
+	// CPU is what the runs cost the processes that served and sent them, where measured.
+	CPU *CPU `json:",omitempty"`
 }
 
 // add records one run.
@@ -48,11 +50,20 @@ func (r *Result) add(s sample) {
 		}
 		r.P95.Runs = append(r.P95.Runs, s.p95)
 	}
+	if s.cpu != nil {
+		if r.CPU == nil {
+			r.CPU = &CPU{}
+		}
+		r.CPU.add(s.cpu, s.busy)
+	}
 }
 
 // summarize fills Min, Median and Max of every series.
 func (r *Result) summarize() {
 	r.Series.summarize()
+	if r.CPU != nil {
+		r.CPU.summarize()
+	}
 	if r.P95 != nil {
 		r.P95.summarize()
 	}
@@ -102,6 +113,19 @@ func writeTable(w io.Writer, results []Result, baseline string, rs map[string]fl
 		}
 		fmt.Fprintf(w, "%-*s  %4d  %12s  %12s  %12s  %s\n", width, r.Target, len(r.Runs),
 			formatOps(r.Min), formatOps(r.Median), formatOps(r.Max), ratio)
+	}
+}
+
+// writeCPU prints the CPU figures of the results that have them (medians).
+func writeCPU(w io.Writer, results []Result) {
+	width := 0
+	for _, r := range results {
+		width = max(width, len(r.Target))
+	}
+	for _, r := range results {
+		if r.CPU != nil {
+			fmt.Fprintf(w, "  %-*s  CPU per op: %s (medians)\n", width, r.Target, r.CPU.text())
+		}
 	}
 }
 

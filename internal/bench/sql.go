@@ -221,7 +221,8 @@ func RunSQL(ctx context.Context, o SQLOptions) (*SQLReport, error) {
 	for _, w := range o.Workloads {
 		for _, n := range o.Threads {
 			fmt.Fprintf(o.Out, "%s, %d threads:\n", w, n)
-			results, err := runTargets(ctx, targets, o.Repetitions, sb.load(w, n), o.Out, o.Progress,
+			results, err := runTargets(ctx, targets, o.Repetitions, sb.load(w, n),
+				meter{client: loadGenerator("sysbench"), shared: []cpuProc{procOf("mariadb", m.Process())}}, o.Out, o.Progress,
 				fmt.Sprintf("sql %s, %d threads", w, n))
 			if err != nil {
 				return nil, fmt.Errorf("%s, %d threads: %w", w, n, err)
@@ -300,6 +301,7 @@ func (r *SQLReport) WriteText(w io.Writer) {
 		if c.RelayRatio > 0 {
 			fmt.Fprintf(w, "%-*s  %7d  kw-nocache/haproxy (relay vs relay): %.2f\n", ww, c.Workload, c.Threads, c.RelayRatio)
 		}
+		writeCPU(w, c.Results)
 	}
 }
 
@@ -329,8 +331,8 @@ func startMariaDB(ctx context.Context) (*peers.MariaDB, string, error) {
 func directStarter(addr string) target {
 	return target{
 		name: directTarget,
-		start: func(context.Context) (string, func() error, error) {
-			return addr, func() error { return nil }, nil
+		start: func(context.Context) (running, error) {
+			return running{addr: addr, stop: func() error { return nil }}, nil
 		},
 	}
 }
@@ -340,12 +342,12 @@ func directStarter(addr string) target {
 func haproxyStarter(backend string) target {
 	return target{
 		name: haproxyTarget,
-		start: func(ctx context.Context) (string, func() error, error) {
+		start: func(ctx context.Context) (running, error) {
 			h, err := peers.StartHAProxy(ctx, backend, 0)
 			if err != nil {
-				return "", nil, err
+				return running{}, err
 			}
-			return h.Addr, h.Stop, nil
+			return running{h.Addr, h.Stop, []cpuProc{procOf("haproxy", h.Process())}}, nil
 		},
 	}
 }
@@ -399,12 +401,12 @@ const sqlStartTimeout = 30 * time.Second
 func keywaySQLStarter(name, bin, cfg string, extra ...string) target {
 	return target{
 		name: name,
-		start: func(ctx context.Context) (string, func() error, error) {
+		start: func(ctx context.Context) (running, error) {
 			var lastErr error
 			for attempt := 0; attempt < 3; attempt++ {
 				port, err := peers.FreePort()
 				if err != nil {
-					return "", nil, err
+					return running{}, err
 				}
 				addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 				p, err := peers.StartKeywayBinary(ctx, bin, append([]string{"--config", cfg, "--sql-listen", addr}, extra...)...)
@@ -413,7 +415,7 @@ func keywaySQLStarter(name, bin, cfg string, extra ...string) target {
 					if strings.Contains(strings.ToLower(err.Error()), "address already in use") && ctx.Err() == nil {
 						continue
 					}
-					return "", nil, err
+					return running{}, err
 				}
 				if err := waitForSQL(ctx, p, addr); err != nil {
 					_ = p.Kill()
@@ -421,11 +423,11 @@ func keywaySQLStarter(name, bin, cfg string, extra ...string) target {
 					if strings.Contains(strings.ToLower(p.Output()), "address already in use") && ctx.Err() == nil {
 						continue
 					}
-					return "", nil, lastErr
+					return running{}, lastErr
 				}
-				return addr, p.Stop, nil
+				return running{addr, p.Stop, []cpuProc{procOf("keyway", p)}}, nil
 			}
-			return "", nil, lastErr
+			return running{}, lastErr
 		},
 	}
 }
@@ -538,7 +540,7 @@ func (s *sysbench) load(workload string, threads int) loadFunc {
 		}
 		note := fmt.Sprintf("(p95 %.2f ms; %d queries in %.1fs; ignored errors %d, reconnects %d)",
 			sum.P95, sum.Queries, sum.Seconds, sum.IgnoredErrors, sum.Reconnects)
-		return sample{ops: sum.QPS, p95: sum.P95, hasP95: true, note: note}, nil
+		return sample{ops: sum.QPS, n: sum.Queries, p95: sum.P95, hasP95: true, note: note}, nil
 	}
 }
 

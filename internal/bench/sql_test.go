@@ -161,7 +161,8 @@ func TestSysbenchDirect(t *testing.T) {
 		t.Fatal(err)
 	}
 	var progress bytes.Buffer
-	results, err := runTargets(ctx, []target{directStarter(m.Addr)}, 1, sb.load("oltp_point_select", 1), &progress, nil, "sql")
+	results, err := runTargets(ctx, []target{directStarter(m.Addr)}, 1, sb.load("oltp_point_select", 1),
+		meter{client: loadGenerator("sysbench"), shared: []cpuProc{procOf("mariadb", m.Process())}}, &progress, nil, "sql")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,6 +176,12 @@ func TestSysbenchDirect(t *testing.T) {
 	}
 	if r.P95 == nil || len(r.P95.Runs) != 1 || r.P95.Runs[0] <= 0 {
 		t.Fatalf("p95 = %+v, want one positive latency", r.P95)
+	}
+	// The run's CPU per query: MariaDB's from /proc (the direct target has no process of its own), sysbench's as
+	// the child it was.
+	if r.CPU == nil || len(r.CPU.Processes) != 2 || r.CPU.Processes[0].Process != "mariadb" || r.CPU.Processes[1].Process != "sysbench" ||
+		r.CPU.Processes[1].MicrosPerOp.Median <= 0 {
+		t.Fatalf("CPU = %+v, want MariaDB's and sysbench's", r.CPU)
 	}
 	c := newSQLCase("oltp_point_select", 1, results)
 	if c.Ratio != 0 {

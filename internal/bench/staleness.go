@@ -90,12 +90,12 @@ func RunStaleness(ctx context.Context, o StalenessOptions) (*StalenessReport, er
 		return nil, err
 	}
 	defer os.Remove(cfg)
-	addr, stop, err := keywaySQLStarter(keywayTarget, bin, cfg).start(ctx)
+	kw, err := keywaySQLStarter(keywayTarget, bin, cfg).start(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer stop()
-	through, err := sql.Open("mysql", sqlUser+":"+sqlPassword+"@tcp("+addr+")/"+sqlDatabase)
+	defer kw.stop()
+	through, err := sql.Open("mysql", sqlUser+":"+sqlPassword+"@tcp("+kw.addr+")/"+sqlDatabase)
 	if err != nil {
 		return nil, err
 	}
