@@ -76,9 +76,11 @@ func (c *Conn) Write(p []byte) (int, error) {
 // nw is how much of w was written; on a failed write the read is not attempted and err is the write's. A write the
 // socket does not take whole at once is finished as Write does (waiting for room), then the read is an ordinary Read.
 func (c *Conn) WriteThenRead(w, p []byte) (nw, nr int, err error) {
-	if len(p) == 0 {
-		nw, err = c.Write(w)
-		return nw, 0, err
+	if len(p) == 0 || len(w) == 0 { // nothing to read, or no request: a read must try first
+		if nw, err = c.Write(w); err == nil && len(p) > 0 {
+			nr, err = c.Read(p)
+		}
+		return nw, nr, err
 	}
 	if c.pooled && c.readLast.Load() { // the pooled check is Write's
 		if nw, err = c.Write(w); err != nil {
@@ -117,6 +119,9 @@ func (c *Conn) WriteThenRead(w, p []byte) (nw, nr int, err error) {
 		return nw, 0, c.sysError("read", errno)
 	case nr == 0:
 		return nw, 0, io.EOF
+	}
+	if c.pooled {
+		c.readLast.Store(true)
 	}
 	return nw, nr, nil
 }

@@ -271,6 +271,27 @@ func TestPooledWriteChecksAfterIdle(t *testing.T) {
 			request(t, c, peer)
 		}
 	})
+	t.Run("after WriteThenRead", func(t *testing.T) { // its read counts as Read's: the next write checks
+		c, peer := pairWrapped(t, "tcp", WrapPooled)
+		if _, ok := c.(*Conn); !ok {
+			t.Skip("no raw calls on " + runtime.GOOS)
+		}
+		go func() {
+			buf := make([]byte, 4)
+			if _, err := io.ReadFull(peer, buf); err == nil {
+				peer.Write([]byte("pong"))
+			}
+			peer.Close()
+		}()
+		reply := make([]byte, 4)
+		if _, _, err := c.(*Conn).WriteThenRead([]byte("ping"), reply); err != nil {
+			t.Fatal(err)
+		}
+		waitReadable(t, c)
+		if _, err := c.Write([]byte("ping")); !errors.Is(err, ErrClosedWhileIdle) {
+			t.Fatalf("write after the peer closed: %v; want ErrClosedWhileIdle", err)
+		}
+	})
 	t.Run("closed", func(t *testing.T) {
 		c, peer := pairWrapped(t, "tcp", WrapPooled)
 		if _, ok := c.(*Conn); !ok {
