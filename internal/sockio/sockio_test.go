@@ -339,19 +339,27 @@ func TestPooledWriteChecksAfterIdle(t *testing.T) {
 	})
 }
 
+// rawPair is pair's wrapped end as a *Conn, with a deadline that fails a test whose wait was lost instead of hanging
+// it; it skips where there are no raw calls.
+func rawPair(t *testing.T, network string) (*Conn, net.Conn) {
+	t.Helper()
+	w, peer := pair(t, network)
+	c, ok := w.(*Conn)
+	if !ok {
+		t.Skip("no raw calls on " + runtime.GOOS)
+	}
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	return c, peer
+}
+
 // WriteThenRead sends a request and returns the reply that follows it, on both networks: a peer that answers as
 // soon as the request lands (the reply may come before the read waits: the wait must still see it), a request too
 // big for the socket's buffer (the write finishes waiting for room, then the read), and no allocation per call.
 func TestWriteThenRead(t *testing.T) {
 	for _, network := range []string{"tcp", "unix"} {
 		t.Run(network, func(t *testing.T) {
-			w, peer := pair(t, network)
-			c, ok := w.(*Conn)
-			if !ok {
-				t.Skip("no raw calls on " + runtime.GOOS)
-			}
-			c.SetDeadline(time.Now().Add(10 * time.Second)) // a lost wake-up fails the test instead of hanging it
-			go func() {                                     // echoes each 8-byte request back, reversed, at once
+			c, peer := rawPair(t, network)
+			go func() { // echoes each 8-byte request back, reversed, at once
 				req := make([]byte, 8)
 				for {
 					if _, err := io.ReadFull(peer, req); err != nil {
@@ -391,12 +399,7 @@ func TestWriteThenRead(t *testing.T) {
 		})
 	}
 	t.Run("big request", func(t *testing.T) {
-		w, peer := pair(t, "tcp")
-		c, ok := w.(*Conn)
-		if !ok {
-			t.Skip("no raw calls on " + runtime.GOOS)
-		}
-		c.SetDeadline(time.Now().Add(10 * time.Second))
+		c, peer := rawPair(t, "tcp")
 		big := bytes.Repeat([]byte("x"), 8<<20)
 		go func() {
 			got, _ := io.ReadAll(io.LimitReader(peer, int64(len(big))))
@@ -415,12 +418,7 @@ func TestWriteThenRead(t *testing.T) {
 func TestWriteThenReadClosedPeer(t *testing.T) {
 	for _, network := range []string{"tcp", "unix"} {
 		t.Run(network, func(t *testing.T) {
-			w, peer := pair(t, network)
-			c, ok := w.(*Conn)
-			if !ok {
-				t.Skip("no raw calls on " + runtime.GOOS)
-			}
-			c.SetDeadline(time.Now().Add(10 * time.Second))
+			c, peer := rawPair(t, network)
 			peer.Close()
 			time.Sleep(50 * time.Millisecond) // the close has reached c's socket
 			_, _, err := c.WriteThenRead([]byte("request"), make([]byte, 8))
