@@ -11,7 +11,12 @@ func (c *Container) FromImage(value func(column string) (any, bool)) (it Item, o
 	if !c.checked.Load() {
 		return Item{}, false // valCols are not known yet
 	}
-	parts := make([][]byte, len(c.valCols))
+	// The follower calls this for every row it sees change: one column (the common container) costs no slice.
+	var one [1][]byte
+	parts := one[:]
+	if len(c.valCols) > 1 {
+		parts = make([][]byte, len(c.valCols))
+	}
 	for i, f := range c.valCols {
 		v, ok := value(c.lower.vals[i])
 		if !ok || v == nil {
@@ -26,23 +31,14 @@ func (c *Container) FromImage(value func(column string) (any, bool)) (it Item, o
 	} else {
 		it.Value = joinBytes(parts, c.sep)
 	}
-	var flags, exp int64
-	for _, col := range []struct {
-		name string
-		dst  *int64
-	}{{c.lower.flags, &flags}, {c.lower.exp, &exp}} {
-		if col.name == "" {
-			continue
-		}
-		v, ok := value(col.name)
-		if !ok {
-			return Item{}, false
-		}
-		if *col.dst, ok = imageInt(v); !ok {
-			return Item{}, false
-		}
+	flags, ok := imageColumnInt(value, c.lower.flags)
+	if !ok {
+		return Item{}, false
 	}
-	it.Flags, it.Exptime = uint32(flags), exp
+	if it.Exptime, ok = imageColumnInt(value, c.lower.exp); !ok {
+		return Item{}, false
+	}
+	it.Flags = uint32(flags)
 	if c.lower.cas == "" {
 		it.CAS = hashCAS(it.Value, it.Flags)
 		return it, true
@@ -63,6 +59,18 @@ func (c *Container) FromImage(value func(column string) (any, bool)) (it Item, o
 		it.CAS = uint64(cas)
 	}
 	return it, true
+}
+
+// imageColumnInt reads the integer column name ("": a column the container does not have, 0) from the image.
+func imageColumnInt(value func(column string) (any, bool), name string) (int64, bool) {
+	if name == "" {
+		return 0, true
+	}
+	v, ok := value(name)
+	if !ok {
+		return 0, false
+	}
+	return imageInt(v)
 }
 
 // imageInt reads an integer column's image as scanItem reads it: NULL is 0.

@@ -247,6 +247,11 @@ func TestHoldsRow(t *testing.T) {
 	if got := settled(a, image("other", 7, cas), true); !slices.Equal(got, []bool{false, false}) {
 		t.Errorf("another row: (holds, settled) = %v, want neither", got)
 	}
+	// The follower asks this for every row it sees change: the image's decoding costs the value's copy alone.
+	img := image("mine", 7, cas)
+	if n := testing.AllocsPerRun(100, func() { a.C.FromImage(img.Value) }); n > 1 {
+		t.Errorf("decoding a one-column row image allocated %.0f times, want at most 1 (its value)", n)
+	}
 	before := a.settling.Load()
 	a.startFill()
 	if a.settling.Load() == before {
