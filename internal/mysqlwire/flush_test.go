@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/keywaydb/keyway/internal/testenv"
 )
 
 // socketPair returns a Conn over one end of a real TCP connection and the other end, raw.
@@ -127,4 +129,55 @@ func TestFlushBeforeReply(t *testing.T) {
 			t.Fatalf("wrote %x (err %v), want %x at once", out.Bytes(), err, wire)
 		}
 	})
+}
+
+// A held request costs its exchange one read, the reply's, where Flush and a read make two (the read that finds
+// nothing, then the one after the wait). Counted on this goroutine's own thread, against a peer that takes a moment
+// to answer.
+func TestFlushBeforeReplyReadsOnce(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("requests are held on Linux only (sockio)")
+	}
+	c, peer := socketPair(t)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if _, ok := testenv.ThreadReads(); !ok {
+		t.Skip("no per-thread I/O accounting here")
+	}
+	go func() {
+		req := make([]byte, 4+9)
+		for {
+			if _, err := io.ReadFull(peer, req); err != nil {
+				return
+			}
+			time.Sleep(200 * time.Microsecond)
+			if _, err := peer.Write([]byte{3, 0, 0, 1, 0x00, 0x00, 0x00}); err != nil {
+				return
+			}
+		}
+	}()
+	const exchanges = 100
+	count := func(flush func() error) float64 {
+		before, _ := testenv.ThreadReads()
+		for range exchanges {
+			c.ResetSeq()
+			c.WritePacket([]byte{0x03, 'S', 'E', 'L', 'E', 'C', 'T', ' ', '1'})
+			if err := flush(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.ReadPacket(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		after, _ := testenv.ThreadReads()
+		return float64(after-before) / exchanges
+	}
+	flushed, held := count(c.Flush), count(c.FlushBeforeReply)
+	t.Logf("reads per exchange: Flush %.2f, FlushBeforeReply %.2f", flushed, held)
+	if flushed < 1.5 {
+		t.Skipf("Flush and a read made %.2f reads per exchange: the count does not see the read that finds nothing", flushed)
+	}
+	if held > 1.2 {
+		t.Errorf("FlushBeforeReply made %.2f reads per exchange (Flush: %.2f), want 1", held, flushed)
+	}
 }

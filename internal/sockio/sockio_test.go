@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/keywaydb/keyway/internal/testenv"
 )
 
 // pair returns a wrapped client end and the server end of a real connection on network ("tcp" or "unix").
@@ -446,4 +448,61 @@ func TestWriteThenReadClosedPeer(t *testing.T) {
 			t.Fatalf("the peer received %d bytes", n)
 		}
 	})
+}
+
+// WriteThenRead waits for the reply before it reads: one read per exchange, where Write and Read make two (the
+// read that finds nothing, then the one after the wait). Counted on this goroutine's own thread, with a peer that
+// takes a moment to answer so that the reply is never there before the read.
+func TestWriteThenReadWaitsFirst(t *testing.T) {
+	c, peer := rawPair(t, "unix")
+	runtime.LockOSThread() // the raw calls of this goroutine are this thread's
+	defer runtime.UnlockOSThread()
+	if _, ok := testenv.ThreadReads(); !ok {
+		t.Skip("no per-thread I/O accounting here")
+	}
+	go func() {
+		req := make([]byte, 4)
+		for {
+			if _, err := io.ReadFull(peer, req); err != nil {
+				return
+			}
+			time.Sleep(200 * time.Microsecond)
+			if _, err := peer.Write(req); err != nil {
+				return
+			}
+		}
+	}()
+	const exchanges = 100
+	reply := make([]byte, 4)
+	count := func(exchange func() error) float64 {
+		before, _ := testenv.ThreadReads()
+		for range exchanges {
+			if err := exchange(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		after, _ := testenv.ThreadReads()
+		return float64(after-before) / exchanges
+	}
+	plain := count(func() error {
+		if _, err := c.Write([]byte("ping")); err != nil {
+			return err
+		}
+		_, err := io.ReadFull(c, reply)
+		return err
+	})
+	fused := count(func() error {
+		_, n, err := c.WriteThenRead([]byte("ping"), reply)
+		if err == nil && n < len(reply) {
+			_, err = io.ReadFull(c, reply[n:])
+		}
+		return err
+	})
+	t.Logf("reads per exchange: Write and Read %.2f, WriteThenRead %.2f", plain, fused)
+	if plain < 1.5 {
+		t.Skipf("Write and Read made %.2f reads per exchange: the count does not see the read that finds nothing", plain)
+	}
+	if fused > 1.2 {
+		t.Errorf("WriteThenRead made %.2f reads per exchange (Write and Read: %.2f), want 1", fused, plain)
+	}
 }
