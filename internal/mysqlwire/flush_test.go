@@ -16,26 +16,9 @@ import (
 // socketPair returns a Conn over one end of a real TCP connection and the other end, raw.
 func socketPair(t *testing.T) (*Conn, net.Conn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	nc, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	peer := <-accepted
-	if peer == nil {
-		t.Fatal("accept failed")
-	}
+	nc, peer := testenv.ConnPair(t, "tcp")
 	c := NewConn(nc)
-	t.Cleanup(func() { c.Close(); peer.Close() })
+	t.Cleanup(func() { c.Close() })
 	c.SetDeadline(time.Now().Add(10 * time.Second))
 	return c, peer
 }

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"runtime"
 	"syscall"
 	"testing"
@@ -25,30 +24,9 @@ func pair(t *testing.T, network string) (wrapped, peer net.Conn) {
 // pairWrapped is pair with the client end wrapped by wrap.
 func pairWrapped(t *testing.T, network string, wrap func(net.Conn) net.Conn) (wrapped, peer net.Conn) {
 	t.Helper()
-	addr := "127.0.0.1:0"
-	if network == "unix" {
-		addr = filepath.Join(t.TempDir(), "s")
-	}
-	ln, err := net.Listen(network, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	nc, err := net.Dial(network, ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	peer = <-accepted
-	if peer == nil {
-		t.Fatal("accept failed")
-	}
+	nc, peer := testenv.ConnPair(t, network)
 	wrapped = wrap(nc)
-	t.Cleanup(func() { wrapped.Close(); peer.Close() })
+	t.Cleanup(func() { wrapped.Close() })
 	return wrapped, peer
 }
 
