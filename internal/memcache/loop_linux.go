@@ -9,8 +9,7 @@ package memcache
 // of the gap in throughput. An event loop does what memcached's worker threads
 // do: it waits on epoll for any of its connections to be readable, reads once
 // (level-triggered: what it does not read is reported again), answers every
-// complete request and writes the replies in one write, on its own goroutine,
-// which keeps its thread and waits in epoll_pwait itself (runUntilLeft).
+// complete request and writes the replies in one write, on its own goroutine.
 //
 // Invariants:
 //   - A loop waits on nothing but its clients, or on what would make every
@@ -55,6 +54,7 @@ package memcache
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"runtime"
@@ -71,9 +71,11 @@ import (
 
 // eventLoop is one epoll loop and the connections it serves.
 type eventLoop struct {
-	srv  *Server
-	epfd int
-	wake int // eventfd: written to stop the loop
+	srv   *Server
+	epfd  int
+	ep    *os.File        // owns epfd
+	ready syscall.RawConn // epfd in Go's poller: readable when a connection (or wake) is
+	wake  int             // eventfd: written to stop the loop
 
 	mu     sync.Mutex
 	conns  map[int]*conn // by socket fd; a connection away from the loop (stepAway) too
@@ -89,9 +91,10 @@ type eventLoop struct {
 	spares   atomic.Int32
 	shutDown chan struct{}
 
-	// Used only by the goroutine running the loop: the state of its waits (a goroutine that takes the loop over
-	// after another stepped away reuses it).
+	// Used only by the goroutine running the loop: the state of its waits with their poller callback, bound once (a
+	// goroutine that takes the loop over after another stepped away reuses them).
 	wait readyWait
+	take func(uintptr) bool
 }
 
 // startLoops starts the event loops when the server's connections qualify (see the invariants); nil when they do
@@ -125,19 +128,35 @@ func newEventLoop(s *Server) (*eventLoop, error) {
 	if err != nil {
 		return nil, os.NewSyscallError("epoll_create1", err)
 	}
+	// The loop waits for its epoll set in Go's poller (the set is itself pollable): a goroutine blocked in
+	// epoll_wait would hold a thread in a system call, which the runtime's monitor hands the P away from.
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		return nil, os.NewSyscallError("fcntl", err)
+	}
+	ep := os.NewFile(uintptr(epfd), "epoll") // owns epfd from here
+	ready, err := ep.SyscallConn()
+	if err == nil {
+		err = ep.SetReadDeadline(time.Time{}) // os.ErrNoDeadline: the poller could not take the set
+	}
+	if err != nil {
+		ep.Close()
+		return nil, fmt.Errorf("epoll set in Go's poller: %w", err)
+	}
 	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
-		unix.Close(epfd)
+		ep.Close()
 		return nil, os.NewSyscallError("eventfd", err)
 	}
 	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wake, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wake)}); err != nil {
-		unix.Close(epfd)
+		ep.Close()
 		unix.Close(wake)
 		return nil, os.NewSyscallError("epoll_ctl", err)
 	}
-	l := &eventLoop{srv: s, epfd: epfd, wake: wake, conns: make(map[int]*conn),
+	l := &eventLoop{srv: s, epfd: epfd, ep: ep, ready: ready, wake: wake, conns: make(map[int]*conn),
 		takeOver: make(chan struct{}), shutDown: make(chan struct{})}
 	l.wait = readyWait{epfd: epfd, events: make([]unix.EpollEvent, 128)}
+	l.take = l.wait.take // a closure made per wait would be an allocation per wait
 	return l, nil
 }
 
@@ -257,10 +276,8 @@ func (l *eventLoop) run() {
 // maxSpares bounds the goroutines that wait to take a loop over (see eventLoop.takeOver).
 const maxSpares = 4
 
-// handOver gives the loop to a spare goroutine, or to a new one when none waits; the caller runs it no more, and
-// its thread is free again (see runUntilLeft).
+// handOver gives the loop to a spare goroutine, or to a new one when none waits; the caller runs it no more.
 func (l *eventLoop) handOver() {
-	runtime.UnlockOSThread()
 	select {
 	case l.takeOver <- struct{}{}:
 	default:
@@ -286,25 +303,14 @@ func (l *eventLoop) waitAsSpare() bool {
 
 // runUntilLeft runs the loop until it stops (false) or the goroutine leaves it with a connection and has served
 // that connection as far as it had to (true): another goroutine runs the loop by then.
-//
-// The goroutine running the loop keeps its thread (LockOSThread, until handOver or the return), and waits in
-// epoll_pwait itself, as memcached's worker threads do: the kernel wakes the thread that waited, on the CPU it ran
-// on. Waiting in Go's poller instead (the epoll set is itself pollable) made every wait a park and a wake-up through
-// the runtime's own epoll, by whichever thread polled, on whichever CPU: under memcaslap the CPUs stayed idle for a
-// quarter of the time against memcached's 16%, although keyway spent less CPU per request (2026-11-24, four
-// alternating pairs of runs: 82–83% busy instead of 75–78%, keyway-memory 1.04–1.07× memcached instead of
-// 0.92–1.01×; a lone client's async set 0.92–1.51× memcached's instead of 0.84–0.85×). Unlocked, the same blocking
-// wait lost more than it gained: a thread back from a long system call must find a P again, on any CPU.
 func (l *eventLoop) runUntilLeft() bool {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread() // a no-op once handOver unlocked it
 	w := &l.wait
 	for {
-		if !w.take() {
-			w.block()
+		err := l.ready.Read(l.take)
+		if err == nil && w.errno != 0 {
+			err = os.NewSyscallError("epoll_pwait", w.errno)
 		}
-		if w.errno != 0 {
-			err := os.NewSyscallError("epoll_pwait", w.errno)
+		if err != nil {
 			l.srv.log.Error("memcache: epoll_pwait failed; closing the loop's connections", "err", err)
 			l.shut()
 			return false
@@ -337,36 +343,23 @@ func (l *eventLoop) runUntilLeft() bool {
 	}
 }
 
-// readyWait is the state of run's waits: one per loop.
+// readyWait is the state of run's waits: one per loop, so its poller callback is made once.
 type readyWait struct {
 	epfd   int
 	events []unix.EpollEvent
-	n      int // events ready, from the last take or block
+	n      int // events ready, from the last take
 	errno  syscall.Errno
 }
 
-// take fills events with what the epoll set holds ready, without waiting (a raw epoll_pwait with no timeout, which
-// needs none of the runtime's bookkeeping for a call that may block), and reports false when nothing is.
-func (w *readyWait) take() bool {
+// take is run's poller callback: it fills events with what the epoll set holds ready, without waiting (a raw
+// epoll_pwait with no timeout), and reports false, to wait in the poller, when nothing is.
+func (w *readyWait) take(uintptr) bool {
 	for {
 		n, _, errno := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, uintptr(w.epfd),
 			uintptr(unsafe.Pointer(&w.events[0])), uintptr(len(w.events)), 0, 0, 0)
 		if errno != syscall.EINTR {
 			w.n, w.errno = int(n), errno
 			return w.n > 0 || errno != 0
-		}
-	}
-}
-
-// block waits in epoll_pwait until the set holds something ready (or the call fails): a blocking system call, on
-// the thread runUntilLeft locked.
-func (w *readyWait) block() {
-	for {
-		n, _, errno := syscall.Syscall6(syscall.SYS_EPOLL_PWAIT, uintptr(w.epfd),
-			uintptr(unsafe.Pointer(&w.events[0])), uintptr(len(w.events)), ^uintptr(0) /* -1: no timeout */, 0, 0)
-		if errno != syscall.EINTR {
-			w.n, w.errno = int(n), errno
-			return
 		}
 	}
 }
@@ -385,7 +378,7 @@ func (l *eventLoop) shut() {
 	for _, c := range conns {
 		c.end()
 	}
-	unix.Close(l.epfd)
+	l.ep.Close()
 	unix.Close(l.wake)
 	close(l.shutDown)
 }
