@@ -48,21 +48,24 @@ func TestCPUMeter(t *testing.T) {
 	}
 }
 
-// TestCPUMeterLoadGenerator: a load generator's CPU is what the child this process ran used, once waited for.
+// TestCPUMeterLoadGenerator: a load generator's CPU is what the child this process ran used, once waited for: the
+// meter's reading is the child's own (its wait status), and is not nothing.
 func TestCPUMeterLoadGenerator(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the bench meters CPU on Linux")
 	}
 	m := startCPU(loadGenerator("sh"))
-	// A shell that counts to 300,000: some tens of ms of CPU on any machine.
-	if out, err := exec.Command("sh", "-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done").CombinedOutput(); err != nil {
+	cmd := exec.Command("sh", "-c", "i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done")
+	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
 	perOp, _, ok := m.stop(1, runtime.NumCPU())
 	if !ok || len(perOp) != 1 || perOp[0].Process != "sh" {
 		t.Fatalf("stop: %+v %v", perOp, ok)
 	}
-	if perOp[0].MicrosPerOp < 10_000 {
-		t.Errorf("sh: %.0f µs, want the tens of ms it counted for", perOp[0].MicrosPerOp)
+	own := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	// Within a millisecond: the two readings round user and system time apart.
+	if got, want := perOp[0].MicrosPerOp, float64(own.Microseconds()); own <= 0 || got < want-1000 || got > want+1000 {
+		t.Errorf("the meter read %.0f µs for sh, which says it used %.0f µs", got, want)
 	}
 }

@@ -395,6 +395,14 @@ func (t *Container) startFill() {
 	t.settling.Add(1)
 }
 
+// startWrite counts a write of vk that will store the row it leaves: in writing until done (see ownWrites.begin),
+// and in settling (see holdsRow). writing first, for the reason startFill counts filling first.
+func (t *Container) startWrite(vk []byte, row container.Item) (done func()) {
+	done = t.writing.begin(vk, row)
+	t.settling.Add(1)
+	return done
+}
+
 // sameRow reports whether a copy is the row a read returns; withCAS says whether to compare CAS too.
 func sameRow(copy store.Item, row container.Item, withCAS bool) bool {
 	return bytes.Equal(copy.Value, row.Value) && copy.Flags == row.Flags && copy.Exptime == row.Exptime &&
@@ -681,8 +689,7 @@ func (e *Engine) tableStore(t *Container, row, value []byte, r StoreRequest) (st
 			// The binlog may echo this write before it returns: say what row it leaves (see holdsRow). Its CAS is
 			// known here only without a cas column (a hash, never 0); with one, the committer assigns it (0 here).
 			if want, ok := t.C.AsStored(item, 0); ok {
-				defer t.writing.begin(validityKey(t, rowKey(t, row)), want)()
-				t.settling.Add(1) // after begin, as startFill: see holdsRow
+				defer t.startWrite(validityKey(t, rowKey(t, row)), want)()
 			}
 		}
 		err = e.tableWrite(t, row, t.Policies.Set, "set", func(ctx context.Context) (*container.Item, error) {

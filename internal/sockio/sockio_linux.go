@@ -76,17 +76,12 @@ func (c *Conn) Write(p []byte) (int, error) {
 // nw is how much of w was written; on a failed write the read is not attempted and err is the write's. A write the
 // socket does not take whole at once is finished as Write does (waiting for room), then the read is an ordinary Read.
 func (c *Conn) WriteThenRead(w, p []byte) (nw, nr int, err error) {
-	if len(p) == 0 || len(w) == 0 { // nothing to read, or no request: a read must try first
+	// Nothing to read, no request (a read must try first), or a pooled connection's check due (Write's): as Write
+	// and Read.
+	if len(p) == 0 || len(w) == 0 || c.pooled && c.readLast.Load() {
 		if nw, err = c.Write(w); err == nil && len(p) > 0 {
 			nr, err = c.Read(p)
 		}
-		return nw, nr, err
-	}
-	if c.pooled && c.readLast.Load() { // the pooled check is Write's
-		if nw, err = c.Write(w); err != nil {
-			return nw, 0, err
-		}
-		nr, err = c.Read(p)
 		return nw, nr, err
 	}
 	o := &c.rd
