@@ -51,6 +51,19 @@ package memcache
 //   - Shutdown wakes each loop (eventfd); the loop closes its connections,
 //     which are idle between batches, and exits. A connection arriving after
 //     that is closed at once.
+//
+// Where a loop waits (Options.LoopThreads). By default it waits in Go's poller:
+// its epoll set is itself pollable, so the goroutine parks and the runtime's
+// own epoll wakes it, on whichever thread polled. Each wake-up then costs the
+// runtime's scheduling (findRunnable, a second epoll for the nested set): with
+// one sequential client, a quarter of keyway's CPU per request went to
+// epoll_pwait and as much to the scheduler (perf, 2026-11-24). With
+// LoopThreads, the goroutine running a loop keeps its thread and waits in
+// epoll_pwait itself, as memcached's workers do, and the kernel wakes that
+// thread. A thread in a long system call still holds its P, and the runtime's
+// monitor takes the P back (then wakes a thread to spin on it) whenever no P
+// is idle; so the owner of the process gives the runtime one P more than it
+// has loops (package server does), which keeps one idle while the loops wait.
 
 import (
 	"errors"
@@ -73,8 +86,8 @@ import (
 type eventLoop struct {
 	srv   *Server
 	epfd  int
-	ep    *os.File        // owns epfd
-	ready syscall.RawConn // epfd in Go's poller: readable when a connection (or wake) is
+	ep    *os.File        // owns epfd when the loop waits in Go's poller; nil with a thread of its own
+	ready syscall.RawConn // epfd in Go's poller: readable when a connection (or wake) is; nil with ep
 	wake  int             // eventfd: written to stop the loop
 
 	mu     sync.Mutex
@@ -128,33 +141,33 @@ func newEventLoop(s *Server) (*eventLoop, error) {
 	if err != nil {
 		return nil, os.NewSyscallError("epoll_create1", err)
 	}
-	// The loop waits for its epoll set in Go's poller (the set is itself pollable): a goroutine blocked in
-	// epoll_wait would hold a thread in a system call, which the runtime's monitor hands the P away from.
-	if err := unix.SetNonblock(epfd, true); err != nil {
-		unix.Close(epfd)
-		return nil, os.NewSyscallError("fcntl", err)
+	l := &eventLoop{srv: s, epfd: epfd, wake: -1, conns: make(map[int]*conn),
+		takeOver: make(chan struct{}), shutDown: make(chan struct{})}
+	if !s.opts.LoopThreads {
+		// The loop waits for its epoll set in Go's poller (the set is itself pollable). A loop with a thread of its
+		// own stays out of it: the poller would be woken by every event the loop's thread waits for.
+		if err := unix.SetNonblock(epfd, true); err != nil {
+			unix.Close(epfd)
+			return nil, os.NewSyscallError("fcntl", err)
+		}
+		l.ep = os.NewFile(uintptr(epfd), "epoll") // owns epfd from here
+		l.ready, err = l.ep.SyscallConn()
+		if err == nil {
+			err = l.ep.SetReadDeadline(time.Time{}) // os.ErrNoDeadline: the poller could not take the set
+		}
+		if err != nil {
+			l.closeDescriptors()
+			return nil, fmt.Errorf("epoll set in Go's poller: %w", err)
+		}
 	}
-	ep := os.NewFile(uintptr(epfd), "epoll") // owns epfd from here
-	ready, err := ep.SyscallConn()
-	if err == nil {
-		err = ep.SetReadDeadline(time.Time{}) // os.ErrNoDeadline: the poller could not take the set
-	}
-	if err != nil {
-		ep.Close()
-		return nil, fmt.Errorf("epoll set in Go's poller: %w", err)
-	}
-	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		ep.Close()
+	if l.wake, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
+		l.closeDescriptors()
 		return nil, os.NewSyscallError("eventfd", err)
 	}
-	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wake, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wake)}); err != nil {
-		ep.Close()
-		unix.Close(wake)
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, l.wake, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(l.wake)}); err != nil {
+		l.closeDescriptors()
 		return nil, os.NewSyscallError("epoll_ctl", err)
 	}
-	l := &eventLoop{srv: s, epfd: epfd, ep: ep, ready: ready, wake: wake, conns: make(map[int]*conn),
-		takeOver: make(chan struct{}), shutDown: make(chan struct{})}
 	l.wait = readyWait{epfd: epfd, events: make([]unix.EpollEvent, 128)}
 	l.take = l.wait.take // a closure made per wait would be an allocation per wait
 	return l, nil
@@ -276,8 +289,12 @@ func (l *eventLoop) run() {
 // maxSpares bounds the goroutines that wait to take a loop over (see eventLoop.takeOver).
 const maxSpares = 4
 
-// handOver gives the loop to a spare goroutine, or to a new one when none waits; the caller runs it no more.
+// handOver gives the loop to a spare goroutine, or to a new one when none waits; the caller runs it no more, and
+// gives back the thread runUntilLeft kept.
 func (l *eventLoop) handOver() {
+	if l.ep == nil {
+		runtime.UnlockOSThread()
+	}
 	select {
 	case l.takeOver <- struct{}{}:
 	default:
@@ -304,12 +321,13 @@ func (l *eventLoop) waitAsSpare() bool {
 // runUntilLeft runs the loop until it stops (false) or the goroutine leaves it with a connection and has served
 // that connection as far as it had to (true): another goroutine runs the loop by then.
 func (l *eventLoop) runUntilLeft() bool {
+	if l.ep == nil { // LoopThreads: the loop waits on its own thread (see the top of this file)
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread() // a no-op once handOver gave the thread back
+	}
 	w := &l.wait
 	for {
-		err := l.ready.Read(l.take)
-		if err == nil && w.errno != 0 {
-			err = os.NewSyscallError("epoll_pwait", w.errno)
-		}
+		err := l.await()
 		if err != nil {
 			l.srv.log.Error("memcache: epoll_pwait failed; closing the loop's connections", "err", err)
 			l.shut()
@@ -343,11 +361,27 @@ func (l *eventLoop) runUntilLeft() bool {
 	}
 }
 
+// await waits until the loop's epoll set holds something ready, and leaves it in l.wait: in Go's poller, or in
+// epoll_pwait on the loop's own thread (LoopThreads).
+func (l *eventLoop) await() error {
+	w := &l.wait
+	var err error
+	if l.ep != nil {
+		err = l.ready.Read(l.take)
+	} else {
+		w.block() // returns at once when something is ready: no need to look first, as the poller's callback must
+	}
+	if err == nil && w.errno != 0 {
+		err = os.NewSyscallError("epoll_pwait", w.errno)
+	}
+	return err
+}
+
 // readyWait is the state of run's waits: one per loop, so its poller callback is made once.
 type readyWait struct {
 	epfd   int
 	events []unix.EpollEvent
-	n      int // events ready, from the last take
+	n      int // events ready, from the last take or block
 	errno  syscall.Errno
 }
 
@@ -360,6 +394,19 @@ func (w *readyWait) take(uintptr) bool {
 		if errno != syscall.EINTR {
 			w.n, w.errno = int(n), errno
 			return w.n > 0 || errno != 0
+		}
+	}
+}
+
+// block waits in epoll_pwait, with no timeout, until the set holds something ready or the call fails: a blocking
+// system call, made on the thread runUntilLeft keeps (LoopThreads).
+func (w *readyWait) block() {
+	for {
+		n, _, errno := syscall.Syscall6(syscall.SYS_EPOLL_PWAIT, uintptr(w.epfd),
+			uintptr(unsafe.Pointer(&w.events[0])), uintptr(len(w.events)), ^uintptr(0) /* -1: no timeout */, 0, 0)
+		if errno != syscall.EINTR {
+			w.n, w.errno = int(n), errno
+			return
 		}
 	}
 }
@@ -378,9 +425,20 @@ func (l *eventLoop) shut() {
 	for _, c := range conns {
 		c.end()
 	}
-	l.ep.Close()
-	unix.Close(l.wake)
+	l.closeDescriptors()
 	close(l.shutDown)
+}
+
+// closeDescriptors closes the loop's epoll set and its eventfd.
+func (l *eventLoop) closeDescriptors() {
+	if l.ep != nil {
+		l.ep.Close()
+	} else {
+		unix.Close(l.epfd)
+	}
+	if l.wake >= 0 {
+		unix.Close(l.wake)
+	}
 }
 
 // serve reads what c has sent and answers it. It reports true when the goroutine no longer runs the loop: c left

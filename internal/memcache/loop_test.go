@@ -35,14 +35,37 @@ func newLoopServer(t *testing.T, o Options) (*Server, string) {
 	if n := srv.eventLoops(); n != 1 {
 		t.Fatalf("the door runs %d event loops, want 1", n)
 	}
+	checkWait(t, srv, o.LoopThreads)
 	return srv, addr
+}
+
+// eachWait runs test twice: with the loops waiting in Go's poller, and on threads of their own (LoopThreads).
+func eachWait(t *testing.T, test func(t *testing.T, threads bool)) {
+	t.Run("poller", func(t *testing.T) { test(t, false) })
+	t.Run("threads", func(t *testing.T) { test(t, true) })
+}
+
+// checkWait fails t unless srv's loops wait where threads says: on threads of their own, out of Go's poller, or in it.
+func checkWait(t *testing.T, srv *Server, threads bool) {
+	t.Helper()
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	for _, l := range srv.loops {
+		if own := l.ep == nil; own != threads {
+			t.Fatalf("a loop waits on a thread of its own: %v, want %v", own, threads)
+		}
+	}
 }
 
 // TestEventLoopSlowReaderHoldsUpNobody: a client that asks for more than its socket takes and does not read leaves
 // the event loop; the loop's other connections are answered meanwhile, and the slow client, once it reads, gets
 // every reply in order.
 func TestEventLoopSlowReaderHoldsUpNobody(t *testing.T) {
-	srv, addr := newLoopServer(t, Options{})
+	eachWait(t, testEventLoopSlowReaderHoldsUpNobody)
+}
+
+func testEventLoopSlowReaderHoldsUpNobody(t *testing.T, threads bool) {
+	srv, addr := newLoopServer(t, Options{LoopThreads: threads})
 	value := strings.Repeat("v", 512<<10)
 	slow := dialTest(t, addr)
 	slow.send(fmt.Sprintf("set big 7 0 %d\r\n%s\r\n", len(value), value))
@@ -83,7 +106,9 @@ func TestEventLoopSlowReaderHoldsUpNobody(t *testing.T) {
 
 // TestEventLoopShutdown: Shutdown closes the connections event loops serve (idle between requests), each client
 // sees its connection closed, and Shutdown returns with none left.
-func TestEventLoopShutdown(t *testing.T) {
+func TestEventLoopShutdown(t *testing.T) { eachWait(t, testEventLoopShutdown) }
+
+func testEventLoopShutdown(t *testing.T, threads bool) {
 	if runtime.GOOS != "linux" {
 		t.Skip("event loops are Linux's")
 	}
@@ -92,7 +117,7 @@ func TestEventLoopShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	srv := NewServer(engine.New(st, engine.Options{MaxItemSize: 1 << 20}), Options{EventLoops: 2})
+	srv := NewServer(engine.New(st, engine.Options{MaxItemSize: 1 << 20}), Options{EventLoops: 2, LoopThreads: threads})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -192,8 +217,10 @@ func (s *Server) stepsAway() uint64 {
 
 // TestEventLoopWalkOnOwnGoroutine: a request that walks the whole store (lru_crawler metadump) steps away from the
 // event loop first, so the walk never holds up the loop's other connections; the connection then comes back.
-func TestEventLoopWalkOnOwnGoroutine(t *testing.T) {
-	srv, addr := newLoopServer(t, Options{})
+func TestEventLoopWalkOnOwnGoroutine(t *testing.T) { eachWait(t, testEventLoopWalkOnOwnGoroutine) }
+
+func testEventLoopWalkOnOwnGoroutine(t *testing.T, threads bool) {
+	srv, addr := newLoopServer(t, Options{LoopThreads: threads})
 	c := dialTest(t, addr)
 	c.send("set k 0 0 1\r\nx\r\nget k\r\n")
 	c.expect("STORED\r\nVALUE k 0 1\r\nx\r\nEND\r\n")
@@ -221,7 +248,11 @@ func TestEventLoopWalkOnOwnGoroutine(t *testing.T) {
 // TestEventLoopStoppedServesByGoroutine: once a loop has stopped while the server goes on (its epoll_wait failed),
 // new connections get a goroutine each instead of being closed by it.
 func TestEventLoopStoppedServesByGoroutine(t *testing.T) {
-	srv, addr := newLoopServer(t, Options{})
+	eachWait(t, testEventLoopStoppedServesByGoroutine)
+}
+
+func testEventLoopStoppedServesByGoroutine(t *testing.T, threads bool) {
+	srv, addr := newLoopServer(t, Options{LoopThreads: threads})
 	srv.mu.Lock()
 	l := srv.loops[0]
 	srv.mu.Unlock()

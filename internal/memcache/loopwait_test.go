@@ -25,7 +25,7 @@ type waitDoor struct {
 	addr string
 }
 
-func newWaitDoor(t *testing.T) *waitDoor {
+func newWaitDoor(t *testing.T, threads bool) *waitDoor {
 	t.Helper()
 	if runtime.GOOS != "linux" {
 		t.Skip("event loops are Linux's")
@@ -41,7 +41,7 @@ func newWaitDoor(t *testing.T) *waitDoor {
 	t.Cleanup(func() { c.Close() })
 	eng.SetContainers([]*engine.Container{eng.NewContainer(engine.ContainerOptions{Container: c,
 		Policies: container.Policies{Get: container.Caching, Set: container.DBOnly, Delete: container.DBOnly, Flush: container.CacheOnly}})}, "")
-	srv := NewServer(eng, Options{EventLoops: 1})
+	srv := NewServer(eng, Options{EventLoops: 1, LoopThreads: threads})
 	d := &waitDoor{srv: srv, root: root, addr: serveTest(t, srv)}
 	probe := dialTest(t, d.addr)
 	probe.send("version\r\n")
@@ -49,6 +49,7 @@ func newWaitDoor(t *testing.T) *waitDoor {
 	if n := srv.eventLoops(); n != 1 {
 		t.Fatalf("the door runs %d event loops, want 1 (containers are served by loops too)", n)
 	}
+	checkWait(t, srv, threads)
 	return d
 }
 
@@ -95,7 +96,11 @@ func (d *waitDoor) waitForLockWait(t *testing.T) {
 // event loop: the loop's other connections are answered while it waits, cached rows included. Once the set
 // returns, its connection answers the rest of its batch in order and is back on the loop.
 func TestEventLoopContainerWaitHoldsUpNobody(t *testing.T) {
-	d := newWaitDoor(t)
+	eachWait(t, testEventLoopContainerWaitHoldsUpNobody)
+}
+
+func testEventLoopContainerWaitHoldsUpNobody(t *testing.T, threads bool) {
+	d := newWaitDoor(t, threads)
 	other := dialTest(t, d.addr)
 	other.send("get @@t.cached\r\n") // fills the copy; later gets of it are answered from the loop
 	other.expect("VALUE @@t.cached 0 1\r\nc\r\nEND\r\n")
@@ -140,8 +145,10 @@ func TestEventLoopContainerWaitHoldsUpNobody(t *testing.T) {
 
 // TestEventLoopShutdownWhileAway: Shutdown while a connection is away from its loop, waiting for MySQL, lets that
 // request finish: its client gets the reply, then the connection closes, and Shutdown returns with none left.
-func TestEventLoopShutdownWhileAway(t *testing.T) {
-	d := newWaitDoor(t)
+func TestEventLoopShutdownWhileAway(t *testing.T) { eachWait(t, testEventLoopShutdownWhileAway) }
+
+func testEventLoopShutdownWhileAway(t *testing.T, threads bool) {
+	d := newWaitDoor(t, threads)
 	idle := dialTest(t, d.addr)
 	idle.send("set k 0 0 1\r\nx\r\n")
 	idle.expect("STORED\r\n")
@@ -181,8 +188,10 @@ func TestEventLoopShutdownWhileAway(t *testing.T) {
 // leaves its loop for a goroutine of its own and goes on there; one whose waits are broken by batches the loop
 // answers stays on the loop. The one that left comes back once quietToReturn batches in a row had nothing that
 // may wait (a cached row, a local key), and not while its batches still wait now and then.
-func TestEventLoopWaitingClientLeaves(t *testing.T) {
-	d := newWaitDoor(t)
+func TestEventLoopWaitingClientLeaves(t *testing.T) { eachWait(t, testEventLoopWaitingClientLeaves) }
+
+func testEventLoopWaitingClientLeaves(t *testing.T, threads bool) {
+	d := newWaitDoor(t, threads)
 	mixed := dialTest(t, d.addr)
 	for i := range 2 * awayStreakLimit {
 		mixed.send(fmt.Sprintf("set @@t.m%d 0 0 1\r\nm\r\n", i)) // db_only: every set waits for the table
@@ -232,7 +241,11 @@ func TestEventLoopWaitingClientLeaves(t *testing.T) {
 // TestEventLoopHandOversReuseGoroutines: a loop handed over at every other batch (a set that waits for the table,
 // then one the loop answers) leaves no goroutines behind: those that stepped away wait as spares, at most maxSpares.
 func TestEventLoopHandOversReuseGoroutines(t *testing.T) {
-	d := newWaitDoor(t)
+	eachWait(t, testEventLoopHandOversReuseGoroutines)
+}
+
+func testEventLoopHandOversReuseGoroutines(t *testing.T, threads bool) {
+	d := newWaitDoor(t, threads)
 	c := dialTest(t, d.addr)
 	turn := func(i int) {
 		c.send(fmt.Sprintf("set @@t.h%d 0 0 1\r\nh\r\n", i))
@@ -311,7 +324,11 @@ func TestEventLoopAsyncSetsTableDown(t *testing.T) {
 // took it out of the epoll set (input came while it was away), then comes back, steps away again and comes back
 // again, stays open and answered: leaving forgets that the loop had taken it out of the set.
 func TestEventLoopComesBackAfterLeavingDisarmed(t *testing.T) {
-	d := newWaitDoor(t)
+	eachWait(t, testEventLoopComesBackAfterLeavingDisarmed)
+}
+
+func testEventLoopComesBackAfterLeavingDisarmed(t *testing.T, threads bool) {
+	d := newWaitDoor(t, threads)
 	w := dialTest(t, d.addr)
 	w.send("set local 0 0 1\r\nl\r\n")
 	w.expect("STORED\r\n")
@@ -369,8 +386,10 @@ func TestEventLoopComesBackAfterLeavingDisarmed(t *testing.T) {
 // (from the copy, or the table after a set dropped it), local keys, pipelined batches, and reads of rows a direct
 // writer keeps changing; every reply is the one due, in order, and every client reads its own writes, while
 // connections step away, leave the loop and come back.
-func TestEventLoopMixedLoad(t *testing.T) {
-	d := newWaitDoor(t)
+func TestEventLoopMixedLoad(t *testing.T) { eachWait(t, testEventLoopMixedLoad) }
+
+func testEventLoopMixedLoad(t *testing.T, threads bool) {
+	d := newWaitDoor(t, threads)
 	stop := time.Now().Add(4 * time.Second)
 	var wg sync.WaitGroup
 	errs := make(chan string, 16)

@@ -100,6 +100,11 @@ type Options struct {
 	// EventLoops is how many event loops serve plain TCP connections over a store that does not wait for the disk
 	// per write (see loop_linux.go): 0 means GOMAXPROCS, negative means none (a goroutine per connection).
 	EventLoops int
+	// LoopThreads makes each event loop keep an OS thread and wait in epoll_pwait on it, as memcached's worker
+	// threads do, instead of parking in Go's poller (see loop_linux.go). The caller should give the runtime one P
+	// more than there are loops (runtime.GOMAXPROCS), or the runtime takes waiting loops' Ps back and wakes
+	// threads to spin on them, which costs more than it saves.
+	LoopThreads bool
 }
 
 // DefaultMaxConnections is Options.MaxConnections' default (memcached's -c).
