@@ -55,9 +55,10 @@ package memcache
 // Where a loop waits (Options.LoopThreads). By default it waits in Go's poller:
 // its epoll set is itself pollable, so the goroutine parks and the runtime's
 // own epoll wakes it, on whichever thread polled. Each wake-up then costs the
-// runtime's scheduling (findRunnable, a second epoll for the nested set): with
-// one sequential client, a quarter of keyway's CPU per request went to
-// epoll_pwait and as much to the scheduler (perf, 2026-11-24). With
+// runtime's scheduling (findRunnable, and an epoll_pwait of the runtime's for
+// the nested set besides the loop's own): with one sequential client, a quarter
+// of keyway's CPU per request went to the scheduler, most of it in epoll_pwait
+// (perf, 2026-11-24). With
 // LoopThreads, the goroutine running a loop keeps its thread and waits in
 // epoll_pwait itself, as memcached's workers do, and the kernel wakes that
 // thread. A thread in a long system call still holds its P, and the runtime's

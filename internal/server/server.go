@@ -606,10 +606,12 @@ const gcPercent = 400
 // loopThreads gives the memcache door's event loops threads of their own (memcache.Options.LoopThreads): as many
 // loops as GOMAXPROCS was, and one P more, so that while every loop waits in its system call the runtime still has
 // an idle P and leaves the loops' Ps alone. Only where the SQL door is off: its goroutines would then run on more
-// Ps than there are CPUs, which cost it up to a fifth of its throughput against haproxy (sysbench point selects, 8
-// threads, 2026-11-24), for a gain the memcache door alone shows: one sequential client's async set 0.92-0.93x
-// memcached's instead of 0.50-0.58x, memcaslap 1.00-1.07x instead of 0.89-0.98x (keyway bench, alternating runs).
-// The runtime's setting is the process's, so it is raised once however many servers a process starts.
+// Ps than there are CPUs, which cost it up to a fifth of its throughput against haproxy in some runs (sysbench
+// point selects, 8 threads, 2026-11-24), for a gain the memcache door shows alone (keyway bench, four alternating
+// pairs of runs): one sequential client's async set 0.69-1.04x memcached's (median 0.93) instead of 0.50-0.77x
+// (0.63), memcaslap 0.92-1.39x instead of 0.70-0.98x; eight clients' sets and gets moved within the noise.
+// The runtime's setting is the process's, so it is raised once however many servers a process starts; set by
+// hand, it no longer follows a container's CPU limit as it changes (Go 1.25's default).
 func loopThreads() (loops int, threads bool) {
 	raiseProcsOnce.Do(func() {
 		loopsWithThreads = runtime.GOMAXPROCS(0)
