@@ -40,8 +40,9 @@ import (
 type keySpace interface {
 	get(e *Engine, k []byte) (store.Item, bool, error)
 	// getMany answers keys[i] for each i in idx into items and found (a
-	// multi-get's share in this space), with as few round trips as it can.
-	getMany(e *Engine, idx []int, keys [][]byte, items []store.Item, found []bool) error
+	// multi-get's share in this space), with as few round trips as it can;
+	// with noWait, it returns ErrWouldWait instead of making one.
+	getMany(e *Engine, idx []int, keys [][]byte, items []store.Item, found []bool, noWait bool) error
 	getAndTouch(e *Engine, k []byte, exptime int64) (store.Item, bool, error)
 	store(e *Engine, k, value []byte, r StoreRequest) (Status, store.Item, error)
 	delete(e *Engine, k []byte, r DeleteRequest) (Status, error)
@@ -122,7 +123,7 @@ func (localSpace) get(e *Engine, k []byte) (store.Item, bool, error) {
 	return it, ok, nil
 }
 
-func (localSpace) getMany(e *Engine, idx []int, keys [][]byte, items []store.Item, found []bool) error {
+func (localSpace) getMany(e *Engine, idx []int, keys [][]byte, items []store.Item, found []bool, _ bool) error {
 	for j, i := range idx {
 		items[i], found[i] = e.st.Get(keys[j])
 	}
@@ -310,8 +311,8 @@ func (s *tableSpace) get(e *Engine, row []byte) (store.Item, bool, error) {
 	return e.tableGet(s.t, row)
 }
 
-func (s *tableSpace) getMany(e *Engine, idx []int, rows [][]byte, items []store.Item, found []bool) error {
-	return e.tableGetMany(s.t, idx, rows, items, found)
+func (s *tableSpace) getMany(e *Engine, idx []int, rows [][]byte, items []store.Item, found []bool, noWait bool) error {
+	return e.tableGetMany(s.t, idx, rows, items, found, noWait)
 }
 
 // getAndTouch is a touch on the table, then a get of the row.

@@ -794,6 +794,22 @@ func (e *Engine) tableTouch(t *Container, row []byte, exptime int64) (store.Item
 // (WHERE key IN (…)). The error is the first a key or a space met; the other
 // keys are answered regardless.
 func (e *Engine) GetMulti(keys [][]byte) ([]store.Item, []bool, error) {
+	return e.getMulti(keys, false)
+}
+
+// ErrWouldWait is TryGetMulti's answer when a key's answer needs MySQL.
+var ErrWouldWait = errors.New("engine: the answer needs MySQL")
+
+// TryGetMulti is GetMulti answered from what keyway holds, for a caller that must not wait (a memcache event loop):
+// when any key's answer needs MySQL (a row with no valid copy held, a container that does not cache, the binlog not
+// yet followed), it returns ErrWouldWait, having asked nothing and counted nothing, and the caller calls GetMulti
+// where it may wait. It is the check MayWait makes for a read, made with the read itself instead of before it.
+func (e *Engine) TryGetMulti(keys [][]byte) ([]store.Item, []bool, error) {
+	return e.getMulti(keys, true)
+}
+
+// getMulti is GetMulti, or TryGetMulti with noWait.
+func (e *Engine) getMulti(keys [][]byte, noWait bool) ([]store.Item, []bool, error) {
 	items := make([]store.Item, len(keys))
 	found := make([]bool, len(keys))
 	var firstErr error
@@ -827,7 +843,11 @@ func (e *Engine) GetMulti(keys [][]byte) ([]store.Item, []bool, error) {
 			shares = append(shares, share{sp: sp, idx: []int{i}, k: [][]byte{k}})
 		}
 		for _, sh := range shares {
-			if err := sh.sp.getMany(e, sh.idx, sh.k, items, found); err != nil && firstErr == nil {
+			err := sh.sp.getMany(e, sh.idx, sh.k, items, found, noWait)
+			if errors.Is(err, ErrWouldWait) {
+				return nil, nil, err
+			}
+			if err != nil && firstErr == nil {
 				firstErr = err
 			}
 		}
@@ -846,17 +866,22 @@ func (e *Engine) GetMulti(keys [][]byte) ([]store.Item, []bool, error) {
 
 // tableGetMany answers a multi-get's rows of t (rows[j] into items[idx[j]]):
 // fresh cached copies first, then queued writes, then one query for the rest.
-func (e *Engine) tableGetMany(t *Container, idx []int, rows [][]byte, items []store.Item, found []bool) error {
+// With noWait it answers from the copies or returns ErrWouldWait.
+func (e *Engine) tableGetMany(t *Container, idx []int, rows [][]byte, items []store.Item, found []bool, noWait bool) error {
 	switch t.Policies.Get {
 	case container.Disabled:
 		return disabled(t, "get")
 	case container.Caching:
+		if noWait && !e.validity.Vouched() {
+			return ErrWouldWait // the call that may wait counts the bypass
+		}
 		if !e.vouched(len(rows)) {
 			break
 		}
 		n := 0
+		var buf [128]byte
 		for j, row := range rows {
-			sk := rowKey(t, row)
+			sk := appendRowKey(buf[:0], t, row) // a lookup's key: on the stack unless long
 			if it, ok := e.st.Get(sk); ok && t.v.KeyValid(validityKey(t, sk), it.Tag) {
 				items[idx[j]], found[idx[j]] = it, true
 				continue
@@ -868,6 +893,9 @@ func (e *Engine) tableGetMany(t *Container, idx []int, rows [][]byte, items []st
 	}
 	if len(rows) == 0 {
 		return nil
+	}
+	if noWait {
+		return ErrWouldWait
 	}
 	// The table's stamp before anything is asked.
 	t.startFill() // see holdsRow

@@ -22,7 +22,7 @@ type writeThroughRig struct {
 	t  map[string]*Container // by value column
 }
 
-func newWriteThroughRig(t *testing.T, columns map[string]string) *writeThroughRig {
+func newWriteThroughRig(t testing.TB, columns map[string]string) *writeThroughRig {
 	t.Helper()
 	db := testenv.SharedDB(t)
 	create := "CREATE TABLE test.engine_wt (k VARCHAR(32) CHARACTER SET utf8mb4 PRIMARY KEY, fl INT UNSIGNED, cas BIGINT UNSIGNED, exp INT"

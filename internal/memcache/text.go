@@ -2,6 +2,7 @@ package memcache
 
 import (
 	"bytes"
+	"errors"
 	"math"
 	"strconv"
 
@@ -511,8 +512,17 @@ func (c *conn) getMulti(keys [][]byte) ([]store.Item, []bool, error) {
 			ek[i] = c.ekey(k)
 		}
 	}
+	if c.loop != nil && !c.away {
+		// On an event loop, the answer from what keyway holds is tried first; one that needs MySQL steps away.
+		// (mayWait would look each key up once to decide and GetMulti once more to answer.)
+		items, found, err := c.eng.TryGetMulti(ek)
+		if !errors.Is(err, engine.ErrWouldWait) {
+			return items, found, err
+		}
+		c.stepAway()
+	}
 	for _, k := range ek {
-		c.mayWait(k, engine.AccessRead)
+		c.mayWait(k, engine.AccessRead) // off the loop: notes whether the batch waited (see quietToReturn)
 	}
 	return c.eng.GetMulti(ek)
 }
