@@ -1,12 +1,10 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/keywaydb/keyway/internal/testenv"
 )
@@ -42,12 +40,7 @@ func TestLoopThreadsOnlyWithoutSQLDoor(t *testing.T) {
 		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		kw := testenv.NewKeyway(t, "--config", path)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := testenv.WaitForPort(ctx, sqlAddr); err != nil {
-			t.Fatalf("SQL door: %v\n%s", err, kw.Output())
-		}
+		kw := startKeywaySQL(t, sqlAddr, "--config", path)
 		check(t, kw.Addr, "2")
 	})
 }
