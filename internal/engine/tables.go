@@ -794,7 +794,12 @@ func (e *Engine) tableTouch(t *Container, row []byte, exptime int64) (store.Item
 // (WHERE key IN (…)). The error is the first a key or a space met; the other
 // keys are answered regardless.
 func (e *Engine) GetMulti(keys [][]byte) ([]store.Item, []bool, error) {
-	return e.getMulti(keys, false)
+	return e.getMulti(nil, keys, false)
+}
+
+// GetMultiTallied is GetMulti counted in t (see Tally).
+func (e *Engine) GetMultiTallied(t *Tally, keys [][]byte) ([]store.Item, []bool, error) {
+	return e.getMulti(t, keys, false)
 }
 
 // ErrWouldWait is TryGetMulti's answer when a key's answer needs MySQL.
@@ -804,12 +809,13 @@ var ErrWouldWait = errors.New("engine: the answer needs MySQL")
 // when any key's answer needs MySQL (a row with no valid copy held, a container that does not cache, the binlog not
 // yet followed), it returns ErrWouldWait, having asked nothing and counted nothing, and the caller calls GetMulti
 // where it may wait. It is the check MayWait makes for a read, made with the read itself instead of before it.
-func (e *Engine) TryGetMulti(keys [][]byte) ([]store.Item, []bool, error) {
-	return e.getMulti(keys, true)
+// What it answers is counted in t (nil: the engine's counters).
+func (e *Engine) TryGetMulti(t *Tally, keys [][]byte) ([]store.Item, []bool, error) {
+	return e.getMulti(t, keys, true)
 }
 
-// getMulti is GetMulti, or TryGetMulti with noWait.
-func (e *Engine) getMulti(keys [][]byte, noWait bool) ([]store.Item, []bool, error) {
+// getMulti is GetMultiTallied, or TryGetMulti with noWait.
+func (e *Engine) getMulti(t *Tally, keys [][]byte, noWait bool) ([]store.Item, []bool, error) {
 	items := make([]store.Item, len(keys))
 	found := make([]bool, len(keys))
 	var firstErr error
@@ -858,9 +864,15 @@ func (e *Engine) getMulti(keys [][]byte, noWait bool) ([]store.Item, []bool, err
 			hits++
 		}
 	}
-	e.counters.CmdGet.Add(int64(len(keys)))
-	e.counters.GetHits.Add(hits)
-	e.counters.GetMisses.Add(int64(len(keys)) - hits)
+	if t != nil {
+		t.CmdGet += int64(len(keys))
+		t.GetHits += hits
+		t.GetMisses += int64(len(keys)) - hits
+	} else {
+		e.counters.CmdGet.Add(int64(len(keys)))
+		e.counters.GetHits.Add(hits)
+		e.counters.GetMisses.Add(int64(len(keys)) - hits)
+	}
 	return items, found, firstErr
 }
 

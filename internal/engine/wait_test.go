@@ -67,7 +67,7 @@ func TestTryGetMulti(t *testing.T) {
 	answered := func(want []string, ks ...string) {
 		t.Helper()
 		gets := r.e.counters.CmdGet.Load()
-		items, found, err := r.e.TryGetMulti(keys(ks...))
+		items, found, err := r.e.TryGetMulti(nil, keys(ks...))
 		if err != nil {
 			t.Fatalf("TryGetMulti(%q): %v", ks, err)
 		}
@@ -83,7 +83,7 @@ func TestTryGetMulti(t *testing.T) {
 	wouldWait := func(ks ...string) {
 		t.Helper()
 		gets := r.e.counters.CmdGet.Load()
-		if _, _, err := r.e.TryGetMulti(keys(ks...)); !errors.Is(err, ErrWouldWait) {
+		if _, _, err := r.e.TryGetMulti(nil, keys(ks...)); !errors.Is(err, ErrWouldWait) {
 			t.Fatalf("TryGetMulti(%q): %v, want ErrWouldWait", ks, err)
 		}
 		if n := r.e.counters.CmdGet.Load() - gets; n != 0 {
@@ -104,6 +104,20 @@ func TestTryGetMulti(t *testing.T) {
 		t.Fatalf("GetMulti after ErrWouldWait: %q %v %v", items[0].Value, found[0], err)
 	}
 	answered([]string{"x"}, "@@v.k") // GetMulti filled the copy
+
+	// With a tally, the gets are counted there, and in the engine's counters once published.
+	var tally Tally
+	gets := r.e.counters.CmdGet.Load()
+	if _, found, err := r.e.TryGetMulti(&tally, keys("@@v.k", "nothing")); err != nil || !found[0] || found[1] {
+		t.Fatalf("TryGetMulti with a tally: %v %v", found, err)
+	}
+	if tally != (Tally{CmdGet: 2, GetHits: 1, GetMisses: 1}) || r.e.counters.CmdGet.Load() != gets {
+		t.Fatalf("tally %+v, engine's gets +%d; want 2 gets, 1 hit, 1 miss in the tally only", tally, r.e.counters.CmdGet.Load()-gets)
+	}
+	r.e.Publish(&tally)
+	if n := r.e.counters.CmdGet.Load() - gets; n != 2 {
+		t.Fatalf("published %d gets, want 2", n)
+	}
 }
 
 // BenchmarkCachedGet is a memcache get of a row whose valid copy is held, as an event loop answers it: with the
@@ -129,7 +143,7 @@ func BenchmarkCachedGet(b *testing.B) {
 	b.Run("try", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, found, err := r.e.TryGetMulti(keys); err != nil || !found[0] {
+			if _, found, err := r.e.TryGetMulti(nil, keys); err != nil || !found[0] {
 				b.Fatal(found, err)
 			}
 		}

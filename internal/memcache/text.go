@@ -515,7 +515,7 @@ func (c *conn) getMulti(keys [][]byte) ([]store.Item, []bool, error) {
 	if c.loop != nil && !c.away {
 		// On an event loop, the answer from what keyway holds is tried first; one that needs MySQL steps away.
 		// (mayWait would look each key up once to decide and GetMulti once more to answer.)
-		items, found, err := c.eng.TryGetMulti(ek)
+		items, found, err := c.eng.TryGetMulti(&c.tally, ek)
 		if !errors.Is(err, engine.ErrWouldWait) {
 			return items, found, err
 		}
@@ -524,7 +524,7 @@ func (c *conn) getMulti(keys [][]byte) ([]store.Item, []bool, error) {
 	for _, k := range ek {
 		c.mayWait(k, engine.AccessRead) // off the loop: notes whether the batch waited (see quietToReturn)
 	}
-	return c.eng.GetMulti(ek)
+	return c.eng.GetMultiTallied(&c.tally, ek)
 }
 
 type itemView struct {
