@@ -814,6 +814,15 @@ func (e *Engine) TryGetMulti(t *Tally, keys [][]byte) ([]store.Item, []bool, err
 	return e.getMulti(t, keys, true)
 }
 
+// TryGetTallied is GetTallied answered from what keyway holds, as TryGetMulti answers one key.
+func (e *Engine) TryGetTallied(t *Tally, key []byte) (store.Item, bool, error) {
+	items, found, err := e.getMulti(t, [][]byte{key}, true)
+	if len(items) == 0 {
+		return store.Item{}, false, err
+	}
+	return items[0], found[0], err
+}
+
 // getMulti is GetMultiTallied, or TryGetMulti with noWait.
 func (e *Engine) getMulti(t *Tally, keys [][]byte, noWait bool) ([]store.Item, []bool, error) {
 	items := make([]store.Item, len(keys))

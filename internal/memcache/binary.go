@@ -309,7 +309,7 @@ func (c *conn) binGet(h binHeader, quiet bool, extras, key []byte) {
 		c.container = t
 		value, found = []byte(t.PluginTableName()), true
 	} else {
-		it, ok, err := c.eng.GetTallied(&c.tally, c.engineKey(key, engine.AccessRead))
+		it, ok, err := c.getOne(key)
 		if err != nil {
 			c.binServerError(h, err)
 			return

@@ -467,3 +467,23 @@ func testEventLoopMixedLoad(t *testing.T, threads bool) {
 		t.Error("no command was answered away from the loop")
 	}
 }
+
+// TestEventLoopBinaryGetOfCopy: a binary get of a row is answered on the loop once its copy is held, and steps
+// away (to read the table) only when it is not.
+func TestEventLoopBinaryGetOfCopy(t *testing.T) { eachWait(t, testEventLoopBinaryGetOfCopy) }
+
+func testEventLoopBinaryGetOfCopy(t *testing.T, threads bool) {
+	d := newWaitDoor(t, threads)
+	c := dialBinary(t, d.addr)
+	expect(t, c.do(req(opGet, "@@t.cached", "")), opGet, statusOK, "c") // reads the table, keeps the copy
+	if n := d.srv.stepsAway(); n != 1 {
+		t.Fatalf("%d commands answered away from the loop, want 1 (the get that read the table)", n)
+	}
+	for range 3 {
+		expect(t, c.do(req(opGet, "@@t.cached", "")), opGet, statusOK, "c")
+	}
+	expect(t, c.do(req(opGet, "@@t.nothing", "")), opGet, statusKeyNotFound, "Not found")
+	if n := d.srv.stepsAway(); n != 2 {
+		t.Fatalf("%d commands answered away from the loop, want 2: the gets of the copy stay on it, a row not held does not", n)
+	}
+}

@@ -527,6 +527,21 @@ func (c *conn) getMulti(keys [][]byte) ([]store.Item, []bool, error) {
 	return c.eng.GetMultiTallied(&c.tally, ek)
 }
 
+// getOne is engine.GetTallied of key as this connection routes it. On an event loop it is tried from what keyway
+// holds first, and steps away only when the answer needs MySQL, as getMulti does.
+func (c *conn) getOne(key []byte) (store.Item, bool, error) {
+	k := c.ekey(key)
+	if c.loop != nil && !c.away && c.eng.HasContainers() { // without containers nothing waits (and Try allocates)
+		it, ok, err := c.eng.TryGetTallied(&c.tally, k)
+		if !errors.Is(err, engine.ErrWouldWait) {
+			return it, ok, err
+		}
+		c.stepAway()
+	}
+	c.mayWait(k, engine.AccessRead) // off the loop: notes whether the batch waited (see quietToReturn)
+	return c.eng.GetTallied(&c.tally, k)
+}
+
 type itemView struct {
 	value []byte
 	flags uint32
