@@ -487,3 +487,29 @@ func testEventLoopBinaryGetOfCopy(t *testing.T, threads bool) {
 		t.Fatalf("%d commands answered away from the loop, want 2: the gets of the copy stay on it, a row not held does not", n)
 	}
 }
+
+// TestEventLoopMetaGetOfCopy: a meta get that only reads (no T, N, R or E) is answered on the loop once the row's
+// copy is held; one that touches the row (T) steps away, as it writes the table.
+func TestEventLoopMetaGetOfCopy(t *testing.T) { eachWait(t, testEventLoopMetaGetOfCopy) }
+
+func testEventLoopMetaGetOfCopy(t *testing.T, threads bool) {
+	d := newWaitDoor(t, threads)
+	c := dialTest(t, d.addr)
+	c.send("mg @@t.cached v\r\n") // reads the table, keeps the copy
+	c.expect("VA 1\r\nc\r\n")
+	if n := d.srv.stepsAway(); n != 1 {
+		t.Fatalf("%d commands answered away from the loop, want 1 (the mg that read the table)", n)
+	}
+	for range 3 {
+		c.send("mg @@t.cached v f k\r\n")
+		c.expect("VA 1 f0 k@@t.cached\r\nc\r\n")
+	}
+	if n := d.srv.stepsAway(); n != 1 {
+		t.Fatalf("%d commands answered away from the loop, want 1: the reads of the copy stay on it", n)
+	}
+	c.send("mg @@t.cached v T30\r\n")
+	c.expect("VA 1\r\nc\r\n")
+	if n := d.srv.stepsAway(); n != 2 {
+		t.Fatalf("%d commands answered away from the loop, want 2 (the touch writes the table)", n)
+	}
+}

@@ -242,7 +242,11 @@ func (c *conn) metaGet(toks [][]byte) {
 		c.metaError("CLIENT_ERROR opaque token too long")
 		return
 	}
-	res, err := c.eng.MetaGet(c.engineKey(f.key, engine.AccessOther), engine.MetaGetRequest{
+	access := engine.AccessOther // T touches the row; N, R and E are refused on a table, at once
+	if !f.setTTL && !f.vivify && !f.recache && f.newCAS == 0 {
+		access = engine.AccessRead // a read, answered on the loop when its copy is held
+	}
+	res, err := c.eng.MetaGet(c.engineKey(f.key, access), engine.MetaGetRequest{
 		NoUpdate: f.noBump,
 		SetTTL:   f.setTTL, TTL: f.ttl,
 		Vivify: f.vivify, VivifyTTL: f.vivifyTTL,
