@@ -538,7 +538,7 @@ func (c *conn) getOne(key []byte) (store.Item, bool, error) {
 		}
 		c.stepAway()
 	}
-	c.mayWait(k, engine.AccessRead) // off the loop: notes whether the batch waited (see quietToReturn)
+	c.mayWait(k, engine.AccessRead) // where nothing was tried: steps away if it may wait, or notes that it did
 	return c.eng.GetTallied(&c.tally, k)
 }
 
