@@ -53,6 +53,14 @@ func newWaitDoor(t *testing.T, threads bool) *waitDoor {
 	return d
 }
 
+// expectStepsAway fails t unless want commands have been answered away from the loop so far (why says which).
+func (d *waitDoor) expectStepsAway(t *testing.T, want uint64, why string) {
+	t.Helper()
+	if n := d.srv.stepsAway(); n != want {
+		t.Fatalf("%d commands answered away from the loop, want %d: %s", n, want, why)
+	}
+}
+
 // lockRow holds a write lock on test.lw's row k in an open transaction until the returned function rolls it back.
 func (d *waitDoor) lockRow(t *testing.T, k string) (release func()) {
 	t.Helper()
@@ -104,9 +112,7 @@ func testEventLoopContainerWaitHoldsUpNobody(t *testing.T, threads bool) {
 	other := dialTest(t, d.addr)
 	other.send("get @@t.cached\r\n") // fills the copy; later gets of it are answered from the loop
 	other.expect("VALUE @@t.cached 0 1\r\nc\r\nEND\r\n")
-	if n := d.srv.stepsAway(); n != 1 {
-		t.Fatalf("%d commands answered away from the loop, want 1 (the get that read the table)", n)
-	}
+	d.expectStepsAway(t, 1, "the get that read the table")
 
 	release := d.lockRow(t, "locked")
 	waiter := dialTest(t, d.addr)
@@ -138,9 +144,7 @@ func testEventLoopContainerWaitHoldsUpNobody(t *testing.T, threads bool) {
 		t.Fatalf("the loop has %d connections after the set, want 4: the waiter did not come back", n)
 	}
 	// Away from the loop: the first get of the cached row and the waiter's batch; the gets of the copy were not.
-	if n := d.srv.stepsAway(); n != 2 {
-		t.Fatalf("%d commands answered away from the loop, want 2", n)
-	}
+	d.expectStepsAway(t, 2, "the first get of the cached row and the waiter's batch")
 }
 
 // TestEventLoopShutdownWhileAway: Shutdown while a connection is away from its loop, waiting for MySQL, lets that
@@ -476,16 +480,12 @@ func testEventLoopBinaryGetOfCopy(t *testing.T, threads bool) {
 	d := newWaitDoor(t, threads)
 	c := dialBinary(t, d.addr)
 	expect(t, c.do(req(opGet, "@@t.cached", "")), opGet, statusOK, "c") // reads the table, keeps the copy
-	if n := d.srv.stepsAway(); n != 1 {
-		t.Fatalf("%d commands answered away from the loop, want 1 (the get that read the table)", n)
-	}
+	d.expectStepsAway(t, 1, "the get that read the table")
 	for range 3 {
 		expect(t, c.do(req(opGet, "@@t.cached", "")), opGet, statusOK, "c")
 	}
 	expect(t, c.do(req(opGet, "@@t.nothing", "")), opGet, statusKeyNotFound, "Not found")
-	if n := d.srv.stepsAway(); n != 2 {
-		t.Fatalf("%d commands answered away from the loop, want 2: the gets of the copy stay on it, a row not held does not", n)
-	}
+	d.expectStepsAway(t, 2, "the gets of the copy stay on it, a row not held does not")
 }
 
 // TestEventLoopMetaGetOfCopy: a meta get that only reads (no T, N, R or E) is answered on the loop once the row's
@@ -497,19 +497,13 @@ func testEventLoopMetaGetOfCopy(t *testing.T, threads bool) {
 	c := dialTest(t, d.addr)
 	c.send("mg @@t.cached v\r\n") // reads the table, keeps the copy
 	c.expect("VA 1\r\nc\r\n")
-	if n := d.srv.stepsAway(); n != 1 {
-		t.Fatalf("%d commands answered away from the loop, want 1 (the mg that read the table)", n)
-	}
+	d.expectStepsAway(t, 1, "the mg that read the table")
 	for range 3 {
 		c.send("mg @@t.cached v f k\r\n")
 		c.expect("VA 1 f0 k@@t.cached\r\nc\r\n")
 	}
-	if n := d.srv.stepsAway(); n != 1 {
-		t.Fatalf("%d commands answered away from the loop, want 1: the reads of the copy stay on it", n)
-	}
+	d.expectStepsAway(t, 1, "the reads of the copy stay on it")
 	c.send("mg @@t.cached v T30\r\n")
 	c.expect("VA 1\r\nc\r\n")
-	if n := d.srv.stepsAway(); n != 2 {
-		t.Fatalf("%d commands answered away from the loop, want 2 (the touch writes the table)", n)
-	}
+	d.expectStepsAway(t, 2, "the touch writes the table")
 }
