@@ -153,7 +153,7 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 			Users:            mcUsers,
 			TLS:              mcTLS,
 		}
-		if cfg.SQL.Listen == "" && mcTLS == nil && !st.WaitsForDisk() {
+		if runtime.GOOS == "linux" && cfg.SQL.Listen == "" && mcTLS == nil && !st.WaitsForDisk() { // loops' terms
 			mcOpts.EventLoops, mcOpts.LoopThreads = loopThreads()
 		}
 		s.memcache = memcache.NewServer(s.engine, mcOpts)
