@@ -293,7 +293,7 @@ const maxSpares = 4
 // handOver gives the loop to a spare goroutine, or to a new one when none waits; the caller runs it no more, and
 // gives back the thread runUntilLeft kept.
 func (l *eventLoop) handOver() {
-	if l.ep == nil {
+	if l.ownThread() {
 		runtime.UnlockOSThread()
 	}
 	select {
@@ -322,7 +322,7 @@ func (l *eventLoop) waitAsSpare() bool {
 // runUntilLeft runs the loop until it stops (false) or the goroutine leaves it with a connection and has served
 // that connection as far as it had to (true): another goroutine runs the loop by then.
 func (l *eventLoop) runUntilLeft() bool {
-	if l.ep == nil { // LoopThreads: the loop waits on its own thread (see the top of this file)
+	if l.ownThread() {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread() // a no-op once handOver gave the thread back
 	}
@@ -362,15 +362,19 @@ func (l *eventLoop) runUntilLeft() bool {
 	}
 }
 
+// ownThread reports whether the loop waits on a thread of its own (LoopThreads; see the top of this file) rather
+// than in Go's poller.
+func (l *eventLoop) ownThread() bool { return l.ep == nil }
+
 // await waits until the loop's epoll set holds something ready, and leaves it in l.wait: in Go's poller, or in
 // epoll_pwait on the loop's own thread (LoopThreads).
 func (l *eventLoop) await() error {
 	w := &l.wait
 	var err error
-	if l.ep != nil {
-		err = l.ready.Read(l.take)
-	} else {
+	if l.ownThread() {
 		w.block() // returns at once when something is ready: no need to look first, as the poller's callback must
+	} else {
+		err = l.ready.Read(l.take)
 	}
 	if err == nil && w.errno != 0 {
 		err = os.NewSyscallError("epoll_pwait", w.errno)

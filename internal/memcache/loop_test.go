@@ -51,7 +51,7 @@ func checkWait(t *testing.T, srv *Server, threads bool) {
 	srv.mu.Lock()
 	defer srv.mu.Unlock()
 	for _, l := range srv.loops {
-		if own := l.ep == nil; own != threads {
+		if own := l.ownThread(); own != threads {
 			t.Fatalf("a loop waits on a thread of its own: %v, want %v", own, threads)
 		}
 	}
