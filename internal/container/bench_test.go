@@ -138,15 +138,21 @@ func BenchmarkDirectReplaceWatched(b *testing.B) {
 // BenchmarkWriteRows8 is the statement a full batch of 8 Sets costs: one 8-row upsert, run back to back by one
 // caller (ns/op per statement). With BenchmarkSet (one row) it bounds the group committer: 8 writers that each wait
 // for their write cannot get more than 8 rows per this statement's time.
-func BenchmarkWriteRows8(b *testing.B) {
+func BenchmarkWriteRows8(b *testing.B) { benchmarkWriteRows(b, 8) }
+
+// BenchmarkWriteRows256 is a write-behind round's statement (an async container under load writes hundreds of rows
+// at a time): its allocations per statement are what the round leaves to the collector.
+func BenchmarkWriteRows256(b *testing.B) { benchmarkWriteRows(b, 256) }
+
+func benchmarkWriteRows(b *testing.B, n int) {
 	c := benchContainer(b)
 	value := []byte("forty bytes of value, give or take a few")
-	rows := make([]Row, 8)
+	rows := make([]Row, n)
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
 		for j := range rows {
-			rows[j] = Row{Key: fmt.Appendf(nil, "bench-%04d", (i*8+j)%1000), Item: Item{Value: value, Flags: uint32(i), CAS: uint64(i*8 + j + 1)}}
+			rows[j] = Row{Key: fmt.Appendf(nil, "bench-%04d", (i*n+j)%1000), Item: Item{Value: value, Flags: uint32(i), CAS: uint64(i*n + j + 1)}}
 		}
 		octx, cancel := opContext()
 		for _, err := range c.WriteRows(octx, rows) {

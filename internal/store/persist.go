@@ -84,8 +84,12 @@ const (
 	// the async tick, so a burst of writes does not pile up in memory.
 	kickBytes = 4 << 20
 	// maxBatchBytes splits a round into batches of bounded size; only the
-	// last is synced (the WAL is sequential, so that sync covers all).
-	maxBatchBytes = 4 << 20
+	// last is synced (the WAL is sequential, so that sync covers all). It
+	// keeps a batch's buffer within what Pebble's pool retains (1 MiB), so a
+	// round reuses a buffer instead of growing a new one: with 4 MiB batches
+	// the growth was 11% of what an async set allocated (8 writers, async
+	// container, async durability).
+	maxBatchBytes = 512 << 10
 	// maxPendingBytes is where async writers start to wait for the disk
 	// (backpressure): memory never holds more than this not yet handed to Pebble.
 	maxPendingBytes = 32 << 20
@@ -449,14 +453,17 @@ func (d *disk) commitRound() {
 func addToBatch(b *pebble.Batch, r *record) {
 	switch r.op {
 	case opPut:
-		k := diskKey(r.shard, r.key)
-		v := make([]byte, itemHeaderLen+len(r.value))
+		// Encoded in place in the batch: no key or value of its own to allocate.
+		op := b.SetDeferred(1+len(r.key), itemHeaderLen+len(r.value))
+		op.Key[0] = r.shard
+		copy(op.Key[1:], r.key)
+		v := op.Value
 		v[0] = formatVersion
 		binary.LittleEndian.PutUint32(v[1:5], r.flags)
 		binary.LittleEndian.PutUint64(v[5:13], uint64(r.exptime))
 		binary.LittleEndian.PutUint64(v[13:21], r.cas)
 		copy(v[itemHeaderLen:], r.value)
-		b.Set(k, v, nil)
+		op.Finish() // the batch is not indexed: nothing to fail
 	case opDelete:
 		b.Delete(diskKey(r.shard, r.key), nil)
 	case opFlushShard:

@@ -62,6 +62,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -126,6 +127,10 @@ type Queue struct {
 	kick chan struct{}
 	quit chan struct{}
 	done chan struct{}
+
+	// The loop's own: a round's rows and their sequence numbers, reused from round to round.
+	roundRows []container.Row
+	roundSeqs []uint64
 
 	written, dropped, failedRounds atomic.Uint64
 }
@@ -508,13 +513,14 @@ func (q *Queue) round() {
 		q.mu.Unlock()
 		return
 	}
-	rows := make([]container.Row, 0, len(q.pending))
-	seqs := make([]uint64, 0, len(q.pending))
+	rows := slices.Grow(q.roundRows[:0], len(q.pending))
+	seqs := slices.Grow(q.roundSeqs[:0], len(q.pending))
 	for _, e := range q.pending {
 		rows = append(rows, container.Row{Key: e.row, Item: e.item})
 		seqs = append(seqs, e.seq)
 	}
 	q.mu.Unlock()
+	defer q.keepRound(rows, seqs)
 	for len(rows) > 0 {
 		n := min(len(rows), q.o.MaxBatch)
 		if !q.send(rows[:n], seqs[:n]) {
@@ -523,6 +529,20 @@ func (q *Queue) round() {
 		rows, seqs = rows[n:], seqs[n:]
 	}
 }
+
+// keepRound keeps a round's arrays for the next one, cleared so the rows' data goes to the collector, unless the
+// round was an unusual one (a backlog after an outage) whose arrays are best left to the collector too.
+func (q *Queue) keepRound(rows []container.Row, seqs []uint64) {
+	if cap(rows) > maxKeptRound {
+		q.roundRows, q.roundSeqs = nil, nil
+		return
+	}
+	clear(rows)
+	q.roundRows, q.roundSeqs = rows[:0], seqs[:0]
+}
+
+// maxKeptRound is the most rows whose arrays keepRound keeps.
+const maxKeptRound = 1 << 16
 
 // send writes one batch and settles its rows; false when the table could not
 // be reached or the journal could not record that it was (the rows stay).
