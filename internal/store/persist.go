@@ -84,12 +84,8 @@ const (
 	// the async tick, so a burst of writes does not pile up in memory.
 	kickBytes = 4 << 20
 	// maxBatchBytes splits a round into batches of bounded size; only the
-	// last is synced (the WAL is sequential, so that sync covers all). It
-	// keeps a batch's buffer within what Pebble's pool retains (1 MiB), so a
-	// round reuses a buffer instead of growing a new one: with 4 MiB batches
-	// the growth was 11% of what an async set allocated (8 writers, async
-	// container, async durability).
-	maxBatchBytes = 512 << 10
+	// last is synced (the WAL is sequential, so that sync covers all).
+	maxBatchBytes = 4 << 20
 	// maxPendingBytes is where async writers start to wait for the disk
 	// (backpressure): memory never holds more than this not yet handed to Pebble.
 	maxPendingBytes = 32 << 20
