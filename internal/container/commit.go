@@ -332,7 +332,7 @@ func (c *Container) WriteRows(ctx context.Context, rows []Row) []error {
 }
 
 // writeScratch is WriteRows' working memory, reused from one call to the next (writeScratches): a write-behind
-// round writes hundreds of rows per statement, and building their arguments afresh each time was a third of what
+// round writes hundreds of rows per statement, and building their arguments afresh each time was a tenth of what
 // an async set allocated (8 writers, async container). Released, it keeps its arrays but no row's data.
 type writeScratch struct {
 	flat  []any          // every row's arguments
