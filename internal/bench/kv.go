@@ -62,11 +62,16 @@ const (
 	kvMemcachedName = memcachedTarget
 	// memcached's own set, the peer of keyway's async set
 	kvMemcachedSetTarget = "memcached-set"
+	// the pairs loaded direct with c-row INSERT … ON DUPLICATE KEY UPDATE statements (the statement keyway's group
+	// committer sends), one at a time on one connection with nothing between them: what c writers that each wait
+	// for their write could get from one commit in flight at most, were every commit a full batch and everything
+	// but the statement free. keyway's sync set is measured against it too (set/upsert-batch).
+	upsertBatchTarget = "upsert-batch"
 )
 
 // The targets of each phase, in the order they alternate.
 var (
-	loadTargets  = []string{insertTarget, kwSetTarget, kwAsyncTarget, kwAsyncLazyTarget, kvMemcachedSetTarget}
+	loadTargets  = []string{insertTarget, upsertBatchTarget, kwSetTarget, kwAsyncTarget, kwAsyncLazyTarget, kvMemcachedSetTarget}
 	fetchTargets = []string{selectTarget, kwGetTarget, kvMemcachedName}
 )
 
@@ -285,6 +290,9 @@ func RunKV(ctx context.Context, o KVOptions) (*KVReport, error) {
 			ratioKey(kwAsyncLazyTarget, kvMemcachedSetTarget)) {
 			kc.Ratios[k] = v
 		}
+		for k, v := range pick(ratios(kc.Results, upsertBatchTarget), ratioKey(kwSetTarget, upsertBatchTarget)) {
+			kc.Ratios[k] = v
+		}
 		rep.Cases = append(rep.Cases, kc)
 	}
 
@@ -374,7 +382,7 @@ func (kc *KVCase) addCommits(target string, rowsPerCommit, rowsPerFsync float64)
 // MariaDB committed for it (see KVCommits).
 func (e *kvEnv) run(ctx context.Context, t string, c int) (kvSample, error) {
 	switch t {
-	case insertTarget, kwSetTarget, kwAsyncTarget, kwAsyncLazyTarget:
+	case insertTarget, upsertBatchTarget, kwSetTarget, kwAsyncTarget, kwAsyncLazyTarget:
 	default:
 		return e.measure(ctx, t, c)
 	}
@@ -440,6 +448,8 @@ func (e *kvEnv) measure(ctx context.Context, t string, c int) (kvSample, error) 
 			return s, err
 		}
 		return s, e.checkRows(ctx)
+	case upsertBatchTarget:
+		return e.loadBatched(ctx, c)
 	case kwSetTarget, kwAsyncTarget, kwAsyncLazyTarget:
 		prefix, args := "@@"+kvContainer+".", []string(nil)
 		if t != kwSetTarget {
@@ -525,6 +535,46 @@ func (e *kvEnv) measure(ctx context.Context, t string, c int) (kvSample, error) 
 		})
 	}
 	return kvSample{}, fmt.Errorf("unknown target %q", t)
+}
+
+// loadBatched loads the pairs with rows-row upserts, one statement at a time (upsertBatchTarget). Its figures are per
+// row, as the other loads' are: ops/s is rows/s and CPU is per row; its latency is a statement's, which is what each
+// writer of a batch would wait.
+func (e *kvEnv) loadBatched(ctx context.Context, rows int) (kvSample, error) {
+	upsert := func(n int) string {
+		return "INSERT INTO " + kvTable + " (c1, c2) VALUES " + strings.TrimSuffix(strings.Repeat("(?, ?), ", n), ", ") +
+			" ON DUPLICATE KEY UPDATE c2 = VALUES(c2)"
+	}
+	stmt, err := e.db.PrepareContext(ctx, upsert(rows))
+	if err != nil {
+		return kvSample{}, err
+	}
+	defer stmt.Close()
+	statements := (len(e.keys) + rows - 1) / rows
+	args := make([]any, 0, 2*rows)
+	s, err := e.meteredDrive(ctx, 1, statements, 0, []cpuProc{e.mariadb}, func(i int) error {
+		args = args[:0]
+		lo, hi := i*rows, min((i+1)*rows, len(e.keys))
+		for j := lo; j < hi; j++ {
+			args = append(args, e.keys[j], e.values[j])
+		}
+		if hi-lo < rows { // the last statement, shorter
+			_, err := e.db.ExecContext(ctx, upsert(hi-lo), args...)
+			return err
+		}
+		_, err := stmt.ExecContext(ctx, args...)
+		return err
+	})
+	if err != nil {
+		return s, err
+	}
+	perStatement := float64(len(e.keys)) / float64(statements)
+	s.ops *= perStatement
+	s.n = len(e.keys)
+	for i := range s.cpu {
+		s.cpu[i].MicrosPerOp /= perStatement
+	}
+	return s, e.checkRows(ctx)
 }
 
 // startKeyway starts a fresh keyway serving the container and a client for it.

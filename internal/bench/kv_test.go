@@ -31,7 +31,7 @@ func TestRunKV(t *testing.T) {
 	rep, err := RunKV(ctx, KVOptions{
 		KeywayBinary:     bin,
 		Pairs:            100,
-		LoadConcurrency:  []int{1},
+		LoadConcurrency:  []int{3},
 		FetchConcurrency: []int{1},
 		Duration:         300 * time.Millisecond,
 		Repetitions:      1,
@@ -67,12 +67,16 @@ func TestRunKV(t *testing.T) {
 		if m.Target == insertTarget && m.RowsPerCommit.Median != 1 {
 			t.Errorf("insert: %v rows per commit, want 1", m.RowsPerCommit.Median)
 		}
+		// 100 pairs in 3-row statements: 33 of 3 rows and one of 1.
+		if m.Target == upsertBatchTarget && m.RowsPerCommit.Median != 100.0/34 {
+			t.Errorf("upsert-batch: %v rows per commit, want %v", m.RowsPerCommit.Median, 100.0/34)
+		}
 	}
-	if want := []string{insertTarget, kwSetTarget, kwAsyncTarget, kwAsyncLazyTarget}; !slices.Equal(committed, want) {
+	if want := []string{insertTarget, upsertBatchTarget, kwSetTarget, kwAsyncTarget, kwAsyncLazyTarget}; !slices.Equal(committed, want) {
 		t.Errorf("commit figures for %v, want %v", committed, want)
 	}
 	// Every target's CPU per op, by the processes that served it and the client.
-	procs := map[string][]string{insertTarget: {"mariadb", clientProc}, selectTarget: {"mariadb", clientProc},
+	procs := map[string][]string{insertTarget: {"mariadb", clientProc}, upsertBatchTarget: {"mariadb", clientProc}, selectTarget: {"mariadb", clientProc},
 		kvMemcachedSetTarget: {"memcached", clientProc}, kvMemcachedName: {"memcached", clientProc}}
 	for _, k := range []string{kwSetTarget, kwAsyncTarget, kwAsyncLazyTarget, kwGetTarget} {
 		procs[k] = []string{"keyway", "mariadb", clientProc}
@@ -95,7 +99,7 @@ func TestRunKV(t *testing.T) {
 			}
 		}
 	}
-	for _, k := range []string{"set/insert", "async/insert", "async-1s/insert", "async/memcached-set"} {
+	for _, k := range []string{"set/insert", "async/insert", "async-1s/insert", "async/memcached-set", "set/upsert-batch"} {
 		if rep.Cases[0].Ratios[k] <= 0 {
 			t.Errorf("load ratio %s missing: %v", k, rep.Cases[0].Ratios)
 		}
