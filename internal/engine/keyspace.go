@@ -39,6 +39,8 @@ import (
 //     single-path code counted them, so stats are unchanged.
 type keySpace interface {
 	get(e *Engine, k []byte) (store.Item, bool, error)
+	// tryGet is get answered from what keyway holds, or ErrWouldWait when the answer needs MySQL.
+	tryGet(e *Engine, k []byte) (store.Item, bool, error)
 	// getMany answers keys[i] for each i in idx into items and found (a
 	// multi-get's share in this space), with as few round trips as it can;
 	// with noWait, it returns ErrWouldWait instead of making one.
@@ -122,6 +124,8 @@ func (localSpace) get(e *Engine, k []byte) (store.Item, bool, error) {
 	it, ok := e.st.Get(k)
 	return it, ok, nil
 }
+
+func (sp localSpace) tryGet(e *Engine, k []byte) (store.Item, bool, error) { return sp.get(e, k) }
 
 func (localSpace) getMany(e *Engine, idx []int, keys [][]byte, items []store.Item, found []bool, _ bool) error {
 	for j, i := range idx {
@@ -309,6 +313,10 @@ func (s *tableSpace) localKey(row []byte) []byte { return rowKey(s.t, row) }
 
 func (s *tableSpace) get(e *Engine, row []byte) (store.Item, bool, error) {
 	return e.tableGet(s.t, row)
+}
+
+func (s *tableSpace) tryGet(e *Engine, row []byte) (store.Item, bool, error) {
+	return e.tableTryGet(s.t, row)
 }
 
 func (s *tableSpace) getMany(e *Engine, idx []int, rows [][]byte, items []store.Item, found []bool, noWait bool) error {

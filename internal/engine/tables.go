@@ -814,13 +814,19 @@ func (e *Engine) TryGetMulti(t *Tally, keys [][]byte) ([]store.Item, []bool, err
 	return e.getMulti(t, keys, true)
 }
 
-// TryGetTallied is GetTallied answered from what keyway holds, as TryGetMulti answers one key.
+// TryGetTallied is GetTallied answered from what keyway holds, as TryGetMulti answers one key, and allocates nothing.
 func (e *Engine) TryGetTallied(t *Tally, key []byte) (store.Item, bool, error) {
-	items, found, err := e.getMulti(t, [][]byte{key}, true)
-	if len(items) == 0 {
+	sp, k, err := e.space(key, classGet)
+	if err != nil {
+		e.countGet(t, false)
 		return store.Item{}, false, err
 	}
-	return items[0], found[0], err
+	it, ok, err := sp.tryGet(e, k)
+	if errors.Is(err, ErrWouldWait) {
+		return store.Item{}, false, err // counted by the call that may wait
+	}
+	e.countGet(t, ok)
+	return it, ok, err
 }
 
 // getMulti is GetMultiTallied, or TryGetMulti with noWait.
@@ -885,6 +891,31 @@ func (e *Engine) getMulti(t *Tally, keys [][]byte, noWait bool) ([]store.Item, [
 	return items, found, firstErr
 }
 
+// heldCopy is the copy of row that keyway holds, if it holds one that is valid (see tableGetMany).
+func (e *Engine) heldCopy(t *Container, row []byte) (store.Item, bool) {
+	var buf [128]byte
+	sk := appendRowKey(buf[:0], t, row) // a lookup's key: on the stack unless long
+	if it, ok := e.st.Get(sk); ok && t.v.KeyValid(validityKey(t, sk), it.Tag) {
+		return it, true
+	}
+	return store.Item{}, false
+}
+
+// tableTryGet is a get of row answered from the copy keyway holds, as tableGetMany answers with noWait: ErrWouldWait
+// when the answer needs MySQL (no valid copy held, a policy that does not cache, the binlog not yet followed).
+func (e *Engine) tableTryGet(t *Container, row []byte) (store.Item, bool, error) {
+	switch {
+	case t.Policies.Get == container.Disabled:
+		return store.Item{}, false, disabled(t, "get")
+	case t.Policies.Get != container.Caching || !e.validity.Vouched():
+		return store.Item{}, false, ErrWouldWait
+	}
+	if it, ok := e.heldCopy(t, row); ok {
+		return it, true, nil
+	}
+	return store.Item{}, false, ErrWouldWait
+}
+
 // tableGetMany answers a multi-get's rows of t (rows[j] into items[idx[j]]):
 // fresh cached copies first, then queued writes, then one query for the rest.
 // With noWait it answers from the copies or returns ErrWouldWait.
@@ -900,10 +931,8 @@ func (e *Engine) tableGetMany(t *Container, idx []int, rows [][]byte, items []st
 			break
 		}
 		n := 0
-		var buf [128]byte
 		for j, row := range rows {
-			sk := appendRowKey(buf[:0], t, row) // a lookup's key: on the stack unless long
-			if it, ok := e.st.Get(sk); ok && t.v.KeyValid(validityKey(t, sk), it.Tag) {
+			if it, ok := e.heldCopy(t, row); ok {
 				items[idx[j]], found[idx[j]] = it, true
 				continue
 			}

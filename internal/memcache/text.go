@@ -478,7 +478,17 @@ func (c *conn) multiGet(rest []byte, withCAS bool) {
 			return
 		}
 		any = true
-		items, found, err := c.getMulti(keys)
+		var items []store.Item
+		var found []bool
+		var err error
+		if len(keys) == 1 { // the usual get: answered without the slices a multi-get allocates
+			var one [1]store.Item
+			var oneFound [1]bool
+			one[0], oneFound[0], err = c.getOne(keys[0])
+			items, found = one[:], oneFound[:]
+		} else {
+			items, found, err = c.getMulti(keys)
+		}
 		for i, key := range keys {
 			c.srv.prefixes.get(key, found[i])
 			if found[i] {
