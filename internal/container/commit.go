@@ -287,6 +287,7 @@ func (c *Container) WriteRows(ctx context.Context, rows []Row) []error {
 		a, err := c.appendWriteArgs(append(flat, r.Key), r.Item, r.Item.CAS)
 		if err != nil {
 			errs[i] = err
+			clear(flat[start:min(start+width, cap(flat))]) // what the refused row left past flat's end (release clears up to it)
 			continue
 		}
 		flat = a
@@ -372,12 +373,15 @@ func (w *writeScratch) release() {
 	if cap(w.args) > maxScratchRows {
 		return
 	}
-	clear(w.flat[:cap(w.flat)])
-	clear(w.args[:cap(w.args)])
-	clear(w.norm[:cap(w.norm)])
-	clear(w.last)
-	clear(w.write[:cap(w.write)])
-	clear(w.stmt[:cap(w.stmt)])
+	for _, k := range w.norm {
+		delete(w.last, k) // not clear(w.last): that costs the map's capacity, grown by the largest batch, every time
+	}
+	// Each array's length is what this call used; past it, earlier releases cleared.
+	clear(w.flat)
+	clear(w.args)
+	clear(w.norm)
+	clear(w.write)
+	clear(w.stmt)
 	writeScratches.Put(w)
 }
 
