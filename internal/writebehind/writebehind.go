@@ -128,9 +128,11 @@ type Queue struct {
 	quit chan struct{}
 	done chan struct{}
 
-	// The loop's own: a round's rows and their sequence numbers, reused from round to round.
+	// The loop's own: a round's rows and their sequence numbers, reused from round to round, and a batch's rows
+	// settled (see send), reused from batch to batch.
 	roundRows []container.Row
 	roundSeqs []uint64
+	settling  []settled
 
 	written, dropped, failedRounds atomic.Uint64
 }
@@ -530,6 +532,13 @@ func (q *Queue) round() {
 	}
 }
 
+// settled is a row of a batch that the table took or refused, and the wait for its journal record's removal.
+type settled struct {
+	i    int // in the batch's rows
+	k    string
+	wait func() error
+}
+
 // keepRound keeps a round's arrays for the next one, cleared so the rows' data goes to the collector, unless the
 // round was an unusual one (a backlog after an outage) whose arrays are best left to the collector too.
 func (q *Queue) keepRound(rows []container.Row, seqs []uint64) {
@@ -561,12 +570,8 @@ func (q *Queue) send(rows []container.Row, seqs []uint64) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), q.o.WaitTimeout)
 	errs := q.c.WriteRows(ctx, rows)
 	cancel()
-	type settled struct {
-		i    int // in rows
-		k    string
-		wait func() error
-	}
-	var done []settled
+	done := q.settling[:0]
+	defer func() { clear(done); q.settling = done[:0] }() // kept for the next batch, as the round's rows are
 	var dropped [][]byte
 	ok := true
 	q.mu.Lock()
