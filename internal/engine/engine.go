@@ -146,16 +146,27 @@ func (e *Engine) Publish(t *Tally) {
 
 // countGet counts one get and its hit or miss, in t if there is one.
 func (e *Engine) countGet(t *Tally, hit bool) {
-	if t == nil {
-		e.counters.CmdGet.Add(1)
-		count(hit, &e.counters.GetHits, &e.counters.GetMisses)
+	var hits int64
+	if hit {
+		hits = 1
+	}
+	e.countGets(t, 1, hits)
+}
+
+// countGets counts gets, hits of them and the rest as misses, in t if there is one.
+func (e *Engine) countGets(t *Tally, gets, hits int64) {
+	if t != nil {
+		t.CmdGet += gets
+		t.GetHits += hits
+		t.GetMisses += gets - hits
 		return
 	}
-	t.CmdGet++
-	if hit {
-		t.GetHits++
-	} else {
-		t.GetMisses++
+	e.counters.CmdGet.Add(gets)
+	if hits > 0 {
+		e.counters.GetHits.Add(hits)
+	}
+	if gets > hits {
+		e.counters.GetMisses.Add(gets - hits)
 	}
 }
 

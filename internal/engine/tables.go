@@ -879,15 +879,7 @@ func (e *Engine) getMulti(t *Tally, keys [][]byte, noWait bool) ([]store.Item, [
 			hits++
 		}
 	}
-	if t != nil {
-		t.CmdGet += int64(len(keys))
-		t.GetHits += hits
-		t.GetMisses += int64(len(keys)) - hits
-	} else {
-		e.counters.CmdGet.Add(int64(len(keys)))
-		e.counters.GetHits.Add(hits)
-		e.counters.GetMisses.Add(int64(len(keys)) - hits)
-	}
+	e.countGets(t, int64(len(keys)), hits)
 	return items, found, firstErr
 }
 
@@ -918,15 +910,22 @@ func (e *Engine) tableTryGet(t *Container, row []byte) (store.Item, bool, error)
 
 // tableGetMany answers a multi-get's rows of t (rows[j] into items[idx[j]]):
 // fresh cached copies first, then queued writes, then one query for the rest.
-// With noWait it answers from the copies or returns ErrWouldWait.
+// With noWait each row is tableTryGet's: answered from its copy, or ErrWouldWait for the whole call.
 func (e *Engine) tableGetMany(t *Container, idx []int, rows [][]byte, items []store.Item, found []bool, noWait bool) error {
+	if noWait {
+		for j, row := range rows {
+			it, ok, err := e.tableTryGet(t, row)
+			if err != nil {
+				return err
+			}
+			items[idx[j]], found[idx[j]] = it, ok
+		}
+		return nil
+	}
 	switch t.Policies.Get {
 	case container.Disabled:
 		return disabled(t, "get")
 	case container.Caching:
-		if noWait && !e.validity.Vouched() {
-			return ErrWouldWait // the call that may wait counts the bypass
-		}
 		if !e.vouched(len(rows)) {
 			break
 		}
@@ -943,9 +942,6 @@ func (e *Engine) tableGetMany(t *Container, idx []int, rows [][]byte, items []st
 	}
 	if len(rows) == 0 {
 		return nil
-	}
-	if noWait {
-		return ErrWouldWait
 	}
 	// The table's stamp before anything is asked.
 	t.startFill() // see holdsRow

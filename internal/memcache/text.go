@@ -541,14 +541,14 @@ func (c *conn) getMulti(keys [][]byte) ([]store.Item, []bool, error) {
 // holds first, and steps away only when the answer needs MySQL, as getMulti does.
 func (c *conn) getOne(key []byte) (store.Item, bool, error) {
 	k := c.ekey(key)
-	if c.loop != nil && !c.away && c.eng.HasContainers() { // without containers nothing waits (and Try allocates)
+	if c.loop != nil && !c.away {
 		it, ok, err := c.eng.TryGetTallied(&c.tally, k)
 		if !errors.Is(err, engine.ErrWouldWait) {
 			return it, ok, err
 		}
 		c.stepAway()
 	}
-	c.mayWait(k, engine.AccessRead) // where nothing was tried: steps away if it may wait, or notes that it did
+	c.mayWait(k, engine.AccessRead) // off the loop: notes whether the batch waited (see quietToReturn)
 	return c.eng.GetTallied(&c.tally, k)
 }
 
