@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/cockroachdb/pebble/vfs"
 	"github.com/cockroachdb/pebble/vfs/errorfs"
@@ -935,5 +936,14 @@ func TestDataDirInUse(t *testing.T) {
 	_, err = Open(Options{MemoryLimit: 1 << 20, DataDir: dir, Durability: DurabilityAsync})
 	if err == nil || !strings.Contains(err.Error(), "in use by another process") {
 		t.Fatalf("second open of a held data_dir: %v, want it named in use", err)
+	}
+}
+
+// TestNodeSizeClass guards the item's layout: every item the store holds is a node, and a field added or moved
+// that takes the node past 112 bytes puts every item in the allocator's 128-byte class, a seventh more heap for the
+// same cache (and a full cache collects that much more often). See Item.
+func TestNodeSizeClass(t *testing.T) {
+	if item, n := unsafe.Sizeof(Item{}), unsafe.Sizeof(node{}); item > 64 || n > 112 {
+		t.Errorf("Item is %d bytes (want ≤ 64, no padding) and node %d (want ≤ 112, one size class below 128)", item, n)
 	}
 }
