@@ -51,6 +51,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // TableID names a table, lower-cased. Schema is "" only for an unqualified name whose default database is not
@@ -391,11 +392,18 @@ func (t *Table) Slots() int { return len(*t.slots.Load()) }
 // its keys had, so no copy becomes valid again; a reader still on the old slice sees the marks as they were when
 // the new one replaced it (raises take ticking, and so does this).
 func (t *Table) WidenSlots(n int) {
+	if grown := t.widenSlots(n); grown > 0 {
+		t.reg.slotsGrew(grown)
+	}
+}
+
+// widenSlots is WidenSlots under ticking: it reports how many slots it added.
+func (t *Table) widenSlots(n int) int {
 	t.ticking.Lock()
 	defer t.ticking.Unlock()
 	old := *t.slots.Load()
 	if n <= len(old) {
-		return
+		return 0
 	}
 	wide := make([]keySlot, n)
 	for i := range wide {
@@ -404,6 +412,27 @@ func (t *Table) WidenSlots(n int) {
 		wide[i].last.Store(o.last.Load())
 	}
 	t.slots.Store(&wide)
+	return n - len(old)
+}
+
+// slotSize is the memory of one per-key slot.
+const slotSize = int64(unsafe.Sizeof(keySlot{}))
+
+// SlotBytes is the memory every table's per-key slots take together: they grow with the copies a cache keeps
+// (WidenSlots), by up to an eighth of the store's limit per table a container caches, on top of the items.
+func (r *Registry) SlotBytes() int64 { return r.slotBytes.Load() }
+
+// OnSlotsGrown makes f be called with SlotBytes each time a table's slots grow, outside the table's locks: the
+// server gives Go's heap that much more room, so the slots are not paid for by collecting more often. Call it
+// before the registry is shared; a later call replaces f.
+func (r *Registry) OnSlotsGrown(f func(total int64)) { r.onSlotsGrown.Store(&f) }
+
+// slotsGrew counts n new slots and tells OnSlotsGrown's function.
+func (r *Registry) slotsGrew(n int) {
+	total := r.slotBytes.Add(int64(n) * slotSize)
+	if f := r.onSlotsGrown.Load(); f != nil {
+		(*f)(total)
+	}
 }
 
 // WatchKey registers a column whose values key copies of the table (see KeyWatch). Registering the same column
@@ -520,6 +549,9 @@ type Registry struct {
 	// vouch is the freshness gate (see RequireVouch): the vouchers, replaced whole (under mu) when one is added,
 	// so readers load them without the lock.
 	vouch atomic.Pointer[[]*Voucher]
+
+	slotBytes    atomic.Int64 // see SlotBytes
+	onSlotsGrown atomic.Pointer[func(total int64)]
 }
 
 // NewRegistry returns an empty registry.
@@ -550,6 +582,7 @@ func (r *Registry) Table(id TableID) *Table {
 		t.rows.Store(1)
 		r.mu.tables[id] = t
 		r.mu.byName[id.Name] = append(r.mu.byName[id.Name], t)
+		r.slotBytes.Add(keySlots * slotSize) // too little to make the heap's room change for
 	}
 	return t
 }

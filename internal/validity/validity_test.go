@@ -244,6 +244,31 @@ func TestTrusted(t *testing.T) {
 	}
 }
 
+// SlotBytes counts every table's slots, and OnSlotsGrown hears of each widening with the new total (the server
+// raises Go's heap limit by it): once per growth, never for a widening that adds nothing.
+func TestSlotBytes(t *testing.T) {
+	reg := NewRegistry()
+	var heard []int64
+	reg.OnSlotsGrown(func(total int64) { heard = append(heard, total) })
+	a := reg.Table(TableID{Schema: "s", Name: "a"})
+	reg.Table(TableID{Schema: "s", Name: "b"})
+	reg.Table(TableID{Schema: "s", Name: "a"}) // the same table: nothing new
+	start := int64(2 * keySlots * 16)
+	if got := reg.SlotBytes(); got != start {
+		t.Fatalf("two new tables: SlotBytes %d, want %d (16 bytes a slot)", got, start)
+	}
+	a.WidenSlots(keySlots * 8)
+	a.WidenSlots(keySlots * 4) // narrower than it is: no change
+	a.WidenSlots(keySlots * 8) // as wide as it is: no change
+	want := start + 7*keySlots*16
+	if got := reg.SlotBytes(); got != want {
+		t.Errorf("after widening a to %d slots: SlotBytes %d, want %d", keySlots*8, got, want)
+	}
+	if len(heard) != 1 || heard[0] != want {
+		t.Errorf("OnSlotsGrown heard %v, want [%d]", heard, want)
+	}
+}
+
 // WidenSlots keeps every mark: a copy invalid before is invalid after, a valid one stays valid, and a write after it
 // is seen; with more slots, writes of other keys drop fewer copies.
 func TestWidenSlots(t *testing.T) {
