@@ -763,9 +763,12 @@ func (f *Follower) commit() {
 		r := recheck{due: time.Now().Add(f.recheckDelay()), keys: f.pendKeys, whole: slices.Clone(f.pendWhole)}
 		f.recheckMu.Lock()
 		f.rechecks = append(f.rechecks, r)
-		f.pendKeys = nil
 		if n := len(f.spareKeys); n > 0 {
 			f.pendKeys, f.spareKeys = f.spareKeys[n-1], f.spareKeys[:n-1]
+		} else {
+			// Sized as this commit's: the next commit is likely the same kind (a write-behind batch's rows), and
+			// growing an array by doubling to hundreds of keys left as much again behind as garbage.
+			f.pendKeys = make([]pendingKey, 0, len(r.keys))
 		}
 		f.recheckMu.Unlock()
 	}

@@ -1,12 +1,16 @@
 package container
 
-import "strconv"
+import (
+	"strconv"
+	"unsafe"
+)
 
 // FromImage returns the item a read of key's row returns, built from the row as the binlog images it after a change
 // (value gives a column's value, by lower-case name, as go-mysql decodes it). ok is false when keyway cannot tell: a
 // column the image lacks or holds as NULL (a MINIMAL image looks the same), a column type whose SELECT keyway does not
 // model (see fit.readBack), or a value of a Go type it does not expect. Callers compare the item with a cached copy,
-// so false only costs the copy.
+// so false only costs the copy. The item's Value may be the image's own bytes (a view of a string): read it, never
+// write into it.
 func (c *Container) FromImage(value func(column string) (any, bool)) (it Item, ok bool) {
 	if !c.checked.Load() {
 		return Item{}, false // valCols are not known yet
@@ -97,7 +101,9 @@ func (f fit) fromImage(v any) ([]byte, bool) {
 	var b []byte
 	switch x := v.(type) {
 	case string:
-		b = []byte(x)
+		// A view of the image's string, not a copy: the follower calls this for every row it sees written, only to
+		// compare, and nothing here writes into it (asStored trims by slicing); see FromImage.
+		b = unsafe.Slice(unsafe.StringData(x), len(x))
 	case []byte:
 		b = x
 	default:

@@ -223,10 +223,14 @@ func prefixed(t *Container, row []byte) []byte {
 	return append(prefix(t, len(row)), row...)
 }
 
+// appendPrefixed appends prefixed's key to dst.
+func appendPrefixed(dst []byte, t *Container, row []byte) []byte {
+	return append(append(append(append(dst, JournalPrefix...), t.Name...), '.'), row...)
+}
+
 // prefix is "@@name." with room for n more bytes.
 func prefix(t *Container, n int) []byte {
-	k := make([]byte, 0, len(t.Name)+3+n)
-	return append(append(append(k, JournalPrefix...), t.Name...), '.')
+	return appendPrefixed(make([]byte, 0, len(t.Name)+3+n), t, nil)
 }
 
 func disabled(t *Container, op string) error {
@@ -372,7 +376,9 @@ func (e *Engine) holdsRow(t *Container, vk []byte, img validity.RowImage, first 
 		return false, false
 	}
 	row, known := t.C.FromImage(img.Value) // known: keyway can tell what a read of the row returns
-	cur, found := e.st.Peek(prefixed(t, vk))
+	// The follower asks this for every row it sees written: the store key is built on the stack when it fits.
+	var buf [128]byte
+	cur, found := e.st.Peek(appendPrefixed(buf[:0], t, vk))
 	valid := found && t.v.KeyValid(vk, cur.Tag)
 	if known && valid && sameRow(cur, row, true) {
 		return true, first && t.filling.Load() == 0 && !t.writing.any(vk)
