@@ -138,7 +138,7 @@ func (c *Container) commitQueued() {
 		}
 		c.mu.Lock()
 		c.gatherLocked()
-		n := min(len(c.queue), c.opt.MaxBatch)
+		n := c.batchLen(min(len(c.queue), c.opt.MaxBatch), func(i int) ([]byte, Item) { return c.queue[i].key, c.queue[i].it })
 		if n == 0 {
 			c.committing = false
 			c.committers.Done()
@@ -280,6 +280,10 @@ func (c *Container) WriteRows(ctx context.Context, rows []Row) []error {
 	}
 	for i, r := range rows {
 		if err := c.checkKey(r.Key); err != nil {
+			errs[i] = err
+			continue
+		}
+		if err := c.checkRowBytes(r.Key, r.Item); err != nil {
 			errs[i] = err
 			continue
 		}

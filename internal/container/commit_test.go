@@ -376,3 +376,63 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestSetsWithinMaxAllowedPacket: concurrent Sets whose values together pass the server's max_allowed_packet are
+// committed in batches that each stay within it (the server ends the connection of a client that sends more, and
+// every Set of such a batch failed), and a row that cannot go even alone is refused before any SQL, as too long,
+// while one whose value escapes to just under the limit is written.
+func TestSetsWithinMaxAllowedPacket(t *testing.T) {
+	// The pool keyway writes with (OpenDB): its statements are interpolated by the driver, which takes them to be
+	// within its own default limit (64 MiB), not the server's.
+	cfg, err := mysql.ParseDSN(testenv.SharedMariaDB(t).AppDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := OpenDB(cfg)
+	defer db.Close()
+	var maxPacket int
+	if err := db.QueryRow("SELECT @@max_allowed_packet").Scan(&maxPacket); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, db, "DROP TABLE IF EXISTS test.packet")
+	exec(t, db, "CREATE TABLE test.packet (c1 VARCHAR(32) PRIMARY KEY, c2 LONGBLOB)")
+	c, err := Open(ctx, db, Def{Name: "packet", Schema: "test", Table: "packet", KeyColumn: "c1", ValueColumns: []string{"c2"}},
+		Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// 24 writers, each value a twelfth of the limit: the batch that queues behind the first Set passes it (and stays
+	// under the driver's own limit, past which it would send the values apart as long data).
+	const writers = 24
+	value := []byte(strings.Repeat("v", maxPacket/12))
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c.Set(ctx, fmt.Appendf(nil, "w%02d", w), Item{Value: value}); err != nil {
+				t.Errorf("set w%02d: %v", w, err)
+			}
+		}()
+	}
+	wg.Wait()
+	var count, bytes int
+	if err := db.QueryRow("SELECT COUNT(*), SUM(LENGTH(c2)) FROM test.packet").Scan(&count, &bytes); err != nil {
+		t.Fatal(err)
+	}
+	if count != writers || bytes != writers*len(value) {
+		t.Fatalf("table holds %d rows of %d bytes in all, want %d of %d", count, bytes, writers, writers*len(value))
+	}
+	// Plain bytes: the bound (two per byte) is passed, the exact count is not.
+	if _, err := c.Set(ctx, []byte("big"), Item{Value: []byte(strings.Repeat("b", maxPacket*3/4))}); err != nil {
+		t.Errorf("a value of three quarters of max_allowed_packet, nothing to escape: %v", err)
+	}
+	// Every byte escaped: twice the limit.
+	if _, err := c.Set(ctx, []byte("quotes"), Item{Value: []byte(strings.Repeat("'", maxPacket*3/4))}); !errors.Is(err, ErrValueTooLong) {
+		t.Errorf("a value that escapes past max_allowed_packet: %v, want ErrValueTooLong", err)
+	}
+	if err := c.Check([]byte("quotes"), Item{Value: []byte(strings.Repeat("'", maxPacket*3/4))}); !errors.Is(err, ErrValueTooLong) {
+		t.Errorf("Check of that value: %v, want ErrValueTooLong", err)
+	}
+}

@@ -69,7 +69,9 @@
 //     SQL). Values too long for their column are ErrValueTooLong wrapping the
 //     driver error; this relies on the server's strict sql_mode
 //     (STRICT_TRANS_TABLES, MariaDB's default): a non-strict server silently
-//     truncates.
+//     truncates. A row too large for a statement within the server's
+//     max_allowed_packet is ErrValueTooLong too, before any SQL; a batch
+//     (WriteRows, the committer's) takes as many rows as fit in one (BatchLen).
 package container
 
 import (
@@ -256,6 +258,8 @@ type Container struct {
 	valCols  []fit // what each value column accepts, in ValueColumns order
 	flagsFit fit   // the flags column's range (when there is one)
 	expFit   fit   // the expiry column's range
+	// maxPacket is the server's max_allowed_packet: an upsert's rows stay within statementBudget of it (BatchLen).
+	maxPacket int64
 
 	checked   atomic.Bool                      // the table was checked: the checked fields are set
 	liveMu    sync.Mutex                       // orders OnLive registrations with going live
@@ -513,6 +517,10 @@ func (c *Container) check(ctx context.Context) error {
 	if err := checkKeyIndex(ctx, db, def); err != nil {
 		return err
 	}
+	var maxPacket int64
+	if err := db.QueryRowContext(ctx, "SELECT @@max_allowed_packet").Scan(&maxPacket); err != nil {
+		return readFail(def, "read max_allowed_packet", err)
+	}
 	var maxCAS sql.Null[uint64]
 	if def.CASColumn != "" {
 		if err := db.QueryRowContext(ctx, "SELECT MAX("+c.qCAS+") FROM "+c.table).Scan(&maxCAS); err != nil {
@@ -537,6 +545,7 @@ func (c *Container) check(ctx context.Context) error {
 	if def.ExpiryColumn != "" {
 		c.expFit = fitOf(def.ExpiryColumn, cols[strings.ToLower(def.ExpiryColumn)])
 	}
+	c.maxPacket = maxPacket
 	if maxCAS.Valid {
 		// Before going live: no operation can assign a CAS until then.
 		c.cas.raise(maxCAS.V)
@@ -859,8 +868,74 @@ func (c *Container) Check(key []byte, it Item) error {
 	if err := c.checkKey(key); err != nil {
 		return err
 	}
+	if err := c.checkRowBytes(key, it); err != nil {
+		return err
+	}
 	_, err := c.writeArgs(it, 0)
 	return err
+}
+
+// The server ends the connection of a client that sends a statement longer than its max_allowed_packet, rather than
+// failing the statement: a batch sent again as it was would never get through (a write-behind round of 256 values
+// of 100 KB each was retried for as long as keyway ran, its rows acknowledged and never in the table), so every
+// upsert is kept within the server's limit. rowBytes bounds what one row adds to the statement as the driver
+// interpolates it (every byte of key and value escaped, at most two each, and a few bytes per column for quotes,
+// separators and numbers); statementBudget is what the rows may take, the limit less room for the statement's own
+// text.
+func (c *Container) rowBytes(key []byte, it Item) int64 {
+	return 2*int64(len(key)+len(it.Value)) + int64(1+c.writeWidth())*columnBytes
+}
+
+const (
+	columnBytes     = 32       // per column of a row: quotes, _binary prefixes, commas, a number's digits
+	statementOwnTxt = 64 << 10 // the statement beyond its rows: INSERT … ON DUPLICATE KEY UPDATE with every name
+)
+
+func (c *Container) statementBudget() int64 { return c.maxPacket - statementOwnTxt }
+
+// checkRowBytes refuses a row that could not go even alone in a statement the server accepts. Past rowBytes'
+// bound, it counts the bytes the driver escapes, so a large value of few such bytes is not refused for the bound.
+func (c *Container) checkRowBytes(key []byte, it Item) error {
+	budget := c.statementBudget()
+	if c.rowBytes(key, it) <= budget {
+		return nil
+	}
+	n := int64(len(key)+escapes(key)+len(it.Value)+escapes(it.Value)) + int64(1+c.writeWidth())*columnBytes
+	if n > budget {
+		return c.errorf("%w: the row takes %d bytes of a statement, and the server's max_allowed_packet (%d) leaves room for %d",
+			ErrValueTooLong, n, c.maxPacket, max(budget, 0))
+	}
+	return nil
+}
+
+// escapes counts the bytes of b that go-sql-driver's interpolation escapes with a backslash (with the server's
+// NO_BACKSLASH_ESCAPES it escapes fewer: only quotes).
+func escapes(b []byte) int {
+	n := 0
+	for _, x := range b {
+		switch x {
+		case 0, '\n', '\r', 0x1a, '\'', '"', '\\':
+			n++
+		}
+	}
+	return n
+}
+
+// BatchLen is how many of rows, from the first, one WriteRows statement can carry within the server's
+// max_allowed_packet (see rowBytes): at least one.
+func (c *Container) BatchLen(rows []Row) int {
+	return c.batchLen(len(rows), func(i int) ([]byte, Item) { return rows[i].Key, rows[i].Item })
+}
+
+// batchLen is BatchLen over n rows that row gives.
+func (c *Container) batchLen(n int, row func(i int) ([]byte, Item)) int {
+	budget := c.statementBudget()
+	for i := range n {
+		if budget -= c.rowBytes(row(i)); budget < 0 {
+			return max(i, 1)
+		}
+	}
+	return n
 }
 
 // AsStored returns it as a SELECT of key's row returns it right after it was written with CAS cas (what Set, Add,

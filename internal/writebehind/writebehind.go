@@ -36,10 +36,11 @@
 //   - Until the table has a write, Get answers for the row: a reader never
 //     sees the table's older row in place of an acknowledged write.
 //   - Writes go out every Window, and sooner when MaxBatch rows wait, as
-//     multi-row upserts of at most MaxBatch rows. When MaxPending rows or
-//     MaxPendingBytes wait (the table is down or slower than the writers), Put
-//     waits for room up to WaitTimeout and then fails: memory and the loss
-//     window stay bounded.
+//     multi-row upserts of at most MaxBatch rows (fewer when the rows would
+//     pass the server's max_allowed_packet: container.BatchLen). When
+//     MaxPending rows or MaxPendingBytes wait (the table is down or slower
+//     than the writers), Put waits for room up to WaitTimeout and then
+//     fails: memory and the loss window stay bounded.
 //   - A row the table refuses for its data (container.Refused) is dropped,
 //     logged and counted, and OnDrop is told so cached copies can go, before
 //     the row leaves the queue (so before a Sync or Drain waiting for it
@@ -524,7 +525,7 @@ func (q *Queue) round() {
 	q.mu.Unlock()
 	defer q.keepRound(rows, seqs)
 	for len(rows) > 0 {
-		n := min(len(rows), q.o.MaxBatch)
+		n := q.c.BatchLen(rows[:min(len(rows), q.o.MaxBatch)]) // within the server's max_allowed_packet too
 		if !q.send(rows[:n], seqs[:n]) {
 			return
 		}

@@ -445,3 +445,46 @@ func TestRoomy(t *testing.T) {
 		t.Fatal("not roomy once the table took every row")
 	}
 }
+
+// TestBatchWithinMaxAllowedPacket: a round whose rows together pass the server's max_allowed_packet goes out as
+// several statements, each within it. The server ends the connection of a client that sends more, so a round sent
+// as one statement failed as if the table were down, every time: acknowledged rows never reached it.
+func TestBatchWithinMaxAllowedPacket(t *testing.T) {
+	db := testenv.SharedDB(t)
+	var maxPacket int
+	if err := db.QueryRow("SELECT @@max_allowed_packet").Scan(&maxPacket); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"DROP TABLE IF EXISTS test.wb_packet",
+		"CREATE TABLE test.wb_packet (c1 VARCHAR(32) PRIMARY KEY, c2 MEDIUMBLOB, c3 INT UNSIGNED, c4 BIGINT UNSIGNED, c5 INT UNSIGNED)"} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := table(t, db, "wb_packet", false)
+	s := openStore(t, "")
+	defer s.Close()
+	q := New(c, s, "@@wb_packet.", Options{Window: time.Hour, MaxBatch: 256})
+	defer q.Close()
+	// 160 rows whose values together are twice max_allowed_packet: one batch by count, at least two by bytes.
+	const n = 160
+	value := []byte(strings.Repeat("v", 2*maxPacket/n))
+	for i := range n {
+		if err := q.Put(fmt.Appendf(nil, "p%03d", i), container.Item{Value: value, CAS: uint64(i + 1)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := q.Drain(); err != nil {
+		t.Fatalf("drain: %v (rows in the table: %d of %d)", err, len(rows(t, db, "wb_packet")), n)
+	}
+	var count, bytes int
+	if err := db.QueryRow("SELECT COUNT(*), SUM(LENGTH(c2)) FROM test.wb_packet").Scan(&count, &bytes); err != nil {
+		t.Fatal(err)
+	}
+	if count != n || bytes != n*len(value) {
+		t.Fatalf("table holds %d rows of %d bytes, want %d of %d", count, bytes, n, n*len(value))
+	}
+	if st := c.Stats(); st.Batches < 3 {
+		t.Fatalf("%d statements for %d rows of %d bytes under max_allowed_packet %d", st.Batches, n, len(value), maxPacket)
+	}
+}
