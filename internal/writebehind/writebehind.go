@@ -88,7 +88,7 @@ const (
 // Options tune a Queue; zero values take the defaults.
 type Options struct {
 	Window     time.Duration // a write is sent to the table within about this long; default 100ms
-	MaxBatch   int           // rows per statement; default 256
+	MaxBatch   int           // rows per statement; default 1024 (see defaultMaxBatch)
 	MaxPending int           // rows waiting before Put waits for room; default 16384
 	// MaxPendingBytes bounds the keys and values waiting (plus entryOverhead
 	// each) the same way; default 64 MiB.
@@ -97,6 +97,13 @@ type Options struct {
 	Logger          *slog.Logger
 	OnDrop          func(row []byte) // a write the table refused was dropped
 }
+
+// defaultMaxBatch is Options.MaxBatch's default. Each statement costs a round of its own (the statement, the
+// journal removals' disk sync, the binlog follower's commit): with 1024 rows a statement instead of 256, 8 clients'
+// async sets cost keyway 12-13 µs of CPU each instead of 15-16 and ran 4.48-4.90× single-row INSERTs instead of
+// 4.17-4.33× (keyway bench kv, alternating). container.BatchLen keeps large rows' statements within the server's
+// max_allowed_packet.
+const defaultMaxBatch = 1024
 
 // ErrBehind means writes queued for the table did not reach it in time: Put
 // found no room, or Sync or Drain gave up waiting.
@@ -171,7 +178,7 @@ func New(c *container.Container, j Journal, prefix string, o Options) *Queue {
 		o.Window = DefaultWindow
 	}
 	if o.MaxBatch <= 0 {
-		o.MaxBatch = 256
+		o.MaxBatch = defaultMaxBatch
 	}
 	if o.MaxPending <= 0 {
 		o.MaxPending = DefaultMaxPending
