@@ -283,10 +283,6 @@ func (c *Container) WriteRows(ctx context.Context, rows []Row) []error {
 			errs[i] = err
 			continue
 		}
-		if err := c.checkRowBytes(r.Key, r.Item); err != nil {
-			errs[i] = err
-			continue
-		}
 		start := len(flat)
 		a, err := c.appendWriteArgs(append(flat, r.Key), r.Item, r.Item.CAS)
 		if err != nil {

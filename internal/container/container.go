@@ -868,9 +868,6 @@ func (c *Container) Check(key []byte, it Item) error {
 	if err := c.checkKey(key); err != nil {
 		return err
 	}
-	if err := c.checkRowBytes(key, it); err != nil {
-		return err
-	}
 	_, err := c.writeArgs(it, 0)
 	return err
 }
@@ -893,14 +890,16 @@ const (
 
 func (c *Container) statementBudget() int64 { return c.maxPacket - statementOwnTxt }
 
-// checkRowBytes refuses a row that could not go even alone in a statement the server accepts. Past rowBytes'
-// bound, it counts the bytes the driver escapes, so a large value of few such bytes is not refused for the bound.
-func (c *Container) checkRowBytes(key []byte, it Item) error {
+// checkRowBytes refuses a value that could not go even alone in a statement the server accepts; every statement
+// that writes a row builds its arguments with appendWriteArgs, which asks this first. (The key is left out: the key
+// column bounds it to a few KB, which statementOwnTxt leaves room for.) Past rowBytes' bound, it counts the bytes
+// the driver escapes, so a large value of few such bytes is not refused for the bound.
+func (c *Container) checkRowBytes(it Item) error {
 	budget := c.statementBudget()
-	if c.rowBytes(key, it) <= budget {
+	if c.rowBytes(nil, it) <= budget {
 		return nil
 	}
-	n := int64(len(key)+escapes(key)+len(it.Value)+escapes(it.Value)) + int64(1+c.writeWidth())*columnBytes
+	n := int64(len(it.Value)+escapes(it.Value)) + int64(1+c.writeWidth())*columnBytes
 	if n > budget {
 		return c.errorf("%w: the row takes %d bytes of a statement, and the server's max_allowed_packet (%d) leaves room for %d",
 			ErrValueTooLong, n, c.maxPacket, max(budget, 0))

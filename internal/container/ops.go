@@ -305,6 +305,9 @@ func (c *Container) writeWidth() int {
 // appendWriteArgs appends writeArgs' values to dst. Flags go as int64, a type the driver takes as it is (a uint32
 // it would convert, boxing the value a second time).
 func (c *Container) appendWriteArgs(dst []any, it Item, cas uint64) ([]any, error) {
+	if err := c.checkRowBytes(it); err != nil {
+		return nil, err
+	}
 	dst, err := c.appendSplit(dst, it.Value)
 	if err != nil {
 		return nil, err
