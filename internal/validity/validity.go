@@ -427,8 +427,11 @@ func (r *Registry) SlotBytes() int64 { return r.slotBytes.Load() }
 // before the registry is shared; a later call replaces f.
 func (r *Registry) OnSlotsGrown(f func(total int64)) { r.onSlotsGrown.Store(&f) }
 
-// slotsGrew counts n new slots and tells OnSlotsGrown's function.
+// slotsGrew counts n new slots and tells OnSlotsGrown's function, one growth at a time: two tables widening at once
+// must not leave the function last told the smaller total.
 func (r *Registry) slotsGrew(n int) {
+	r.growMu.Lock()
+	defer r.growMu.Unlock()
 	total := r.slotBytes.Add(int64(n) * slotSize)
 	if f := r.onSlotsGrown.Load(); f != nil {
 		(*f)(total)
@@ -552,6 +555,7 @@ type Registry struct {
 
 	slotBytes    atomic.Int64 // see SlotBytes
 	onSlotsGrown atomic.Pointer[func(total int64)]
+	growMu       sync.Mutex // orders slotsGrew's calls
 }
 
 // NewRegistry returns an empty registry.
