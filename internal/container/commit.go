@@ -1,6 +1,7 @@
 package container
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"math/rand/v2"
@@ -309,6 +310,10 @@ func (c *Container) WriteRows(ctx context.Context, rows []Row) []error {
 	if len(write) == 0 {
 		return errs
 	}
+	// In key order: InnoDB inserts a batch's rows with less work (a write-behind round comes in its map's order:
+	// 30,000 new rows in 1024-row upserts took MariaDB 90 ms of CPU sorted against 110 shuffled), and statements
+	// that share rows take their locks in one order. The rows are distinct keys, so the order changes nothing else.
+	slices.SortFunc(write, func(a, b []any) int { return bytes.Compare(a[0].([]byte), b[0].([]byte)) })
 	err := c.upsertRetry(ctx, w, write)
 	var byKey map[string]error
 	if err != nil && dataError(err) && len(write) > 1 {
