@@ -767,8 +767,9 @@ func (f *Follower) commit() {
 			f.pendKeys, f.spareKeys = f.spareKeys[n-1], f.spareKeys[:n-1]
 		} else {
 			// Sized as this commit's: the next commit is likely the same kind (a write-behind batch's rows), and
-			// growing an array by doubling to hundreds of keys left as much again behind as garbage.
-			f.pendKeys = make([]pendingKey, 0, len(r.keys))
+			// growing an array by doubling to hundreds of keys left as much again behind as garbage. Not past what
+			// a spare may hold: one bulk commit should not make every next array as large.
+			f.pendKeys = make([]pendingKey, 0, min(len(r.keys), maxSpareKeyCap))
 		}
 		f.recheckMu.Unlock()
 	}
