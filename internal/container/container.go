@@ -880,8 +880,11 @@ func (c *Container) Check(key []byte, it Item) error {
 // separators and numbers); statementBudget is what the rows may take, the limit less room for the statement's own
 // text.
 func (c *Container) rowBytes(key []byte, it Item) int64 {
-	return 2*int64(len(key)+len(it.Value)) + int64(1+c.writeWidth())*columnBytes
+	return 2*int64(len(key)+len(it.Value)) + c.rowTupleBytes()
 }
+
+// rowTupleBytes is what a row's tuple takes in the statement beyond its bytes of key and value.
+func (c *Container) rowTupleBytes() int64 { return int64(1+c.writeWidth()) * columnBytes }
 
 const (
 	columnBytes     = 32       // per column of a row: quotes, _binary prefixes, commas, a number's digits
@@ -899,7 +902,7 @@ func (c *Container) checkRowBytes(it Item) error {
 	if c.rowBytes(nil, it) <= budget {
 		return nil
 	}
-	n := int64(len(it.Value)+escapes(it.Value)) + int64(1+c.writeWidth())*columnBytes
+	n := int64(len(it.Value)+escapes(it.Value)) + c.rowTupleBytes()
 	if n > budget {
 		return c.errorf("%w: the row takes %d bytes of a statement, and the server's max_allowed_packet (%d) leaves room for %d",
 			ErrValueTooLong, n, c.maxPacket, max(budget, 0))

@@ -54,6 +54,5 @@ func (e *Engine) MayWait(key []byte, a Access) bool {
 
 // appendRowKey appends rowKey(t, row) to dst.
 func appendRowKey(dst []byte, t *Container, row []byte) []byte {
-	dst = append(append(append(dst, JournalPrefix...), t.Name...), '.')
-	return t.C.AppendNormKey(dst, row)
+	return t.C.AppendNormKey(appendPrefixed(dst, t, nil), row)
 }
