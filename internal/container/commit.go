@@ -36,6 +36,10 @@ const (
 	erLockDeadlock    = 1213
 )
 
+// erNetPacketTooLarge is the server's reply to a packet past max_allowed_packet, when the client reads it before
+// the connection ends (see lowerMaxPacket).
+const erNetPacketTooLarge = 1153
+
 // setReq is one queued Set. Its key and it.Value are the request's own copy
 // (one allocation for both, made by Set): the caller's buffers are the
 // caller's again as soon as Set returns, while the committer may still write
@@ -410,6 +414,7 @@ func (c *Container) upsertRetry(ctx context.Context, w *writeScratch, rows [][]a
 	pause := lockBackoff
 	for attempt := 0; ; attempt++ {
 		err := c.upsert(ctx, w, rows)
+		c.lowerMaxPacket(ctx, err)
 		c.batches.Add(1)
 		c.batchedSets.Add(uint64(len(rows)))
 		if err == nil || !lockError(err) || attempt == lockRetries {

@@ -1,6 +1,7 @@
 package container
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -434,5 +435,69 @@ func TestSetsWithinMaxAllowedPacket(t *testing.T) {
 	}
 	if err := c.Check([]byte("quotes"), Item{Value: []byte(strings.Repeat("'", maxPacket*3/4))}); !errors.Is(err, ErrValueTooLong) {
 		t.Errorf("Check of that value: %v, want ErrValueTooLong", err)
+	}
+}
+
+// TestMaxAllowedPacketLoweredWhileServing: a DBA lowers max_allowed_packet after the table was checked. The server
+// ends the connection of a statement past the new limit (the client sees a broken pipe, not an error reply); the
+// container then learns the new limit, so the next batches fit it instead of failing alike for as long as keyway
+// runs (the write-behind retries a round as it was).
+func TestMaxAllowedPacketLoweredWhileServing(t *testing.T) {
+	m := testenv.NewMariaDB(t) // private: max_allowed_packet is global
+	cfg, err := mysql.ParseDSN(m.AppDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := OpenDB(cfg)
+	defer db.Close()
+	root, err := sql.Open("mysql", m.RootDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	exec(t, db, "CREATE TABLE test.lowered (c1 VARCHAR(32) PRIMARY KEY, c2 LONGBLOB)")
+	c, err := Open(ctx, db, Def{Name: "lowered", Schema: "test", Table: "lowered", KeyColumn: "c1", ValueColumns: []string{"c2"}},
+		Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	const lowered = 1 << 20
+	exec(t, root, fmt.Sprintf("SET GLOBAL max_allowed_packet = %d", lowered))
+	db.SetMaxIdleConns(0) // the pool's open connections keep the old limit: new ones take the new
+	db.SetMaxIdleConns(64)
+
+	// 40 rows of 50 KB: one statement under the limit the table was checked with, twice the new one.
+	rows := make([]Row, 40)
+	for i := range rows {
+		rows[i] = Row{Key: fmt.Appendf(nil, "r%02d", i), Item: Item{Value: bytes.Repeat([]byte{'v'}, 50_000)}}
+	}
+	if n := c.BatchLen(rows); n != len(rows) {
+		t.Fatalf("before the change: BatchLen %d, want %d", n, len(rows))
+	}
+	errs := c.WriteRows(ctx, rows)
+	if errs[0] == nil {
+		t.Fatal("a statement of 2 MB passed a max_allowed_packet of 1 MB")
+	}
+	// Written as the write-behind does: a batch at a time, as many rows as BatchLen gives.
+	for left := rows; len(left) > 0; {
+		n := c.BatchLen(left)
+		if n == len(rows) {
+			t.Fatalf("after the failed statement BatchLen still gives all %d rows", n)
+		}
+		for i, err := range c.WriteRows(ctx, left[:n]) {
+			if err != nil {
+				t.Fatalf("row %s: %v", left[i].Key, err)
+			}
+		}
+		left = left[n:]
+	}
+	var count int
+	if err := db.QueryRow("SELECT COUNT(*) FROM test.lowered").Scan(&count); err != nil {
+		t.Fatal(err)
+	}
+	if count != len(rows) {
+		t.Fatalf("table holds %d rows, want %d", count, len(rows))
 	}
 }

@@ -259,7 +259,9 @@ type Container struct {
 	flagsFit fit   // the flags column's range (when there is one)
 	expFit   fit   // the expiry column's range
 	// maxPacket is the server's max_allowed_packet: an upsert's rows stay within statementBudget of it (BatchLen).
-	maxPacket int64
+	// Read when the table is checked, and lowered when a statement loses its connection and the server's global
+	// value is now smaller (see lowerMaxPacket).
+	maxPacket atomic.Int64
 
 	checked   atomic.Bool                      // the table was checked: the checked fields are set
 	liveMu    sync.Mutex                       // orders OnLive registrations with going live
@@ -545,7 +547,7 @@ func (c *Container) check(ctx context.Context) error {
 	if def.ExpiryColumn != "" {
 		c.expFit = fitOf(def.ExpiryColumn, cols[strings.ToLower(def.ExpiryColumn)])
 	}
-	c.maxPacket = maxPacket
+	c.maxPacket.Store(maxPacket)
 	if maxCAS.Valid {
 		// Before going live: no operation can assign a CAS until then.
 		c.cas.raise(maxCAS.V)
@@ -891,7 +893,36 @@ const (
 	statementOwnTxt = 64 << 10 // the statement beyond its rows: INSERT … ON DUPLICATE KEY UPDATE with every name
 )
 
-func (c *Container) statementBudget() int64 { return c.maxPacket - statementOwnTxt }
+func (c *Container) statementBudget() int64 { return c.maxPacket.Load() - statementOwnTxt }
+
+// maxPacketReadTimeout bounds lowerMaxPacket's query: it runs after a statement failed, on the writer's way out.
+const maxPacketReadTimeout = 2 * time.Second
+
+// lowerMaxPacket is told that an upsert failed with err. When err is the connection's and not the statement's (the
+// server ends the connection of a client whose packet passes max_allowed_packet, which the client sees as a broken
+// pipe or a reset, or as error 1153 when the reply comes first), it reads the server's global max_allowed_packet, which every new
+// connection takes, and keeps it if it is smaller than the one the table was checked with: a DBA who lowers it
+// while keyway runs would otherwise have every later batch of that size fail the same way, and the write-behind
+// retry its round for as long as keyway runs. A larger value waits for the next check (a connection opened before
+// the change still has the smaller one).
+func (c *Container) lowerMaxPacket(ctx context.Context, err error) {
+	var me *mysql.MySQLError
+	if err == nil || (errors.As(err, &me) && me.Number != erNetPacketTooLarge) || ctx.Err() != nil {
+		return
+	}
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), maxPacketReadTimeout)
+	defer cancel()
+	var global int64
+	if c.db.QueryRowContext(qctx, "SELECT @@GLOBAL.max_allowed_packet").Scan(&global) != nil {
+		return // the server is unreachable: what failed was not the packet's size, or cannot be told now
+	}
+	for {
+		cur := c.maxPacket.Load()
+		if global >= cur || c.maxPacket.CompareAndSwap(cur, global) {
+			return
+		}
+	}
+}
 
 // checkRowBytes refuses a value that could not go even alone in a statement the server accepts; every statement
 // that writes a row builds its arguments with appendWriteArgs, which asks this first. (The key is left out: the key
@@ -905,7 +936,7 @@ func (c *Container) checkRowBytes(it Item) error {
 	n := int64(len(it.Value)+escapes(it.Value)) + c.rowTupleBytes()
 	if n > budget {
 		return c.errorf("%w: the row takes %d bytes of a statement, and the server's max_allowed_packet (%d) leaves room for %d",
-			ErrValueTooLong, n, c.maxPacket, max(budget, 0))
+			ErrValueTooLong, n, c.maxPacket.Load(), max(budget, 0))
 	}
 	return nil
 }
