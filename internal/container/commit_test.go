@@ -500,4 +500,30 @@ func TestMaxAllowedPacketLoweredWhileServing(t *testing.T) {
 	if count != len(rows) {
 		t.Fatalf("table holds %d rows, want %d", count, len(rows))
 	}
+
+	// Lowered to 16 KiB: rows of 2 KB still go, a few to a statement (the statement's own text and the longest key
+	// take a few hundred bytes of it, not a fixed 64 KiB).
+	exec(t, root, "SET GLOBAL max_allowed_packet = 16384")
+	db.SetMaxIdleConns(0)
+	db.SetMaxIdleConns(64)
+	small := make([]Row, 30)
+	for i := range small {
+		small[i] = Row{Key: fmt.Appendf(nil, "s%02d", i), Item: Item{Value: bytes.Repeat([]byte{'s'}, 2_000)}}
+	}
+	c.WriteRows(ctx, small[:c.BatchLen(small)]) // sized for 1 MB: fails, and the container learns of 16 KiB
+	for left := small; len(left) > 0; {
+		n := c.BatchLen(left)
+		for i, err := range c.WriteRows(ctx, left[:n]) {
+			if err != nil {
+				t.Fatalf("row %s under a max_allowed_packet of 16 KiB: %v", left[i].Key, err)
+			}
+		}
+		left = left[n:]
+	}
+	if err := db.QueryRow("SELECT COUNT(*) FROM test.lowered WHERE c1 LIKE 's%'").Scan(&count); err != nil {
+		t.Fatal(err)
+	}
+	if count != len(small) {
+		t.Fatalf("table holds %d of the small rows, want %d", count, len(small))
+	}
 }

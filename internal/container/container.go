@@ -889,11 +889,22 @@ func (c *Container) rowBytes(key []byte, it Item) int64 {
 func (c *Container) rowTupleBytes() int64 { return int64(1+c.writeWidth()) * columnBytes }
 
 const (
-	columnBytes     = 32       // per column of a row: quotes, _binary prefixes, commas, a number's digits
-	statementOwnTxt = 64 << 10 // the statement beyond its rows: INSERT … ON DUPLICATE KEY UPDATE with every name
+	columnBytes    = 32  // per column of a row: quotes, _binary prefixes, commas, a number's digits
+	statementSlack = 256 // the packet's header and command byte, and room for the driver's own spelling
 )
 
-func (c *Container) statementBudget() int64 { return c.maxPacket.Load() - statementOwnTxt }
+// statementBudget is what an upsert's rows may take of max_allowed_packet: the limit less the statement's own text
+// (INSERT … ON DUPLICATE KEY UPDATE with every name) and one key as long as the key column allows (checkRowBytes
+// counts a row without its key): a few KB, so that a small max_allowed_packet (MariaDB allows down to 1 KiB) still
+// takes rows that fit it.
+func (c *Container) statementBudget() int64 {
+	keyBytes := c.keyChars // BINARY/VARBINARY: bytes
+	if c.keyText {
+		keyBytes *= utf8.UTFMax // CHAR/VARCHAR: characters, each at most 4 bytes of keyway's UTF-8
+	}
+	own := int64(len(c.stmt.upsert)+len(c.stmt.onDup)) + 2*keyBytes + columnBytes + statementSlack
+	return c.maxPacket.Load() - own
+}
 
 // maxPacketReadTimeout bounds lowerMaxPacket's query: it runs after a statement failed, on the writer's way out.
 const maxPacketReadTimeout = 2 * time.Second
@@ -926,7 +937,7 @@ func (c *Container) lowerMaxPacket(ctx context.Context, err error) {
 
 // checkRowBytes refuses a value that could not go even alone in a statement the server accepts; every statement
 // that writes a row builds its arguments with appendWriteArgs, which asks this first. (The key is left out: the key
-// column bounds it to a few KB, which statementOwnTxt leaves room for.) Past rowBytes' bound, it counts the bytes
+// column bounds it, and statementBudget leaves room for the longest.) Past rowBytes' bound, it counts the bytes
 // the driver escapes, so a large value of few such bytes is not refused for the bound.
 func (c *Container) checkRowBytes(it Item) error {
 	budget := c.statementBudget()
