@@ -184,6 +184,38 @@ type KVLatency struct {
 	P50, P99 Series
 }
 
+// syncCycle is how a load case's sync sets spend a group commit: with writers that each wait for their write, keyway
+// commits a batch, answers it and waits for those writers' next sets before the next batch, so a commit comes every
+// cycle µs, of which the statement itself takes about what upsert-batch's statement of as many rows takes alone
+// (statement µs). The rest is what keeps keyway-set under that bound. ok is false where the case lacks either
+// target's figures (a fetch, or a load that ran neither).
+type syncCycle struct{ rows, cycle, boundRows, statement float64 }
+
+func (kc *KVCase) syncCycle() (syncCycle, bool) {
+	ops := func(target string) float64 {
+		for _, r := range kc.Results {
+			if r.Target == target {
+				return r.Median
+			}
+		}
+		return 0
+	}
+	perCommit := func(target string) float64 {
+		for _, m := range kc.Commits {
+			if m.Target == target {
+				return m.RowsPerCommit.Median
+			}
+		}
+		return 0
+	}
+	set, bound := ops(kwSetTarget), ops(upsertBatchTarget)
+	rows, boundRows := perCommit(kwSetTarget), perCommit(upsertBatchTarget)
+	if set <= 0 || bound <= 0 || rows <= 0 || boundRows <= 0 {
+		return syncCycle{}, false
+	}
+	return syncCycle{rows: rows, cycle: rows / set * 1e6, boundRows: boundRows, statement: boundRows / bound * 1e6}, true
+}
+
 // kvSample is what one run measured.
 type kvSample struct {
 	ops      float64 // ops/s
@@ -779,6 +811,11 @@ func (r *KVReport) WriteText(w io.Writer) {
 		for _, m := range c.Commits {
 			fmt.Fprintf(w, "  %-15s %6.1f rows per commit  %6.1f rows per fsync  (medians, MariaDB's counters)\n", m.Target,
 				m.RowsPerCommit.Median, m.RowsPerFsync.Median)
+		}
+		if cyc, ok := c.syncCycle(); ok {
+			fmt.Fprintf(w, "  %s: a commit of %.1f rows every %.0f µs; upsert-batch's statement of %.1f alone takes %.0f µs: "+
+				"the other %.0f µs answer the writers and wait for their next sets (medians)\n",
+				kwSetTarget, cyc.rows, cyc.cycle, cyc.boundRows, cyc.statement, cyc.cycle-cyc.statement)
 		}
 	}
 	fmt.Fprintf(w, "\nratios of medians:\n")

@@ -112,13 +112,37 @@ func TestRunKV(t *testing.T) {
 	var text bytes.Buffer
 	rep.WriteText(&text)
 	if !strings.Contains(text.String(), "keyway-get") || !strings.Contains(text.String(), "get/memcached") ||
-		!strings.Contains(text.String(), "rows per fsync") || !strings.Contains(text.String(), "CPU per op") {
-		t.Errorf("text report lacks keyway-get, get/memcached or rows per fsync:\n%s", text.String())
+		!strings.Contains(text.String(), "rows per fsync") || !strings.Contains(text.String(), "CPU per op") ||
+		!strings.Contains(text.String(), "answer the writers") {
+		t.Errorf("text report lacks keyway-get, get/memcached, rows per fsync, CPU or the sync commit's cycle:\n%s", text.String())
 	}
 	if _, err := json.Marshal(rep); err != nil {
 		t.Errorf("JSON: %v", err)
 	}
 	t.Logf("\n%s", text.String())
+}
+
+// TestSyncCycle: keyway-set's commit cycle is its rows per commit over its sets per second, and the statement's
+// share what upsert-batch's statement of its own rows took.
+func TestSyncCycle(t *testing.T) {
+	result := func(target string, ops float64) Result { return Result{Target: target, Series: Series{Median: ops}} }
+	commits := func(target string, rows float64) KVCommits {
+		return KVCommits{Target: target, RowsPerCommit: Series{Median: rows}}
+	}
+	kc := KVCase{Phase: "load", Concurrency: 8,
+		Results: []Result{result(insertTarget, 8000), result(upsertBatchTarget, 20000), result(kwSetTarget, 10000)},
+		Commits: []KVCommits{commits(insertTarget, 1), commits(upsertBatchTarget, 8), commits(kwSetTarget, 7.5)}}
+	got, ok := kc.syncCycle()
+	if want := (syncCycle{rows: 7.5, cycle: 750, boundRows: 8, statement: 400}); !ok || got != want {
+		t.Errorf("syncCycle = %+v, %v; want %+v", got, ok, want)
+	}
+	kc.Results = kc.Results[:2] // no keyway-set
+	if _, ok := kc.syncCycle(); ok {
+		t.Error("syncCycle without keyway-set's figures: ok")
+	}
+	if _, ok := (&KVCase{Phase: "fetch"}).syncCycle(); ok {
+		t.Error("syncCycle of a fetch: ok")
+	}
 }
 
 func TestKVOptionsValidate(t *testing.T) {
