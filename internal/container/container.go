@@ -895,8 +895,8 @@ const (
 
 // statementBudget is what an upsert's rows may take of max_allowed_packet: the limit less the statement's own text
 // (INSERT … ON DUPLICATE KEY UPDATE with every name) and one key as long as the key column allows (checkRowBytes
-// counts a row without its key): a few KB, so that a small max_allowed_packet (MariaDB allows down to 1 KiB) still
-// takes rows that fit it.
+// counts a row without its key): a few hundred bytes and twice the longest key, so that a small max_allowed_packet
+// (MariaDB allows down to 1 KiB; 16 KiB in the test) still takes the rows that fit it.
 func (c *Container) statementBudget() int64 {
 	keyBytes := c.keyChars // BINARY/VARBINARY: bytes
 	if c.keyText {
@@ -911,11 +911,11 @@ const maxPacketReadTimeout = 2 * time.Second
 
 // lowerMaxPacket is told that an upsert failed with err. When err is the connection's and not the statement's (the
 // server ends the connection of a client whose packet passes max_allowed_packet, which the client sees as a broken
-// pipe or a reset, or as error 1153 when the reply comes first), it reads the server's global max_allowed_packet, which every new
-// connection takes, and keeps it if it is smaller than the one the table was checked with: a DBA who lowers it
-// while keyway runs would otherwise have every later batch of that size fail the same way, and the write-behind
-// retry its round for as long as keyway runs. A larger value waits for the next check (a connection opened before
-// the change still has the smaller one).
+// pipe or a reset, or as error 1153 when the reply comes first), it reads the server's global max_allowed_packet,
+// which every new connection takes, and keeps it if it is smaller than the one the table was checked with: a DBA
+// who lowers it while keyway runs would otherwise have every later batch of that size fail the same way, and the
+// write-behind retry its round for as long as keyway runs. A larger value waits for the next check (a connection
+// opened before the change still has the smaller one).
 func (c *Container) lowerMaxPacket(ctx context.Context, err error) {
 	var me *mysql.MySQLError
 	if err == nil || (errors.As(err, &me) && me.Number != erNetPacketTooLarge) || ctx.Err() != nil {
