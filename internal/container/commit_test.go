@@ -378,6 +378,27 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// openBlobContainer opens, on keyway's own pool (OpenDB) to dsn's server, a container on a new table test.<table> of
+// a VARCHAR(32) key and a LONGBLOB value; both close at the test's end.
+func openBlobContainer(t *testing.T, dsn, table string) (*sql.DB, *Container) {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := OpenDB(cfg)
+	t.Cleanup(func() { db.Close() })
+	exec(t, db, "DROP TABLE IF EXISTS test."+table)
+	exec(t, db, "CREATE TABLE test."+table+" (c1 VARCHAR(32) PRIMARY KEY, c2 LONGBLOB)")
+	c, err := Open(ctx, db, Def{Name: table, Schema: "test", Table: table, KeyColumn: "c1", ValueColumns: []string{"c2"}},
+		Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return db, c
+}
+
 // TestSetsWithinMaxAllowedPacket: concurrent Sets whose values together pass the server's max_allowed_packet are
 // committed in batches that each stay within it (the server ends the connection of a client that sends more, and
 // every Set of such a batch failed), and a row that cannot go even alone is refused before any SQL, as too long,
@@ -385,24 +406,11 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestSetsWithinMaxAllowedPacket(t *testing.T) {
 	// The pool keyway writes with (OpenDB): its statements are interpolated by the driver, which takes them to be
 	// within its own default limit (64 MiB), not the server's.
-	cfg, err := mysql.ParseDSN(testenv.SharedMariaDB(t).AppDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := OpenDB(cfg)
-	defer db.Close()
+	db, c := openBlobContainer(t, testenv.SharedMariaDB(t).AppDSN, "packet")
 	var maxPacket int
 	if err := db.QueryRow("SELECT @@max_allowed_packet").Scan(&maxPacket); err != nil {
 		t.Fatal(err)
 	}
-	exec(t, db, "DROP TABLE IF EXISTS test.packet")
-	exec(t, db, "CREATE TABLE test.packet (c1 VARCHAR(32) PRIMARY KEY, c2 LONGBLOB)")
-	c, err := Open(ctx, db, Def{Name: "packet", Schema: "test", Table: "packet", KeyColumn: "c1", ValueColumns: []string{"c2"}},
-		Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	// 24 writers, each value a twelfth of the limit: the batch that queues behind the first Set passes it (and stays
 	// under the driver's own limit, past which it would send the values apart as long data).
 	const writers = 24
@@ -444,24 +452,12 @@ func TestSetsWithinMaxAllowedPacket(t *testing.T) {
 // runs (the write-behind retries a round as it was).
 func TestMaxAllowedPacketLoweredWhileServing(t *testing.T) {
 	m := testenv.NewMariaDB(t) // private: max_allowed_packet is global
-	cfg, err := mysql.ParseDSN(m.AppDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := OpenDB(cfg)
-	defer db.Close()
+	db, c := openBlobContainer(t, m.AppDSN, "lowered")
 	root, err := sql.Open("mysql", m.RootDSN)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer root.Close()
-	exec(t, db, "CREATE TABLE test.lowered (c1 VARCHAR(32) PRIMARY KEY, c2 LONGBLOB)")
-	c, err := Open(ctx, db, Def{Name: "lowered", Schema: "test", Table: "lowered", KeyColumn: "c1", ValueColumns: []string{"c2"}},
-		Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 
 	const lowered = 1 << 20
 	exec(t, root, fmt.Sprintf("SET GLOBAL max_allowed_packet = %d", lowered))
