@@ -6,6 +6,7 @@ import (
 	"net"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -261,4 +262,85 @@ func testEventLoopStoppedServesByGoroutine(t *testing.T, threads bool) {
 	c := dialTest(t, addr)
 	c.send("set k 0 0 1\r\nx\r\nget k\r\n")
 	c.expect("STORED\r\nVALUE k 0 1\r\nx\r\nEND\r\n")
+}
+
+// TestEventLoopKeepsNoThreadWhileEmpty: a loop with a thread of its own (LoopThreads) keeps it only while it has
+// connections, and says so (OnLoopThread), so that the process's P more for loop threads can go while no loop needs
+// it (package server). It starts parked; a client makes it keep its thread; a client that leaves the loop because its
+// every command steps away (a sync container's writer does; here walks of the store), which it does from the
+// goroutine the loop stepped away to while another goroutine waits in epoll_pwait, lets it park again, and so does
+// one that hangs up.
+func TestEventLoopKeepsNoThreadWhileEmpty(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("event loops are Linux's")
+	}
+	var keeping atomic.Int32
+	srv, _ := newDoor(t, Options{EventLoops: 1, LoopThreads: true, OnLoopThread: func(keeps bool) {
+		if keeps {
+			keeping.Add(1)
+		} else {
+			keeping.Add(-1)
+		}
+	}})
+	addr := serveTest(t, srv)
+	for deadline := time.Now().Add(10 * time.Second); srv.eventLoops() != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the door runs %d event loops, want 1", srv.eventLoops())
+		}
+	}
+	srv.mu.Lock()
+	l := srv.loops[0]
+	srv.mu.Unlock()
+	parked := func(want bool, why string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			l.mu.Lock()
+			p := l.parked
+			l.mu.Unlock()
+			k := keeping.Load()
+			if p == want && (k == 0) == want && k >= 0 && k <= 1 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the loop is parked: %v, and keeps its thread by OnLoopThread's count %d; want parked %v: %s", p, k, want, why)
+			}
+		}
+	}
+	parked(true, "no client has come yet")
+
+	c := dialTest(t, addr)
+	// Enough items that a walk takes long after it steps away: by the time the client leaves, the goroutine that took
+	// the loop over waits in epoll_pwait, and only the loop's wake gets it out to park.
+	const items = 5000
+	var sets strings.Builder
+	for i := range items {
+		fmt.Fprintf(&sets, "set k%d 0 0 1 noreply\r\nx\r\n", i)
+	}
+	c.send(sets.String() + "set k 0 0 1\r\nx\r\n")
+	c.expect("STORED\r\n")
+	parked(false, "a client is in the loop")
+	for i := range awayStreakLimit {
+		c.send("lru_crawler metadump all\r\n")
+		for n := 0; ; n++ {
+			c.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+			line, err := c.br.ReadString('\n')
+			if err != nil || line == "END\r\n" {
+				if err != nil || n != items+1 {
+					t.Fatalf("metadump %d: %d keys, then %q %v; want %d keys, then END", i, n, line, err, items+1)
+				}
+				break
+			}
+		}
+	}
+	waitLoopConns(t, srv, 0, "a client whose every batch stepped away did not leave the loop")
+	parked(true, "its only client left the loop")
+	c.send("get k\r\n") // served by a goroutine of its own
+	c.expect("VALUE k 0 1\r\nx\r\nEND\r\n")
+
+	other := dialTest(t, addr)
+	other.send("get k\r\n")
+	other.expect("VALUE k 0 1\r\nx\r\nEND\r\n")
+	parked(false, "a new client is in the loop")
+	other.nc.Close()
+	parked(true, "the loop's client hung up")
 }

@@ -101,10 +101,14 @@ type Options struct {
 	// per write (see loop_linux.go): 0 means GOMAXPROCS, negative means none (a goroutine per connection).
 	EventLoops int
 	// LoopThreads makes each event loop keep an OS thread and wait in epoll_pwait on it, as memcached's worker
-	// threads do, instead of parking in Go's poller (see loop_linux.go). The caller should give the runtime one P
-	// more than there are loops (runtime.GOMAXPROCS), or the runtime takes waiting loops' Ps back and wakes
-	// threads to spin on them, which costs more than it saves.
+	// threads do, instead of parking in Go's poller (see loop_linux.go), while it has connections. The caller
+	// should give the runtime one P more than there are loops (runtime.GOMAXPROCS) while any loop keeps its
+	// thread (OnLoopThread), or the runtime takes waiting loops' Ps back and wakes threads to spin on them, which
+	// costs more than it saves.
 	LoopThreads bool
+	// OnLoopThread, when set, is told each time a loop with LoopThreads starts keeping its thread (true) or stops
+	// (false; it keeps none while it has no connection). Calls may come from several loops at once.
+	OnLoopThread func(keeps bool)
 }
 
 // DefaultMaxConnections is Options.MaxConnections' default (memcached's -c).

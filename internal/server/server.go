@@ -156,7 +156,8 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 			TLS:              mcTLS,
 		}
 		if runtime.GOOS == "linux" && cfg.SQL.Listen == "" && mcTLS == nil && !st.WaitsForDisk() { // loops' terms
-			mcOpts.EventLoops, mcOpts.LoopThreads = loopThreads()
+			mcOpts.EventLoops, mcOpts.OnLoopThread = loopThreads()
+			mcOpts.LoopThreads = true
 		}
 		s.memcache = memcache.NewServer(s.engine, mcOpts)
 	}
@@ -611,23 +612,69 @@ func setMemoryLimit(limit int64) {
 const gcPercent = 400
 
 // loopThreads gives the memcache door's event loops threads of their own (memcache.Options.LoopThreads): as many
-// loops as GOMAXPROCS was, and one P more, so that while every loop waits in its system call the runtime still has
-// an idle P and leaves the loops' Ps alone. Only where the SQL door is off: its goroutines would then run on more
-// Ps than there are CPUs, which cost it up to a fifth of its throughput against haproxy in some runs (sysbench
-// point selects, 8 threads, 2026-11-24), for a gain the memcache door shows alone (keyway bench, four alternating
-// pairs of runs): one sequential client's async set 0.69-1.04x memcached's (median 0.93) instead of 0.50-0.77x
-// (0.63), memcaslap 0.92-1.39x instead of 0.70-0.98x; eight clients' sets and gets moved within the noise.
-// The runtime's setting is the process's, so it is raised once however many servers a process starts; set by
-// hand, it no longer follows a container's CPU limit as it changes (Go 1.25's default).
-func loopThreads() (loops int, threads bool) {
-	raiseProcsOnce.Do(func() {
-		loopsWithThreads = runtime.GOMAXPROCS(0)
-		runtime.GOMAXPROCS(loopsWithThreads + 1)
-	})
-	return loopsWithThreads, true
+// loops as GOMAXPROCS was, and one P more while any loop keeps its thread (procs), so that while every loop waits in
+// its system call the runtime still has an idle P and leaves the loops' Ps alone. Only where the SQL door is off:
+// its goroutines would then run on more Ps than there are CPUs, which cost it up to a fifth of its throughput
+// against haproxy in some runs (sysbench point selects, 8 threads, 2026-11-24), for a gain the memcache door shows
+// alone (keyway bench, four alternating pairs of runs): one sequential client's async set 0.69-1.04x memcached's
+// (median 0.93) instead of 0.50-0.77x (0.63), memcaslap 0.92-1.39x instead of 0.70-0.98x; eight clients' sets and
+// gets moved within the noise. The runtime's setting is the process's, so its base is read once however many
+// servers a process starts; set by hand, it no longer follows a container's CPU limit as it changes (Go 1.25's
+// default).
+func loopThreads() (loops int, onLoopThread func(keeps bool)) {
+	procs.once.Do(func() { procs.base, procs.set = runtime.GOMAXPROCS(0), setProcs })
+	return procs.base, procs.loopThread
 }
 
-var (
-	raiseProcsOnce   sync.Once
-	loopsWithThreads int
-)
+// procs is the process's GOMAXPROCS while memcache event loops keep threads of their own.
+var procs procsGovernor
+
+func setProcs(n int) { runtime.GOMAXPROCS(n) }
+
+// procsGovernor raises GOMAXPROCS to base+1 as soon as an event loop keeps a thread, and lowers it back to base once
+// none has for lowerProcsAfter. A loop keeps none while it has no connection: every client's commands may wait on
+// MySQL (sync containers), so each has left its loop for a goroutine, or there is no client. The P more then only
+// runs those goroutines on more Ps than there are CPUs: a lone client's sync set on a caching container cost keyway
+// 286 µs of CPU with it against 170 µs without, 8 clients' 86 µs against 61 (2026-11-25, 2 CPUs, GOMAXPROCS=3
+// against 2 with loops in Go's poller: the P more alone made the difference). The delay keeps a client that
+// connects for each request (PHP without persistent connections) from changing it, which stops the world, twice a
+// request.
+type procsGovernor struct {
+	once    sync.Once
+	mu      sync.Mutex
+	base    int    // GOMAXPROCS when loops were first asked for
+	keeping int    // loops that keep a thread now
+	raised  bool   // GOMAXPROCS is base+1
+	idle    uint64 // counts the times keeping fell to 0: a lowering timer acts only if it is still the last
+	set     func(procs int)
+}
+
+const lowerProcsAfter = 250 * time.Millisecond
+
+// loopThread is memcache.Options.OnLoopThread.
+func (g *procsGovernor) loopThread(keeps bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if keeps {
+		g.keeping++
+		if !g.raised {
+			g.raised = true
+			g.set(g.base + 1)
+		}
+		return
+	}
+	g.keeping--
+	if g.keeping > 0 || !g.raised {
+		return
+	}
+	g.idle++
+	idle := g.idle
+	time.AfterFunc(lowerProcsAfter, func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.keeping == 0 && g.raised && g.idle == idle {
+			g.raised = false
+			g.set(g.base)
+		}
+	})
+}
