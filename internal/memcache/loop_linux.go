@@ -359,9 +359,13 @@ func (l *eventLoop) runUntilLeft() bool {
 		defer runtime.UnlockOSThread() // a no-op once handOver gave the thread back
 	}
 	w := &l.wait
+	// A loop taken over may have no connection left, and one left empty since is woken (detach): only then does it
+	// look whether to park, not before every wait.
+	mayPark := l.ownThread()
 	for {
-		if l.ownThread() {
+		if mayPark {
 			l.parkWhileEmpty()
+			mayPark = false
 		}
 		err := l.await()
 		if err != nil {
@@ -381,6 +385,7 @@ func (l *eventLoop) runUntilLeft() bool {
 				}
 				var count [8]byte
 				unix.Read(l.wake, count[:]) // reset: woken to park (detach), the wait must not find it again
+				mayPark = l.ownThread()
 				continue
 			}
 			l.mu.Lock()

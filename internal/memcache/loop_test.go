@@ -297,8 +297,11 @@ func TestEventLoopKeepsNoThreadWhileEmpty(t *testing.T) {
 			l.mu.Lock()
 			p := l.parked
 			l.mu.Unlock()
-			k := keeping.Load()
-			if p == want && (k == 0) == want && k >= 0 && k <= 1 {
+			k, wantK := keeping.Load(), int32(1)
+			if want {
+				wantK = 0
+			}
+			if p == want && k == wantK {
 				return
 			}
 			if time.Now().After(deadline) {
