@@ -909,6 +909,10 @@ func (c *Container) statementBudget() int64 {
 // maxPacketReadTimeout bounds lowerMaxPacket's query: it runs after a statement failed, on the writer's way out.
 const maxPacketReadTimeout = 2 * time.Second
 
+// maxPacketReadAttempts is how many connections lowerMaxPacket's query may try: the pool can hold more than one the
+// server ended.
+const maxPacketReadAttempts = 3
+
 // lowerMaxPacket is told that an upsert failed with err. When err is the connection's and not the statement's (the
 // server ends the connection of a client whose packet passes max_allowed_packet, which the client sees as a broken
 // pipe or a reset, or as error 1153 when the reply comes first), it reads the server's global max_allowed_packet,
@@ -924,8 +928,16 @@ func (c *Container) lowerMaxPacket(ctx context.Context, err error) {
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), maxPacketReadTimeout)
 	defer cancel()
 	var global int64
-	if c.db.QueryRowContext(qctx, "SELECT @@GLOBAL.max_allowed_packet").Scan(&global) != nil {
-		return // the server is unreachable: what failed was not the packet's size, or cannot be told now
+	for attempt := 0; ; attempt++ {
+		err := c.db.QueryRowContext(qctx, "SELECT @@GLOBAL.max_allowed_packet").Scan(&global)
+		if err == nil {
+			break
+		}
+		// The pool may hand out the connection the server has just ended for the oversized packet (its error
+		// reply came before the close): the driver then says ErrInvalidConn, which database/sql does not retry.
+		if !errors.Is(err, mysql.ErrInvalidConn) || attempt == maxPacketReadAttempts-1 {
+			return // the server is unreachable: what failed was not the packet's size, or cannot be told now
+		}
 	}
 	for {
 		cur := c.maxPacket.Load()
