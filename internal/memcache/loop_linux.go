@@ -475,19 +475,24 @@ type readyWait struct {
 	events []unix.EpollEvent
 	n      int // events ready, from the last take or block
 	errno  syscall.Errno
-	// The spin before a blocking wait (Options.LoopSpin; see spinWait): how long, the spins that found nothing in a
-	// row, and how many blocking waits go without a spin before the next is tried.
+	// The spin before a blocking wait (see spinWait): its base length (Options.LoopSpin) and its length now, whether
+	// the last wait spun, the spins that found nothing in a row, and how many blocking waits go without a spin before
+	// the next is tried.
 	spin   time.Duration
+	budget time.Duration
+	spun   bool
 	misses int
 	skip   int
 }
 
 // Backoff of a loop whose spins find nothing (see spinWait): after spinMissesAllowed misses in a row, each further
 // one doubles the blocking waits that go without a spin, up to 2^(maxSpinMisses-spinMissesAllowed)-1, after which
-// the loop still spins before one wait in that many, to learn when its clients come back quicker.
+// the loop still spins before one wait in that many, to learn when its clients come back quicker. A spin's length
+// goes from the base (Options.LoopSpin) up to maxSpinTimes the base.
 const (
 	spinMissesAllowed = 8
 	maxSpinMisses     = 14
+	maxSpinTimes      = 3
 )
 
 // take is run's poller callback: it fills events with what the epoll set holds ready, without waiting (a raw
@@ -507,40 +512,74 @@ func (w *readyWait) take(uintptr) bool {
 // system call, made on the thread runUntilLeft keeps (LoopThreads). With spin (the loop serves one connection) it
 // spins first (spinWait).
 func (w *readyWait) block(spin bool) {
-	if spin && w.spin > 0 && w.spinWait() {
-		return
+	spun := false
+	if spin && w.spin > 0 {
+		if w.spinWait() {
+			return
+		}
+		spun = w.spun
+	}
+	var start time.Time
+	if spun {
+		start = time.Now()
 	}
 	for {
 		n, _, errno := syscall.Syscall6(syscall.SYS_EPOLL_PWAIT, uintptr(w.epfd),
 			uintptr(unsafe.Pointer(&w.events[0])), uintptr(len(w.events)), ^uintptr(0) /* -1: no timeout */, 0, 0)
 		if errno != syscall.EINTR {
 			w.n, w.errno = int(n), errno
-			return
+			break
 		}
+	}
+	if spun && time.Since(start) < lateBy*w.spin {
+		w.late()
 	}
 }
 
-// spinWait looks at the set, without waiting, again and again for up to w.spin, and reports whether it found
-// something ready (or a failure) in time.
+// lateBy, times the base spin, is how soon after a spin that found nothing a request must come to count as just
+// late (see late). The blocking wait that found it includes the loop's own wake-up, so it is generous.
+const lateBy = 4
+
+// late is told that a request came just after the spin gave up: the next spins are longer (up to maxSpinTimes the
+// base), and the spin does not count as a miss.
+func (w *readyWait) late() {
+	w.budget = min(max(w.budget, w.spin)+w.spin/2, maxSpinTimes*w.spin)
+	w.misses, w.skip = max(w.misses-1, 0), 0
+}
+
+// spinWait looks at the set, without waiting, again and again for up to the spin's length, and reports whether it
+// found something ready (or a failure) in time.
 //
 // Why: a loop's thread that blocks leaves its CPU idle, and on a virtual machine waking an idle CPU is slow; a
 // client that sends its next request within microseconds of its reply (one sequential client: PHP, the seed's
-// loops) waits for that wake-up on every request. One such client's async sets through keyway ran at 0.68 and 0.95
-// of memcached's without the spin, 1.14 and 1.03 with it (keyway bench kv, alternating runs, 2026-11-25, 2 vCPUs);
-// its gets at 1.05 and 1.11 against 1.15 and 1.16. Only a loop with one connection spins (block's caller decides):
+// loops) waits for that wake-up on every request. One such client's async sets through keyway ran at 0.68-0.95 of
+// memcached's without a spin (five runs of keyway bench kv, 2026-11-25, 2 vCPUs), at 0.82-1.21 with a fixed 20 µs one
+// (seven runs), and at 1.19 and 1.22 with the length that follows the client (two runs alternating with the fixed
+// one's 0.83 and 0.84; gets 1.35 and 1.47 against 1.06 and 1.13): a fixed spin missed every request that a slower
+// phase of the machine made the client send a little later.
+//
+// The length: it starts at the base (Options.LoopSpin); a request that comes just after a spin gave up (late) makes
+// the next spins half a base longer, up to maxSpinTimes the base; one found in the first half of a spin makes them a
+// quarter of a base shorter, down to the base. Only a loop with one connection spins (block's caller decides):
 // memcaslap's 8 connections, spread over 2 loops, lost a quarter of their throughput to spins (keyway's CPU per
-// request 13.1 µs against 10.2), which took CPU time their clients needed, and a loop with several connections
-// finds one ready without waiting more often anyway. A spin that finds nothing costs its CPU for nothing: after
-// spinMissesAllowed misses in a row (a client idle, or slower than the spin), each further miss doubles the
+// request 13.1 µs against 10.2), which took CPU time their clients needed, and a loop with several connections finds
+// one ready without waiting more often anyway. A spin that finds nothing costs its CPU for nothing: after
+// spinMissesAllowed misses in a row (a client idle, or slower than the longest spin), each further miss doubles the
 // blocking waits that go without one, and a find makes the loop spin every time again.
 func (w *readyWait) spinWait() bool {
+	w.spun = false // whether this wait spins, for block
 	if w.skip > 0 {
 		w.skip--
 		return false
 	}
-	for start := time.Now(); time.Since(start) < w.spin; {
+	w.spun = true
+	budget := max(w.budget, w.spin)
+	for start := time.Now(); time.Since(start) < budget; {
 		if w.take(0) {
 			w.misses = 0
+			if time.Since(start) < budget/2 { // in the first half: the spins may be shorter again, down to the base
+				w.budget = max(budget-w.spin/4, w.spin)
+			}
 			return true
 		}
 	}

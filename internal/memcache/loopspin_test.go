@@ -136,3 +136,41 @@ func TestEventLoopSpinServes(t *testing.T) {
 	c.send("get k3\r\n")
 	c.expect("VALUE k3 0 2\r\nv3\r\nEND\r\n")
 }
+
+// TestLoopSpinLengthFollowsClient: a request that comes just after a spin gave up makes the next spins longer (half
+// a base each time, up to maxSpinTimes the base) and does not count as a miss; requests found early make them
+// shorter again, down to the base.
+func TestLoopSpinLengthFollowsClient(t *testing.T) {
+	const base = 20 * time.Millisecond
+	w, ready, reset := newSpinWait(t, base)
+	go func() {
+		time.Sleep(2 * base) // after the spin gave up, well within lateBy bases of it
+		ready()
+	}()
+	w.block(true)
+	if w.n != 1 || w.errno != 0 {
+		t.Fatalf("block left %d events, errno %v; want the eventfd's one", w.n, w.errno)
+	}
+	if w.budget != base+base/2 || w.misses != 0 {
+		t.Fatalf("after a request just late: spin length %v, misses %d; want %v, 0", w.budget, w.misses, base+base/2)
+	}
+	reset()
+	for range 2 * maxSpinTimes {
+		w.late()
+	}
+	if w.budget != maxSpinTimes*base {
+		t.Fatalf("spin length %v after many late requests, want the cap %v", w.budget, maxSpinTimes*base)
+	}
+	ready()
+	for want := maxSpinTimes*base - base/4; ; want = max(want-base/4, base) {
+		if !w.spinWait() {
+			t.Fatal("a spin over a ready set found nothing")
+		}
+		if w.budget != want {
+			t.Fatalf("spin length %v after an early find, want %v", w.budget, want)
+		}
+		if want == base {
+			break
+		}
+	}
+}

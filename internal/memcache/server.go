@@ -106,9 +106,9 @@ type Options struct {
 	// thread (OnLoopThread), or the runtime takes waiting loops' Ps back and wakes threads to spin on them, which
 	// costs more than it saves.
 	LoopThreads bool
-	// LoopSpin is how long a loop with LoopThreads that serves a single connection looks at it without waiting
-	// before it blocks in epoll_pwait, while such looks find requests in time (see readyWait.spinWait); 0 = it
-	// blocks at once.
+	// LoopSpin is how long, at first, a loop with LoopThreads that serves a single connection looks at it without
+	// waiting before it blocks in epoll_pwait (up to 3 times as long while its client's requests come just after;
+	// see readyWait.spinWait); 0 = it blocks at once.
 	LoopSpin time.Duration
 	// OnLoopThread, when set, is told each time a loop with LoopThreads starts keeping its thread (true) or stops
 	// (false; it keeps none while it has no connection). Calls may come from several loops at once.

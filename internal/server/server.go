@@ -626,10 +626,10 @@ func loopThreads() (loops int, onLoopThread func(keeps bool)) {
 	return procs.base, procs.loopThread
 }
 
-// loopSpin is memcache.Options.LoopSpin for loops with threads of their own. Of the two lengths tried with one
-// sequential client's async sets (by hand, four alternating rounds, 2026-11-25), 20 µs gave 19-23k sets/s and 50 µs
-// 16-21k (the longer spins took CPU time from the client on 2 vCPUs); a loop whose client is slower than that wastes
-// little before its spins back off.
+// loopSpin is memcache.Options.LoopSpin for loops with threads of their own: the spin's length at first. Of two fixed
+// lengths tried with one sequential client's async sets (by hand, four alternating rounds, 2026-11-25), 20 µs gave
+// 19-23k sets/s and 50 µs 16-21k (the longer spins took CPU time from the client on 2 vCPUs); the loop lengthens it
+// while its client's requests come just after (see memcache's readyWait.spinWait).
 const loopSpin = 20 * time.Microsecond
 
 // procs is the process's GOMAXPROCS while memcache event loops keep threads of their own.
