@@ -475,12 +475,10 @@ type readyWait struct {
 	events []unix.EpollEvent
 	n      int // events ready, from the last take or block
 	errno  syscall.Errno
-	// The spin before a blocking wait (see spinWait): its base length (Options.LoopSpin) and its length now, whether
-	// the last wait spun, the spins that found nothing in a row, and how many blocking waits go without a spin before
-	// the next is tried.
+	// The spin before a blocking wait (see spinWait): its base length (Options.LoopSpin) and its length now, the
+	// spins that found nothing in a row, and how many blocking waits go without a spin before the next is tried.
 	spin   time.Duration
 	budget time.Duration
-	spun   bool
 	misses int
 	skip   int
 }
@@ -514,10 +512,10 @@ func (w *readyWait) take(uintptr) bool {
 func (w *readyWait) block(spin bool) {
 	spun := false
 	if spin && w.spin > 0 {
-		if w.spinWait() {
+		var found bool
+		if found, spun = w.spinWait(); found {
 			return
 		}
-		spun = w.spun
 	}
 	var start time.Time
 	if spun {
@@ -548,7 +546,7 @@ func (w *readyWait) late() {
 }
 
 // spinWait looks at the set, without waiting, again and again for up to the spin's length, and reports whether it
-// found something ready (or a failure) in time.
+// found something ready (or a failure) in time, and whether it spun at all (not while backing off).
 //
 // Why: a loop's thread that blocks leaves its CPU idle, and on a virtual machine waking an idle CPU is slow; a
 // client that sends its next request within microseconds of its reply (one sequential client: PHP, the seed's
@@ -566,13 +564,11 @@ func (w *readyWait) late() {
 // one ready without waiting more often anyway. A spin that finds nothing costs its CPU for nothing: after
 // spinMissesAllowed misses in a row (a client idle, or slower than the longest spin), each further miss doubles the
 // blocking waits that go without one, and a find makes the loop spin every time again.
-func (w *readyWait) spinWait() bool {
-	w.spun = false // whether this wait spins, for block
+func (w *readyWait) spinWait() (found, spun bool) {
 	if w.skip > 0 {
 		w.skip--
-		return false
+		return false, false
 	}
-	w.spun = true
 	budget := max(w.budget, w.spin)
 	for start := time.Now(); time.Since(start) < budget; {
 		if w.take(0) {
@@ -580,14 +576,14 @@ func (w *readyWait) spinWait() bool {
 			if time.Since(start) < budget/2 { // in the first half: the spins may be shorter again, down to the base
 				w.budget = max(budget-w.spin/4, w.spin)
 			}
-			return true
+			return true, true
 		}
 	}
 	w.misses = min(w.misses+1, maxSpinMisses)
 	if w.misses > spinMissesAllowed {
 		w.skip = 1<<(w.misses-spinMissesAllowed) - 1
 	}
-	return false
+	return false, true
 }
 
 // shut closes every connection of a loop that is stopping, and the loop's own descriptors.
