@@ -870,8 +870,7 @@ func (c *Container) Check(key []byte, it Item) error {
 	if err := c.checkKey(key); err != nil {
 		return err
 	}
-	_, err := c.writeArgs(it, 0)
-	return err
+	return c.checkWrite(it)
 }
 
 // The server ends the connection of a client that sends a statement longer than its max_allowed_packet, rather than

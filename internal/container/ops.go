@@ -312,22 +312,51 @@ func (c *Container) appendWriteArgs(dst []any, it Item, cas uint64) ([]any, erro
 	if err != nil {
 		return nil, err
 	}
+	if err := c.checkFlagsExpiry(it); err != nil {
+		return nil, err
+	}
 	if c.qFlags != "" {
-		if err := c.flagsFit.checkUint(uint64(it.Flags)); err != nil {
-			return nil, c.errorf("flags: %w", err)
-		}
 		dst = append(dst, int64(it.Flags))
 	}
 	if c.qCAS != "" {
 		dst = append(dst, cas)
 	}
 	if c.qExp != "" {
-		if err := c.expFit.checkInt(it.Exptime); err != nil {
-			return nil, c.errorf("expiry: %w", err)
-		}
 		dst = append(dst, it.Exptime)
 	}
 	return dst, nil
+}
+
+// checkWrite reports what appendWriteArgs would refuse it for, in the same order, without building the arguments
+// (a value boxed for the driver is an allocation, and Check runs on every async set): a value of one column is only
+// checked; one split over several columns is split as appendSplit splits it.
+func (c *Container) checkWrite(it Item) error {
+	if err := c.checkRowBytes(it); err != nil {
+		return err
+	}
+	if len(c.qVals) == 1 {
+		if err := c.valCols[0].checkBytes(it.Value); err != nil {
+			return c.errorf("%w", err)
+		}
+	} else if _, err := c.appendSplit(nil, it.Value); err != nil {
+		return err
+	}
+	return c.checkFlagsExpiry(it)
+}
+
+// checkFlagsExpiry reports whether it's flags and expiry fit their columns, where the container has them.
+func (c *Container) checkFlagsExpiry(it Item) error {
+	if c.qFlags != "" {
+		if err := c.flagsFit.checkUint(uint64(it.Flags)); err != nil {
+			return c.errorf("flags: %w", err)
+		}
+	}
+	if c.qExp != "" {
+		if err := c.expFit.checkInt(it.Exptime); err != nil {
+			return c.errorf("expiry: %w", err)
+		}
+	}
+	return nil
 }
 
 // SeenCAS tells the container of a CAS assigned earlier that the table does

@@ -136,11 +136,11 @@ type Queue struct {
 	quit chan struct{}
 	done chan struct{}
 
-	// The loop's own: a round's rows and their sequence numbers, reused from round to round, and a batch's rows
-	// settled (see send), reused from batch to batch.
-	roundRows []container.Row
-	roundSeqs []uint64
-	settling  []settled
+	// The loop's own: a round's rows and their entries, reused from round to round, and a batch's rows settled
+	// (see send), reused from batch to batch.
+	roundRows    []container.Row
+	roundEntries []*entry
+	settling     []settled
 
 	written, dropped, failedRounds atomic.Uint64
 }
@@ -153,6 +153,9 @@ type entry struct {
 	row  []byte // the key as last written
 	item container.Item
 	seq  uint64
+	// jkey is the entry's journal key, journalKey of its key in pending, which is jkey[len(prefix):]: built once
+	// by Put (or New, or goLive when it keys the entry again), so a round settles the row without building it again.
+	jkey string
 }
 
 // entryOverhead is what a waiting row costs beyond its key and value: the
@@ -212,7 +215,7 @@ func New(c *container.Container, j Journal, prefix string, o Options) *Queue {
 		}
 		c.SeenCAS(it.CAS)
 		q.seq++
-		e := &entry{row: row, item: it, seq: q.seq}
+		e := &entry{row: row, item: it, seq: q.seq, jkey: k}
 		q.pending[k[len(prefix):]] = e
 		q.byRow[string(row)] = k[len(prefix):]
 		q.bytes += e.size()
@@ -244,7 +247,8 @@ func (q *Queue) goLive(norm func(string) string) {
 		if nk != k {
 			q.o.Logger.Warn("write-behind: journal record keyed by another key rule (the key column's collation changed?); keyed again",
 				"container", q.name, "key", k, "now", nk)
-			waits = append(waits, q.j.JournalDelete(q.journalKey(k)))
+			waits = append(waits, q.j.JournalDelete(e.jkey))
+			e.jkey = q.journalKey(nk)
 			moved[nk] = true
 		}
 		if cur := q.pending[nk]; cur != nil {
@@ -262,7 +266,7 @@ func (q *Queue) goLive(norm func(string) string) {
 	q.countLocked()
 	for nk := range moved {
 		e := q.pending[nk]
-		waits = append(waits, q.j.JournalPut(q.journalKey(nk), encode(e.row, e.item)))
+		waits = append(waits, q.j.JournalPut(e.jkey, encode(e.row, e.item)))
 	}
 	q.norm, q.byRow = norm, nil
 	q.mu.Unlock()
@@ -322,6 +326,8 @@ func (q *Queue) Put(row []byte, item container.Item, queued func()) error {
 	}
 	q.seq++
 	e.seq = q.seq
+	e.jkey = q.journalKey(k)
+	k = e.jkey[len(q.prefix):] // the map keeps one string, not two
 	if old := q.pending[k]; old != nil {
 		q.bytes -= old.size()
 	}
@@ -335,7 +341,7 @@ func (q *Queue) Put(row []byte, item container.Item, queued func()) error {
 		queued()
 	}
 	// Appended under q.mu so journal records of a row keep the order of its Puts.
-	wait := q.j.JournalPut(q.journalKey(k), rec)
+	wait := q.j.JournalPut(e.jkey, rec)
 	if len(q.pending) >= q.o.MaxBatch {
 		q.nudge()
 	}
@@ -524,38 +530,38 @@ func (q *Queue) round() {
 		return
 	}
 	rows := slices.Grow(q.roundRows[:0], len(q.pending))
-	seqs := slices.Grow(q.roundSeqs[:0], len(q.pending))
+	entries := slices.Grow(q.roundEntries[:0], len(q.pending))
 	for _, e := range q.pending {
 		rows = append(rows, container.Row{Key: e.row, Item: e.item})
-		seqs = append(seqs, e.seq)
+		entries = append(entries, e)
 	}
 	q.mu.Unlock()
-	defer q.keepRound(rows, seqs)
+	defer q.keepRound(rows, entries)
 	for len(rows) > 0 {
 		n := q.c.BatchLen(rows[:min(len(rows), q.o.MaxBatch)]) // within the server's max_allowed_packet too
-		if !q.send(rows[:n], seqs[:n]) {
+		if !q.send(rows[:n], entries[:n]) {
 			return
 		}
-		rows, seqs = rows[n:], seqs[n:]
+		rows, entries = rows[n:], entries[n:]
 	}
 }
 
 // settled is a row of a batch that the table took or refused, and the wait for its journal record's removal.
 type settled struct {
-	i    int // in the batch's rows
-	k    string
+	e    *entry
 	wait func() error
 }
 
 // keepRound keeps a round's arrays for the next one, cleared so the rows' data goes to the collector, unless the
 // round was an unusual one (a backlog after an outage) whose arrays are best left to the collector too.
-func (q *Queue) keepRound(rows []container.Row, seqs []uint64) {
+func (q *Queue) keepRound(rows []container.Row, entries []*entry) {
 	if cap(rows) > maxKeptRound {
-		q.roundRows, q.roundSeqs = nil, nil
+		q.roundRows, q.roundEntries = nil, nil
 		return
 	}
 	clear(rows)
-	q.roundRows, q.roundSeqs = rows[:0], seqs[:0]
+	clear(entries)
+	q.roundRows, q.roundEntries = rows[:0], entries[:0]
 }
 
 // maxKeptRound is the most rows whose arrays keepRound keeps.
@@ -574,7 +580,7 @@ const maxKeptRound = 1 << 16
 // needs a cas column (it is optional) and writers that keep it (the SQL door
 // and other clients do not). The removals of one batch are appended together
 // and ride one group commit of the store, so a batch waits for one disk sync.
-func (q *Queue) send(rows []container.Row, seqs []uint64) bool {
+func (q *Queue) send(rows []container.Row, entries []*entry) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), q.o.WaitTimeout)
 	errs := q.c.WriteRows(ctx, rows)
 	cancel()
@@ -601,9 +607,8 @@ func (q *Queue) send(rows []container.Row, seqs []uint64) bool {
 		// Settled, unless a newer write of the row came meanwhile (its journal
 		// record then replaced this one; it stays). Appended under q.mu so the
 		// removal keeps its order with the row's Puts.
-		k, _ := q.keyLocked(r.Key)
-		if e := q.pending[k]; e != nil && e.seq == seqs[i] {
-			done = append(done, settled{i: i, k: k, wait: q.j.JournalDelete(q.journalKey(k))})
+		if e := entries[i]; q.waiting(e) {
+			done = append(done, settled{e: e, wait: q.j.JournalDelete(e.jkey)})
 		}
 	}
 	q.mu.Unlock()
@@ -628,9 +633,9 @@ func (q *Queue) send(rows []container.Row, seqs []uint64) bool {
 			ok = false
 			continue
 		}
-		if e := q.pending[d.k]; e != nil && e.seq == seqs[d.i] {
+		if e := d.e; q.waiting(e) {
 			q.bytes -= e.size()
-			delete(q.pending, d.k)
+			delete(q.pending, e.jkey[len(q.prefix):])
 			q.countLocked()
 			if q.byRow != nil {
 				delete(q.byRow, string(e.row))
@@ -644,6 +649,12 @@ func (q *Queue) send(rows []container.Row, seqs []uint64) bool {
 	q.cond.Broadcast()
 	q.mu.Unlock()
 	return ok
+}
+
+// waiting reports whether e is still the write waiting for its row: no newer Put replaced it. Its key in pending
+// is current even across goLive, which keys an entry again in place. The caller holds q.mu.
+func (q *Queue) waiting(e *entry) bool {
+	return q.pending[e.jkey[len(q.prefix):]] == e
 }
 
 // failLocked records a round that failed with err; the caller holds q.mu.
