@@ -47,6 +47,9 @@ func (s *Store) JournalDelete(key string) (wait func() error) {
 
 func (s *Store) journal(rec record) func() error {
 	seq := s.journalAppend(rec)
+	if seq != 0 && s.disk.durability != DurabilitySync {
+		return s.disk.waitAny // the same wait for every record: one func, not one each
+	}
 	return func() error { return s.waitDurable(seq) }
 }
 

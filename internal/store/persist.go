@@ -111,9 +111,12 @@ type disk struct {
 	// failed holds the error that made the disk unusable (nil while healthy).
 	// It is sticky: a store whose disk failed stays failed until restarted.
 	failed atomic.Pointer[error]
-	kick   chan struct{}
-	quit   chan struct{}
-	done   chan struct{}
+	// waitAny is waitDurable for any sequence number, built once at open: without sync durability the wait does
+	// not depend on the change (see waitDurable), so a journal record's wait needs no closure of its own.
+	waitAny func() error
+	kick    chan struct{}
+	quit    chan struct{}
+	done    chan struct{}
 
 	// The committer's own (see gatherNext): the writers its last round answered and how long the round took, the
 	// bound of a gathering wait (gather.Limit; tests change it before the first write) and the gathering state.
@@ -172,6 +175,7 @@ func openDisk(s *Store, o Options) (*disk, error) {
 		done:       make(chan struct{}),
 	}
 	d.mu.cond.L = &d.mu.Mutex
+	d.waitAny = func() error { return d.waitDurable(0) }
 	if err := d.checkFormat(); err != nil {
 		db.Close()
 		return nil, err

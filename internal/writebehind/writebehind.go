@@ -138,6 +138,8 @@ type Queue struct {
 
 	// The loop's own: a round's rows and their entries, reused from round to round, and a batch's rows settled
 	// (see send), reused from batch to batch.
+	keyBuf []byte // Put's, under mu: a journal key being built (journalKeyLocked)
+
 	roundRows    []container.Row
 	roundEntries []*entry
 	settling     []settled
@@ -308,7 +310,8 @@ func (q *Queue) Put(row []byte, item container.Item, queued func()) error {
 	q.mu.Lock()
 	// Not live: only a caller that skipped the container's Check gets here;
 	// the row as written is its key until goLive keys it by the rule.
-	k, _ := q.keyLocked(row)
+	jkey := q.journalKeyLocked(row)
+	k := jkey[len(q.prefix):] // the map keeps one string, the journal key, not two
 	if q.fullLocked(k, e) {
 		q.nudge()
 		deadline := time.Now().Add(q.o.WaitTimeout)
@@ -326,8 +329,7 @@ func (q *Queue) Put(row []byte, item container.Item, queued func()) error {
 	}
 	q.seq++
 	e.seq = q.seq
-	e.jkey = q.journalKey(k)
-	k = e.jkey[len(q.prefix):] // the map keeps one string, not two
+	e.jkey = jkey
 	if old := q.pending[k]; old != nil {
 		q.bytes -= old.size()
 	}
@@ -705,6 +707,18 @@ func (q *Queue) behindLocked() error {
 // journalKey is the journal's key for the row with key k in pending.
 func (q *Queue) journalKey(k string) string {
 	return q.prefix + k
+}
+
+// journalKeyLocked is the journal key of row: journalKey of its key in pending (keyLocked). Once the queue and the
+// container are live it is built in one allocation (container.AppendNormKey is NormKey's rule, without a string of
+// row and one of its key). The caller holds q.mu.
+func (q *Queue) journalKeyLocked(row []byte) string {
+	if q.norm == nil || !q.c.Checked() {
+		k, _ := q.keyLocked(row)
+		return q.journalKey(k)
+	}
+	q.keyBuf = q.c.AppendNormKey(append(q.keyBuf[:0], q.prefix...), row)
+	return string(q.keyBuf)
 }
 
 // Journal record: key length (2), key, flags (4), exptime (8), cas (8), value.
