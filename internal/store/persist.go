@@ -229,7 +229,13 @@ func (d *disk) load() error {
 			if s.loadedJournal == nil {
 				s.loadedJournal = map[string][]byte{}
 			}
-			s.loadedJournal[string(k[1:])] = append([]byte(nil), v[itemHeaderLen:]...)
+			key := string(k[1:])
+			s.loadedJournal[key] = append([]byte(nil), v[itemHeaderLen:]...)
+			_, sh := s.shardFor(k[1:])
+			if sh.mu.journalOnDisk == nil {
+				sh.mu.journalOnDisk = map[string]struct{}{}
+			}
+			sh.mu.journalOnDisk[key] = struct{}{} // before anything journals: no lock needed yet
 			continue
 		}
 		item := Item{
@@ -271,6 +277,14 @@ func (d *disk) load() error {
 }
 
 func (d *disk) start() { go d.commitLoop() }
+
+// cancelLocked makes the record at index i of the shard's pending log nothing (a journal record overtaken before
+// it left memory: see Store.journalAppend). It keeps its place and sequence number; the caller holds sh.mu.
+func (d *disk) cancelLocked(sh *shard, i int) {
+	r := &sh.mu.pending[i]
+	d.pendingBytes.Add(-int64(len(r.key) + len(r.value))) // the drain takes recordOverhead off, as for any record
+	*r = record{seq: r.seq}
+}
 
 // appendLocked adds rec to the shard's pending log; the caller holds sh.mu.
 func (d *disk) appendLocked(sh *shard, rec record) uint64 {
@@ -399,14 +413,17 @@ func (d *disk) commitRound() {
 		sh.mu.Lock()
 		scratch, sh.mu.pending = sh.mu.pending, scratch[:0]
 		sh.pruneUnsyncedLocked(visible)
+		sh.handJournalLocked(scratch)
 		sh.mu.Unlock()
 		var drained int64
 		for j := range scratch {
 			r := &scratch[j]
 			drained += int64(len(r.key) + len(r.value) + recordOverhead)
-			if r.shard == journalPrefix && r.op == opDelete {
+			switch {
+			case r.op == 0: // cancelled (cancelLocked)
+			case r.shard == journalPrefix && r.op == opDelete:
 				journalDeletes++
-			} else {
+			default:
 				writes++
 			}
 			addToBatch(b, r)
@@ -448,6 +465,28 @@ func (d *disk) commitRound() {
 	d.mu.Lock()
 	d.mu.cond.Broadcast()
 	d.mu.Unlock()
+}
+
+// handJournalLocked notes the journal records of a drained pending log as handed to the disk: their puts can no
+// longer be cancelled, and a key's last record says whether the disk holds one (see Store.journalAppend). The
+// caller holds sh.mu.
+func (sh *shard) handJournalLocked(drained []record) {
+	clear(sh.mu.journalPending)
+	for i := range drained {
+		r := &drained[i]
+		if r.shard != journalPrefix {
+			continue
+		}
+		switch r.op {
+		case opPut:
+			if sh.mu.journalOnDisk == nil {
+				sh.mu.journalOnDisk = map[string]struct{}{}
+			}
+			sh.mu.journalOnDisk[r.key] = struct{}{}
+		case opDelete:
+			delete(sh.mu.journalOnDisk, r.key)
+		}
+	}
 }
 
 func addToBatch(b *pebble.Batch, r *record) {

@@ -190,6 +190,12 @@ type shard struct {
 		crawl            *node // expiry crawler cursor
 		used             int64
 		pending          []record // changes not yet handed to the disk
+		// journalPending is the index in pending of each journal key's put waiting there (at most one: a later
+		// put of the key makes the earlier nothing), and journalOnDisk the journal keys whose last record handed
+		// to the disk is a put. With them a removal whose put is still pending cancels it, and is itself left out
+		// when the disk holds no record of the key (see journalAppend).
+		journalPending map[string]int
+		journalOnDisk  map[string]struct{}
 		// unsynced holds, with sync durability, what readers see of keys
 		// whose latest change is not yet durable (see unsynced).
 		unsynced map[string]*unsynced

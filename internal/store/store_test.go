@@ -885,6 +885,58 @@ func TestJournalDeleteOnDiskWhateverDurability(t *testing.T) {
 	}
 }
 
+// TestJournalRemovalCancelsPendingPut: a journal record the disk has not received yet is taken back when a later
+// one makes it moot. A removal of a key whose put is still pending costs the disk nothing (no round writes) when
+// the disk holds no record of the key, and still reaches the disk when it does; a put overtaken by a put of the
+// same key never reaches it. A crash after leaves each key's latest record.
+func TestJournalRemovalCancelsPendingPut(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(Options{MemoryLimit: 1 << 20, DataDir: dir, Durability: DurabilitySync})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.JournalPut("@@a.2", []byte("old"))(); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s, err = Open(Options{MemoryLimit: 1 << 20, DataDir: dir, Durability: DurabilityAsync, FlushInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.TakeJournal("@@a.")
+	rounds := s.disk.rounds.Load()
+	if err := s.JournalPut("@@a.1", []byte("v1"))(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.JournalDelete("@@a.1")(); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.disk.rounds.Load() - rounds; n != 0 {
+		t.Fatalf("a put removed before it left memory cost %d commit rounds, want none", n)
+	}
+	for _, v := range []string{"p1", "p2"} {
+		if err := s.JournalPut("@@a.3", []byte(v))(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.JournalPut("@@a.2", []byte("new"))(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.JournalDelete("@@a.2")(); err != nil { // the disk holds "old": the removal must reach it
+		t.Fatal(err)
+	}
+	crashed := copyDir(t, dir)
+	c, err := Open(Options{MemoryLimit: 1 << 20, DataDir: crashed, Durability: DurabilitySync})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := c.TakeJournal("@@a."); len(got) != 1 || string(got["@@a.3"]) != "p2" {
+		t.Fatalf("journal after a crash: %q, want only @@a.3 = p2", got)
+	}
+}
+
 // SetLimit (cache_memlimit) evicts at once down to a lower limit, and a
 // higher one lets more stay; Walk sees every live item, not expired ones.
 func TestSetLimitAndWalk(t *testing.T) {
