@@ -39,7 +39,9 @@ func (s *Store) JournalPut(key string, value []byte) (wait func() error) {
 // wait always waits until the removal is on disk, whatever the store's
 // durability: a removal lost in a crash would let the record's write be
 // replayed over whatever the table received after it (back in time), so the
-// write-behind queue counts a row as written only once this returns.
+// write-behind queue counts a row as written only once this returns. When the
+// disk holds no record of key (its put never left memory: see journalAppend)
+// there is nothing to remove there, and the wait returns at once.
 func (s *Store) JournalDelete(key string) (wait func() error) {
 	seq := s.journalAppend(record{op: opDelete, shard: journalPrefix, key: key})
 	return func() error {

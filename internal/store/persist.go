@@ -471,7 +471,9 @@ func (d *disk) commitRound() {
 // longer be cancelled, and a key's last record says whether the disk holds one (see Store.journalAppend). The
 // caller holds sh.mu.
 func (sh *shard) handJournalLocked(drained []record) {
-	clear(sh.mu.journalPending)
+	if len(sh.mu.journalPending) > 0 {
+		clear(sh.mu.journalPending)
+	}
 	for i := range drained {
 		r := &drained[i]
 		if r.shard != journalPrefix {
