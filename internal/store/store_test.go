@@ -849,17 +849,17 @@ func TestDelayedFlushRefusedOnFailedDisk(t *testing.T) {
 	}
 }
 
-// TestJournalDeleteOnDiskWhateverDurability: with async durability, the wait
-// of a JournalDelete returns only once the removal is on disk, so a crash
-// right after cannot bring the record back (a write-behind replay would
-// then write an old row over a newer one).
-func TestJournalDeleteOnDiskWhateverDurability(t *testing.T) {
-	dir := t.TempDir()
+// journaledThenAsync journals value under key in a new data directory with sync durability, then opens it again
+// with async durability and no commit round before an hour (so only a wait for the disk makes one); the store is
+// closed when the test ends.
+func journaledThenAsync(t *testing.T, key, value string) (dir string, s *Store) {
+	t.Helper()
+	dir = t.TempDir()
 	s, err := Open(Options{MemoryLimit: 1 << 20, DataDir: dir, Durability: DurabilitySync})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.JournalPut("@@a.1", []byte("old"))(); err != nil {
+	if err := s.JournalPut(key, []byte(value))(); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -867,7 +867,16 @@ func TestJournalDeleteOnDiskWhateverDurability(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
+	return dir, s
+}
+
+// TestJournalDeleteOnDiskWhateverDurability: with async durability, the wait
+// of a JournalDelete returns only once the removal is on disk, so a crash
+// right after cannot bring the record back (a write-behind replay would
+// then write an old row over a newer one).
+func TestJournalDeleteOnDiskWhateverDurability(t *testing.T) {
+	dir, s := journaledThenAsync(t, "@@a.1", "old")
 	if got := s.TakeJournal("@@a."); len(got) != 1 {
 		t.Fatalf("journal before the delete: %q", got)
 	}
@@ -890,20 +899,7 @@ func TestJournalDeleteOnDiskWhateverDurability(t *testing.T) {
 // the disk holds no record of the key, and still reaches the disk when it does; a put overtaken by a put of the
 // same key never reaches it. A crash after leaves each key's latest record.
 func TestJournalRemovalCancelsPendingPut(t *testing.T) {
-	dir := t.TempDir()
-	s, err := Open(Options{MemoryLimit: 1 << 20, DataDir: dir, Durability: DurabilitySync})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.JournalPut("@@a.2", []byte("old"))(); err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
-	s, err = Open(Options{MemoryLimit: 1 << 20, DataDir: dir, Durability: DurabilityAsync, FlushInterval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	dir, s := journaledThenAsync(t, "@@a.2", "old")
 	s.TakeJournal("@@a.")
 	rounds := s.disk.rounds.Load()
 	if err := s.JournalPut("@@a.1", []byte("v1"))(); err != nil {
