@@ -136,10 +136,10 @@ type Queue struct {
 	quit chan struct{}
 	done chan struct{}
 
-	// The loop's own: a round's rows and their entries, reused from round to round, and a batch's rows settled
-	// (see send), reused from batch to batch.
 	keyBuf []byte // Put's, under mu: a journal key being built (journalKeyLocked)
 
+	// The loop's own: a round's rows and their entries, reused from round to round, and a batch's rows settled
+	// (see send), reused from batch to batch.
 	roundRows    []container.Row
 	roundEntries []*entry
 	settling     []settled
