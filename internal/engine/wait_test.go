@@ -210,8 +210,8 @@ func BenchmarkAsyncSet(b *testing.B) {
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		if st, _, err := e.StoreValue(keys[i%len(keys)], value, StoreRequest{Mode: Set}); err != nil || st != Stored {
-			b.Fatalf("set: %v %v", st, err)
+		if status, _, err := e.StoreValue(keys[i%len(keys)], value, StoreRequest{Mode: Set}); err != nil || status != Stored {
+			b.Fatalf("set: %v %v", status, err)
 		}
 		i++
 	}
