@@ -16,15 +16,7 @@ import (
 // set that writes the table, and any other command on a table may.
 func TestMayWait(t *testing.T) {
 	r := newWriteThroughRig(t, map[string]string{"v": "VARCHAR(20)"})
-	c, err := container.Open(context.Background(), r.db, container.Def{Name: "async", Schema: "test", Table: "engine_wt",
-		KeyColumn: "k", ValueColumns: []string{"v"}, FlagsColumn: "fl", CASColumn: "cas", ExpiryColumn: "exp"}, container.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	async := r.e.NewContainer(ContainerOptions{Container: c, WriteBehind: &writebehind.Options{},
-		Policies: container.Policies{Get: container.Caching, Set: container.Caching, Delete: container.Caching, Flush: container.CacheOnly}})
-	t.Cleanup(func() { async.Behind.Close() })
+	async := r.asyncContainer(t, r.e)
 	r.e.SetContainers([]*Container{r.t["v"], async}, "")
 
 	check := func(key string, a Access, want bool) {
@@ -49,6 +41,22 @@ func TestMayWait(t *testing.T) {
 	check("@@v.k", AccessSet, true)
 	r.e.DroppedWrite(r.t["v"], []byte("k")) // drops the copy, as a refused write does
 	check("@@v.k", AccessRead, true)
+}
+
+// asyncContainer opens "async", a write = "async" container (default write-behind options) on the rig's table
+// with value column v, in e; closed when the test ends.
+func (r *writeThroughRig) asyncContainer(tb testing.TB, e *Engine) *Container {
+	tb.Helper()
+	c, err := container.Open(context.Background(), r.db, container.Def{Name: "async", Schema: "test", Table: "engine_wt",
+		KeyColumn: "k", ValueColumns: []string{"v"}, FlagsColumn: "fl", CASColumn: "cas", ExpiryColumn: "exp"}, container.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	async := e.NewContainer(ContainerOptions{Container: c, WriteBehind: &writebehind.Options{},
+		Policies: container.Policies{Get: container.Caching, Set: container.Caching, Delete: container.Caching, Flush: container.CacheOnly}})
+	tb.Cleanup(func() { async.Behind.Close() })
+	return async
 }
 
 // TestTryGetMulti: a get that must not wait is answered from what keyway holds (local keys, rows whose valid copy is
@@ -192,16 +200,7 @@ func BenchmarkAsyncSet(b *testing.B) {
 	}
 	b.Cleanup(func() { st.Close() })
 	e := New(st, Options{})
-	c, err := container.Open(context.Background(), r.db, container.Def{Name: "async", Schema: "test", Table: "engine_wt",
-		KeyColumn: "k", ValueColumns: []string{"v"}, FlagsColumn: "fl", CASColumn: "cas", ExpiryColumn: "exp"}, container.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { c.Close() })
-	async := e.NewContainer(ContainerOptions{Container: c, WriteBehind: &writebehind.Options{},
-		Policies: container.Policies{Get: container.Caching, Set: container.Caching, Delete: container.Caching, Flush: container.CacheOnly}})
-	b.Cleanup(func() { async.Behind.Close() })
-	e.SetContainers([]*Container{async}, "")
+	e.SetContainers([]*Container{r.asyncContainer(b, e)}, "")
 	keys := make([][]byte, 10000)
 	for i := range keys {
 		keys[i] = fmt.Appendf(nil, "@@async.k%08d", i)

@@ -89,9 +89,6 @@ func (s *Store) journalAppend(rec record) uint64 {
 	}
 	seq := s.disk.appendLocked(sh, rec)
 	if rec.op == opPut {
-		if sh.mu.journalPending == nil {
-			sh.mu.journalPending = map[string]int{}
-		}
 		sh.mu.journalPending[rec.key] = len(sh.mu.pending) - 1
 	}
 	return seq

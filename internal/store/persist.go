@@ -232,9 +232,6 @@ func (d *disk) load() error {
 			key := string(k[1:])
 			s.loadedJournal[key] = append([]byte(nil), v[itemHeaderLen:]...)
 			_, sh := s.shardFor(k[1:])
-			if sh.mu.journalOnDisk == nil {
-				sh.mu.journalOnDisk = map[string]struct{}{}
-			}
 			sh.mu.journalOnDisk[key] = struct{}{} // before anything journals: no lock needed yet
 			continue
 		}
@@ -481,9 +478,6 @@ func (sh *shard) handJournalLocked(drained []record) {
 		}
 		switch r.op {
 		case opPut:
-			if sh.mu.journalOnDisk == nil {
-				sh.mu.journalOnDisk = map[string]struct{}{}
-			}
 			sh.mu.journalOnDisk[r.key] = struct{}{}
 		case opDelete:
 			delete(sh.mu.journalOnDisk, r.key)

@@ -255,6 +255,7 @@ func Open(o Options) (*Store, error) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.items = make(map[string]*node)
+		sh.mu.journalPending, sh.mu.journalOnDisk = map[string]int{}, map[string]struct{}{}
 		sh.limit = o.MemoryLimit / numShards
 		sh.index = byte(i)
 	}

@@ -308,8 +308,6 @@ func (q *Queue) Put(row []byte, item container.Item, queued func()) error {
 	e := &entry{item: item}
 	e.row, e.item.Value = recordSlices(rec)
 	q.mu.Lock()
-	// Not live: only a caller that skipped the container's Check gets here;
-	// the row as written is its key until goLive keys it by the rule.
 	jkey := q.journalKeyLocked(row)
 	k := jkey[len(q.prefix):] // the map keeps one string, the journal key, not two
 	if q.fullLocked(k, e) {
@@ -714,6 +712,8 @@ func (q *Queue) journalKey(k string) string {
 // row and one of its key). The caller holds q.mu.
 func (q *Queue) journalKeyLocked(row []byte) string {
 	if q.norm == nil || !q.c.Checked() {
+		// Not live: only a caller that skipped the container's Check gets here; the row as written is its key
+		// until goLive keys it by the rule.
 		k, _ := q.keyLocked(row)
 		return q.journalKey(k)
 	}
