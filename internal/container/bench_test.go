@@ -138,14 +138,21 @@ func BenchmarkDirectReplaceWatched(b *testing.B) {
 // BenchmarkWriteRows8 is the statement a full batch of 8 Sets costs: one 8-row upsert, run back to back by one
 // caller (ns/op per statement). With BenchmarkSet (one row) it bounds the group committer: 8 writers that each wait
 // for their write cannot get more than 8 rows per this statement's time.
-func BenchmarkWriteRows8(b *testing.B) { benchmarkWriteRows(b, 8) }
+func BenchmarkWriteRows8(b *testing.B) { benchmarkWriteRows(b, 8, false) }
 
 // BenchmarkWriteRows256 is a write-behind round's statement (an async container under load writes hundreds of rows
 // at a time): its allocations per statement are what the round leaves to the collector.
-func BenchmarkWriteRows256(b *testing.B) { benchmarkWriteRows(b, 256) }
+func BenchmarkWriteRows256(b *testing.B) { benchmarkWriteRows(b, 256, false) }
 
-func benchmarkWriteRows(b *testing.B, n int) {
+// BenchmarkWriteDistinctRows256 is that statement as a write-behind round sends it (its rows are distinct rows).
+func BenchmarkWriteDistinctRows256(b *testing.B) { benchmarkWriteRows(b, 256, true) }
+
+func benchmarkWriteRows(b *testing.B, n int, distinct bool) {
 	c := benchContainer(b)
+	write := c.WriteRows
+	if distinct {
+		write = c.WriteDistinctRows
+	}
 	value := []byte("forty bytes of value, give or take a few")
 	rows := make([]Row, n)
 	b.ReportAllocs()
@@ -155,7 +162,7 @@ func benchmarkWriteRows(b *testing.B, n int) {
 			rows[j] = Row{Key: fmt.Appendf(nil, "bench-%04d", (i*n+j)%1000), Item: Item{Value: value, Flags: uint32(i), CAS: uint64(i*n + j + 1)}}
 		}
 		octx, cancel := opContext()
-		for _, err := range c.WriteRows(octx, rows) {
+		for _, err := range write(octx, rows) {
 			if err != nil {
 				b.Fatal(err)
 			}

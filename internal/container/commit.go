@@ -270,6 +270,18 @@ type Row struct {
 //
 // Nothing runs after ctx ends.
 func (c *Container) WriteRows(ctx context.Context, rows []Row) []error {
+	return c.writeRows(ctx, rows, false)
+}
+
+// WriteDistinctRows is WriteRows for rows of which no two are one row (as the key column compares keys): a
+// write-behind round, whose rows are its queue's distinct keys. It skips WriteRows' search for a row written twice,
+// which normalizes and maps every key (a tenth of a round's CPU, 1024 rows a statement).
+func (c *Container) WriteDistinctRows(ctx context.Context, rows []Row) []error {
+	return c.writeRows(ctx, rows, true)
+}
+
+// writeRows is WriteRows, or with distinct WriteDistinctRows.
+func (c *Container) writeRows(ctx context.Context, rows []Row, distinct bool) []error {
 	errs := make([]error, len(rows))
 	w := getWriteScratch()
 	defer w.release()
@@ -280,7 +292,7 @@ func (c *Container) WriteRows(ctx context.Context, rows []Row) []error {
 	// Normalized keys, and the index of each one's last valid row: only a batch can hold one row twice.
 	norm := w.normKeys(len(rows))
 	var last map[string]int
-	if len(rows) > 1 {
+	if len(rows) > 1 && !distinct {
 		last = w.lastRows(len(rows))
 	}
 	for i, r := range rows {
@@ -319,23 +331,26 @@ func (c *Container) WriteRows(ctx context.Context, rows []Row) []error {
 	// that share rows take their locks in one order. The rows are distinct keys, so the order changes nothing else.
 	slices.SortFunc(write, func(a, b []any) int { return bytes.Compare(a[0].([]byte), b[0].([]byte)) })
 	err := c.upsertRetry(ctx, w, write)
-	var byKey map[string]error
+	// After a data error each written row runs alone: alone is each one's error, by index; a row the batch held
+	// twice gets its last's.
+	var alone []error
 	if err != nil && dataError(err) && len(write) > 1 {
-		byKey = make(map[string]error, len(write))
+		alone = make([]error, len(rows))
 		for i := range rows {
 			if isLast(i) {
-				byKey[norm[i]] = c.mapErr(c.upsertRetry(ctx, w, [][]any{args[i]}))
+				alone[i] = c.mapErr(c.upsertRetry(ctx, w, [][]any{args[i]}))
 			}
 		}
 	}
 	for i := range rows {
-		if errs[i] != nil {
-			continue
-		}
-		if e, ok := byKey[norm[i]]; ok {
-			errs[i] = e
-		} else {
+		switch {
+		case errs[i] != nil:
+		case alone == nil:
 			errs[i] = c.mapErr(err)
+		case last != nil:
+			errs[i] = alone[last[norm[i]]]
+		default:
+			errs[i] = alone[i]
 		}
 	}
 	return errs

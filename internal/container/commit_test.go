@@ -213,32 +213,48 @@ func TestLockedRowStopsAtWaitersDeadline(t *testing.T) {
 
 // TestDataErrorRetriesRowsAlone: when the server refuses one row's data, the
 // batch's other rows are written by one more round of single-row statements
-// and only the bad row fails, with ErrValueTooLong.
+// and only the bad row fails, with ErrValueTooLong. WriteRows gives a row the
+// batch holds twice its last's answer; WriteDistinctRows (rows known to be
+// distinct) answers the same for distinct rows.
 func TestDataErrorRetriesRowsAlone(t *testing.T) {
 	db := openDB(t)
 	c := demo(t, db, "demo_dataerr")
 	c.valCols[0].maxChars, c.valCols[0].maxOctets = 0, 0 // let the server judge the length
-	before := comInsert(t, db)
-	var rows []Row
-	for i := range 4 {
-		v := []byte("ok")
-		if i == 2 {
-			v = []byte(strings.Repeat("v", 1025))
+	for _, distinct := range []bool{false, true} {
+		if _, err := db.Exec("TRUNCATE TABLE test.demo_dataerr"); err != nil {
+			t.Fatal(err)
 		}
-		rows = append(rows, Row{Key: fmt.Appendf(nil, "r%d", i), Item: Item{Value: v, CAS: 3}})
-	}
-	errs := c.WriteRows(ctx, rows)
-	for i, err := range errs {
-		if i == 2 {
-			if !errors.Is(err, ErrValueTooLong) || !Refused(err) {
-				t.Errorf("the long row: %v", err)
+		before := comInsert(t, db)
+		var rows []Row
+		for i := range 4 {
+			v := []byte("ok")
+			if i == 2 {
+				v = []byte(strings.Repeat("v", 1025))
 			}
-		} else if err != nil || readDemo(t, db, "demo_dataerr", fmt.Sprint("r", i)).v != "ok" {
-			t.Errorf("row %d beside it: %v", i, err)
+			rows = append(rows, Row{Key: fmt.Appendf(nil, "r%d", i), Item: Item{Value: v, CAS: 3}})
 		}
-	}
-	if n := comInsert(t, db) - before; n != 5 {
-		t.Fatalf("%d INSERT statements, want 5 (the batch, then each row alone)", n)
+		write := c.WriteDistinctRows
+		if !distinct {
+			rows = append(rows, Row{Key: []byte("r1"), Item: Item{Value: []byte("ok"), CAS: 4}}) // r1 again: the last wins
+			write = c.WriteRows
+		}
+		errs := write(ctx, rows)
+		for i, err := range errs {
+			k := string(rows[i].Key)
+			if k == "r2" {
+				if !errors.Is(err, ErrValueTooLong) || !Refused(err) {
+					t.Errorf("distinct %v: the long row: %v", distinct, err)
+				}
+			} else if err != nil || readDemo(t, db, "demo_dataerr", k).v != "ok" {
+				t.Errorf("distinct %v: row %d (%s) beside it: %v", distinct, i, k, err)
+			}
+		}
+		if r := readDemo(t, db, "demo_dataerr", "r1"); r.cas != 4 && !distinct {
+			t.Errorf("r1 written twice: %+v, want the last (cas 4)", r)
+		}
+		if n := comInsert(t, db) - before; n != 5 {
+			t.Fatalf("distinct %v: %d INSERT statements, want 5 (the batch, then each row alone)", distinct, n)
+		}
 	}
 }
 

@@ -535,11 +535,13 @@ func (q *Queue) round() {
 		rows = append(rows, container.Row{Key: e.row, Item: e.item})
 		entries = append(entries, e)
 	}
+	// Live, pending is keyed by the rows' NormKey: one write per row. Before, two keys can turn out to be one row.
+	distinct := q.norm != nil
 	q.mu.Unlock()
 	defer q.keepRound(rows, entries)
 	for len(rows) > 0 {
 		n := q.c.BatchLen(rows[:min(len(rows), q.o.MaxBatch)]) // within the server's max_allowed_packet too
-		if !q.send(rows[:n], entries[:n]) {
+		if !q.send(rows[:n], entries[:n], distinct) {
 			return
 		}
 		rows, entries = rows[n:], entries[n:]
@@ -580,9 +582,16 @@ const maxKeptRound = 1 << 16
 // needs a cas column (it is optional) and writers that keep it (the SQL door
 // and other clients do not). The removals of one batch are appended together
 // and ride one group commit of the store, so a batch waits for one disk sync.
-func (q *Queue) send(rows []container.Row, entries []*entry) bool {
+//
+// distinct says that no two rows are one row (see round); the container then skips looking for one.
+func (q *Queue) send(rows []container.Row, entries []*entry, distinct bool) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), q.o.WaitTimeout)
-	errs := q.c.WriteRows(ctx, rows)
+	var errs []error
+	if distinct {
+		errs = q.c.WriteDistinctRows(ctx, rows)
+	} else {
+		errs = q.c.WriteRows(ctx, rows)
+	}
 	cancel()
 	done := q.settling[:0]
 	defer func() { clear(done); q.settling = done[:0] }() // kept for the next batch, as the round's rows are
