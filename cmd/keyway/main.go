@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
 	"runtime/trace"
 	"strconv"
@@ -119,6 +120,17 @@ func serve(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		defer func() { pprof.Lookup("allocs").WriteTo(f, 0); f.Close() }()
+	}
+	// KEYWAY_MUTEXPROFILE=FILE writes where goroutines waited for a mutex held by another (go tool pprof; the
+	// stacks are the holders' at Unlock) when keyway stops, the same way. Every contention is sampled.
+	if path := os.Getenv("KEYWAY_MUTEXPROFILE"); path != "" {
+		f, err := createPerProcess(path)
+		if err != nil {
+			fmt.Fprintf(stderr, "keyway serve: KEYWAY_MUTEXPROFILE: %v\n", err)
+			return 1
+		}
+		runtime.SetMutexProfileFraction(1)
+		defer func() { pprof.Lookup("mutex").WriteTo(f, 0); f.Close() }()
 	}
 	// SIGHUP reloads what can change while serving (see reload); its default action would end keyway silently.
 	// Caught before the doors open: a client can reach keyway, and a supervisor signal it, before Start returns.
