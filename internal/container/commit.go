@@ -275,7 +275,8 @@ func (c *Container) WriteRows(ctx context.Context, rows []Row) []error {
 
 // WriteDistinctRows is WriteRows for rows of which no two are one row (as the key column compares keys): a
 // write-behind round, whose rows are its queue's distinct keys. It skips WriteRows' search for a row written twice,
-// which normalizes and maps every key (a tenth of a round's CPU, 1024 rows a statement).
+// which normalizes every key into a string and a map (BenchmarkWriteDistinctRows256: 1,524 allocations a 256-row
+// statement against WriteRows' 1,780).
 func (c *Container) WriteDistinctRows(ctx context.Context, rows []Row) []error {
 	return c.writeRows(ctx, rows, true)
 }
