@@ -290,11 +290,16 @@ func (c *Container) writeRows(ctx context.Context, rows []Row, distinct bool) []
 	width := 1 + c.writeWidth()
 	flat := slices.Grow(w.flat[:0], len(rows)*width)
 	args := w.rowArgs(len(rows))
-	// Normalized keys, and the index of each one's last valid row: only a batch can hold one row twice.
-	norm := w.normKeys(len(rows))
-	var last map[string]int
+	// Normalized keys, and the index of each one's last valid row: only a batch can hold one row twice, and only
+	// when its rows are not known to be distinct. Otherwise norm stays empty, and release has nothing to unmap.
+	looked := 0
 	if len(rows) > 1 && !distinct {
-		last = w.lastRows(len(rows))
+		looked = len(rows)
+	}
+	norm := w.normKeys(looked)
+	var last map[string]int
+	if looked > 0 {
+		last = w.lastRows(looked)
 	}
 	for i, r := range rows {
 		if err := c.checkKey(r.Key); err != nil {
