@@ -249,6 +249,28 @@ func TestParseSyntaxError(t *testing.T) {
 	}
 }
 
+// TestParseUnquotedValue: a bare address is a TOML syntax error whose message says to quote it, with the line as
+// it should read; a syntax error that quoting does not fix gets no such hint.
+func TestParseUnquotedValue(t *testing.T) {
+	for _, tc := range []struct{ file, want string }{
+		{"[memcache]\nlisten = 127.0.0.1:11211\n", `listen = "127.0.0.1:11211"`},
+		{"[sql]\n  listen = localhost:3307   # the SQL door\n", `listen = "localhost:3307"`},
+		{"[[groups]]\nname = \"main\"\nprimary = 10.0.0.5:3306\n", `primary = "10.0.0.5:3306"`},
+	} {
+		_, err := Parse([]byte(tc.file))
+		if err == nil || !strings.Contains(err.Error(), "must be quoted: "+tc.want) || !strings.Contains(err.Error(), "line ") {
+			t.Errorf("%q: err = %v; want the TOML error with its line and the quoted line %s", tc.file, err, tc.want)
+		}
+	}
+	_, err := Parse([]byte("[memcache\nlisten = \"127.0.0.1:11211\"\n"))
+	if err == nil || strings.Contains(err.Error(), "quoted") {
+		t.Errorf("unclosed table header: err = %v; want the TOML error alone", err)
+	}
+	if c, err := Parse([]byte("[memcache]\nlisten = \"127.0.0.1:11211\"\n")); err != nil || c.Memcache.Listen != "127.0.0.1:11211" {
+		t.Errorf("quoted address: listen %q, %v", c.Memcache.Listen, err)
+	}
+}
+
 func writeFile(t *testing.T, data string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "keyway.toml")

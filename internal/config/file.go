@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"reflect"
@@ -299,7 +300,7 @@ func decodeFile(c *Config, data []byte) (problems []error, err error) {
 	var f fileConfig
 	md, err := toml.Decode(string(data), &f)
 	if err != nil {
-		return nil, err
+		return nil, explainSyntax(err, data)
 	}
 	d := &decoder{}
 	if undecoded := md.Undecoded(); len(undecoded) > 0 {
@@ -316,6 +317,30 @@ func decodeFile(c *Config, data []byte) (problems []error, err error) {
 	}
 	f.applyTo(c, d)
 	return d.problems, nil
+}
+
+// explainSyntax adds the likely fix to a TOML syntax error on a "key = value" line whose value is bare text: TOML
+// reads 127.0.0.1:11211 as a malformed float and localhost:11211 as nothing, and says only that, where the fix is
+// to quote the value. The error is returned unchanged otherwise (it keeps its type and line).
+func explainSyntax(err error, data []byte) error {
+	var pe toml.ParseError
+	if !errors.As(err, &pe) || pe.Position.Line < 1 {
+		return err
+	}
+	lines := strings.Split(string(data), "\n")
+	if pe.Position.Line > len(lines) {
+		return err
+	}
+	key, value, ok := strings.Cut(lines[pe.Position.Line-1], "=")
+	key = strings.TrimSpace(key)
+	if i := strings.Index(value, " #"); i >= 0 {
+		value = value[:i]
+	}
+	value = strings.TrimSpace(value)
+	if !ok || key == "" || value == "" || strings.ContainsAny(value[:1], "\"'[{") || strings.ContainsAny(value, "\"'") {
+		return err
+	}
+	return fmt.Errorf("%w; a text value (an address, a path, a name) must be quoted: %s = %q", err, key, value)
 }
 
 // unknownKey explains an undecoded key: the first part of it that fileConfig does not have, and what is allowed
