@@ -167,9 +167,11 @@ const (
 
 // SQLUser is an account clients log in to keyway with.
 type SQLUser struct {
-	Name            string // "name"
-	Password        string // "password"
-	AuthPlugin      string // "auth_plugin": "mysql_native_password" or "caching_sha2_password" (default)
+	Name     string // "name"
+	Password string // "password"
+	// "auth_plugin": "mysql_native_password" or "caching_sha2_password"; "" (the default) follows the user's
+	// backend as a direct login would: mysql_native_password on MariaDB, caching_sha2_password on MySQL 8 and later.
+	AuthPlugin      string
 	BackendUser     string // "backend_user": the account keyway uses on the backend (default: Name)
 	BackendPassword string // "backend_password" (default: Password)
 	Group           string // "group": the backend group this user's sessions go to (default: the first group)
@@ -319,7 +321,6 @@ const (
 	defaultMaxHandshakes     = sqlproxy.DefaultMaxHandshakes
 	defaultHandshakeTimeout  = sqlproxy.DefaultHandshakeTimeout
 	defaultWriteTimeout      = memcache.DefaultWriteTimeout
-	defaultAuthPlugin        = AuthCachingSHA2
 	defaultMaxOpen           = backend.DefaultMaxOpen
 	defaultIdleTimeout       = backend.DefaultIdleTimeout
 	defaultHealthInterval    = backend.DefaultHealthInterval
@@ -377,7 +378,7 @@ const (
 	wantGroups       = `the SQL door (sql.listen) needs at least one [[groups]] entry with the primary its sessions go to`
 	wantUserName     = `want the account name clients log in with, unique among [[sql.users]]`
 	wantPassword     = `want a string ("" for no password)`
-	wantAuthPlugin   = `want "mysql_native_password" or "caching_sha2_password"`
+	wantAuthPlugin   = `want "mysql_native_password" or "caching_sha2_password" (leave it out to follow the backend: mysql_native_password on MariaDB, caching_sha2_password on MySQL 8)`
 	wantBackendUser  = `want the account keyway logs in to the backend with (leave it out to use the user's own name)`
 	wantGroupRef     = `want the name of a [[groups]] entry (leave it out for the first group)`
 	wantGroupName    = `want a name, unique among [[groups]]`
@@ -495,9 +496,6 @@ func (s *SQL) ensureDefaults() {
 }
 
 func (u *SQLUser) ensureDefaults() {
-	if u.AuthPlugin == "" {
-		u.AuthPlugin = defaultAuthPlugin
-	}
 	if u.BackendUser == "" {
 		u.BackendUser = u.Name
 	}
@@ -793,7 +791,7 @@ func (c *Config) validateSQL(p *problems) {
 		default:
 			users[u.Name] = i
 		}
-		if u.AuthPlugin != AuthNativePassword && u.AuthPlugin != AuthCachingSHA2 {
+		if u.AuthPlugin != "" && u.AuthPlugin != AuthNativePassword && u.AuthPlugin != AuthCachingSHA2 {
 			p.add(key+"auth_plugin", strconv.Quote(u.AuthPlugin), wantAuthPlugin)
 		}
 		// An empty name is reported above; the backend user it left empty is its consequence.

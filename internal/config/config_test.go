@@ -525,9 +525,9 @@ listen = "127.0.0.1:9104"
 		Listen: "127.0.0.1:3307", MaxConnections: 500, TLSCert: cert, TLSKey: key, AllowLocalInfile: true,
 		MaxHandshakes: 256, HandshakeTimeout: 10 * time.Second,
 		Users: []SQLUser{
-			{Name: "app", Password: "secret", AuthPlugin: "caching_sha2_password", BackendUser: "app", BackendPassword: "secret", Group: "main"},
+			{Name: "app", Password: "secret", AuthPlugin: "", BackendUser: "app", BackendPassword: "secret", Group: "main"}, // "": the backend's
 			{Name: "report", Password: "r3", AuthPlugin: "mysql_native_password", BackendUser: "reader", BackendPassword: "rpw", Group: "replica"},
-			{Name: "nopw", Password: "x", AuthPlugin: "caching_sha2_password", BackendUser: "root", BackendPassword: "", Group: "main"},
+			{Name: "nopw", Password: "x", BackendUser: "root", BackendPassword: "", Group: "main"},
 		},
 	}
 	want.Groups = []Group{
@@ -563,7 +563,7 @@ func TestParseSQLMinimal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := SQLUser{Name: "app", Password: "secret", AuthPlugin: AuthCachingSHA2, BackendUser: "app", BackendPassword: "secret", Group: "g"}
+	u := SQLUser{Name: "app", Password: "secret", AuthPlugin: "", BackendUser: "app", BackendPassword: "secret", Group: "g"} // "": the backend's
 	if len(c.SQL.Users) != 1 || c.SQL.Users[0] != u {
 		t.Errorf("users = %+v, want [%+v]", c.SQL.Users, u)
 	}
@@ -599,7 +599,7 @@ func TestEnsureDefaultsSQL(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b := c.SQL.Users[0], c.SQL.Users[1]
-	if a != (SQLUser{Name: "a", Password: "pa", AuthPlugin: AuthCachingSHA2, BackendUser: "a", BackendPassword: "pa", Group: "one"}) {
+	if a != (SQLUser{Name: "a", Password: "pa", AuthPlugin: "", BackendUser: "a", BackendPassword: "pa", Group: "one"}) {
 		t.Errorf("user a = %+v", a)
 	}
 	if b != (SQLUser{Name: "b", Password: "pb", BackendUser: "bb", BackendPassword: "x", Group: "two", AuthPlugin: AuthNativePassword}) {
@@ -748,13 +748,13 @@ health_interval = "0s"
 connect_timeout = "0s"
 `))
 	wantErrors(t, err,
+		[]string{`sql.users[0].auth_plugin = ""`, "leave it out to follow the backend"}, // the file's own, before Validate's
 		[]string{"sql.max_connections = 0"},
 		[]string{`groups[0].primary = ""`},
 		[]string{"groups[0].max_open = 0"},
 		[]string{`groups[0].idle_timeout = "0s"`},
 		[]string{`groups[0].health_interval = "0s"`},
 		[]string{`groups[0].connect_timeout = "0s"`},
-		[]string{`sql.users[0].auth_plugin = ""`},
 		[]string{`sql.users[0].backend_user = ""`},
 		[]string{`sql.users[0].group = ""`, `want the name of a [[groups]] entry`, `"g"`},
 	)

@@ -236,10 +236,12 @@ func (f *sqlFile) applyTo(c *Config, d *decoder) {
 // that backend_password = "" (a backend account without a password) is kept, and backend_user = "" or group = ""
 // reach Validate and are rejected.
 func (f *sqlUserFile) applyTo(u *SQLUser, groups []Group, key string, d *decoder) {
-	u.AuthPlugin = defaultAuthPlugin
 	d.str(key+"name", f.Name, wantUserName, &u.Name)
 	d.str(key+"password", f.Password, wantPassword, &u.Password)
 	d.str(key+"auth_plugin", f.AuthPlugin, wantAuthPlugin, &u.AuthPlugin)
+	if f.AuthPlugin == "" { // written empty: not a way to ask for the default (leaving the key out is)
+		d.problems.add(key+"auth_plugin", `""`, wantAuthPlugin)
+	}
 	d.str(key+"backend_user", f.BackendUser, wantBackendUser, &u.BackendUser)
 	d.str(key+"backend_password", f.BackendPassword, wantPassword, &u.BackendPassword)
 	d.str(key+"group", f.Group, wantGroupRef, &u.Group)

@@ -46,6 +46,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -106,7 +107,9 @@ type Options struct {
 // User is an account clients log in to keyway with.
 type User struct {
 	Name, Password string
-	AuthPlugin     string // mysqlwire.NativePassword or mysqlwire.CachingSha2Password ("" = caching_sha2_password)
+	// AuthPlugin is mysqlwire.NativePassword or mysqlwire.CachingSha2Password; "" follows the user's backend, as a
+	// client connected to it directly would find (see backendPlugin).
+	AuthPlugin string
 	// BackendUser and BackendPassword are the account keyway uses on the backend ("" = Name, Password).
 	BackendUser, BackendPassword string
 	Group                        string // the backend group its sessions go to ("" = the topology's default)
@@ -131,7 +134,7 @@ const (
 
 // user is a [[sql.users]] entry with its defaults filled in.
 type user struct {
-	acct            mysqlwire.Account
+	acct            mysqlwire.Account // Plugin "" = backendPlugin(group), decided at each login
 	backendUser     string
 	backendPassword string
 	group           *backend.Group
@@ -229,8 +232,10 @@ func New(o Options) (*Server, error) {
 // accounts are the users clients log in as.
 type accounts struct {
 	users map[string]*user
-	// decoyPlugins are the plugins the users have: an unknown user name looks like an account of one of them.
+	// decoyPlugins are the plugins the users with an explicit one have, and followers the groups of the users
+	// without: an unknown user name looks like an account of one of them (decoys).
 	decoyPlugins []string
+	followers    []*backend.Group
 }
 
 // SetUsers replaces the users new logins are checked against (a configuration reload). Sessions already logged in
@@ -243,12 +248,12 @@ func (s *Server) SetUsers(users []User) error {
 	a := &accounts{users: make(map[string]*user, len(users))}
 	for _, u := range users {
 		e := &user{
-			acct:            mysqlwire.Account{User: u.Name, Password: u.Password, Plugin: cmp.Or(u.AuthPlugin, mysqlwire.CachingSha2Password)},
+			acct:            mysqlwire.Account{User: u.Name, Password: u.Password, Plugin: u.AuthPlugin},
 			backendUser:     cmp.Or(u.BackendUser, u.Name),
 			backendPassword: cmp.Or(u.BackendPassword, u.Password),
 			group:           def,
 		}
-		if e.acct.Plugin != mysqlwire.NativePassword && e.acct.Plugin != mysqlwire.CachingSha2Password {
+		if p := e.acct.Plugin; p != "" && p != mysqlwire.NativePassword && p != mysqlwire.CachingSha2Password {
 			return fmt.Errorf("sql.users %q: auth_plugin = %q: want \"mysql_native_password\" or \"caching_sha2_password\"", u.Name, u.AuthPlugin)
 		}
 		if u.Group != "" {
@@ -257,7 +262,12 @@ func (s *Server) SetUsers(users []User) error {
 			}
 		}
 		a.users[u.Name] = e
-		if !slices.Contains(a.decoyPlugins, e.acct.Plugin) {
+		switch {
+		case e.acct.Plugin == "":
+			if !slices.Contains(a.followers, e.group) {
+				a.followers = append(a.followers, e.group)
+			}
+		case !slices.Contains(a.decoyPlugins, e.acct.Plugin):
 			a.decoyPlugins = append(a.decoyPlugins, e.acct.Plugin)
 		}
 	}
@@ -398,13 +408,55 @@ func (s *Server) shuttingDown() bool {
 	return s.mu.shutdown
 }
 
-// lookup finds a keyway user for the handshake.
+// lookup finds a keyway user for the handshake, with the plugin it logs in with now.
 func (a *accounts) lookup(name string) (mysqlwire.Account, bool) {
 	u, ok := a.users[name]
 	if !ok {
 		return mysqlwire.Account{}, false
 	}
-	return u.acct, true
+	acct := u.acct
+	if acct.Plugin == "" {
+		acct.Plugin = backendPlugin(u.group)
+	}
+	return acct, true
+}
+
+// decoys are the plugins the users log in with now: an unknown name gets one of them.
+func (a *accounts) decoys() []string {
+	if len(a.followers) == 0 {
+		return a.decoyPlugins
+	}
+	out := slices.Clone(a.decoyPlugins)
+	for _, g := range a.followers {
+		if p := backendPlugin(g); !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// backendPlugin is the auth plugin of a user configured without one: the plugin a client connected to g's server
+// directly would meet by default. MariaDB's is mysql_native_password (it has no caching_sha2_password on the
+// server side, and libmariadb, the client library of the mariadb CLI, sysbench, Connector/C and the bindings
+// built on it, loads caching_sha2_password as an external plugin whose loading races between threads connecting
+// at once); MySQL 8.0 and later default to caching_sha2_password.
+// Until g's server has been reached once keyway does not know which it is, and it answers mysql_native_password,
+// the plugin its greeting names (so no client switches plugins); such a login cannot reach the backend anyway,
+// and the next one after the server answered uses the server's default.
+func backendPlugin(g *backend.Group) string {
+	return serverPlugin(g.ServerInfo())
+}
+
+// serverPlugin is the default auth plugin of the server whose handshake was info (nil: not known yet).
+func serverPlugin(info *mysqlwire.ServerInfo) string {
+	if info == nil || strings.Contains(info.Version, "MariaDB") {
+		return mysqlwire.NativePassword
+	}
+	if major, _, _ := strings.Cut(info.Version, "."); len(major) >= 2 || major >= "8" {
+		return mysqlwire.CachingSha2Password // MySQL 8.0 and later (10 and on: two digits)
+	}
+	return mysqlwire.NativePassword // MySQL 5.x
 }
 
 // rsa returns keyway's RSA key for caching_sha2_password full authentication without TLS, generated on first use.
@@ -461,7 +513,7 @@ func (s *Server) serverConfig(remote string, a *accounts) *mysqlwire.ServerConfi
 			}
 			s.loginDenied(remote, user, reason, true)
 		},
-		DecoyPlugins: a.decoyPlugins,
+		DecoyPlugins: a.decoys(),
 		RequireTLS:   s.opts.RequireTLS,
 	}
 }
