@@ -72,7 +72,7 @@ func TestDirectWriteReachesCachingContainer(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{`keyway_binlog_following{group="main"} 1`, `keyway_binlog_commits_total{group="main"}`, "keyway_cache_fresh 1", "keyway_sql_cache_hits_total"} {
+	for _, want := range []string{`keyway_binlog_following{group="main"} 1`, `keyway_binlog_commits_total{group="main"}`, `keyway_cache_fresh{group="main",mode="binlog"} 1`, "keyway_sql_cache_hits_total"} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}

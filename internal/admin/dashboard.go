@@ -55,6 +55,9 @@ type GroupRow struct {
 	PoolMax     float64  `json:"pool_max"` // per pool (one pool per user and capability set)
 	LagSeconds  *float64 `json:"lag_seconds,omitempty"`
 	BinlogState string   `json:"binlog,omitempty"` // "following" or "not following"; "" without a follower
+	// Cache is the group's cached copies (keyway_cache_fresh): "fresh" while a follower vouches for them, else
+	// "not fresh" and how they are kept (see cacheState).
+	Cache string `json:"cache,omitempty"`
 }
 
 // ContainerRow is one container.
@@ -232,6 +235,21 @@ func (g *gathered) each(name string, fn func(l map[string]string, v float64)) {
 	}
 }
 
+// cacheState is a group's cache column: fresh, or not fresh and what that means for reads.
+func cacheState(mode string, fresh bool) string {
+	switch {
+	case fresh:
+		return "fresh"
+	case mode == "binlog":
+		return "not fresh: follower behind, reads go to MySQL"
+	case mode == "ttl":
+		return "not fresh: copies live up to the ttl"
+	case mode == "none":
+		return "not fresh: only keyway's writes refresh copies"
+	}
+	return "not fresh: no usable binlog, reads go to MySQL"
+}
+
 func groupRows(g *gathered) []GroupRow {
 	rows := []GroupRow{}
 	idx := map[[2]string]int{}
@@ -261,9 +279,12 @@ func groupRows(g *gathered) []GroupRow {
 	g.each("keyway_binlog_lag_seconds", func(l map[string]string, v float64) { lag[l["group"]] = v })
 	following := map[string]float64{}
 	g.each("keyway_binlog_following", func(l map[string]string, v float64) { following[l["group"]] = v })
+	cache := map[string]string{}
+	g.each("keyway_cache_fresh", func(l map[string]string, v float64) { cache[l["group"]] = cacheState(l["mode"], v == 1) })
 	for i := range rows {
 		r := &rows[i]
 		r.PoolMax = maxOpen[r.Group]
+		r.Cache = cache[r.Group]
 		if r.Role == "primary" || r.Role == "" {
 			if v, ok := lag[r.Group]; ok {
 				r.LagSeconds = num(v)

@@ -130,6 +130,7 @@ func TestDashboardAPI(t *testing.T) {
 			{Name: stats.ContainerInfo, Help: "h", Value: 1, Labels: [][2]string{{"container", "c"}, {"table", "t.c"},
 				{"group", "main"}, {"get", "caching"}, {"set", "caching"}, {"delete", "db_only"}, {"flush", "cache_only"}, {"write", "async"}}},
 			{Name: stats.ContainerWBDropped, Help: "h", Value: 3, Labels: [][2]string{{"container", "c"}}},
+			{Name: "keyway_cache_fresh", Help: "h", Group: "main", Labels: [][2]string{{"mode", "off"}}, Value: 0},
 		}
 	})
 	d.Record(stats.DigestKey{Digest: "d1", Normalized: "select `v` from `kv` where `k` = ?", Class: "read"}, 1, time.Millisecond, false)
@@ -177,7 +178,8 @@ func TestDashboardAPI(t *testing.T) {
 	if len(got.Series["t"]) != 2 || len(got.Series[seriesMCHit]) != 2 || got.Series[seriesMCHit][0] != nil {
 		t.Errorf("series %v", got.Series)
 	}
-	if len(got.Groups) != 1 || got.Groups[0].State != "down" || got.Groups[0].Address != "db:3306" {
+	if len(got.Groups) != 1 || got.Groups[0].State != "down" || got.Groups[0].Address != "db:3306" ||
+		got.Groups[0].Cache != "not fresh: no usable binlog, reads go to MySQL" {
 		t.Errorf("groups %+v", got.Groups)
 	}
 	if len(got.Containers) != 1 || got.Containers[0].Write != "async" || got.Containers[0].Dropped != 3 || got.Containers[0].Delete != "db_only" {

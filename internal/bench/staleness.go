@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -207,7 +208,7 @@ func waitFresh(ctx context.Context, db *sql.DB) error {
 		if err == nil {
 			for rows.Next() {
 				var name, v string
-				if rows.Scan(&name, &v) == nil && name == "cache_fresh" && v == "1" {
+				if rows.Scan(&name, &v) == nil && strings.HasPrefix(name, "cache_fresh{") && v == "1" {
 					rows.Close()
 					return nil
 				}

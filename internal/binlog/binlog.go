@@ -321,7 +321,7 @@ func Start(ctx context.Context, o Options) (*Follower, error) {
 	if err := f.startAt(o.Resume); err != nil {
 		return nil, err
 	}
-	f.voucher = o.Registry.RequireVouch()
+	f.voucher = o.Registry.RequireVouch(o.Group)
 	f.log.Info("binlog follower started: copies are invalidated by the primary's commits, and served only while the follower is within max_staleness",
 		"server", s.Version, "row_image", s.RowImage, "server_id", o.ServerID, "max_staleness", o.MaxStaleness.String(), "file", f.mu.file, "position", f.mu.pos)
 	f.done.Add(2) // from here on f.mu is shared with the follower's goroutines

@@ -22,8 +22,10 @@ package engine
 // commit and its copy. The store-time check runs under the store's shard lock, so an
 // invalidation cannot slip between check and store. The row's key in validity
 // is the normalized row key without the container's prefix, so containers on
-// one table share it. While a binlog follower cannot vouch for freshness
-// (validity.Registry.Vouched), caching reads go to the table as db_only ones do.
+// one table share it. While the container's group cannot vouch for its copies
+// (validity.Gate.Serves: its binlog follower is behind max_staleness or
+// disconnected, or the group has no usable binlog and no invalidate = "ttl" or
+// "none"), caching reads go to the table as db_only ones do and store nothing.
 //
 // Write-behind (write = "async"): a plain set is checked against the table's
 // columns, queued (see package writebehind) and cached, and acknowledged
@@ -63,10 +65,13 @@ type Container struct {
 	// CopyTTL, when not 0, bounds a cached copy's life (a group with invalidate = "ttl", whose direct writes
 	// keyway cannot see): a copy expires then, in whole seconds, even if nothing invalidated it.
 	CopyTTL time.Duration
+	// Group is the backend group the table lives on ("" in tests: no gate).
+	Group string
 
 	// v is the table's validity state, shared with the SQL door and the binlog follower (see package
 	// validity): a cached row keeps its stamp in the store item's Tag and is served only while v says it is valid.
 	v       *validity.Table
+	gate    *validity.Gate // the group's freshness: whether copies may be served now; nil (no group) serves them
 	fillMu  sync.Mutex
 	fills   map[string]*fill
 	writing ownWrites // writes in flight to the table (see holdsRow)
@@ -94,6 +99,9 @@ type ContainerOptions struct {
 	// engine's own.
 	WriteBehind *writebehind.Options
 	CopyTTL     time.Duration // see Container.CopyTTL
+	// Group is the backend group the table lives on: its validity.Gate decides whether copies are served. ""
+	// (tests without a server) serves every valid copy.
+	Group string
 }
 
 // NewContainer binds a container to the engine with its policies (and, for write-behind, starts its queue). Pass the
@@ -102,7 +110,10 @@ func (e *Engine) NewContainer(o ContainerOptions) *Container {
 	def := o.Container.Def()
 	id := validity.TableID{Schema: strings.ToLower(def.Schema), Name: strings.ToLower(def.Table)}
 	t := &Container{Name: def.Name, Source: id.String(), C: o.Container, Policies: o.Policies, CopyTTL: o.CopyTTL,
-		v: e.validity.Table(id)}
+		Group: o.Group, v: e.validity.Table(id)}
+	if o.Group != "" {
+		t.gate = e.validity.Gate(o.Group)
+	}
 	t.space = tableSpace{t}
 	// The binlog follower turns a change of the key column into this key, and keeps a copy that equals the row
 	// the change left (the echo of a write this container cached as it wrote it).
@@ -246,10 +257,10 @@ type fill struct {
 	err   error
 }
 
-// vouched reports whether cached rows may be served (see
-// validity.Registry.Vouched); when not, it counts n reads that bypass them.
-func (e *Engine) vouched(n int) bool {
-	if e.validity.Vouched() {
+// vouched reports whether t's cached rows may be served (its group's gate:
+// validity.Gate.Serves); when not, it counts n reads that bypass them.
+func (e *Engine) vouched(t *Container, n int) bool {
+	if t.gate.Serves() {
 		return true
 	}
 	e.counters.CacheBypasses.Add(int64(n))
@@ -261,7 +272,7 @@ func (e *Engine) tableGet(t *Container, row []byte) (store.Item, bool, error) {
 	if t.Policies.Get == container.Disabled {
 		return store.Item{}, false, disabled(t, "get")
 	}
-	if t.Policies.Get == container.DBOnly || !e.vouched(1) {
+	if t.Policies.Get == container.DBOnly || !e.vouched(t, 1) {
 		if it, ok, waiting, err := e.queued(t, row); err != nil || waiting {
 			return it, ok, err
 		}
@@ -905,7 +916,7 @@ func (e *Engine) tableTryGet(t *Container, row []byte) (store.Item, bool, error)
 	switch {
 	case t.Policies.Get == container.Disabled:
 		return store.Item{}, false, disabled(t, "get")
-	case t.Policies.Get != container.Caching || !e.validity.Vouched():
+	case t.Policies.Get != container.Caching || !t.gate.Serves():
 		return store.Item{}, false, ErrWouldWait
 	}
 	if it, ok := e.heldCopy(t, row); ok {
@@ -932,7 +943,7 @@ func (e *Engine) tableGetMany(t *Container, idx []int, rows [][]byte, items []st
 	case container.Disabled:
 		return disabled(t, "get")
 	case container.Caching:
-		if !e.vouched(len(rows)) {
+		if !e.vouched(t, len(rows)) {
 			break
 		}
 		n := 0
@@ -997,7 +1008,7 @@ func (e *Engine) tableGetMany(t *Container, idx []int, rows [][]byte, items []st
 			continue
 		}
 		items[i], found[i] = fromRow(r), true
-		if t.Policies.Get == container.Caching && e.validity.Vouched() { // a bypass stores nothing either
+		if t.Policies.Get == container.Caching && t.gate.Serves() { // a bypass stores nothing either
 			e.cacheRow(t, rowKey(t, rows[j]), items[i], stamp)
 		}
 	}

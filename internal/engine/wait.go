@@ -31,7 +31,7 @@ func (e *Engine) MayWait(key []byte, a Access) bool {
 		if t.Policies.Get == container.CacheOnly {
 			return false
 		}
-		if t.Policies.Get != container.Caching || !e.validity.Vouched() {
+		if t.Policies.Get != container.Caching || !t.gate.Serves() {
 			return true
 		}
 		var buf [128]byte

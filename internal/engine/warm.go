@@ -24,8 +24,8 @@ type SavedCopy struct {
 // into a container of the same shape.
 func (t *Container) ContainerShape() string { return fmt.Sprintf("%#v", t.C.Def()) }
 
-// SaveCopies calls fn with every valid copy of a caching container's row. Take the binlog checkpoints that will
-// vouch for them before calling it.
+// SaveCopies calls fn with every valid copy of a caching container's row whose group could restore it
+// (validity.Gate.Restorable). Take the binlog checkpoints that will vouch for them before calling it.
 func (e *Engine) SaveCopies(fn func(SavedCopy)) {
 	if len(e.tables) == 0 {
 		return
@@ -36,7 +36,7 @@ func (e *Engine) SaveCopies(fn func(SavedCopy)) {
 		}
 		name, _, ok := strings.Cut(key[len(JournalPrefix):], ".")
 		t := e.tables[name]
-		if !ok || t == nil || t.Policies.Get != container.Caching {
+		if !ok || t == nil || t.Policies.Get != container.Caching || !t.gate.Restorable() {
 			return true
 		}
 		if t.v.KeyValid(validityKey(t, []byte(key)), it.Tag) {
@@ -73,10 +73,11 @@ func (e *Engine) CopiesRestored() {
 }
 
 // RestoreCopy stores a saved copy, stamped at stamp (CopyStamp, taken before the binlog followers started), unless
-// its row was invalidated since. It reports whether the copy was stored.
+// its row was invalidated since or its group's gate will not vouch for it (validity.Gate.Restorable: no follower
+// and no ttl). It reports whether the copy was stored.
 func (e *Engine) RestoreCopy(c SavedCopy, stamp uint64) bool {
 	t := e.tables[c.Container]
-	if t == nil || t.Policies.Get != container.Caching || !strings.HasPrefix(c.Key, string(prefix(t, 0))) {
+	if t == nil || t.Policies.Get != container.Caching || !t.gate.Restorable() || !strings.HasPrefix(c.Key, string(prefix(t, 0))) {
 		return false
 	}
 	if t.Behind != nil && t.Behind.Stats().Pending > 0 {

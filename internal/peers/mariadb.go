@@ -18,7 +18,8 @@ import (
 )
 
 // MariaDB is a private MariaDB server in a temporary directory: binlog on in
-// ROW format, server-id 1, listening on 127.0.0.1 and a unix socket.
+// ROW format (unless MariaDBOptions.NoBinlog), server-id 1, listening on
+// 127.0.0.1 and a unix socket.
 //
 // Accounts: root without a password (RootDSN uses the unix socket, where
 // root@localhost matches); 'app'@'%' and 'app'@'localhost' with password
@@ -48,6 +49,9 @@ type MariaDBOptions struct {
 	// (--ssl-cert, --ssl-key); SSLCA (--ssl-ca) is the CA it trusts for client certificates. Without them the
 	// server offers no TLS (MariaDB 10.x generates no certificate of its own).
 	SSLCert, SSLKey, SSLCA string
+	// NoBinlog starts the server as Debian's package does, with log_bin off (no --log-bin): what a binlog
+	// follower cannot follow.
+	NoBinlog bool
 }
 
 const (
@@ -183,12 +187,14 @@ func (m *MariaDB) start(ctx context.Context, mariadbd, runUser string) error {
 			"--port=" + strconv.Itoa(port),
 			"--socket=" + m.Socket,
 			"--bind-address=127.0.0.1",
-			"--log-bin",
 			"--binlog-format=ROW",
 			"--server-id=1",
 			"--log-error=" + m.ErrorLog,
 			"--pid-file=" + filepath.Join(m.dir, "mariadbd.pid"),
 			"--tmpdir=" + filepath.Join(m.dir, "tmp"),
+		}
+		if !m.opts.NoBinlog {
+			args = append(args, "--log-bin")
 		}
 		if m.opts.SSLCert != "" {
 			args = append(args, "--ssl-cert="+m.opts.SSLCert, "--ssl-key="+m.opts.SSLKey)

@@ -36,13 +36,13 @@ func TestFillRacingAWriteIsDropped(t *testing.T) {
 
 func TestServedOnlyWhileVouched(t *testing.T) {
 	c, reg := newCache(1 << 20)
-	v := reg.RequireVouch()
+	v := reg.RequireVouch("a")
 	v.Vouch(time.Now().Add(time.Hour))
 	c.Put("k", []byte("reply"), 1, c.Begin(tbl), 0)
 	if _, _, ok := c.Get("k"); !ok {
 		t.Fatal("miss while vouched")
 	}
-	reg.RequireVouch() // a second follower that has not caught up
+	reg.RequireVouch("b") // a second follower that has not caught up
 	if _, _, ok := c.Get("k"); ok || c.Usable() {
 		t.Fatal("served while a follower does not vouch")
 	}

@@ -94,7 +94,7 @@ func openContainers(ctx context.Context, cfg config.Config, eng *engine.Engine, 
 		// On a group with invalidate = "ttl" no follower sees direct writes: copies live for the group's ttl.
 		copyTTL := ttlOnly(cfg)[p.group.Name()]
 		ts.tables = append(ts.tables, eng.NewContainer(engine.ContainerOptions{Container: ct, Policies: p.policies,
-			WriteBehind: p.behind, CopyTTL: copyTTL}))
+			WriteBehind: p.behind, CopyTTL: copyTTL, Group: p.group.Name()}))
 	}
 	return ts, nil
 }

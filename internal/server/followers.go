@@ -21,21 +21,28 @@ import (
 )
 
 // startFollowers starts a binlog follower for each group whose invalidate mode asks for one (see
-// config.Group.Invalidate): "binlog" must get one or startup fails; the default gets one when the server's binlog
-// is usable and says loudly why not otherwise; "ttl" and "none" get none, said at startup.
+// config.Group.Invalidate) and sets every group's freshness gate (validity.Gate): "binlog" must get a follower or
+// startup fails; the default gets one when the server's binlog is usable, and otherwise its caching containers
+// read MySQL every time (the gate stays shut) and the start-up line says why and how to turn the cache on; "ttl"
+// and "none" get none, said at startup.
 func startFollowers(cfg config.Config, topo *backend.Topology, reg *validity.Registry, resume func(group string) *binlog.Checkpoint, log *slog.Logger) ([]*binlog.Follower, error) {
 	var out []*binlog.Follower
 	serverID := cfg.Cache.BinlogServerID
 	if serverID == 0 {
 		serverID = derivedServerID(cfg)
 	}
+	ttls := ttlOnly(cfg)
 	for _, g := range cfg.Groups {
+		gate := reg.Gate(g.Name)
 		switch g.Invalidate {
 		case config.InvalidateTTL:
-			log.Warn("TTL-only caching: cached copies of this group's tables do not learn of writes made directly in MySQL (invalidate = \"ttl\")", "group", g.Name)
+			gate.SetMode(validity.TTLBounded, fmt.Sprintf("invalidate = \"ttl\": copies live up to %s; a direct write in MySQL is seen when its copy expires", ttls[g.Name]))
+			log.Warn("TTL-only caching: cached copies of this group's tables do not learn of writes made directly in MySQL; each lives up to its ttl (invalidate = \"ttl\")",
+				"group", g.Name, "ttl", ttls[g.Name].String())
 			continue
 		case config.InvalidateNone:
-			log.Warn("no binlog invalidation: cached copies of this group's tables do not learn of writes made directly in MySQL (invalidate = \"none\")", "group", g.Name)
+			gate.SetMode(validity.OwnWritesOnly, "invalidate = \"none\": only keyway's own writes refresh cached copies; a direct write in MySQL is never seen")
+			log.Warn("no binlog invalidation: cached copies of this group's tables do not learn of writes made directly in MySQL, ever (invalidate = \"none\")", "group", g.Name)
 			continue
 		}
 		grp := topo.Group(g.Name)
@@ -58,7 +65,9 @@ func startFollowers(cfg config.Config, topo *backend.Topology, reg *validity.Reg
 				closeFollowers(out)
 				return nil, fmt.Errorf("groups %q: invalidate = \"binlog\": %w", g.Name, err)
 			}
-			log.Warn("no usable binlog: cached copies of this group's tables (caching containers) do not learn of writes made directly in MySQL; fix the server as said, or set invalidate = \"ttl\" or \"none\" on the group to silence this", "group", g.Name, "reason", err)
+			gate.SetMode(validity.Unfollowed, "no usable binlog ("+err.Error()+"): caching containers read MySQL every time; "+turnCacheOn)
+			log.Warn("no usable binlog: this group's caching containers read MySQL every time (as db_only) and the SQL result cache is off, so that nothing stale is served; "+turnCacheOn,
+				"group", g.Name, "reason", err)
 			continue
 		}
 		out = append(out, f)
@@ -76,6 +85,9 @@ func startFollowers(cfg config.Config, topo *backend.Topology, reg *validity.Reg
 	}
 	return out, nil
 }
+
+// turnCacheOn is the fix a group without a usable binlog is told: the ways to let keyway serve its copies.
+const turnCacheOn = "to cache, turn the binlog on (log_bin, binlog_format = ROW, and REPLICATION SLAVE, REPLICATION CLIENT granted to the group's user) or set invalidate = \"ttl\" on the group (copies live up to cache.default_ttl)"
 
 // derivedServerID is a replica server_id for this keyway: a hash of the host name, the listeners and the process
 // id, in the upper half of the range (servers are usually numbered from 1), so that two keyways, on one host or
@@ -169,7 +181,12 @@ func (s *Server) cacheSamples() []stats.Sample {
 		float64(s.engine.Counters().CacheBypasses.Load()))
 	add("keyway_cache_own_write_invalidations_total", "Invalidations by keyway's own writes (container rows, tables the SQL door wrote).", "",
 		float64(s.validity.OwnWrites()))
-	add("keyway_cache_fresh", "1 while the binlog followers vouch for cached copies (within max_staleness).", "", boolean(s.validity.Vouched()))
+	for _, g := range s.validity.Gates() {
+		st := g.Status()
+		out = append(out, stats.Sample{Name: "keyway_cache_fresh", Group: st.Group, Labels: [][2]string{{"mode", st.Mode}},
+			Help:  "1 while the group's binlog follower vouches for its cached copies (within max_staleness); mode says how they are kept valid: binlog, ttl, none, or off (no usable binlog: reads go to MySQL).",
+			Value: boolean(st.Fresh)})
+	}
 	for _, f := range s.followers {
 		st := f.Status()
 		g := st.Group
@@ -187,7 +204,7 @@ func (s *Server) cacheSamples() []stats.Sample {
 }
 
 // cacheReport is SHOW KEYWAY CACHE's rows: the /metrics samples of cacheSamples, named without the "keyway_"
-// prefix and with the group and other labels appended.
+// prefix and with the group and other labels appended, then each group's cache_state in words.
 func (s *Server) cacheReport() [][2]string {
 	var rows [][2]string
 	for _, smp := range s.cacheSamples() {
@@ -204,7 +221,18 @@ func (s *Server) cacheReport() [][2]string {
 		}
 		rows = append(rows, [2]string{name, strconv.FormatFloat(smp.Value, 'f', -1, 64)})
 	}
+	for _, g := range s.validity.Gates() {
+		rows = append(rows, [2]string{"cache_state{group=" + g.Group() + "}", gateState(g.Status())})
+	}
 	return rows
+}
+
+// gateState is a group's freshness in words: "fresh", or "not fresh" and the reason (SHOW KEYWAY CACHE).
+func gateState(st validity.GateStatus) string {
+	if st.Fresh {
+		return "fresh"
+	}
+	return "not fresh: " + st.Reason
 }
 
 // cacheRules are the SQL door's rules from [[cache.rules]] (validated by config), with default_ttl applied.

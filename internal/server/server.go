@@ -362,6 +362,13 @@ type GroupStatus struct {
 	Primary   string `json:"primary"`
 	Up        bool   `json:"up"`                   // the last health check or dial succeeded
 	LastError string `json:"last_error,omitempty"` // why it is down
+	// The group's cached copies (validity.Gate): how they are kept valid ("binlog", "ttl", "none", or "off": no
+	// usable binlog, reads go to MySQL), whether a follower vouches for them now, whether they are served, and
+	// why they are not fresh.
+	CacheMode    string `json:"cache_mode"`
+	CacheFresh   bool   `json:"cache_fresh"`
+	CacheServing bool   `json:"cache_serving"`
+	CacheReason  string `json:"cache_reason,omitempty"`
 }
 
 // SQLStatus is the SQL door's listener and its backend pools.
@@ -431,6 +438,8 @@ func (s *Server) status() any {
 	for _, g := range s.topo.Groups() {
 		up, err := g.Healthy()
 		gs := GroupStatus{Name: g.Name(), Primary: g.Addr(), Up: up}
+		gate := s.validity.Gate(g.Name()).Status()
+		gs.CacheMode, gs.CacheFresh, gs.CacheServing, gs.CacheReason = gate.Mode, gate.Fresh, gate.Serving, gate.Reason
 		if !up && err != nil {
 			gs.LastError = err.Error()
 		}

@@ -25,7 +25,7 @@ func TestStatusNaming(t *testing.T) {
 	st := Status{
 		Memcache:   MemcacheStatus{Listen: "127.0.0.1:11211", Stats: map[string]int64{"curr_items": 1}},
 		Store:      StoreStatus{DataDir: "/d", Durability: "async"},
-		Groups:     []GroupStatus{{Name: "main", Primary: "127.0.0.1:3306", LastError: "down"}},
+		Groups:     []GroupStatus{{Name: "main", Primary: "127.0.0.1:3306", LastError: "down", CacheMode: "off", CacheReason: "no binlog"}},
 		SQL:        &SQLStatus{Listen: "127.0.0.1:3307", Pools: []PoolStatus{pool}},
 		Containers: map[string]engine.ContainerStatus{"kv": {Table: "test.kv", WriteBehind: &writebehind.Stats{}}},
 		Binlog:     []binlog.Status{{Group: "main", GTID: "0-1-1", LastErr: "x"}},

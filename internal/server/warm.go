@@ -1,6 +1,8 @@
 package server
 
 import (
+	"strings"
+
 	"github.com/keywaydb/keyway/internal/binlog"
 	"github.com/keywaydb/keyway/internal/config"
 	"github.com/keywaydb/keyway/internal/warm"
@@ -33,8 +35,22 @@ func (s *Server) restoreWarm(sn *warm.Snapshot) {
 		s.log.Warn("warm restart: the saved copies are not restored; caches start empty", "reason", err, "saved", sn.Saved())
 		return
 	}
-	s.log.Info("warm restart: cached copies restored; they are served once the binlog followers have replayed what was committed since they were saved",
-		"rows", n.Rows, "sql_results", n.Results, "saved", sn.Saved())
+	// Copies of a group nothing vouches for (no follower, no ttl) are not restored (validity.Gate.Restorable).
+	var vouched, left []string
+	for _, g := range s.validity.Gates() {
+		if g.Restorable() {
+			vouched = append(vouched, g.Group())
+		} else {
+			left = append(left, g.Group()+" ("+g.Mode().String()+")")
+		}
+	}
+	if len(vouched) == 0 {
+		s.log.Info("warm restart: no cached copy restored: no group has a binlog follower (or invalidate = \"ttl\") to vouch for them",
+			"not_restored", strings.Join(left, ", "), "saved", sn.Saved())
+		return
+	}
+	s.log.Info("warm restart: cached copies restored; those of groups with a binlog follower are served once it has replayed what was committed since they were saved",
+		"rows", n.Rows, "sql_results", n.Results, "groups", strings.Join(vouched, ", "), "not_restored", strings.Join(left, ", "), "saved", sn.Saved())
 }
 
 // saveWarm writes the snapshot; call it after the doors closed and before the followers stop.

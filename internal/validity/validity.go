@@ -26,9 +26,11 @@
 //     (Changed). A write known by one key only (a container's write through the memcache door: Wrote) cannot say
 //     which other columns' keys its row has, so it raises the table's single-key mark and every column-keyed
 //     entry of the table drops, as a table-wide entry would.
-//   - Freshness. Copies may be stale by as much as the binlog follower lags. When followers vouch for the
-//     registry (RequireVouch), caches serve copies only while Vouched: each has confirmed, within
-//     max_staleness, that it has applied every commit its server had made up to some instant.
+//   - Freshness, per backend group (Gate). Copies may be stale by as much as the binlog follower lags. A group
+//     whose follower vouches (RequireVouch) serves its copies only while the follower has confirmed, within
+//     max_staleness, that it has applied every commit its server had made up to some instant; a group with
+//     invalidate = "ttl" or "none" serves them as the operator chose; a group nothing follows serves none (reads
+//     go to MySQL). One group's gate never decides for another's tables.
 //   - Kinds. Only a base table's changes reach the binlog under its own name: a view's rows change with the tables
 //     under it, and a federated table's elsewhere. A cache that relies on invalidation (no ttl) stores copies of
 //     a table only once Trusted says it is a base table of an engine whose writes are logged (SetKindLookup; DDL
@@ -549,9 +551,9 @@ type Registry struct {
 	// wrote (Registry.Invalidate).
 	ownWrites atomic.Int64
 
-	// vouch is the freshness gate (see RequireVouch): the vouchers, replaced whole (under mu) when one is added,
-	// so readers load them without the lock.
-	vouch atomic.Pointer[[]*Voucher]
+	// gates are the groups' freshness gates (see Gate), replaced whole (under mu) when one is added, so readers
+	// load them without the lock.
+	gates atomic.Pointer[[]*Gate]
 
 	slotBytes    atomic.Int64 // see SlotBytes
 	onSlotsGrown atomic.Pointer[func(total int64)]
@@ -670,7 +672,7 @@ func (r *Registry) InvalidateAll() {
 // SetKindLookup installs the lookup behind Table.Trusted (a binlog follower's information_schema query).
 func (r *Registry) SetKindLookup(fn func(TableID) (trusted bool, err error)) { r.kindLookup.Store(&fn) }
 
-// Voucher is one binlog follower's say on freshness. Build it with RequireVouch.
+// Voucher is one binlog follower's say on freshness. A group's Gate holds one; RequireVouch hands it out.
 type Voucher struct{ freshUntil atomic.Int64 } // Unix nanos
 
 // Vouch records that copies are fresh until until: the follower has applied every commit the server had made at
@@ -688,30 +690,147 @@ func (v *Voucher) Vouch(until time.Time) {
 // Fresh reports whether this voucher vouches for now.
 func (v *Voucher) Fresh() bool { return v != nil && time.Now().UnixNano() < v.freshUntil.Load() }
 
-// RequireVouch adds a voucher: from now on copies are served only while every voucher vouches for them (one
-// follower per backend group; a conservative rule, as the registry does not know which group holds which
-// table). Call it before serving; until the voucher's first Vouch nothing is served from copies.
-func (r *Registry) RequireVouch() *Voucher {
-	v := &Voucher{}
-	r.mu.Lock()
-	var vs []*Voucher
-	if old := r.vouch.Load(); old != nil {
-		vs = slices.Clone(*old)
-	}
-	vs = append(vs, v)
-	r.vouch.Store(&vs)
-	r.mu.Unlock()
-	return v
+// GateMode is how a backend group keeps the copies of its tables valid, which decides whether they may be served.
+type GateMode int32
+
+const (
+	// Unfollowed: nothing sees the group's direct writes (no usable binlog and no invalidate = "ttl" or "none"):
+	// copies are not served, reads go to MySQL. A gate starts here, so nothing is served before its group's
+	// mode is known.
+	Unfollowed GateMode = iota
+	// Followed: a binlog follower invalidates; copies are served while it vouches (within max_staleness).
+	Followed
+	// TTLBounded: invalidate = "ttl"; copies are served and expire after the group's ttl.
+	TTLBounded
+	// OwnWritesOnly: invalidate = "none"; copies are served and only keyway's own writes refresh them, as the
+	// operator chose.
+	OwnWritesOnly
+)
+
+var gateModeNames = [...]string{Unfollowed: "off", Followed: "binlog", TTLBounded: "ttl", OwnWritesOnly: "none"}
+
+// String is the mode as /metrics, /status and warm restart name it: "binlog", "ttl", "none" or "off".
+func (m GateMode) String() string { return gateModeNames[m] }
+
+// Gate is one backend group's freshness gate: whether copies of the group's tables may be served now, and why
+// not. Freshness is per group, so one group without a binlog, or one lagging follower, decides only for its own
+// tables. Build it with Registry.Gate; the server sets its mode once at start (SetMode, or RequireVouch for a
+// group a follower watches). A nil *Gate serves every valid copy (a registry no server configured, as in tests).
+type Gate struct {
+	group   string
+	mode    atomic.Int32 // a GateMode
+	voucher Voucher
+	reason  atomic.Pointer[string] // why copies are not fresh, for an operator; "" while fresh
 }
 
-// Vouched reports whether copies may be served now: every voucher vouches for now (true with none).
-func (r *Registry) Vouched() bool {
-	vs := r.vouch.Load()
-	if vs == nil {
+// Group is the backend group the gate is for.
+func (g *Gate) Group() string { return g.group }
+
+// SetMode sets how the group's copies are kept valid, and the reason an operator reads when they are not fresh
+// (for Unfollowed: why no follower runs, and the fix).
+func (g *Gate) SetMode(m GateMode, reason string) {
+	g.reason.Store(&reason)
+	g.mode.Store(int32(m))
+}
+
+// Mode is the gate's mode.
+func (g *Gate) Mode() GateMode { return GateMode(g.mode.Load()) }
+
+// Serves reports whether copies of the group's tables may be served now (true for a nil gate).
+func (g *Gate) Serves() bool {
+	if g == nil {
 		return true
 	}
-	for _, v := range *vs {
-		if !v.Fresh() {
+	switch GateMode(g.mode.Load()) {
+	case Followed:
+		return g.voucher.Fresh()
+	case TTLBounded, OwnWritesOnly:
+		return true
+	}
+	return false
+}
+
+// Restorable reports whether a warm restart may put saved copies of the group's tables back: a follower will
+// vouch for them (replaying what was committed since they were saved), or they carry their own expiry (ttl).
+// Copies that nothing keeps valid are not restored, even for invalidate = "none": keyway was not running to see
+// its own writes.
+func (g *Gate) Restorable() bool {
+	if g == nil {
+		return true
+	}
+	m := GateMode(g.mode.Load())
+	return m == Followed || m == TTLBounded
+}
+
+// GateStatus is a gate as /status, SHOW KEYWAY CACHE and the dashboard show it.
+type GateStatus struct {
+	Group   string `json:"group"`
+	Mode    string `json:"mode"`    // GateMode.String
+	Fresh   bool   `json:"fresh"`   // a follower vouches: copies reflect every commit up to max_staleness ago
+	Serving bool   `json:"serving"` // copies are served (fresh, or bounded by ttl, or none chosen)
+	Reason  string `json:"reason,omitempty"`
+}
+
+// Status is the gate now.
+func (g *Gate) Status() GateStatus {
+	m := GateMode(g.mode.Load())
+	st := GateStatus{Group: g.group, Mode: m.String(), Fresh: m == Followed && g.voucher.Fresh(), Serving: g.Serves()}
+	if !st.Fresh {
+		if r := g.reason.Load(); r != nil {
+			st.Reason = *r
+		}
+		if m == Followed {
+			st.Reason = "the binlog follower is disconnected or further behind than max_staleness: reads go to MySQL until it catches up"
+		}
+	}
+	return st
+}
+
+// Gate returns group's gate, creating it (Unfollowed, serving nothing) on first use.
+func (r *Registry) Gate(group string) *Gate {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old := r.gates.Load()
+	if old != nil {
+		for _, g := range *old {
+			if g.group == group {
+				return g
+			}
+		}
+	}
+	g := &Gate{group: group}
+	g.SetMode(Unfollowed, "no binlog follower has started for this group yet")
+	var gs []*Gate
+	if old != nil {
+		gs = slices.Clone(*old)
+	}
+	gs = append(gs, g)
+	r.gates.Store(&gs)
+	return g
+}
+
+// Gates are the registry's gates, in the order they were made.
+func (r *Registry) Gates() []*Gate {
+	if gs := r.gates.Load(); gs != nil {
+		return *gs
+	}
+	return nil
+}
+
+// RequireVouch makes group's gate Followed and returns its voucher: from now on the group's copies are served
+// only while the voucher vouches for them. Call it before serving; until the voucher's first Vouch nothing of
+// the group's is served from copies.
+func (r *Registry) RequireVouch(group string) *Voucher {
+	g := r.Gate(group)
+	g.SetMode(Followed, "")
+	return &g.voucher
+}
+
+// Vouched reports whether every group's copies may be served now (true with no gate). The SQL result cache,
+// which exists only when every group is followed or ttl-bounded, asks this.
+func (r *Registry) Vouched() bool {
+	for _, g := range r.Gates() {
+		if !g.Serves() {
 			return false
 		}
 	}

@@ -78,25 +78,63 @@ func TestRaiseKeepsLaterTick(t *testing.T) {
 func TestVouch(t *testing.T) {
 	r := NewRegistry()
 	if !r.Vouched() {
-		t.Fatal("with no follower required, copies are served")
+		t.Fatal("with no gate, copies are served")
 	}
-	a, b := r.RequireVouch(), r.RequireVouch()
-	if r.Vouched() {
-		t.Fatal("a required follower that has not vouched yet must close the gate")
+	a, b := r.RequireVouch("a"), r.RequireVouch("b")
+	if r.Vouched() || r.Gate("a").Serves() {
+		t.Fatal("a required follower that has not vouched yet must close its gate")
 	}
 	a.Vouch(time.Now().Add(time.Hour))
 	if r.Vouched() {
-		t.Fatal("every voucher must vouch")
+		t.Fatal("every group's voucher must vouch for the registry")
+	}
+	if !r.Gate("a").Serves() || r.Gate("b").Serves() {
+		t.Fatal("a group's gate follows its own voucher only")
 	}
 	b.Vouch(time.Now().Add(time.Hour))
 	b.Vouch(time.Now().Add(-time.Hour)) // an older instant never shortens it
 	if !r.Vouched() {
 		t.Fatal("vouched for the next hour by both")
 	}
-	c := r.RequireVouch()
+	c := r.RequireVouch("c")
 	c.Vouch(time.Now().Add(-time.Millisecond))
-	if r.Vouched() {
-		t.Fatal("a vouch that ran out must close the gate")
+	if r.Vouched() || r.Gate("c").Serves() || !r.Gate("a").Serves() {
+		t.Fatal("a vouch that ran out must close its group's gate, and only its")
+	}
+}
+
+func TestGateModes(t *testing.T) {
+	r := NewRegistry()
+	g := r.Gate("main")
+	if g.Serves() || g.Restorable() || g.Status().Fresh || g.Status().Mode != "off" {
+		t.Fatalf("a new gate serves nothing until its mode is set: %+v", g.Status())
+	}
+	g.SetMode(Unfollowed, "log_bin is OFF")
+	if st := g.Status(); st.Serving || st.Reason != "log_bin is OFF" {
+		t.Fatalf("unfollowed: %+v", st)
+	}
+	g.SetMode(TTLBounded, "ttl 30s")
+	if st := g.Status(); !st.Serving || st.Fresh || !g.Restorable() || st.Mode != "ttl" {
+		t.Fatalf("ttl: served, restorable, never fresh: %+v", st)
+	}
+	g.SetMode(OwnWritesOnly, "none chosen")
+	if st := g.Status(); !st.Serving || st.Fresh || g.Restorable() || st.Reason != "none chosen" {
+		t.Fatalf("none: served, not fresh, not restored: %+v", st)
+	}
+	v := r.RequireVouch("main")
+	if st := g.Status(); st.Serving || st.Fresh || st.Reason == "" {
+		t.Fatalf("followed before the first vouch: %+v", st)
+	}
+	v.Vouch(time.Now().Add(time.Hour))
+	if st := g.Status(); !st.Serving || !st.Fresh || st.Reason != "" || !g.Restorable() {
+		t.Fatalf("followed and vouched: %+v", st)
+	}
+	if r.Gate("main") != g || len(r.Gates()) != 1 {
+		t.Fatal("one gate per group")
+	}
+	var none *Gate
+	if !none.Serves() || !none.Restorable() {
+		t.Fatal("a nil gate (no group) serves valid copies")
 	}
 }
 

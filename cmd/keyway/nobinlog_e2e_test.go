@@ -1,0 +1,218 @@
+package main
+
+// A group whose MariaDB runs without a binlog (Debian's default): nothing sees its direct writes, so a caching
+// container must not serve copies that nothing keeps valid. With invalidate unset its reads go to MySQL; with
+// invalidate = "ttl" copies are served for at most the ttl.
+
+import (
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+
+	"github.com/keywaydb/keyway/internal/testenv"
+)
+
+// noBinlogKeyway starts a MariaDB with log_bin off and the table test.kv, and writes a keyway config with a
+// caching container "default" on it, the SQL door and the admin listener on, and extra appended to the group. It
+// returns a start function (each call starts keyway on the same data directory), the direct database, and the
+// SQL door's and admin's addresses.
+func noBinlogKeyway(t *testing.T, groupExtra, cacheExtra string) (start func() *testenv.Process, db *sql.DB, sqlAddr, admin string) {
+	t.Helper()
+	m := testenv.NewMariaDBWith(t, testenv.MariaDBOptions{NoBinlog: true})
+	db, err := sql.Open("mysql", m.AppDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	var logBin int
+	if err := db.QueryRow("SELECT @@log_bin").Scan(&logBin); err != nil || logBin != 0 {
+		t.Fatalf("@@log_bin = %d (%v), want 0", logBin, err)
+	}
+	if _, err := db.Exec("CREATE TABLE test.kv (k VARCHAR(64) PRIMARY KEY, v VARCHAR(255))"); err != nil {
+		t.Fatal(err)
+	}
+	sqlAddr, admin = freeAddr(t), freeAddr(t)
+	dir := t.TempDir()
+	cfg := fmt.Sprintf(`
+[sql]
+listen = %q
+
+[[sql.users]]
+name = "app"
+password = "secret"
+auth_plugin = "mysql_native_password"
+
+[admin]
+listen = %q
+
+[store]
+data_dir = %q
+
+[cache]
+%s
+
+[[groups]]
+name = "main"
+primary = %q
+user = "app"
+password = "secret"
+%s
+
+[[containers]]
+name = "default"
+table = "test.kv"
+key = "k"
+values = ["v"]
+get = "caching"
+set = "caching"
+delete = "caching"
+`, sqlAddr, admin, filepath.Join(dir, "data"), cacheExtra, m.Addr, groupExtra)
+	path := filepath.Join(dir, "keyway.toml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return func() *testenv.Process { return startKeywaySQL(t, sqlAddr, "--config", path) }, db, sqlAddr, admin
+}
+
+// cacheState is SHOW KEYWAY CACHE's rows through the SQL door, by name.
+func cacheState(t *testing.T, sqlAddr string) map[string]string {
+	t.Helper()
+	through, err := sql.Open("mysql", "app:secret@tcp("+sqlAddr+")/test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer through.Close()
+	rows, err := through.Query("SHOW KEYWAY CACHE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var name, v string
+		if err := rows.Scan(&name, &v); err != nil {
+			t.Fatal(err)
+		}
+		out[name] = v
+	}
+	return out
+}
+
+// groupCache is /status's cache fields of the one group.
+type groupCache struct {
+	Mode    string `json:"cache_mode"`
+	Fresh   bool   `json:"cache_fresh"`
+	Serving bool   `json:"cache_serving"`
+	Reason  string `json:"cache_reason"`
+}
+
+func statusGroupCache(t *testing.T, admin string) groupCache {
+	t.Helper()
+	resp, err := http.Get("http://" + admin + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var st struct {
+		Groups []groupCache `json:"groups"`
+	}
+	if err := json.Unmarshal(body, &st); err != nil || len(st.Groups) != 1 {
+		t.Fatalf("/status groups: %v %s", err, body)
+	}
+	return st.Groups[0]
+}
+
+// mcGet fails the test unless key reads want through the memcache door.
+func mcGet(t *testing.T, kw *testenv.Process, mc *memcache.Client, key, want string) {
+	t.Helper()
+	it, err := mc.Get(key)
+	if err != nil || string(it.Value) != want {
+		t.Fatalf("memcache get %s = %v %v, want %q\nkeyway:\n%s", key, it, err, want, kw.Output())
+	}
+}
+
+// TestNoBinlogReadsGoToMySQL: with log_bin off and invalidate unset, a direct UPDATE is seen at the next get,
+// SHOW KEYWAY CACHE and /status say not fresh and why, start-up says how to turn the cache on, and a restart
+// restores no copy.
+func TestNoBinlogReadsGoToMySQL(t *testing.T) {
+	start, db, sqlAddr, admin := noBinlogKeyway(t, "", "")
+	kw := start()
+	mc := memcache.New(kw.Addr)
+	if err := mc.Set(&memcache.Item{Key: "k", Value: []byte("hello")}); err != nil {
+		t.Fatal(err)
+	}
+	mcGet(t, kw, mc, "k", "hello")
+	mcGet(t, kw, mc, "k", "hello") // a caching container would serve this one from its copy
+	if _, err := db.Exec("UPDATE test.kv SET v = 'CHANGED' WHERE k = 'k'"); err != nil {
+		t.Fatal(err)
+	}
+	mcGet(t, kw, mc, "k", "CHANGED")
+
+	rows := cacheState(t, sqlAddr)
+	if v := rows["cache_fresh{group=main,mode=off}"]; v != "0" {
+		t.Errorf("SHOW KEYWAY CACHE cache_fresh{group=main,mode=off} = %q, want 0; rows %v", v, rows)
+	}
+	if v := rows["cache_state{group=main}"]; !strings.HasPrefix(v, "not fresh: no usable binlog") || !strings.Contains(v, `invalidate = "ttl"`) {
+		t.Errorf("SHOW KEYWAY CACHE cache_state{group=main} = %q, want not fresh, the reason and the fix", v)
+	}
+	if gc := statusGroupCache(t, admin); gc.Mode != "off" || gc.Fresh || gc.Serving || !strings.Contains(gc.Reason, "binary log is off") {
+		t.Errorf("/status group cache %+v, want mode off, not fresh, not serving, the reason", gc)
+	}
+	if out := kw.Output(); !strings.Contains(out, "read MySQL every time") || !strings.Contains(out, "turn the binlog on") || !strings.Contains(out, `invalidate = \"ttl\"`) {
+		t.Errorf("start-up does not say why the cache is off and how to turn it on:\n%s", out)
+	}
+
+	if err := kw.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("UPDATE test.kv SET v = 'AFTER' WHERE k = 'k'"); err != nil {
+		t.Fatal(err)
+	}
+	kw = start()
+	mc = memcache.New(kw.Addr)
+	mcGet(t, kw, mc, "k", "AFTER")
+	mcGet(t, kw, mc, "k", "AFTER")
+	if out := kw.Output(); !strings.Contains(out, "no cached copy restored") || strings.Contains(out, "cached copies restored") {
+		t.Errorf("the warm restart's log does not say that it restored nothing:\n%s", out)
+	}
+}
+
+// TestNoBinlogTTL: with log_bin off and invalidate = "ttl", copies are served (a direct UPDATE is not seen at
+// once) and none outlives the ttl.
+func TestNoBinlogTTL(t *testing.T) {
+	const ttl = 2 * time.Second
+	start, db, sqlAddr, admin := noBinlogKeyway(t, `invalidate = "ttl"`, `default_ttl = "2s"`)
+	kw := start()
+	mc := memcache.New(kw.Addr)
+	if err := mc.Set(&memcache.Item{Key: "k", Value: []byte("hello")}); err != nil {
+		t.Fatal(err)
+	}
+	mcGet(t, kw, mc, "k", "hello")
+	filled := time.Now()
+	if _, err := db.Exec("UPDATE test.kv SET v = 'CHANGED' WHERE k = 'k'"); err != nil {
+		t.Fatal(err)
+	}
+	if time.Since(filled) < ttl-500*time.Millisecond {
+		mcGet(t, kw, mc, "k", "hello") // the copy, as ttl caching promises
+	}
+	time.Sleep(time.Until(filled.Add(ttl + time.Second))) // a copy's expiry is rounded to whole seconds
+	mcGet(t, kw, mc, "k", "CHANGED")
+
+	rows := cacheState(t, sqlAddr)
+	if v := rows["cache_state{group=main}"]; !strings.HasPrefix(v, `not fresh: invalidate = "ttl"`) {
+		t.Errorf("SHOW KEYWAY CACHE cache_state{group=main} = %q, want not fresh for the ttl", v)
+	}
+	if gc := statusGroupCache(t, admin); gc.Mode != "ttl" || gc.Fresh || !gc.Serving {
+		t.Errorf("/status group cache %+v, want mode ttl, not fresh, serving", gc)
+	}
+}
