@@ -79,7 +79,13 @@ type Options struct {
 	// run saved with the copies it vouched for (package warm). Every commit after it is replayed, so those
 	// copies are invalidated as if keyway had kept following. A checkpoint of another flavor is ignored.
 	Resume *Checkpoint
+	// RetryMax is the longest pause between two attempts to reconnect (default DefaultRetryMax); the pause starts
+	// at a tenth of a second, at most RetryMax, and doubles after each failed attempt.
+	RetryMax time.Duration
 }
+
+// DefaultRetryMax is Options.RetryMax's default.
+const DefaultRetryMax = 5 * time.Second
 
 // Checkpoint is a follower's applied position: every commit up to it has been applied (its invalidations made).
 type Checkpoint struct {
@@ -252,6 +258,13 @@ type Follower struct {
 	spareKeys [][]pendingKey
 
 	resumed *Checkpoint // Options.Resume when the follower started from it; set before Start returns
+
+	// outage is the run goroutine's account of the connection being lost (see run): since when, and how many
+	// attempts to reconnect have failed. Zero since: connected (or starting).
+	outage struct {
+		since    time.Time
+		attempts int
+	}
 }
 
 // pendingKey is a change of a row under one watched key, applied at commit (see apply).
@@ -307,6 +320,9 @@ type probe struct {
 func Start(ctx context.Context, o Options) (*Follower, error) {
 	if o.MaxStaleness <= 0 {
 		o.MaxStaleness = DefaultMaxStaleness
+	}
+	if o.RetryMax <= 0 {
+		o.RetryMax = DefaultRetryMax
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -438,10 +454,12 @@ func (f *Follower) setState(s State, connected bool, err error) {
 	f.mu.Unlock()
 }
 
-// run follows until Close, reconnecting with backoff.
+// run follows until Close, reconnecting with backoff. An outage is logged as its changes of state, not as each
+// attempt: the connection lost (its error), the first attempt to reconnect that fails (its error; later ones are
+// counted, and logged at debug level only) and the reconnection (how many attempts failed, and for how long).
 func (f *Follower) run() {
 	defer f.done.Done()
-	backoff := 100 * time.Millisecond
+	backoff := min(100*time.Millisecond, f.o.RetryMax)
 	for {
 		began := time.Now()
 		err := f.follow()
@@ -463,18 +481,46 @@ func (f *Follower) run() {
 				f.log.Warn("binlog follower: reading the primary's position", "err", err)
 			}
 		} else {
-			f.log.Warn("binlog follower disconnected; cached copies are not served until it catches up", "err", err, "retry_in", backoff.String())
+			f.disconnected(err)
 		}
 		if time.Since(began) > 10*time.Second {
-			backoff = 100 * time.Millisecond
+			backoff = min(100*time.Millisecond, f.o.RetryMax)
 		}
 		select {
 		case <-f.stop:
 			return
 		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, 5*time.Second)
+		backoff = min(backoff*2, f.o.RetryMax)
 	}
+}
+
+// disconnected records a failed follow (see run): the first of an outage and the first failed reconnection are
+// logged, the others counted.
+func (f *Follower) disconnected(err error) {
+	switch {
+	case f.outage.since.IsZero():
+		f.outage.since, f.outage.attempts = time.Now(), 0
+		f.log.Warn("binlog follower disconnected: cached copies of this group are not served until it reconnects and catches up; reconnecting",
+			"err", err)
+	case f.outage.attempts == 0:
+		f.outage.attempts = 1
+		f.log.Warn("binlog follower cannot reconnect: it keeps trying (every "+f.o.RetryMax.String()+" at most) and logs again once it reconnects",
+			"err", err)
+	default:
+		f.outage.attempts++
+		f.log.Debug("binlog follower: reconnecting failed again", "attempts", f.outage.attempts, "err", err)
+	}
+}
+
+// reconnected ends an outage (see run), logging how long it lasted.
+func (f *Follower) reconnected() {
+	if f.outage.since.IsZero() {
+		return
+	}
+	f.log.Info("binlog follower reconnected; it serves cached copies again once it has caught up",
+		"failed_attempts", f.outage.attempts, "down_for", time.Since(f.outage.since).Round(time.Millisecond).String())
+	f.outage.since, f.outage.attempts = time.Time{}, 0
 }
 
 // follow runs one replication connection from the checkpoint until it fails.
@@ -510,6 +556,7 @@ func (f *Follower) follow() error {
 	if err != nil {
 		return err
 	}
+	f.reconnected() // before the follower counts as connected: its line comes before any "caught up"
 	f.setState(Following, true, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

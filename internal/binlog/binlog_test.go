@@ -1,8 +1,10 @@
 package binlog
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"log/slog"
 	"net"
 	"slices"
@@ -27,6 +29,7 @@ type rig struct {
 	f       *Follower
 	refuse  atomic.Bool // the follower's dials fail while set
 	options Options
+	m       *testenv.MariaDB
 }
 
 func newRig(t *testing.T) *rig {
@@ -39,7 +42,7 @@ func newRig(t *testing.T) *rig {
 	t.Cleanup(func() { db.Close() })
 	mustExec(t, db, "CREATE TABLE kv (k VARCHAR(32) PRIMARY KEY, v VARCHAR(32)) ENGINE=InnoDB")
 	mustExec(t, db, "INSERT INTO kv VALUES ('a', '1'), ('b', '1')")
-	r := &rig{db: db, reg: validity.NewRegistry()}
+	r := &rig{db: db, reg: validity.NewRegistry(), m: m}
 	r.kv = r.reg.Table(validity.TableID{Schema: "test", Name: "kv"})
 	r.kv.WatchKey(validity.KeyWatch{Column: "k", Norm: func(dst, v []byte) []byte { return append(dst, v...) }})
 	r.options = Options{
@@ -190,6 +193,125 @@ func TestCheckSaysHowToFix(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "binlog_format=ROW") {
 		t.Fatalf("Check = %v, want binlog_format named", err)
 	}
+}
+
+// TestOutageLogs: an outage is logged as its changes of state, each once with the error's message: disconnected,
+// cannot reconnect, reconnected (the failed attempts counted), however many attempts fail in between; the same
+// when the server is stopped for good.
+func TestOutageLogs(t *testing.T) {
+	r := newRig(t)
+	relay := testenv.NewRelay(t, r.m.Addr)
+	relay.Up(t)
+	var mu sync.Mutex
+	var logs bytes.Buffer
+	r.options.Logger = slog.New(slog.NewJSONHandler(lockedWriter{&mu, &logs}, nil))
+	r.options.RetryMax = 20 * time.Millisecond // many attempts in a short test
+	r.options.Dial = func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", relay.Addr)
+	}
+	r.start(t)
+	type line struct {
+		Level, Msg, Err string
+		Failed          int `json:"failed_attempts"`
+	}
+	// since returns the lines logged after the first n, and how many there are now.
+	since := func(n int) ([]line, int) {
+		mu.Lock()
+		defer mu.Unlock()
+		all := strings.Split(strings.TrimSpace(logs.String()), "\n")
+		var out []line
+		for _, l := range all[n:] {
+			var x line
+			if err := json.Unmarshal([]byte(l), &x); err != nil {
+				t.Fatalf("log line %q: %v", l, err)
+			}
+			out = append(out, x)
+		}
+		return out, len(all)
+	}
+	_, mark := since(0)
+	before := r.f.Status().Reconn
+
+	// The primary goes away (as a killed server does: connections cut, connections refused) for many attempts.
+	relay.Down()
+	r.waitFor(t, "ten failed attempts and the gate closed", func() bool {
+		got, _ := since(mark)
+		return r.f.Status().Reconn >= before+10 &&
+			slices.ContainsFunc(got, func(l line) bool { return strings.HasPrefix(l.Msg, "binlog follower is behind") })
+	})
+	relay.Up(t)
+	r.waitFor(t, "the follower to say it caught up", func() bool {
+		got, _ := since(mark)
+		return slices.ContainsFunc(got, func(l line) bool { return strings.HasPrefix(l.Msg, "binlog follower caught up") })
+	})
+	failures := r.f.Status().Reconn - before // the disconnection and each failed attempt
+	got, mark := since(mark)
+	var msgs []string
+	for _, l := range got {
+		msgs = append(msgs, l.Level+" "+l.Msg)
+	}
+	want := []string{
+		"WARN binlog follower disconnected",
+		"WARN binlog follower is behind max_staleness or disconnected",
+		"WARN binlog follower cannot reconnect",
+		"INFO binlog follower reconnected",
+		"INFO binlog follower caught up",
+	}
+	// The freshness lines come from the probe loop: in their order, but not in a fixed order with the others.
+	if len(got) != len(want) || !containsInOrder(msgs, want[0], want[2], want[3]) || !containsInOrder(msgs, want[1], want[4]) {
+		t.Fatalf("logged in the outage:\n%s\nwant these lines once each:\n%s", strings.Join(msgs, "\n"), strings.Join(want, "\n"))
+	}
+	for _, l := range got {
+		switch {
+		case strings.HasPrefix(l.Msg, "binlog follower disconnected"), strings.HasPrefix(l.Msg, "binlog follower cannot reconnect"):
+			if l.Err == "" {
+				t.Errorf("%q without the error's message", l.Msg)
+			}
+		case strings.HasPrefix(l.Msg, "binlog follower reconnected"):
+			if uint64(l.Failed) != failures-1 {
+				t.Errorf("reconnected after failed_attempts=%d, want %d (every attempt after the disconnection)", l.Failed, failures-1)
+			}
+		}
+	}
+
+	// Stopped for good: many attempts, three lines.
+	before = r.f.Status().Reconn
+	if err := r.m.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	r.waitFor(t, "ten failed attempts and the gate closed", func() bool { return r.f.Status().Reconn >= before+10 && !r.reg.Vouched() })
+	r.waitFor(t, "the probe loop to see the gate closed", func() bool { got, _ := since(mark); return len(got) >= 3 })
+	time.Sleep(100 * time.Millisecond) // ten more attempts at most: none may log
+	got, _ = since(mark)
+	msgs = msgs[:0]
+	for _, l := range got {
+		msgs = append(msgs, l.Level+" "+l.Msg)
+	}
+	if len(got) != 3 || !containsInOrder(msgs, want[0], want[2]) || !containsInOrder(msgs, want[1]) {
+		t.Fatalf("logged with the server stopped:\n%s\nwant:\n%s", strings.Join(msgs, "\n"), strings.Join(want[:3], "\n"))
+	}
+}
+
+// containsInOrder reports whether lines has a line starting with each of prefixes, in their order.
+func containsInOrder(lines []string, prefixes ...string) bool {
+	for _, l := range lines {
+		if len(prefixes) > 0 && strings.HasPrefix(l, prefixes[0]) {
+			prefixes = prefixes[1:]
+		}
+	}
+	return len(prefixes) == 0
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 func TestBefore(t *testing.T) {
