@@ -184,6 +184,10 @@ type Group struct {
 		lastErr   error
 		failUntil time.Time // dials fail fast with lastErr until then
 		backoff   time.Duration
+		// downSince is when the group went down and failures counts the failed dials and health checks since, for
+		// the one line that says it is up again (an outage logs its changes of state, not each attempt).
+		downSince time.Time
+		failures  int
 		closed    bool
 		// budget is the most connections all pools together may hold (0 = unbounded); budgetUsed counts them
 		// (dials in progress included), and budgetWaiters are pools' Gets waiting for budget: closed, all at
@@ -538,20 +542,26 @@ func (g *Group) connect(ctx context.Context, user, password string, caps, ext ui
 	return &Conn{Conn: mc, Info: info, DBKnown: true, Status: info.Status}, nil
 }
 
-// failed records a failed dial or health check: the group is down and dials fail fast for a growing backoff.
+// failed records a failed dial or health check: the group is down and dials fail fast for a growing backoff. Going
+// down is logged; the failures that follow are counted (see succeeded).
 func (g *Group) failed(err error) {
 	g.mu.Lock()
 	wasDown := g.mu.down
 	g.mu.down, g.mu.lastErr = true, err
 	g.mu.backoff = min(max(2*g.mu.backoff, minBackoff), maxBackoff)
 	g.mu.failUntil = time.Now().Add(g.mu.backoff)
+	if !wasDown {
+		g.mu.downSince, g.mu.failures = time.Now(), 0
+	}
+	g.mu.failures++
 	pools := make([]*Pool, 0, len(g.mu.pools))
 	for _, p := range g.mu.pools {
 		pools = append(pools, p)
 	}
 	g.mu.Unlock()
 	if !wasDown {
-		g.log.Warn("backend down", "err", err)
+		g.log.Warn("backend down: its clients get an error naming it until it answers again; the health check keeps trying and logs once it does",
+			"err", err, "health_interval", g.cfg.HealthInterval.String())
 		// Idle connections to a server that went away are dead; drop them now rather than on checkout.
 		for _, p := range pools {
 			p.closeIdle(0)
@@ -563,13 +573,15 @@ func (g *Group) failed(err error) {
 func (g *Group) succeeded(info *mysqlwire.ServerInfo) {
 	g.mu.Lock()
 	wasDown := g.mu.down && g.mu.lastErr != nil
+	failures, since := g.mu.failures, g.mu.downSince
 	g.mu.down, g.mu.lastErr, g.mu.backoff, g.mu.failUntil = false, nil, 0, time.Time{}
+	g.mu.downSince, g.mu.failures = time.Time{}, 0
 	if info != nil {
 		g.mu.info = info
 	}
 	g.mu.Unlock()
 	if wasDown {
-		g.log.Info("backend up")
+		g.log.Info("backend up again", "failed_attempts", failures, "down_for", time.Since(since).Round(time.Millisecond).String())
 	}
 }
 
@@ -654,10 +666,10 @@ func (g *Group) monitorRefusedBy(e *mysqlwire.Error) {
 	g.mu.Unlock()
 	switch {
 	case changed && e != nil:
-		g.log.Warn("the server refuses the group's monitoring account; the backend stays up while it answers (fix user and password in [[groups]])",
+		g.log.Warn("the server refuses the group's account: containers and the binlog follower of this group cannot log in, and its health check only sees that the server answers; fix the group's account (user, password) in [[groups]], or the account on the server",
 			"user", g.cfg.User, "err", msg)
 	case changed:
-		g.log.Info("the group's monitoring account logs in again", "user", g.cfg.User)
+		g.log.Info("the server accepts the group's account again", "user", g.cfg.User)
 	}
 }
 

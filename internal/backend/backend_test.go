@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -232,11 +233,74 @@ func TestMonitorWithWrongPassword(t *testing.T) {
 	mu.Lock()
 	out := logs.String()
 	mu.Unlock()
-	if n := strings.Count(out, "refuses the group's monitoring account"); n != 1 {
+	if n := strings.Count(out, "refuses the group's account"); n != 1 {
 		t.Errorf("the refusal was logged %d times, want once:\n%s", n, out)
+	}
+	if !strings.Contains(out, "fix the group's account (user, password) in [[groups]]") {
+		t.Errorf("the refusal does not say the fix:\n%s", out)
 	}
 	if strings.Contains(out, "backend down") {
 		t.Errorf("logged backend down:\n%s", out)
+	}
+}
+
+// TestOutageLogsChangesOfState: a server that goes away for many health checks and comes back is two lines in the
+// log, down (with the error's message) and up again (with the failed attempts counted), not one a check.
+func TestOutageLogsChangesOfState(t *testing.T) {
+	relay := testenv.NewRelay(t, mariadb(t).Addr)
+	relay.Up(t)
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	g := newGroup(t, relay.Addr, func(o *GroupOptions) {
+		o.Logger = slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+	})
+	waitHealthy := func(want bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for up, _ := g.Healthy(); up != want; up, _ = g.Healthy() {
+			if time.Now().After(deadline) {
+				mu.Lock()
+				defer mu.Unlock()
+				t.Fatalf("the group's health did not become %v:\n%s", want, logs.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// The monitor logged in (it read the budget on its connection): the outage starts from a group that is up.
+	for deadline := time.Now().Add(10 * time.Second); g.MaxConnections() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the monitor did not log in")
+		}
+	}
+	waitHealthy(true)
+	mu.Lock()
+	logs.Reset()
+	mu.Unlock()
+	relay.Down()
+	waitHealthy(false)
+	// Many health checks fail (HealthInterval is 50ms), and a client's dials meanwhile (those fail fast: the
+	// group's own failures are what is counted).
+	for range 10 {
+		if _, err := g.Pool(PoolKey{User: "app"}, "secret").Get(context.Background()); err == nil {
+			t.Fatal("a connection to a group that is down")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	relay.Up(t)
+	waitHealthy(true)
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "backend down") || !strings.Contains(lines[0], " err=") ||
+		!strings.Contains(lines[1], "backend up again") {
+		t.Fatalf("want two lines, down with its error and up again:\n%s", out)
+	}
+	var failed int
+	if i := strings.Index(lines[1], "failed_attempts="); i < 0 {
+		t.Fatalf("up again without the failed attempts counted: %s", lines[1])
+	} else if _, err := fmt.Sscan(lines[1][i+len("failed_attempts="):], &failed); err != nil || failed < 2 {
+		t.Fatalf("failed_attempts %d (%v), want the health checks that failed counted: %s", failed, err, lines[1])
 	}
 }
 
