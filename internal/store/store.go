@@ -146,6 +146,12 @@ type Stats struct {
 	Evictions  int64
 	Expired    int64 // items removed because their time passed
 	Limit      int64
+	// Malloced is what the store's items have taken at most: each shard's
+	// high-water mark of bytes in use, summed, lowered to the limit when
+	// SetLimit lowers it. It is level while items come and go within
+	// memory already used, as memcached's slab pages keep its
+	// total_malloced, and never above Limit.
+	Malloced int64
 	// TailAccess is the oldest LastAccess among the items at the end of
 	// each shard's SIEVE queue, where eviction looks first (0: no items).
 	TailAccess int64
@@ -189,6 +195,8 @@ type shard struct {
 		head, tail, hand *node
 		crawl            *node // expiry crawler cursor
 		used             int64
+		peak             int64 // high-water mark of used (Stats.Malloced)
+		classes          [NumClasses]ClassStats
 		pending          []record // changes not yet handed to the disk
 		// journalPending is the index in pending of each journal key's put waiting there (at most one: a later
 		// put of the key makes the earlier nothing), and journalOnDisk the journal keys whose last record handed
@@ -230,6 +238,7 @@ type node struct {
 	item       Item
 	prev, next *node // prev is towards the head (newer)
 	visited    bool
+	cls        uint8 // slab class - 1 the node is counted in (classCountLocked)
 }
 
 // Open creates a store and, with a DataDir, loads what the disk holds before returning.
@@ -377,6 +386,9 @@ func (s *Store) unlinkDeadLocked(sh *shard, n *node, now int64) {
 	s.unlinkLocked(sh, n, true)
 	if n.item.Expired(now) {
 		s.expired.Add(1)
+		if !n.item.Fetched {
+			sh.mu.classes[n.cls].ExpiredUnfetched++
+		}
 	}
 }
 
@@ -585,6 +597,9 @@ func (s *Store) FlushAll() error {
 		sh.mu.items = make(map[string]*node)
 		sh.mu.head, sh.mu.tail, sh.mu.hand, sh.mu.crawl = nil, nil, nil, nil
 		sh.mu.used = 0
+		for c := range sh.mu.classes {
+			sh.mu.classes[c].Items, sh.mu.classes[c].Bytes = 0, 0
+		}
 		if s.disk != nil {
 			seq = s.disk.appendLocked(sh, record{op: opFlushShard, shard: byte(i)})
 		}
@@ -671,6 +686,7 @@ func (s *Store) Stats() Stats {
 		sh.mu.Lock()
 		st.CurrItems += int64(len(sh.mu.items))
 		st.Bytes += sh.mu.used
+		st.Malloced += sh.mu.peak
 		if t := sh.mu.tail; t != nil && (st.TailAccess == 0 || t.item.LastAccess < st.TailAccess) {
 			st.TailAccess = t.item.LastAccess
 		}
@@ -692,6 +708,7 @@ func (s *Store) SetLimit(limit int64) error {
 		for sh.mu.used > sh.limit && sh.mu.tail != nil {
 			s.evictLocked(sh)
 		}
+		sh.mu.peak = max(min(sh.mu.peak, sh.limit), sh.mu.used)
 		sh.mu.Unlock()
 	}
 	s.limit.Store(limit)
@@ -742,6 +759,8 @@ func (s *Store) linkLocked(sh *shard, n *node) {
 		sh.mu.tail = n
 	}
 	sh.mu.used += Size(len(n.key), len(n.item.Value))
+	sh.mu.peak = max(sh.mu.peak, sh.mu.used)
+	sh.classCountLocked(n, 1)
 }
 
 // unlinkLocked removes n from the shard; log says whether the removal is a
@@ -766,6 +785,7 @@ func (s *Store) unlinkLocked(sh *shard, n *node, log bool) {
 	n.prev, n.next = nil, nil
 	delete(sh.mu.items, n.key)
 	sh.mu.used -= Size(len(n.key), len(n.item.Value))
+	sh.classCountLocked(n, -1)
 	if log && s.disk != nil && !n.item.Ephemeral {
 		s.disk.appendLocked(sh, record{op: opDelete, shard: sh.index, key: n.key})
 	}
@@ -788,6 +808,16 @@ func (s *Store) evictLocked(sh *shard) {
 	sh.mu.hand = h.prev
 	s.unlinkLocked(sh, h, true)
 	s.evictions.Add(1)
+	c := &sh.mu.classes[h.cls]
+	c.Evicted++
+	if h.item.Exptime != 0 {
+		c.EvictedNonzero++
+	}
+	if !h.item.Fetched {
+		c.EvictedUnfetched++
+	}
+	c.evictedAt = s.now()
+	c.EvictedTime = max(0, c.evictedAt-h.item.LastAccess)
 }
 
 func (s *Store) logLocked(sh *shard, idx int, op recordOp, key string, it *Item) uint64 {
