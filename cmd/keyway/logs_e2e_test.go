@@ -4,8 +4,11 @@ package main
 // flushed.
 
 import (
+	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -101,4 +104,106 @@ write_window = "1m"
 	if err := root.QueryRow("SELECT COUNT(*) FROM test.kv").Scan(&n); err != nil || n != 3 {
 		t.Fatalf("rows in the table after the stop: %d %v", n, err)
 	}
+}
+
+// TestOutageLogs: with the group's MariaDB stopped for several of the binlog follower's retry periods (and health
+// checks, and clients trying both doors meanwhile), keyway logs a few lines, each a change of state once, none with
+// a stack trace.
+func TestOutageLogs(t *testing.T) {
+	m := testenv.NewMariaDB(t)
+	rootExec(t, m.RootDSN, "CREATE TABLE test.kv (k VARCHAR(64) PRIMARY KEY, v TEXT)")
+	sqlAddr, admin := freeAddr(t), freeAddr(t)
+	path := filepath.Join(t.TempDir(), "keyway.toml")
+	if err := os.WriteFile(path, []byte(fmt.Sprintf(`
+[admin]
+listen = %q
+
+[sql]
+listen = %q
+
+[[sql.users]]
+name = "app"
+password = "secret"
+
+[[groups]]
+name = "main"
+primary = %q
+user = "app"
+password = "secret"
+
+[[containers]]
+name = "kv"
+table = "test.kv"
+key = "k"
+values = ["v"]
+`, admin, sqlAddr, m.Addr)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kw := testenv.NewKeyway(t, "--config", path)
+	if err := testenv.WaitForPort(context.Background(), admin); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the follower following", func() (bool, string) {
+		st := binlogStatus(t, admin)
+		return st.State == "following" && st.Fresh, fmt.Sprintf("%+v", st)
+	})
+	mc := memcache.New(kw.Addr)
+	if err := mc.Set(&memcache.Item{Key: "@@kv.a", Value: []byte("1")}); err != nil {
+		t.Fatal(err)
+	}
+	before := len(kw.Output())
+
+	if err := m.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// Six failed attempts of the follower, its pause doubling from 0.1s to 1.6s, and the health check (every 2s)
+	// failed more than once. Clients of both doors get errors meanwhile.
+	eventually(t, "six failed attempts of the follower", func() (bool, string) {
+		mc.Get("@@kv.a")
+		login(t, sqlAddr, "app", "secret")
+		n := binlogReconnects(t, admin)
+		return n >= 6, fmt.Sprintf("%d reconnects", n)
+	})
+	out := kw.Output()[before:]
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	seen := map[string]bool{}
+	for _, l := range lines {
+		if strings.Contains(l, `\n`) || strings.Contains(l, `\t`) {
+			t.Errorf("a line with a stack trace:\n%s", l)
+		}
+		msg := l
+		if i := strings.Index(l, "msg="); i >= 0 {
+			msg = l[i:]
+			if j := strings.Index(msg, `" `); j >= 0 {
+				msg = msg[:j]
+			}
+		}
+		if seen[msg] {
+			t.Errorf("logged more than once: %s", msg)
+		}
+		seen[msg] = true
+	}
+	if len(lines) > 6 {
+		t.Errorf("%d lines in the outage, want a few:\n%s", len(lines), out)
+	}
+	t.Logf("logged in the outage:\n%s", out)
+}
+
+// binlogReconnects is /status's count of the follower's failed connections.
+func binlogReconnects(t *testing.T, admin string) uint64 {
+	t.Helper()
+	resp, err := http.Get("http://" + admin + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Binlog []struct {
+			Reconn uint64 `json:"reconnects"`
+		} `json:"binlog"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || len(st.Binlog) != 1 {
+		t.Fatalf("/status binlog: %v %+v", err, st)
+	}
+	return st.Binlog[0].Reconn
 }

@@ -84,7 +84,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "keyway serve: %v\n", err)
 		return 2
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: inv.LogLevel}))
+	log := newLogger(stderr, inv.LogLevel)
 	for _, n := range inv.Notes { // memcached's flags that keyway accepts without acting on them
 		log.Log(context.Background(), n.Level, n.Msg)
 	}
@@ -185,6 +185,35 @@ func reload(srv *server.Server, args []string, log *slog.Logger) {
 	if len(restart) > 0 {
 		log.Warn("SIGHUP: these keys changed but take a restart; they keep their running values", "keys", strings.Join(restart, " "))
 	}
+}
+
+// newLogger is keyway's log: slog's text format on w, one line per event, from level up. An error attribute is
+// written as its message (errorText), whichever library made it.
+func newLogger(w io.Writer, level slog.Leveler) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: errorText}))
+}
+
+// errorText is a ReplaceAttr that writes an error value as err.Error(). The text handler formats other values with
+// %+v, which for errors of github.com/pingcap/errors (go-mysql's) appends a Go stack trace of a kilobyte or more:
+// noise in a log an operator reads, repeated at every reconnection in an outage.
+func errorText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() != slog.KindAny {
+		return a
+	}
+	if err, ok := a.Value.Any().(error); ok {
+		a.Value = slog.StringValue(errorMessage(err))
+	}
+	return a
+}
+
+// errorMessage is err.Error(), or what the text handler would show for a nil pointer whose Error method panics.
+func errorMessage(err error) (msg string) {
+	defer func() {
+		if recover() != nil {
+			msg = fmt.Sprintf("<nil %T>", err)
+		}
+	}()
+	return err.Error()
 }
 
 // useDriverLogger sends go-sql-driver's own lines (a write on a connection found closed while idle) to log,
