@@ -42,13 +42,13 @@ func (c *conn) lruCrawler(toks [][]byte) {
 		}
 		c.out = append(c.out, replyOK...)
 	case "metadump":
-		all, ok := crawlClasses(arg)
+		classes, ok := crawlClasses(arg)
 		if !ok {
 			c.out = append(c.out, replyBadClass...)
 			return
 		}
-		if all {
-			c.metadump()
+		if classes != (classSet{}) {
+			c.metadump(&classes)
 		}
 		c.out = append(c.out, replyEnd...)
 	case "tocrawl":
@@ -75,13 +75,20 @@ func (c *conn) lruCrawler(toks [][]byte) {
 
 const replyBadClass = "BADCLASS invalid class id\r\n"
 
+// classSet marks slab classes by id (see store.Class); ids past the store's
+// classes are valid to name and hold nothing.
+type classSet [store.NumClasses + 1]bool
+
 // crawlClasses reads a crawler's class list as memcached does: "all",
-// "hash", or class ids separated by commas. It reports whether the list
-// takes in keyway's one class (every item), and whether it is valid.
-func crawlClasses(arg []byte) (all, ok bool) {
+// "hash", or class ids separated by commas. It returns the classes named,
+// and whether the list is valid.
+func crawlClasses(arg []byte) (set classSet, ok bool) {
 	switch string(arg) {
 	case "all", "hash":
-		return true, true
+		for id := 1; id <= store.NumClasses; id++ {
+			set[id] = true
+		}
+		return set, true
 	}
 	for _, id := range bytes.Split(arg, []byte(",")) {
 		if len(id) == 0 {
@@ -89,23 +96,27 @@ func crawlClasses(arg []byte) (all, ok bool) {
 		}
 		n, ok := parseUint32(id)
 		if !ok || n < 1 || n > maxSlabClass {
-			return false, false
+			return classSet{}, false
 		}
-		if n == 1 { // itemClass
-			all = true
+		if n <= store.NumClasses {
+			set[n] = true
 		}
 	}
-	return all, true
+	return set, true
 }
 
 // metadump writes a line per live item, as memcached's crawler does:
 // key=<URI-encoded key> exp=<Unix time, or -1 for none> la=<last access>
 // cas=<id> fetch=<yes|no> cls=<class> size=<bytes charged>, each ended by
-// "\n" alone. The store is walked shard by shard; the lines go out as the
-// reply buffer fills.
-func (c *conn) metadump() {
+// "\n" alone, for the items of the classes named. The store is walked
+// shard by shard; the lines go out as the reply buffer fills.
+func (c *conn) metadump(classes *classSet) {
 	c.stepAway() // the walk takes long whatever the client does: not on the loop
 	c.eng.Store().Walk(func(key string, it store.Item) bool {
+		cls := store.Class(len(key), len(it.Value), it.Flags)
+		if !classes[cls] {
+			return true
+		}
 		b := append(c.out, "key="...)
 		b = uriEncode(b, key)
 		b = append(b, " exp="...)
@@ -120,7 +131,9 @@ func (c *conn) metadump() {
 		b = strconv.AppendUint(b, it.CAS, 10)
 		b = append(b, " fetch="...)
 		b = append(b, yesNo(it.Fetched)...)
-		b = append(b, " cls="+itemClass+" size="...)
+		b = append(b, " cls="...)
+		b = strconv.AppendInt(b, int64(cls), 10)
+		b = append(b, " size="...)
 		b = strconv.AppendInt(b, store.Size(len(key), len(it.Value)), 10)
 		c.out = append(b, '\n')
 		return c.flushIfFull() == nil
@@ -173,8 +186,8 @@ func (c *conn) cacheMemlimit(toks [][]byte) {
 // libmemcached's memcached_dump (and so php-memcached's getAllKeys) asks of
 // every class in turn: "ITEM <key> [<bytes> b; <expiry, 0 for none> s]" per
 // item, at most limit of them (0: all), then END. memcached lists only its
-// cold LRU and at most 2 MiB of lines; keyway lists every live item of its
-// one class, streamed.
+// cold LRU and at most 2 MiB of lines; keyway lists every live item of the
+// class (store.Class), streamed.
 func (c *conn) cachedump(toks [][]byte) {
 	if len(toks) < 4 {
 		c.out = append(c.out, "CLIENT_ERROR bad command line\r\n"...)
@@ -190,10 +203,13 @@ func (c *conn) cachedump(toks [][]byte) {
 		c.out = append(c.out, "CLIENT_ERROR Illegal slab id\r\n"...)
 		return
 	}
-	if class == 1 { // itemClass
+	if class >= 1 && class <= store.NumClasses {
 		c.stepAway() // the walk takes long whatever the client does: not on the loop
 		shown := uint32(0)
 		c.eng.Store().Walk(func(key string, it store.Item) bool {
+			if store.Class(len(key), len(it.Value), it.Flags) != int(class) {
+				return true
+			}
 			c.out = append(c.out, "ITEM "...)
 			c.out = append(c.out, key...)
 			c.out = append(c.out, " ["...)

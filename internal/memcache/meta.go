@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/keywaydb/keyway/internal/engine"
+	"github.com/keywaydb/keyway/internal/store"
 )
 
 // Meta protocol: mg, ms, md, ma and me (mn is answered by the dispatcher), as
@@ -624,7 +625,12 @@ func (c *conn) metaDebug(toks [][]byte) {
 	} else {
 		c.out = append(c.out, " fetch=no"...)
 	}
-	c.out = append(c.out, " cls=1 size="...)
+	c.out = append(c.out, " cls="...)
+	// The store's key (a container row's local copy has its own) is what
+	// size charges beside the value and the overhead.
+	keyLen := int(size) - len(it.Value) - store.ItemOverhead
+	c.out = strconv.AppendInt(c.out, int64(store.Class(keyLen, len(it.Value), it.Flags)), 10)
+	c.out = append(c.out, " size="...)
 	c.out = strconv.AppendInt(c.out, size, 10)
 	c.out = append(c.out, "\r\n"...)
 }

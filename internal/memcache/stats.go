@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/keywaydb/keyway/internal/store"
 )
 
 // stats [group]: memcached's statistics, as "STAT name value" lines ending
@@ -79,10 +81,12 @@ func (m mapSink) str(string, string)       {}
 
 // generalStats writes memcached's general statistics ("stats" with no
 // group) in memcached 1.6.18's order; the text and binary protocols share
-// this one list. Fields for machinery keyway does not have (slab classes,
-// the segmented LRU and its maintainer, the hash table's expansion, the
-// logger, response objects) are honest zeros: that machinery never did
-// anything. The README lists them.
+// this one list. Fields for machinery keyway does not have (the slab
+// mover and global page pool, the segmented LRU and its maintainer, the
+// hash table's expansion, the logger, response objects) are honest zeros:
+// that machinery never did anything. The README lists them.
+// expired_unfetched and evicted_unfetched are the store's, summed over the
+// slab classes it counts items in (see engineStats).
 func (s *Server) generalStats(w statWriter) {
 	e := s.eng
 	now := time.Now()
@@ -161,8 +165,13 @@ func (s *Server) generalStats(w statWriter) {
 	w.int("curr_items", st.CurrItems)
 	w.int("total_items", st.TotalItems)
 	w.int("slab_global_page_pool", 0)
-	w.int("expired_unfetched", 0)
-	w.int("evicted_unfetched", 0)
+	var expiredUnfetched, evictedUnfetched int64
+	for _, c := range e.Store().ClassStats() {
+		expiredUnfetched += c.ExpiredUnfetched
+		evictedUnfetched += c.EvictedUnfetched
+	}
+	w.int("expired_unfetched", expiredUnfetched)
+	w.int("evicted_unfetched", evictedUnfetched)
 	w.int("evicted_active", 0)
 	w.int("evictions", st.Evictions)
 	// keyway's store has no slabs: an expired item is removed, and a store
@@ -289,14 +298,18 @@ func (w statSink) end(start int) {
 	c.out = append(c.out, "\r\n"...)
 }
 
-// itemClass is the one slab class keyway reports in stats slabs and stats
-// items: its store has no size classes (an item takes what its key and value
-// need, plus store.ItemOverhead), so every item is in class 1, reported
-// only while there are items, as memcached reports classes in use.
-const itemClass = "1"
-
 // engineStats writes memcached's engine groups (items, slabs, sizes) and
 // reports whether group is one of them.
+//
+// keyway's store has no slab classes, but it counts its items by the class
+// memcached 1.6 would store each in (store.Class: memcached's default
+// geometry, chunks from 96 bytes growing by 1.25 to 512 KiB), so `stats
+// items` and `stats slabs` list the classes memcached would, with the items
+// memcached would have in them, and a client that reads items:N:* for the
+// class of its items' size finds them. A class is listed while it holds
+// items. Per class, the counts of items and what the store charges for
+// them are real, and so are evictions, by class; the command counters are
+// not kept per class (that would cost every request): they are in `stats`.
 func (s *Server) engineStats(w statWriter, group string) bool {
 	switch group {
 	case "items":
@@ -313,70 +326,95 @@ func (s *Server) engineStats(w statWriter, group string) bool {
 	return true
 }
 
-// slabStats writes stats slabs for the one class. A "chunk" is an item:
-// its size is at most the item size limit, one per "page", and there are
-// no free ones (the store allocates each item as it is stored). The memory
-// allocated is what the store charges for its items.
+// slabStats writes stats slabs: each class's chunk size and chunks per
+// 1 MiB page are memcached's, and its pages are those memcached would need
+// for the class's items, an item taking one chunk; the per-class command
+// counters are zeros (see engineStats). total_malloced is the store's
+// memory high-water mark (store.Stats.Malloced: never above
+// limit_maxbytes, level while items are replaced within memory already
+// used, kept by flush_all, lowered by cache_memlimit), as memcached's slab
+// pages are allocated once and kept.
 func (s *Server) slabStats(w statWriter) {
-	st := s.eng.Store().Stats()
-	k := s.eng.Counters()
+	classes := s.eng.Store().ClassStats()
 	active := int64(0)
-	if st.CurrItems > 0 {
-		active = 1
-		p := itemClass + ":"
-		w.int(p+"chunk_size", s.eng.MaxItemSize())
-		w.int(p+"chunks_per_page", 1)
-		w.int(p+"total_pages", st.CurrItems)
-		w.int(p+"total_chunks", st.CurrItems)
-		w.int(p+"used_chunks", st.CurrItems)
-		w.int(p+"free_chunks", 0)
+	for i := range classes {
+		n := classes[i].Items
+		if n == 0 {
+			continue
+		}
+		active++
+		id := i + 1
+		size := store.ClassChunkSize(id)
+		perPage := store.SlabPageSize / size
+		pages := (n + perPage - 1) / perPage
+		p := strconv.Itoa(id) + ":"
+		w.int(p+"chunk_size", size)
+		w.int(p+"chunks_per_page", perPage)
+		w.int(p+"total_pages", pages)
+		w.int(p+"total_chunks", pages*perPage)
+		w.int(p+"used_chunks", n)
+		w.int(p+"free_chunks", pages*perPage-n)
 		w.int(p+"free_chunks_end", 0)
-		w.int(p+"get_hits", k.GetHits.Load())
-		w.int(p+"cmd_set", k.CmdSet.Load())
-		w.int(p+"delete_hits", k.DeleteHits.Load())
-		w.int(p+"incr_hits", k.IncrHits.Load())
-		w.int(p+"decr_hits", k.DecrHits.Load())
-		w.int(p+"cas_hits", k.CasHits.Load())
-		w.int(p+"cas_badval", k.CasBadval.Load())
-		w.int(p+"touch_hits", k.TouchHits.Load())
+		for _, name := range slabCommandStats {
+			w.int(p+name, 0)
+		}
 	}
 	w.int("active_slabs", active)
-	w.int("total_malloced", st.Bytes)
+	w.int("total_malloced", s.eng.Store().Stats().Malloced)
 }
 
-// itemStats writes stats items for the one class. keyway's store keeps one
-// SIEVE queue per shard, not memcached's hot, warm and cold segments: every
-// item counts as cold (the segment memcached evicts from) and so does every
-// hit; age is the seconds since the last access of the oldest item at the
-// end of a queue. Counters of machinery keyway does not have are zeros.
+// slabCommandStats are memcached's per-class command counters; keyway
+// counts commands once, in stats (get_hits, cmd_set, …).
+var slabCommandStats = []string{"get_hits", "cmd_set", "delete_hits", "incr_hits", "decr_hits",
+	"cas_hits", "cas_badval", "touch_hits"}
+
+// itemStats writes stats items for each class holding items (see
+// engineStats). keyway's store keeps one SIEVE queue per shard, not
+// memcached's hot, warm and cold segments per class: every item counts as
+// cold (the segment memcached evicts from), and age, the seconds since the
+// last access of the oldest item at the end of a queue, is the same for
+// every class. number, mem_requested (the bytes the store charges) and
+// the evicted_* and expired_unfetched counters are the class's own; hits
+// are not counted per class, and the counters of machinery keyway does
+// not have are zeros.
 func (s *Server) itemStats(w statWriter) {
 	st := s.eng.Store().Stats()
 	if st.CurrItems == 0 {
 		return
 	}
-	k := s.eng.Counters()
+	classes := s.eng.Store().ClassStats()
 	age := int64(0)
 	if st.TailAccess > 0 {
 		age = max(0, s.eng.Store().Now()-st.TailAccess)
 	}
-	p := "items:" + itemClass + ":"
-	w.int(p+"number", st.CurrItems)
-	w.int(p+"number_hot", 0)
-	w.int(p+"number_warm", 0)
-	w.int(p+"number_cold", st.CurrItems)
-	w.int(p+"age_hot", 0)
-	w.int(p+"age_warm", 0)
-	w.int(p+"age", age)
-	w.int(p+"mem_requested", st.Bytes)
-	w.int(p+"evicted", st.Evictions)
-	for _, name := range []string{"evicted_nonzero", "evicted_time", "outofmemory", "tailrepairs",
-		"reclaimed", "expired_unfetched", "evicted_unfetched", "evicted_active", "crawler_reclaimed",
-		"crawler_items_checked", "lrutail_reflocked", "moves_to_cold", "moves_to_warm",
-		"moves_within_lru", "direct_reclaims", "hits_to_hot", "hits_to_warm"} {
-		w.int(p+name, 0)
+	for i := range classes {
+		c := &classes[i]
+		if c.Items == 0 {
+			continue
+		}
+		p := "items:" + strconv.Itoa(i+1) + ":"
+		w.int(p+"number", c.Items)
+		w.int(p+"number_hot", 0)
+		w.int(p+"number_warm", 0)
+		w.int(p+"number_cold", c.Items)
+		w.int(p+"age_hot", 0)
+		w.int(p+"age_warm", 0)
+		w.int(p+"age", age)
+		w.int(p+"mem_requested", c.Bytes)
+		w.int(p+"evicted", c.Evicted)
+		w.int(p+"evicted_nonzero", c.EvictedNonzero)
+		w.int(p+"evicted_time", c.EvictedTime)
+		w.int(p+"outofmemory", 0)
+		w.int(p+"tailrepairs", 0)
+		w.int(p+"reclaimed", 0)
+		w.int(p+"expired_unfetched", c.ExpiredUnfetched)
+		w.int(p+"evicted_unfetched", c.EvictedUnfetched)
+		for _, name := range []string{"evicted_active", "crawler_reclaimed", "crawler_items_checked",
+			"lrutail_reflocked", "moves_to_cold", "moves_to_warm", "moves_within_lru", "direct_reclaims",
+			"hits_to_hot", "hits_to_warm", "hits_to_cold", "hits_to_temp"} {
+			w.int(p+name, 0)
+		}
 	}
-	w.int(p+"hits_to_cold", k.GetHits.Load())
-	w.int(p+"hits_to_temp", 0)
 }
 
 // connStats writes stats conns: each listener, then each client
