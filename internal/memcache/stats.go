@@ -2,12 +2,14 @@ package memcache
 
 import (
 	"cmp"
+	"crypto/tls"
 	"encoding/binary"
 	"net"
 	"os"
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/keywaydb/keyway/internal/store"
@@ -224,21 +226,184 @@ func (s *Server) threads() int {
 	return runtime.GOMAXPROCS(0)
 }
 
-// settingsStats writes "stats settings".
+// settingsStats writes "stats settings": every setting memcached 1.6.18
+// lists, in its order (TestStatsSettingsMatchMemcached compares them), then
+// keyway's own two (eviction_policy, persistent). A setting keyway has is
+// its value here: the memory and item size limits, connections, port and
+// interfaces, threads, stats detail, authentication and TLS. The rest are
+// memcached's defaults, which describe what keyway does where it does the
+// same (cas on, both protocols, evictions, flush_all and dumps allowed, an
+// always-running crawler), and otherwise name machinery keyway does not
+// have, switched off where a client could try to use it (slab_reassign,
+// slab_automove, the LRU maintainer and segments, temp_lru, UDP, the
+// shutdown command) and at memcached's default where nothing can (extstore,
+// logger buffers). growth_factor, chunk_size and slab_chunk_max are the
+// slab classes the store counts its items in (see engineStats).
 func (c *conn) settingsStats(w statSink) {
 	s, e := c.srv, c.eng
 	st := e.Store().Stats()
+	inter, socket := s.listenAddrs()
+	threads := int64(s.threads())
 	w.int("maxbytes", st.Limit)
 	w.int("maxconns", int64(s.opts.MaxConnections))
 	w.int("tcpport", int64(s.port()))
+	w.int("udpport", 0) // no UDP
+	w.str("inter", inter)
+	// The verbosity command is checked and ignored: keyway has no levels.
+	w.int("verbosity", 0)
+	// memcached's oldest_live is in its own relative clock; keyway's
+	// delayed flush_all deadline is not reported.
+	w.int("oldest", 0)
 	w.str("evictions", "on")
-	w.str("cas_enabled", "yes")
-	w.int("item_size_max", e.MaxItemSize())
-	w.int("num_threads", int64(s.threads()))
-	w.str("eviction_policy", "sieve")
-	w.str("persistent", strconv.FormatBool(e.Store().Persistent()))
+	w.str("domain_socket", socket)
+	w.str("umask", "700")
+	w.str("shutdown_command", "no")
+	w.str("growth_factor", "1.25")
+	w.int("chunk_size", 48)
+	w.int("num_threads", threads)
+	w.int("num_threads_per_udp", threads)
 	w.str("stat_key_prefix", string(rune(prefixDelimiter)))
 	w.str("detail_enabled", yesNo(s.prefixes.on.Load()))
+	w.int("reqs_per_event", 20)
+	w.str("cas_enabled", "yes")
+	w.int("tcp_backlog", listenBacklog())
+	// The first byte of a connection picks text or binary, as memcached's
+	// default does.
+	w.str("binding_protocol", "auto-negotiate")
+	w.str("auth_enabled_sasl", yesNo(s.auth != nil))
+	// The text protocol's "set" authentication (memcached's -Y) checks the
+	// same users.
+	w.str("auth_enabled_ascii", yesNo(s.auth != nil))
+	w.int("item_size_max", e.MaxItemSize())
+	// Past maxconns a connection is accepted and told so, then closed.
+	w.str("maxconns_fast", "yes")
+	w.int("hashpower_init", 0)
+	w.str("slab_reassign", "no")
+	w.int("slab_automove", 0)
+	w.str("slab_automove_ratio", "0.80")
+	w.int("slab_automove_window", 30)
+	w.int("slab_chunk_max", store.ClassChunkSize(store.NumClasses))
+	w.str("lru_crawler", "yes")
+	w.int("lru_crawler_sleep", 100)
+	w.int("lru_crawler_tocrawl", 0)
+	w.int("tail_repair_time", 0)
+	w.str("flush_enabled", "yes")
+	w.str("dump_enabled", "yes")
+	// Keys are spread over the store's shards by xxHash64.
+	w.str("hash_algorithm", "xxhash64")
+	w.str("lru_maintainer_thread", "no")
+	w.str("lru_segmented", "no")
+	w.int("hot_lru_pct", 20)
+	w.int("warm_lru_pct", 40)
+	w.str("hot_max_factor", "0.20")
+	w.str("warm_max_factor", "2.00")
+	w.str("temp_lru", "no")
+	w.int("temporary_ttl", 61)
+	w.int("idle_timeout", 0)
+	w.int("watcher_logbuf_size", 262144)
+	w.int("worker_logbuf_size", 65536)
+	// What read buffers may grow to, all connections together, past their
+	// first 4 KiB (Options.MaxInflightBytes).
+	w.int("read_buf_mem_limit", s.opts.MaxInflightBytes)
+	w.str("track_sizes", "no")
+	w.str("inline_ascii_response", "no")
+	for _, kv := range extstoreSettings {
+		w.str(kv[0], kv[1])
+	}
+	tlsSettings(w, s.opts.TLS)
+	w.str("num_napi_ids", "(null)")
+	w.str("memory_file", "(null)")
+	w.str("eviction_policy", "sieve")
+	w.str("persistent", strconv.FormatBool(e.Store().Persistent()))
+}
+
+// extstoreSettings are memcached's external storage settings at their
+// defaults (keyway has no extstore; its persistence is the data_dir).
+var extstoreSettings = [][2]string{
+	{"ext_item_size", "512"}, {"ext_item_age", "4294967295"}, {"ext_low_ttl", "0"},
+	{"ext_recache_rate", "2000"}, {"ext_wbuf_size", "4194304"}, {"ext_compact_under", "0"},
+	{"ext_drop_under", "0"}, {"ext_max_sleep", "1000000"}, {"ext_max_frag", "0.80"},
+	{"slab_automove_freeratio", "0.010"}, {"ext_drop_unread", "no"},
+}
+
+// tlsSettings writes memcached's ssl_* settings for the door's TLS
+// configuration (nil: off). The certificate and key files are the
+// server's business; the door sees only their contents, so it names none.
+func tlsSettings(w statSink, cfg *tls.Config) {
+	verify, minVersion := 0, "tlsv1.2" // Go's server default minimum
+	if cfg != nil {
+		switch cfg.ClientAuth {
+		case tls.RequestClientCert, tls.VerifyClientCertIfGiven:
+			verify = 1 // memcached's SSL_VERIFY_PEER
+		case tls.RequireAnyClientCert, tls.RequireAndVerifyClientCert:
+			verify = 2 // and SSL_VERIFY_FAIL_IF_NO_PEER_CERT
+		}
+		switch cfg.MinVersion {
+		case tls.VersionTLS10:
+			minVersion = "tlsv1.0"
+		case tls.VersionTLS11:
+			minVersion = "tlsv1.1"
+		case tls.VersionTLS13:
+			minVersion = "tlsv1.3"
+		}
+	}
+	w.str("ssl_enabled", yesNo(cfg != nil))
+	w.str("ssl_chain_cert", "(null)")
+	w.str("ssl_key", "(null)")
+	w.int("ssl_verify_mode", int64(verify))
+	w.int("ssl_keyformat", 1) // PEM
+	w.str("ssl_ciphers", "NULL")
+	w.str("ssl_ca_cert", "NULL")
+	w.int("ssl_wbuf_size", 16384)
+	w.str("ssl_session_cache", "no")
+	w.str("ssl_kernel_tls", "no")
+	w.str("ssl_min_version", minVersion)
+}
+
+// listenAddrs returns the door's TCP interfaces, comma-separated in the
+// order they opened (memcached's inter: its -l), and its Unix socket's
+// path (domain_socket); "NULL" for none, as memcached.
+func (s *Server) listenAddrs() (inter, socket string) {
+	type l struct {
+		id   uint64
+		addr net.Addr
+	}
+	var ls []l
+	s.mu.Lock()
+	for ln, li := range s.mu.listeners {
+		ls = append(ls, l{li.id, ln.Addr()})
+	}
+	s.mu.Unlock()
+	slices.SortFunc(ls, func(a, b l) int { return cmp.Compare(a.id, b.id) })
+	var hosts []string
+	socket = "NULL"
+	for _, x := range ls {
+		switch a := x.addr.(type) {
+		case *net.TCPAddr:
+			hosts = append(hosts, a.IP.String())
+		case *net.UnixAddr:
+			socket = a.Name
+		}
+	}
+	if len(hosts) == 0 {
+		return "NULL", socket
+	}
+	return strings.Join(hosts, ","), socket
+}
+
+// listenBacklog is the backlog Go's listeners ask for (memcached's
+// tcp_backlog, its -b): the kernel's somaxconn, or SOMAXCONN where the
+// kernel does not say (net.maxListenerBacklog; 128 on Linux).
+func listenBacklog() int64 {
+	b, err := os.ReadFile("/proc/sys/net/core/somaxconn")
+	if err != nil {
+		return 128
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil || n <= 0 {
+		return 128
+	}
+	return n
 }
 
 func yesNo(b bool) string {

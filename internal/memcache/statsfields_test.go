@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keywaydb/keyway/internal/engine"
 	"github.com/keywaydb/keyway/internal/store"
 	"github.com/keywaydb/keyway/internal/testenv"
 )
@@ -208,4 +209,73 @@ func statPairs(reply string) ([]string, map[string]string) {
 		}
 	}
 	return names, vals
+}
+
+// TestStatsSettingsMatchMemcached compares stats settings with memcached
+// 1.6's, both started with the same memory limit, connection limit and item
+// size limit: the same names in the same order (keyway adds two of its own
+// at the end), and the same values but for the settings where keyway's
+// differ from memcached's own defaults, each checked for keyway's value.
+func TestStatsSettingsMatchMemcached(t *testing.T) {
+	mc := testenv.NewMemcached(t, "-m", "64", "-c", "64", "-I", "1m")
+	kw := newTestServer(t)
+	want, mcVals := statPairs(exchange(t, mc.Addr, "stats settings\r\nmn\r\n"))
+	got, kwVals := statPairs(exchange(t, kw, "stats settings\r\nmn\r\n"))
+	if len(want) < 70 {
+		t.Fatalf("memcached lists %d settings: %v", len(want), want)
+	}
+	if own := []string{"eviction_policy", "persistent"}; len(got) != len(want)+len(own) ||
+		!slices.Equal(got[:len(want)], want) || !slices.Equal(got[len(want):], own) {
+		t.Errorf("stats settings names differ\nkeyway    %v\nmemcached %v + %v", got, want, own)
+	}
+	// Where keyway's value is its own: the port, threads and listen
+	// backlog it runs with, and machinery it does not have.
+	_, general := statPairs(exchange(t, kw, "stats\r\nmn\r\n"))
+	own := map[string]string{
+		"tcpport": kw[strings.LastIndexByte(kw, ':')+1:], "num_threads": general["threads"],
+		"num_threads_per_udp": general["threads"], "tcp_backlog": strconv.FormatInt(listenBacklog(), 10),
+		"hash_algorithm": "xxhash64", "slab_reassign": "no", "slab_automove": "0",
+		"lru_maintainer_thread": "no", "lru_segmented": "no",
+		"read_buf_mem_limit": strconv.FormatInt(defaultInflightBytes(64<<20, 1<<20), 10),
+		"eviction_policy":    "sieve", "persistent": "false",
+	}
+	for _, name := range got {
+		w, ok := own[name]
+		if !ok {
+			w = mcVals[name]
+		}
+		if kwVals[name] != w {
+			t.Errorf("stats settings %s = %q, want %q", name, kwVals[name], w)
+		}
+	}
+	// Spot checks of the values both share, so a memcached that changed
+	// its defaults is noticed rather than followed.
+	for name, w := range map[string]string{"maxbytes": "67108864", "maxconns": "64", "item_size_max": "1048576",
+		"inter": "127.0.0.1", "cas_enabled": "yes", "binding_protocol": "auto-negotiate",
+		"auth_enabled_sasl": "no", "flush_enabled": "yes", "evictions": "on", "slab_chunk_max": "524288"} {
+		if kwVals[name] != w {
+			t.Errorf("stats settings %s = %q, want %q", name, kwVals[name], w)
+		}
+	}
+}
+
+// TestStatsSettingsFollowOptions checks the settings keyway takes from its
+// configuration: authentication, TLS, the detail switch and a limit change.
+func TestStatsSettingsFollowOptions(t *testing.T) {
+	st, err := store.Open(store.Options{MemoryLimit: 32 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	srv := NewServer(engine.New(st, engine.Options{MaxItemSize: 2 << 20}), Options{MaxConnections: 10,
+		Users: []User{{Name: "u", Password: "p"}}, MaxInflightBytes: 5 << 20})
+	addr := serveTest(t, srv)
+	_, v := statPairs(exchange(t, addr, "set u 0 0 3\r\nu p\r\nstats detail on\r\ncache_memlimit 16\r\nstats settings\r\nmn\r\n"))
+	for name, w := range map[string]string{"maxbytes": "16777216", "maxconns": "10", "item_size_max": "2097152",
+		"auth_enabled_sasl": "yes", "auth_enabled_ascii": "yes", "detail_enabled": "yes",
+		"read_buf_mem_limit": "5242880", "ssl_enabled": "no"} {
+		if v[name] != w {
+			t.Errorf("stats settings %s = %q, want %q", name, v[name], w)
+		}
+	}
 }
