@@ -66,8 +66,11 @@ import (
 )
 
 // ProtocolVersion is the memcached protocol level keyway speaks: what
-// `version` reports before Options.Version adds keyway's own.
-const ProtocolVersion = "1.6.21"
+// `version` reports before Options.Version adds keyway's own. It is the
+// memcached release whose behaviour keyway matches and is tested against
+// (Debian's memcached, the peer tests' and `keyway bench`'s): a newer
+// release changes replies and stats, so this moves only with that peer.
+const ProtocolVersion = "1.6.18"
 
 // Options configure the door.
 type Options struct {
