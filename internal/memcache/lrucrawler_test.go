@@ -44,10 +44,10 @@ func metadump(t *testing.T, addr, classes string) string {
 
 // metadumpShape keeps what two servers agree on in a metadump: the lines,
 // sorted (the order is each store's own), with each key, whether it
-// expires, and whether it was fetched; the times, CAS ids, classes and
-// sizes are each server's own.
+// expires, whether it was fetched, and its slab class (keyway counts items
+// in memcached's); the times, CAS ids and sizes are each server's own.
 func metadumpShape(dump string) []string {
-	own := regexp.MustCompile(` (la|cas|cls|size)=[0-9]+`)
+	own := regexp.MustCompile(` (la|cas|size)=[0-9]+`)
 	exp := regexp.MustCompile(` exp=[0-9]+`)
 	lines := strings.SplitAfter(dump, "\n")
 	for i, l := range lines {

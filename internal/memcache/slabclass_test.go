@@ -1,16 +1,13 @@
 package memcache
 
 import (
-	"bytes"
 	"fmt"
 	"maps"
-	"net"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/keywaydb/keyway/internal/testenv"
 )
@@ -85,7 +82,7 @@ func itemClasses(t *testing.T, addr string, items []classItem) (me, dump, number
 	}
 	dumpLine := regexp.MustCompile(`(?m)^key=(\S+) .* cls=([0-9]+) `)
 	dump = map[string]string{}
-	for _, m := range dumpLine.FindAllStringSubmatch(exchangeUntil(t, addr, "lru_crawler metadump all\r\n", "END\r\n"), -1) {
+	for _, m := range dumpLine.FindAllStringSubmatch(metadump(t, addr, "all"), -1) {
 		dump[m[1]] = m[2]
 	}
 	_, vals := statPairs(exchange(t, addr, "stats items\r\nmn\r\n"))
@@ -96,32 +93,6 @@ func itemClasses(t *testing.T, addr string, items []classItem) (me, dump, number
 		}
 	}
 	return me, dump, number
-}
-
-// exchangeUntil sends in on a fresh connection to addr and returns the
-// reply up to the end given. (memcached answers no command after a
-// metadump on the same connection, so exchange's no-op would not come.)
-func exchangeUntil(t *testing.T, addr, in, end string) string {
-	t.Helper()
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	nc.SetDeadline(time.Now().Add(peerEnd))
-	if _, err := nc.Write([]byte(in)); err != nil {
-		t.Fatal(err)
-	}
-	var got []byte
-	buf := make([]byte, 64<<10)
-	for !bytes.HasSuffix(got, []byte(end)) {
-		n, err := nc.Read(buf)
-		got = append(got, buf[:n]...)
-		if err != nil {
-			t.Fatalf("reading the reply to %q: %v (read %.300q)", in, err, got)
-		}
-	}
-	return string(got)
 }
 
 // TestSlabClassesMatchMemcached stores the same items in memcached 1.6 and
