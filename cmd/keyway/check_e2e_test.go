@@ -68,6 +68,8 @@ func TestCheck(t *testing.T) {
 	// A server whose binlog caching cannot use.
 	stmt := testenv.NewMariaDB(t)
 	rootExec(t, stmt.RootDSN, "SET GLOBAL binlog_format = 'STATEMENT'")
+	// A server as Debian's package starts it: no binlog.
+	nobin := testenv.NewMariaDBWith(t, testenv.MariaDBOptions{NoBinlog: true})
 	down := freeAddr(t) // nothing listens there
 
 	t.Run("good", func(t *testing.T) {
@@ -132,6 +134,12 @@ primary = %[1]q
 user = "limited"
 password = "pw"
 
+[[groups]]
+name = "nobin"
+primary = %[4]q
+user = "app"
+password = "secret"
+
 [[containers]]
 name = "bad"
 table = "test.kv"
@@ -144,15 +152,20 @@ group = "limited"
 table = "lim.kv"
 key = "k"
 values = ["v"]
-`, m.Addr, down, stmt.Addr))
+`, m.Addr, down, stmt.Addr, nobin.Addr))
+		// Each way out of a binlog the follower cannot use: fix the server, or invalidate = "ttl" or "none".
+		orWithout := `; or do without a follower: set invalidate = "ttl" on the group (cached copies live for their ttl, so a write made ` +
+			`directly in MySQL shows through keyway after it at most), or invalidate = "none" (cached copies learn only of ` +
+			`writes made through keyway)`
 		want := []string{
 			`group "main": primary ` + m.Addr + ` refuses user "app": Error 1045 (28000): Access denied for user 'app'@'localhost' (using password: YES): fix sql.users "web" (backend_user, backend_password)`,
 			`group "main": container "bad" (test.kv): value column "nope" does not exist`,
 			`group "down": primary ` + down + ` is unreachable: dial tcp ` + down + `: connect: connection refused`,
-			`group "badpw": primary ` + m.Addr + ` refuses user "app": Error 1045 (28000): Access denied for user 'app'@'localhost' (using password: YES): fix the group's account (user, password)`,
-			`group "stmt": binlog follower: binlog_format is STATEMENT: keyway needs ROW (SET GLOBAL binlog_format=ROW, and binlog_format=ROW in the server's config)`,
+			`group "badpw": primary ` + m.Addr + ` refuses user "app": Error 1045 (28000): Access denied for user 'app'@'localhost' (using password: YES): fix the group's account (user, password) in [[groups]]`,
+			`group "stmt": binlog follower: binlog_format is STATEMENT: keyway needs ROW (SET GLOBAL binlog_format=ROW, and binlog_format=ROW in the server's config)` + orWithout,
 			"group \"limited\": container \"lim\" (lim.kv): 'limited'@'%' lacks privileges the container needs on `lim`.`kv`: INSERT, UPDATE, DELETE; grant them with: GRANT INSERT, UPDATE, DELETE ON `lim`.`kv` TO 'limited'@'%'",
-			`group "limited": binlog follower: the account "limited" lacks REPLICATION SLAVE and REPLICATION CLIENT: GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO it (or set binlog_user and binlog_password on the group)`,
+			`group "limited": binlog follower: the account "limited" lacks REPLICATION SLAVE and REPLICATION CLIENT: GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO it (or set binlog_user and binlog_password on the group)` + orWithout,
+			`group "nobin": binlog follower: the binary log is off: start the server with log_bin (--log-bin), binlog_format=ROW` + orWithout,
 		}
 		if got := strings.Split(strings.TrimSuffix(out, "\n"), "\n"); code != 1 || strings.Join(got, "\n") != strings.Join(want, "\n") {
 			t.Fatalf("exit %d, output:\n%s\nwant exit 1 and:\n%s", code, out, strings.Join(want, "\n"))
@@ -167,4 +180,46 @@ values = ["v"]
 			t.Fatalf("exit %d, output:\n%s\nwant exit 1 with:\n%s", code, out, want)
 		}
 	})
+}
+
+// TestServeWrongPasswordSaysTheFix: keyway serve with a group whose password the server refuses stops with one line
+// that names the container once and says the fix, as keyway check does. (The health check's warning that may come
+// before it, with the same fix, is TestMonitorWithWrongPassword's.)
+func TestServeWrongPasswordSaysTheFix(t *testing.T) {
+	m := testenv.NewMariaDB(t)
+	rootExec(t, m.RootDSN, "CREATE TABLE test.kv (k VARCHAR(64) PRIMARY KEY, v TEXT)")
+	bin, err := testenv.KeywayBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "keyway.toml")
+	if err := os.WriteFile(path, []byte(fmt.Sprintf(`
+[memcache]
+listen = "127.0.0.1:0"
+
+[[groups]]
+name = "main"
+primary = %q
+user = "app"
+password = "wrong"
+
+[[containers]]
+name = "default"
+table = "test.kv"
+key = "k"
+values = ["v"]
+`, m.Addr)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "serve", "--config", path).CombinedOutput()
+	if ee, ok := errors.AsType[*exec.ExitError](err); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("keyway serve: %v, want exit status 1; output:\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	last := lines[len(lines)-1]
+	want := `keyway serve: group "main": container "default" (test.kv): primary ` + m.Addr + ` refuses user "app": Error 1045 (28000): ` +
+		`Access denied for user 'app'@'localhost' (using password: YES): fix the group's account (user, password) in [[groups]]`
+	if last != want {
+		t.Fatalf("the last line is\n%s\nwant\n%s", last, want)
+	}
 }

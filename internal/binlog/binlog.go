@@ -124,19 +124,25 @@ func Check(ctx context.Context, o Options) (Server, error) {
 	}
 	switch {
 	case logBin != 1:
-		return s, errors.New("the binary log is off: start the server with log_bin (--log-bin), binlog_format=ROW")
+		return s, &UnusableError{"the binary log is off: start the server with log_bin (--log-bin), binlog_format=ROW"}
 	case !strings.EqualFold(format, "ROW"):
-		return s, fmt.Errorf("binlog_format is %s: keyway needs ROW (SET GLOBAL binlog_format=ROW, and binlog_format=ROW in the server's config)", format)
+		return s, &UnusableError{fmt.Sprintf("binlog_format is %s: keyway needs ROW (SET GLOBAL binlog_format=ROW, and binlog_format=ROW in the server's config)", format)}
 	case !strings.EqualFold(s.RowImage, "FULL") && !strings.EqualFold(s.RowImage, "NOBLOB") && !strings.EqualFold(s.RowImage, "MINIMAL"):
-		return s, fmt.Errorf("binlog_row_image is %s: keyway needs FULL (or NOBLOB, or MINIMAL with keys logged)", s.RowImage)
+		return s, &UnusableError{fmt.Sprintf("binlog_row_image is %s: keyway needs FULL (or NOBLOB, or MINIMAL with keys logged)", s.RowImage)}
 	}
 	if missing, err := missingGrants(c); err != nil {
 		return s, fmt.Errorf("reading the account's grants: %w", err)
 	} else if missing != "" {
-		return s, fmt.Errorf("the account %q lacks %s: GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO it (or set binlog_user and binlog_password on the group)", o.User, missing)
+		return s, &UnusableError{fmt.Sprintf("the account %q lacks %s: GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO it (or set binlog_user and binlog_password on the group)", o.User, missing)}
 	}
 	return s, nil
 }
+
+// UnusableError is Check's finding that the primary's binlog settings, or the account's grants, do not let a
+// follower work (not that the primary could not be reached): the message says what to change on the server.
+type UnusableError struct{ Msg string }
+
+func (e *UnusableError) Error() string { return e.Msg }
 
 // missingGrants names the replication privileges the connected account lacks ("" when it has them). MariaDB
 // 10.5+ calls them REPLICATION REPLICA (or SLAVE) and BINLOG MONITOR (or REPLICATION CLIENT).

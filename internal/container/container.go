@@ -393,14 +393,17 @@ var transientErrors = map[uint16]bool{
 // readFail wraps the error of a query the check ran: an *unreachableError
 // when the backend could not be reached (the group's *backend.UnavailableError,
 // a lost connection, anything that is not a server's answer, or one of
-// transientErrors), else an error naming the container and what failed (a
-// server's refusal, such as access denied, is configuration to fix).
+// transientErrors), else an error naming the container and what failed that
+// wraps the server's (a refusal, such as access denied, is configuration to
+// fix: the caller, who knows which setting holds the account, says which).
+// Missing privileges and a missing table are not found here: checkPrivileges
+// and the column check name them with their fixes.
 func readFail(def Def, what string, err error) error {
 	var me *mysql.MySQLError
 	if !errors.As(err, &me) || transientErrors[me.Number] {
 		return &unreachableError{what: what, err: err}
 	}
-	return failf(def, "%s: %v", what, err)
+	return fmt.Errorf("container %q (%s.%s): %s: %w", def.Name, def.Schema, def.Table, what, err)
 }
 
 // unreachable reports whether err (from check) means the backend could not
@@ -448,7 +451,7 @@ func (c *Container) check(ctx context.Context) error {
 		return err
 	}
 	if len(cols) == 0 {
-		return fail("table does not exist")
+		return fail("table does not exist: create it, or fix the container's table")
 	}
 
 	check := func(role, name string, ok func(column) bool, want string) (column, error) {

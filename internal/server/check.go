@@ -52,7 +52,7 @@ func checkGroup(ctx context.Context, cfg config.Config, g config.Group, grp *bac
 	db := container.OpenDB(grp.SQLConfig())
 	defer db.Close()
 	if err := db.PingContext(ctx); err != nil {
-		say("%s", loginProblem(g.Primary, g.User, "the group's account (user, password)", err))
+		say("%s", loginProblem(g.Primary, g.User, groupAccount, err))
 		return out
 	}
 
@@ -92,7 +92,7 @@ func checkGroup(ctx context.Context, cfg config.Config, g config.Group, grp *bac
 		ct, err := container.Open(ctx, db, c.def, container.Options{Backend: fmt.Sprintf("group %s (%s)", g.Name, g.Primary),
 			Logger: quiet, ReadOnly: !c.policies.WritesTable()})
 		if err != nil {
-			say("%v", err)
+			say("%s", containerProblem(g.Primary, g.User, c.def, err))
 			continue
 		}
 		if err := ct.NotChecked(); err != nil {
@@ -108,11 +108,20 @@ func checkGroup(ctx context.Context, cfg config.Config, g config.Group, grp *bac
 		}
 		if _, err := binlog.Check(ctx, binlog.Options{Group: g.Name, User: user, Password: password, Dial: dial, TLS: tc}); err != nil {
 			// binlog's connection errors name the group already.
-			say("binlog follower: %s", strings.TrimPrefix(err.Error(), fmt.Sprintf("group %q: ", g.Name)))
+			msg := strings.TrimPrefix(err.Error(), fmt.Sprintf("group %q: ", g.Name))
+			if _, ok := errors.AsType[*binlog.UnusableError](err); ok {
+				msg += "; " + withoutBinlog
+			}
+			say("binlog follower: %s", msg)
 		}
 	}
 	return out
 }
+
+// withoutBinlog is the way out for a group whose server's binlog a follower cannot use, besides fixing the server.
+const withoutBinlog = `or do without a follower: set invalidate = "ttl" on the group (cached copies live for their ttl, so a write made ` +
+	`directly in MySQL shows through keyway after it at most), or invalidate = "none" (cached copies learn only of ` +
+	`writes made through keyway)`
 
 // containerDef is a [[containers]] entry as package container takes it.
 func containerDef(c config.Container) container.Def {
@@ -132,23 +141,52 @@ func pingAs(ctx context.Context, dc *mysql.Config) error {
 	return db.PingContext(ctx)
 }
 
+// groupAccount is what to fix when the server refuses a group's own account.
+const groupAccount = "the group's account (user, password) in [[groups]]"
+
 // loginProblem says why logging in to primary as user failed: the server refused the account (an error of the
 // server's, such as 1045 access denied: fix what) or it could not be reached at all.
 func loginProblem(primary, user, what string, err error) string {
-	// A refusal reaches here from go-sql-driver (the ping) or from mysqlwire (the group's health check, which
-	// marked the group down first); both are shown alike.
-	refused := func(code uint16, state, msg string) string {
+	if code, state, msg, ok := serverError(err); ok {
 		return fmt.Sprintf("primary %s refuses user %q: Error %d (%s): %s: fix %s", primary, user, code, state, msg, what)
-	}
-	if me, ok := errors.AsType[*mysql.MySQLError](err); ok {
-		return refused(me.Number, string(me.SQLState[:]), me.Message)
-	}
-	if me, ok := errors.AsType[*mysqlwire.Error](err); ok {
-		return refused(me.Code, me.State, me.Message)
 	}
 	var ue *backend.UnavailableError
 	if errors.As(err, &ue) {
 		err = ue.Err
 	}
 	return fmt.Sprintf("primary %s is unreachable: %v", primary, err)
+}
+
+// containerProblem says why container.Open failed for def on a group whose own account (user, on primary) the
+// container uses: a login the server refused, as loginProblem says it, after the container's name; anything else
+// is the container's own error, which names it and says the fix.
+func containerProblem(primary, user string, def container.Def, err error) string {
+	if code, _, _, ok := serverError(err); ok && loginRefusals[code] {
+		return fmt.Sprintf("container %q (%s.%s): %s", def.Name, def.Schema, def.Table, loginProblem(primary, user, groupAccount, err))
+	}
+	return err.Error()
+}
+
+// loginRefusals are the server's errors that refuse an account itself (not one statement of it): access denied, an
+// authentication method the client cannot use, an expired password, a locked account.
+var loginRefusals = map[uint16]bool{
+	1045: true, // ER_ACCESS_DENIED_ERROR
+	1251: true, // ER_NOT_SUPPORTED_AUTH_MODE
+	1698: true, // ER_ACCESS_DENIED_NO_PASSWORD_ERROR
+	1820: true, // ER_MUST_CHANGE_PASSWORD
+	1862: true, // ER_MUST_CHANGE_PASSWORD_LOGIN
+	3118: true, // ER_ACCOUNT_HAS_BEEN_LOCKED (MySQL)
+	4151: true, // ER_ACCOUNT_HAS_BEEN_LOCKED (MariaDB)
+}
+
+// serverError finds the server's error in err: from go-sql-driver (a ping, a container's query) or from mysqlwire
+// (the group's health check, which marked the group down first); both are told alike.
+func serverError(err error) (code uint16, state, msg string, ok bool) {
+	if me, ok := errors.AsType[*mysql.MySQLError](err); ok {
+		return me.Number, string(me.SQLState[:]), me.Message, true
+	}
+	if me, ok := errors.AsType[*mysqlwire.Error](err); ok {
+		return me.Code, me.State, me.Message, true
+	}
+	return 0, "", "", false
 }

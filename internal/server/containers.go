@@ -86,7 +86,8 @@ func openContainers(ctx context.Context, cfg config.Config, eng *engine.Engine, 
 			PoolDeadline: container.StatementTimeout,
 			ReadOnly:     !p.policies.WritesTable()})
 		if err != nil {
-			return nil, fmt.Errorf("container %q on group %s (%s): %w", p.def.Name, p.group.Name(), p.group.Addr(), err)
+			// Said as keyway check says it: the container once, and the fix.
+			return nil, fmt.Errorf("group %q: %s", p.group.Name(), containerProblem(p.group.Addr(), p.group.SQLConfig().User, p.def, err))
 		}
 		if p.behind != nil && !eng.Store().Persistent() {
 			log.Warn("container writes behind without a persistent store: sets acknowledged but not yet in the table are lost if keyway dies (set [store] data_dir and durability)", "container", p.def.Name)
