@@ -11,6 +11,9 @@
 //     it), so packets pass unchanged; only sequence ids are rewritten, from each side's own counter.
 //   - A reply streams through a bounded buffer: keyway reads only each packet's leading bytes to know where the
 //     reply ends (OK/ERR/EOF, column counts, SERVER_MORE_RESULTS_EXISTS) and counts rows without decoding them.
+//   - A session whose backend connection holds state has its client connection closed at once when the server
+//     closes that connection while the session waits for its client (idlewatch.go), as a direct connection
+//     would be; a stateless session takes a new backend connection at its next command (freshBackend).
 //   - A backend connection whose state is unknown (the client vanished mid-reply, an I/O error, a transaction left
 //     open by a vanished client) is discarded, never pooled. Otherwise it is reset (COM_RESET_CONNECTION) and
 //     pooled.
@@ -178,8 +181,10 @@ type Server struct {
 		sessions  map[*session]struct{}
 		byID      map[uint32]*session // the same sessions by keyway connection id, for KILL
 		shutdown  bool
+		// idleStop ends watchIdle (idlewatch.go), started by the first Serve; nil until then.
+		idleStop chan struct{}
 	}
-	wg sync.WaitGroup // sessions
+	wg sync.WaitGroup // sessions, and watchIdle
 }
 
 // New builds the user table. It fails only on Options that name what does not exist: no backend group, a user's
@@ -308,6 +313,14 @@ func (s *Server) Serve(ln net.Listener) error {
 		return nil
 	}
 	s.mu.listeners[ln] = struct{}{}
+	if s.mu.idleStop == nil {
+		s.mu.idleStop = make(chan struct{})
+		s.wg.Add(1)
+		go func(stop <-chan struct{}) {
+			defer s.wg.Done()
+			s.watchIdle(stop)
+		}(s.mu.idleStop)
+	}
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
@@ -366,6 +379,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.shutdown = true
 	for ln := range s.mu.listeners {
 		ln.Close()
+	}
+	if s.mu.idleStop != nil {
+		close(s.mu.idleStop)
+		s.mu.idleStop = nil
 	}
 	for sess := range s.mu.sessions {
 		// A session waiting for its next command wakes up and ends; one running a command ends after it.

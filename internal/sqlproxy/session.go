@@ -1,6 +1,7 @@
 package sqlproxy
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -74,6 +75,9 @@ type session struct {
 	// every COMMIT starts the next transaction implicitly, so the tables written are remembered from then on.
 	txSeen bool
 	pin    pinState // see pipeline.go
+	// watch closes the client's connection when the server closes a stateful session's backend connection while
+	// the session waits for its client (idlewatch.go).
+	watch idleWatch
 
 	// What other sessions' KILL statements read (kill.go), written by this session's goroutine under killMu:
 	// killUser is the keyway user once authenticated, killBE the backend connection checked out (nil when none).
@@ -292,7 +296,15 @@ func isClosed(err error) bool {
 func (ss *session) command() error {
 	c := ss.c
 	c.ResetSeq()
+	watched := ss.armWatch()
 	p, err := c.ReadPacket()
+	if watched && ss.stopWatch() {
+		ss.be.MarkBroken()
+		_, why := ss.pinned()
+		ss.s.log.Info("backend connection closed by the server while the session was idle; the session had state, so its client connection was closed at once",
+			"session", ss.id, "user", ss.hs.User, "state", cmp.Or(why, "it has prepared statements"))
+		return errSessionEnd
+	}
 	if err != nil {
 		switch {
 		case errors.Is(err, mysqlwire.ErrPacketsOutOfOrder):
@@ -381,6 +393,8 @@ func (ss *session) command() error {
 // prepared statements) gets a new connection from the pool, with its default database, and never notices, as
 // ProxySQL does. A session with state cannot have it back: keyway closes the client's connection without a word,
 // as the server's close would look to a client connected directly, so the driver's own reconnect logic takes over.
+// For a session with state the idle watch (idlewatch.go) has usually done so already, as soon as the server
+// closed the connection; this check is what a session without state relies on.
 func (ss *session) freshBackend(now time.Time) error {
 	if now.Sub(ss.beUsed) < staleAfter || ss.be.Alive() {
 		return nil
