@@ -2,7 +2,8 @@ package main
 
 // keyway stats: a small top-like view of a running keyway, read from its admin listener's /status (JSON) and
 // /metrics (the SQL door's counters). On a terminal it redraws every --interval and shows rates; otherwise (a
-// pipe, a file) or with --once it prints one snapshot of the totals and exits.
+// pipe, a file) or with --once it prints one snapshot of the totals and exits. A backend user with several pools
+// (clients that negotiated different protocol flags) shows on each pool's line the flags that tell it apart.
 
 import (
 	"context"
@@ -15,6 +16,7 @@ import (
 	"os/signal"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -195,9 +197,10 @@ func writeStats(w io.Writer, admin string, snap *statsSnapshot, prev *statsSnaps
 		}
 		fmt.Fprintf(w, "sql        %s  connections %.0f  queries %.0f%s\n", st.SQL.Listen,
 			snap.metrics["keyway_sql_connections"], snap.metrics["keyway_sql_queries_total"], rate(snap.metrics["keyway_sql_queries_total"], pq))
-		for _, p := range st.SQL.Pools {
-			fmt.Fprintf(w, "  pool     %s  %s  open %d  idle %d  in_use %d  waits %d  errors %d\n",
-				p.Group, p.User, p.Open, p.Idle, p.InUse, p.Waits, p.Errors)
+		apart := poolsApart(st.SQL.Pools)
+		for i, p := range st.SQL.Pools {
+			fmt.Fprintf(w, "  pool     %s  %s  %sopen %d  idle %d  in_use %d  waits %d  errors %d\n",
+				p.Group, p.User, apart[i], p.Open, p.Idle, p.InUse, p.Waits, p.Errors)
 		}
 	}
 	if c := st.SQLCache; c != nil {
@@ -226,6 +229,54 @@ func writeStats(w io.Writer, admin string, snap *statsSnapshot, prev *statsSnaps
 		}
 		fmt.Fprintln(w, line)
 	}
+}
+
+// poolsApart says, for each pool, what tells it apart from the other pools of its group and user ("" for a pool
+// that has none): the protocol flags its clients negotiated that some of those others did not ("+NAME") and the
+// ones they negotiated and its clients did not ("-NAME"), by their names without CLIENT_ (the mariadb CLI and PHP
+// mysqli, say, get a pool each). Each is followed by two spaces.
+func poolsApart(pools []server.PoolStatus) []string {
+	type owner struct{ group, user string }
+	count := map[owner]int{}          // pools per group and user
+	has := map[owner]map[string]int{} // how many of them have each flag
+	for _, p := range pools {
+		o := owner{p.Group, p.User}
+		count[o]++
+		if has[o] == nil {
+			has[o] = map[string]int{}
+		}
+		for _, c := range p.Capabilities {
+			has[o][c]++
+		}
+	}
+	out := make([]string, len(pools))
+	for i, p := range pools {
+		o := owner{p.Group, p.User}
+		if count[o] < 2 {
+			continue
+		}
+		own := map[string]bool{}
+		for _, c := range p.Capabilities {
+			own[c] = true
+		}
+		var plus, minus []string
+		for c, n := range has[o] {
+			short := strings.TrimPrefix(strings.TrimPrefix(c, "MARIADB_"), "CLIENT_")
+			switch {
+			case n == count[o]: // every pool of the owner has it
+			case own[c]:
+				plus = append(plus, "+"+short)
+			default:
+				minus = append(minus, "-"+short)
+			}
+		}
+		sort.Strings(plus)
+		sort.Strings(minus)
+		if d := strings.Join(append(plus, minus...), " "); d != "" {
+			out[i] = d + "  "
+		}
+	}
+	return out
 }
 
 // ratio is part of whole as a percentage, or "-" when whole is 0.

@@ -111,3 +111,81 @@ values = ["v"]
 		})
 	}
 }
+
+// TestStatsPoolsApart: the mariadb CLI and PHP mysqli negotiate different protocol flags, so the SQL door keeps a
+// backend pool for each; keyway stats says what tells the two apart instead of printing two identical lines.
+func TestStatsPoolsApart(t *testing.T) {
+	testenv.Need(t, "mariadb")
+	testenv.Need(t, "php")
+	m := testenv.NewMariaDB(t)
+	sqlAddr, adminAddr := freeAddr(t), freeAddr(t)
+	path := filepath.Join(t.TempDir(), "keyway.toml")
+	if err := os.WriteFile(path, []byte(fmt.Sprintf(`
+[admin]
+listen = %q
+
+[sql]
+listen = %q
+
+[[sql.users]]
+name = "app"
+password = "secret"
+
+[[groups]]
+name = "main"
+primary = %q
+user = "app"
+password = "secret"
+invalidate = "none"
+`, adminAddr, sqlAddr, m.Addr)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kw := testenv.NewKeyway(t, "--config", path)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, a := range []string{sqlAddr, adminAddr} {
+		if err := testenv.WaitForPort(ctx, a); err != nil {
+			t.Fatalf("%s: %v\n%s", a, err, kw.Output())
+		}
+	}
+	host, port, _ := strings.Cut(sqlAddr, ":")
+	if out, err := mariadbCLI(t, "-h", host, "-P", port, "-uapp", "-psecret", "-e", "SELECT 1"); err != nil {
+		t.Fatalf("mariadb: %v\n%s", err, out)
+	}
+	php := fmt.Sprintf(`$c = mysqli_connect(%q, "app", "secret", "", %s); echo $c->query("SELECT 1")->fetch_row()[0];`, host, port)
+	if out, err := exec.Command("php", "-r", php).CombinedOutput(); err != nil || string(out) != "1" {
+		t.Fatalf("php mysqli: %v\n%s", err, out)
+	}
+	bin, err := testenv.KeywayBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pools []string
+	eventually(t, "two pools in keyway stats", func() (bool, string) {
+		out, err := exec.Command(bin, "stats", "--once", "--admin", adminAddr).CombinedOutput()
+		if err != nil {
+			t.Fatalf("keyway stats: %v\n%s", err, out)
+		}
+		pools = pools[:0]
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.HasPrefix(l, "  pool     main  app  ") {
+				pools = append(pools, l)
+			}
+		}
+		return len(pools) == 2, string(out)
+	})
+	// The CLI asks for multi-statements, mysqli does not: that, at least, tells them apart, one way each.
+	plus, minus := 0, 0
+	for _, l := range pools {
+		switch {
+		case strings.Contains(l, "  +") && strings.Contains(l, " +MULTI_STATEMENTS"):
+			plus++
+		case strings.Contains(l, "  -") && strings.Contains(l, " -MULTI_STATEMENTS"):
+			minus++
+		}
+	}
+	if pools[0] == pools[1] || plus != 1 || minus != 1 {
+		t.Fatalf("pool lines:\n%s\nwant one with +MULTI_STATEMENTS and one with -MULTI_STATEMENTS", strings.Join(pools, "\n"))
+	}
+	t.Logf("pool lines:\n%s", strings.Join(pools, "\n"))
+}

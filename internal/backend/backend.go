@@ -105,10 +105,12 @@ type PoolKey struct {
 	Collation uint8  // the connection's character set/collation from the handshake (COM_RESET_CONNECTION restores it)
 }
 
-// PoolStats is a pool's state for metrics.
+// PoolStats is a pool's state for metrics. User, Caps, ExtCaps and Collation are its PoolKey: what tells two pools
+// of a group apart (clients that negotiated different flags or character sets get separate pools).
 type PoolStats struct {
 	Group, Address, User string
 	Caps, ExtCaps        uint32
+	Collation            uint8
 	Open, Idle, InUse    int
 	Waits, Errors        int64
 }
