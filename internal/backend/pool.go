@@ -278,6 +278,6 @@ func (p *Pool) Stats() PoolStats {
 	return PoolStats{
 		Group: p.g.cfg.Name, Address: p.g.cfg.Primary.Address, User: p.key.User, Caps: p.key.Caps, ExtCaps: p.key.ExtCaps,
 		Collation: p.key.Collation,
-		Open: p.mu.open, Idle: len(p.mu.idle), InUse: p.mu.inUse, Waits: p.mu.waits, Errors: p.mu.errors,
+		Open:      p.mu.open, Idle: len(p.mu.idle), InUse: p.mu.inUse, Waits: p.mu.waits, Errors: p.mu.errors,
 	}
 }
