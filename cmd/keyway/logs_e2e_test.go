@@ -4,7 +4,6 @@ package main
 // flushed.
 
 import (
-	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
@@ -112,37 +111,7 @@ write_window = "1m"
 func TestOutageLogs(t *testing.T) {
 	m := testenv.NewMariaDB(t)
 	rootExec(t, m.RootDSN, "CREATE TABLE test.kv (k VARCHAR(64) PRIMARY KEY, v TEXT)")
-	sqlAddr, admin := freeAddr(t), freeAddr(t)
-	path := filepath.Join(t.TempDir(), "keyway.toml")
-	if err := os.WriteFile(path, []byte(fmt.Sprintf(`
-[admin]
-listen = %q
-
-[sql]
-listen = %q
-
-[[sql.users]]
-name = "app"
-password = "secret"
-
-[[groups]]
-name = "main"
-primary = %q
-user = "app"
-password = "secret"
-
-[[containers]]
-name = "kv"
-table = "test.kv"
-key = "k"
-values = ["v"]
-`, admin, sqlAddr, m.Addr)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	kw := testenv.NewKeyway(t, "--config", path)
-	if err := testenv.WaitForPort(context.Background(), admin); err != nil {
-		t.Fatal(err)
-	}
+	kw, sqlAddr, admin := serveSQLAdmin(t, m.Addr, "", kvContainer)
 	eventually(t, "the follower following", func() (bool, string) {
 		st := binlogStatus(t, admin)
 		return st.State == "following" && st.Fresh, fmt.Sprintf("%+v", st)

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -214,5 +215,134 @@ func TestNoBinlogTTL(t *testing.T) {
 	}
 	if gc := statusGroupCache(t, admin); gc.Mode != "ttl" || gc.Fresh || !gc.Serving {
 		t.Errorf("/status group cache %+v, want mode ttl, not fresh, serving", gc)
+	}
+}
+
+// TestFreshnessPerGroup: a group without a binlog beside one with a follower. The followed group's copies and SQL
+// replies are served; the other group's container reads MySQL every time and its users' point selects bypass the
+// result cache. One group's freshness never decides for the other's.
+func TestFreshnessPerGroup(t *testing.T) {
+	followed, direct := mariaDBWith(t, "CREATE TABLE test.kv (k VARCHAR(64) PRIMARY KEY, v VARCHAR(255))")
+	nolog := testenv.NewMariaDBWith(t, testenv.MariaDBOptions{NoBinlog: true})
+	directNolog, err := sql.Open("mysql", nolog.AppDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer directNolog.Close()
+	if _, err := directNolog.Exec("CREATE TABLE test.kv (k VARCHAR(64) PRIMARY KEY, v VARCHAR(255))"); err != nil {
+		t.Fatal(err)
+	}
+	for _, db := range []*sql.DB{direct, directNolog} {
+		if _, err := db.Exec("INSERT INTO test.kv VALUES ('k', 'hello')"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sqlAddr, admin := freeAddr(t), freeAddr(t)
+	cfg := fmt.Sprintf(`
+[sql]
+listen = %q
+
+[[sql.users]]
+name = "app"
+password = "secret"
+auth_plugin = "mysql_native_password"
+
+[[sql.users]]
+name = "nologapp"
+password = "secret"
+auth_plugin = "mysql_native_password"
+group = "nolog"
+backend_user = "app"
+backend_password = "secret"
+
+[admin]
+listen = %q
+
+[[groups]]
+name = "main"
+primary = %q
+user = "app"
+password = "secret"
+
+[[groups]]
+name = "nolog"
+primary = %q
+user = "app"
+password = "secret"
+
+[[containers]]
+name = "m"
+table = "test.kv"
+key = "k"
+values = ["v"]
+get = "caching"
+set = "caching"
+delete = "caching"
+
+[[containers]]
+name = "n"
+group = "nolog"
+table = "test.kv"
+key = "k"
+values = ["v"]
+get = "caching"
+set = "caching"
+delete = "caching"
+`, sqlAddr, admin, followed.Addr, nolog.Addr)
+	path := filepath.Join(t.TempDir(), "keyway.toml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kw := startKeywaySQL(t, sqlAddr, "--config", path)
+	deadline := time.Now().Add(30 * time.Second)
+	for cacheState(t, sqlAddr)["cache_fresh{group=main,mode=binlog}"] != "1" {
+		if time.Now().After(deadline) {
+			t.Fatalf("group main never fresh: %v\n%s", cacheState(t, sqlAddr), kw.Output())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	mc := memcache.New(kw.Addr)
+	mcGet(t, kw, mc, "@@m.k", "hello")
+	mcGet(t, kw, mc, "@@n.k", "hello")
+	before := cacheState(t, sqlAddr)["cache_bypasses_total"]
+	mcGet(t, kw, mc, "@@m.k", "hello") // from the copy: main's follower vouches
+	if after := cacheState(t, sqlAddr)["cache_bypasses_total"]; after != before {
+		t.Errorf("a read of the followed group's container bypassed its copy: bypasses %s -> %s", before, after)
+	}
+	if _, err := directNolog.Exec("UPDATE test.kv SET v = 'CHANGED' WHERE k = 'k'"); err != nil {
+		t.Fatal(err)
+	}
+	mcGet(t, kw, mc, "@@n.k", "CHANGED") // no follower for nolog: MySQL answers
+
+	query := func(user string) {
+		t.Helper()
+		db, err := sql.Open("mysql", user+":secret@tcp("+sqlAddr+")/test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		for range 2 {
+			var v string
+			if err := db.QueryRow("SELECT v FROM kv WHERE k = 'k'").Scan(&v); err != nil {
+				t.Fatalf("%s: %v", user, err)
+			}
+		}
+	}
+	num := func(rows map[string]string, name string) int {
+		n, _ := strconv.Atoi(rows[name])
+		return n
+	}
+	const notFresh = "sql_cache_bypasses_total{reason=not_fresh}"
+	r0 := cacheState(t, sqlAddr)
+	query("app")
+	r1 := cacheState(t, sqlAddr)
+	if num(r1, "sql_cache_hits_total") <= num(r0, "sql_cache_hits_total") || num(r1, notFresh) != num(r0, notFresh) {
+		t.Errorf("the followed group's point select was not answered from the cache: %v -> %v", r0, r1)
+	}
+	query("nologapp")
+	r2 := cacheState(t, sqlAddr)
+	if num(r2, notFresh) < num(r1, notFresh)+2 || num(r2, "sql_cache_hits_total") != num(r1, "sql_cache_hits_total") {
+		t.Errorf("the unfollowed group's point selects were not sent to MySQL as not fresh: %v -> %v", r1, r2)
 	}
 }

@@ -22,42 +22,7 @@ import (
 func TestStatsOnce(t *testing.T) {
 	m := testenv.NewMariaDB(t)
 	rootExec(t, m.RootDSN, "CREATE TABLE test.kv (k VARCHAR(64) PRIMARY KEY, v TEXT)")
-	sqlAddr, adminAddr := freeAddr(t), freeAddr(t)
-	path := filepath.Join(t.TempDir(), "keyway.toml")
-	if err := os.WriteFile(path, []byte(fmt.Sprintf(`
-[admin]
-listen = %q
-
-[sql]
-listen = %q
-
-[[sql.users]]
-name = "app"
-password = "secret"
-
-[[groups]]
-name = "main"
-primary = %q
-user = "app"
-password = "secret"
-invalidate = "none"
-
-[[containers]]
-name = "kv"
-table = "test.kv"
-key = "k"
-values = ["v"]
-`, adminAddr, sqlAddr, m.Addr)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	kw := testenv.NewKeyway(t, "--config", path)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for _, a := range []string{sqlAddr, adminAddr} {
-		if err := testenv.WaitForPort(ctx, a); err != nil {
-			t.Fatalf("%s: %v\n%s", a, err, kw.Output())
-		}
-	}
+	kw, sqlAddr, adminAddr := serveSQLAdmin(t, m.Addr, `invalidate = "none"`, kvContainer)
 	// Traffic: one set, a hit and a miss on the memcache door; two logins and two statements on the SQL door.
 	mc := memcache.New(kw.Addr)
 	if err := mc.Set(&memcache.Item{Key: "@@kv.a", Value: []byte("1")}); err != nil {
@@ -118,36 +83,7 @@ func TestStatsPoolsApart(t *testing.T) {
 	testenv.Need(t, "mariadb")
 	testenv.Need(t, "php")
 	m := testenv.NewMariaDB(t)
-	sqlAddr, adminAddr := freeAddr(t), freeAddr(t)
-	path := filepath.Join(t.TempDir(), "keyway.toml")
-	if err := os.WriteFile(path, []byte(fmt.Sprintf(`
-[admin]
-listen = %q
-
-[sql]
-listen = %q
-
-[[sql.users]]
-name = "app"
-password = "secret"
-
-[[groups]]
-name = "main"
-primary = %q
-user = "app"
-password = "secret"
-invalidate = "none"
-`, adminAddr, sqlAddr, m.Addr)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	kw := testenv.NewKeyway(t, "--config", path)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for _, a := range []string{sqlAddr, adminAddr} {
-		if err := testenv.WaitForPort(ctx, a); err != nil {
-			t.Fatalf("%s: %v\n%s", a, err, kw.Output())
-		}
-	}
+	_, sqlAddr, adminAddr := serveSQLAdmin(t, m.Addr, `invalidate = "none"`, "")
 	host, port, _ := strings.Cut(sqlAddr, ":")
 	if out, err := mariadbCLI(t, "-h", host, "-P", port, "-uapp", "-psecret", "-e", "SELECT 1"); err != nil {
 		t.Fatalf("mariadb: %v\n%s", err, out)
@@ -189,3 +125,50 @@ invalidate = "none"
 	}
 	t.Logf("pool lines:\n%s", strings.Join(pools, "\n"))
 }
+
+// serveSQLAdmin starts keyway serve with the admin listener, the SQL door (user app, password secret) and group main
+// (account app) on primary; groupKeys are added to the group's table and more after it. It waits for the admin
+// listener and the SQL door, and returns keyway and their addresses.
+func serveSQLAdmin(t *testing.T, primary, groupKeys, more string) (kw *testenv.Process, sqlAddr, adminAddr string) {
+	t.Helper()
+	sqlAddr, adminAddr = freeAddr(t), freeAddr(t)
+	path := filepath.Join(t.TempDir(), "keyway.toml")
+	if err := os.WriteFile(path, []byte(fmt.Sprintf(`
+[admin]
+listen = %q
+
+[sql]
+listen = %q
+
+[[sql.users]]
+name = "app"
+password = "secret"
+
+[[groups]]
+name = "main"
+primary = %q
+user = "app"
+password = "secret"
+%s
+%s`, adminAddr, sqlAddr, primary, groupKeys, more)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kw = testenv.NewKeyway(t, "--config", path)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, a := range []string{sqlAddr, adminAddr} {
+		if err := testenv.WaitForPort(ctx, a); err != nil {
+			t.Fatalf("%s: %v\n%s", a, err, kw.Output())
+		}
+	}
+	return kw, sqlAddr, adminAddr
+}
+
+// kvContainer is a [[containers]] table for test.kv (k, v) on group main.
+const kvContainer = `
+[[containers]]
+name = "kv"
+table = "test.kv"
+key = "k"
+values = ["v"]
+`

@@ -6,8 +6,9 @@
 //   - A fill takes each table's Stamp before the statement goes to the backend (Begin); the reply is stored only
 //     if no table it read was invalidated meanwhile (Put checks, under the shard lock that also guards the
 //     entry), so a fill that raced a write is dropped.
-//   - A stored entry is served only while every table it read is valid at its stamp and the registry is Vouched
-//     (the binlog followers are within max_staleness). An entry depends on a whole table (TableValid: any row
+//   - A stored entry is served only while every table it read is valid at its stamp and the gate of the group
+//     the session reads from Vouches (validity.Gate: its binlog follower is within max_staleness, or its copies
+//     carry a ttl); one group's lagging follower never closes the cache to another group's sessions. An entry depends on a whole table (TableValid: any row
 //     write of it, through either door or in the binlog, drops the entry) or, for a point select on an integer
 //     value or an IN list of them (BeginKeys), on those column keys only (RowKeyValid: a change of another row
 //     leaves it alone).
@@ -160,8 +161,9 @@ func (c *Cache) Trusted(ids []validity.TableID) bool {
 	return true
 }
 
-// Usable reports whether entries may be served (and filled) now: the binlog followers vouch for freshness.
-func (c *Cache) Usable() bool { return c.reg.Vouched() }
+// Usable reports whether entries of a session reading from gate's group may be served (and filled) now: the
+// group's binlog follower vouches for freshness, or its entries carry a ttl.
+func (c *Cache) Usable(gate *validity.Gate) bool { return gate.Vouches() }
 
 func valid(deps []Dep) bool {
 	for _, d := range deps {
@@ -172,10 +174,11 @@ func valid(deps []Dep) bool {
 	return true
 }
 
-// Get returns the reply stored under key and its row count, if it is still valid. In a ttl entry's refresh window
+// Get returns the reply stored under key and its row count, if it is still valid and gate (the session's group)
+// Vouches. In a ttl entry's refresh window
 // the first caller gets a miss (it refreshes the entry) and the others the old reply.
-func (c *Cache) Get(key string) (reply []byte, rows int64, ok bool) {
-	if !c.reg.Vouched() {
+func (c *Cache) Get(gate *validity.Gate, key string) (reply []byte, rows int64, ok bool) {
+	if !gate.Vouches() {
 		c.misses.Add(1)
 		return nil, 0, false
 	}
@@ -304,7 +307,7 @@ type Stats struct {
 	Bypasses map[string]int64 `json:"bypasses"`
 	Entries  int              `json:"entries"`
 	Bytes    int64            `json:"bytes"`
-	Fresh    bool             `json:"fresh"` // the binlog followers vouch: entries may be served
+	Fresh    bool             `json:"fresh"` // every group's follower vouches (per group: validity.GateStatus)
 }
 
 // Stats returns a snapshot.

@@ -107,7 +107,8 @@ func closeFollowers(fs []*binlog.Follower) {
 }
 
 // newSQLCache is the SQL door's result cache, or nil: it needs the SQL door, [cache] enabled (the default), and a
-// binlog follower on every group, since a group whose direct writes keyway cannot see could be served stale.
+// group whose replies keyway can vouch for (a binlog follower, or invalidate = "ttl"). A session of another
+// group's user is never answered from it (validity.Gate.Vouches), so nothing that no follower watches is served.
 func newSQLCache(cfg config.Config, followers []*binlog.Follower, reg *validity.Registry, log *slog.Logger) *qcache.Cache {
 	switch {
 	case cfg.SQL.Listen == "" || len(cfg.Groups) == 0:
@@ -115,15 +116,20 @@ func newSQLCache(cfg config.Config, followers []*binlog.Follower, reg *validity.
 	case cfg.Cache.Disabled:
 		log.Info("SQL result cache off ([cache] enabled = false)")
 		return nil
-	case len(followers)+len(ttlOnly(cfg)) < len(cfg.Groups):
-		log.Warn("SQL result cache off: a group has neither a binlog follower nor invalidate = \"ttl\", so keyway could not vouch for cached results (see the warnings above)")
+	case len(followers)+len(ttlOnly(cfg)) == 0:
+		log.Warn("SQL result cache off: no group has a binlog follower or invalidate = \"ttl\", so keyway could not vouch for cached results (see the warnings above)")
 		return nil
+	}
+	for _, g := range reg.Gates() {
+		if m := g.Mode(); m != validity.Followed && m != validity.TTLBounded {
+			log.Warn("SQL result cache off for this group's users: keyway cannot vouch for its results (see the warnings above)", "group", g.Group(), "mode", m.String())
+		}
 	}
 	for g, ttl := range ttlOnly(cfg) {
 		log.Warn("TTL-only SQL caching: replies read from this group's tables are served for up to their ttl even after a direct write in MySQL (invalidate = \"ttl\")",
 			"group", g, "ttl", ttl.String())
 	}
-	log.Info("SQL result cache on: point selects are answered from the cache while the binlog followers are within max_staleness",
+	log.Info("SQL result cache on: point selects are answered from the cache while their group's binlog follower is within max_staleness",
 		"memory_limit", cfg.Cache.MemoryLimit, "max_staleness", cfg.Cache.MaxStaleness.String())
 	return qcache.New(qcache.Options{MemoryLimit: cfg.Cache.MemoryLimit, Registry: reg})
 }

@@ -83,7 +83,7 @@ func (ss *session) route(plan *Plan, h hint) target {
 		c.Bypassed(qcache.Pinned)
 		return toSession
 	}
-	if !c.Usable() {
+	if !c.Usable(ss.gate()) {
 		c.Bypassed(qcache.NotFresh)
 		return toSession
 	}

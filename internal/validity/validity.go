@@ -750,6 +750,23 @@ func (g *Gate) Serves() bool {
 	return false
 }
 
+// Vouches reports whether the SQL result cache may serve and fill replies of the group's tables now: its follower
+// vouches for them, or they carry a ttl (true for a nil gate). Unlike Serves it is false for invalidate =
+// "none": that mode keeps caching containers' copies, as the operator chose for them, while the result cache
+// keeps no reply that only keyway's own writes would refresh.
+func (g *Gate) Vouches() bool {
+	if g == nil {
+		return true
+	}
+	switch GateMode(g.mode.Load()) {
+	case Followed:
+		return g.voucher.Fresh()
+	case TTLBounded:
+		return true
+	}
+	return false
+}
+
 // Restorable reports whether a warm restart may put saved copies of the group's tables back: a follower will
 // vouch for them (replaying what was committed since they were saved), or they carry their own expiry (ttl).
 // Copies that nothing keeps valid are not restored, even for invalidate = "none": keyway was not running to see
@@ -788,16 +805,15 @@ func (g *Gate) Status() GateStatus {
 
 // Gate returns group's gate, creating it (Unfollowed, serving nothing) on first use.
 func (r *Registry) Gate(group string) *Gate {
+	if g := r.findGate(group); g != nil { // without the lock: a gate, once made, is never replaced
+		return g
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	old := r.gates.Load()
-	if old != nil {
-		for _, g := range *old {
-			if g.group == group {
-				return g
-			}
-		}
+	if g := r.findGate(group); g != nil {
+		return g
 	}
+	old := r.gates.Load()
 	g := &Gate{group: group}
 	g.SetMode(Unfollowed, "no binlog follower has started for this group yet")
 	var gs []*Gate
@@ -807,6 +823,18 @@ func (r *Registry) Gate(group string) *Gate {
 	gs = append(gs, g)
 	r.gates.Store(&gs)
 	return g
+}
+
+// LookupGate returns group's gate, or nil when nobody made one (a registry no server configured: nil serves).
+func (r *Registry) LookupGate(group string) *Gate { return r.findGate(group) }
+
+func (r *Registry) findGate(group string) *Gate {
+	for _, g := range r.Gates() {
+		if g.group == group {
+			return g
+		}
+	}
+	return nil
 }
 
 // Gates are the registry's gates, in the order they were made.
@@ -826,8 +854,8 @@ func (r *Registry) RequireVouch(group string) *Voucher {
 	return &g.voucher
 }
 
-// Vouched reports whether every group's copies may be served now (true with no gate). The SQL result cache,
-// which exists only when every group is followed or ttl-bounded, asks this.
+// Vouched reports whether every group's copies may be served now (true with no gate): the registry's freshness as
+// one figure (tests, a status line); a cache decides by its group's Gate.
 func (r *Registry) Vouched() bool {
 	for _, g := range r.Gates() {
 		if !g.Serves() {
