@@ -104,6 +104,7 @@ type followerStatus struct {
 	Fresh   bool   `json:"fresh"`
 	Commits uint64 `json:"commits"`
 	Keys    uint64 `json:"key_invalidations"`
+	Reconn  uint64 `json:"reconnects"`
 }
 
 // startCachingWithAdmin is startContainers("caching") with the admin listener on; it returns its address and the

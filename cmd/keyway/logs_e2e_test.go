@@ -5,9 +5,7 @@ package main
 
 import (
 	"database/sql"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -130,7 +128,7 @@ func TestOutageLogs(t *testing.T) {
 	eventually(t, "six failed attempts of the follower", func() (bool, string) {
 		mc.Get("@@kv.a")
 		login(t, sqlAddr, "app", "secret")
-		n := binlogReconnects(t, admin)
+		n := binlogStatus(t, admin).Reconn
 		return n >= 6, fmt.Sprintf("%d reconnects", n)
 	})
 	out := kw.Output()[before:]
@@ -156,23 +154,4 @@ func TestOutageLogs(t *testing.T) {
 		t.Errorf("%d lines in the outage, want a few:\n%s", len(lines), out)
 	}
 	t.Logf("logged in the outage:\n%s", out)
-}
-
-// binlogReconnects is /status's count of the follower's failed connections.
-func binlogReconnects(t *testing.T, admin string) uint64 {
-	t.Helper()
-	resp, err := http.Get("http://" + admin + "/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var st struct {
-		Binlog []struct {
-			Reconn uint64 `json:"reconnects"`
-		} `json:"binlog"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || len(st.Binlog) != 1 {
-		t.Fatalf("/status binlog: %v %+v", err, st)
-	}
-	return st.Binlog[0].Reconn
 }
