@@ -8,6 +8,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/keywaydb/keyway/internal/backend"
+	"github.com/keywaydb/keyway/internal/testenv"
 )
 
 // TestPinnedIdlePastWaitTimeout: a go-sql-driver pool's connection pinned by SET wait_timeout = 2 idles past it;
@@ -108,5 +111,41 @@ func TestIdleWatchRacesCommands(t *testing.T) {
 		if err := conn.QueryRowContext(ctx, "SELECT @n := @n + 1").Scan(&n); err != nil || n != i+1 {
 			t.Fatalf("command %d: @n = %d, %v; want %d on the same session", i+1, n, err, i+1)
 		}
+	}
+}
+
+// TestIdleWatchTLSBackend: over TLS to the backend, a pinned session idle long enough to be watched keeps its
+// connection and state (nothing the server sent after the handshake is taken for a close), and the server's close
+// still closes the client's connection.
+func TestIdleWatchTLSBackend(t *testing.T) {
+	ca, cert, key := testenv.CertAuthority(t, t.TempDir())
+	m := testenv.NewMariaDBWith(t, testenv.MariaDBOptions{SSLCert: cert, SSLKey: key, SSLCA: ca})
+	c := testConfig(m.Addr)
+	c.Groups[0].TLS = backend.TLSRequired
+	_, addr := startProxy(t, c)
+	rc := newRawClient(t, addr, "app", "secret", 0)
+	if _, err := rc.query("SET @kept = 42"); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := rc.query("SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS WHERE VARIABLE_NAME = 'Ssl_cipher'"); err != nil || len(res) != 1 || res[0] == "" {
+		t.Fatalf("the backend connection is not TLS: Ssl_cipher %q, %v", res, err)
+	}
+	time.Sleep(4 * idleWatchTick) // idle past the two looks after which a watcher waits on the backend socket
+	if res, err := rc.query("SELECT @kept"); err != nil || len(res) != 1 || res[0] != "42" {
+		t.Fatalf("after idling: @kept = %q, %v; want the session's own connection", res, err)
+	}
+	res, err := rc.query("SELECT CONNECTION_ID()")
+	if err != nil || len(res) != 1 {
+		t.Fatalf("CONNECTION_ID(): %v %v", res, err)
+	}
+	root, err := sql.Open("mysql", m.RootDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	mustExec(t, root, "KILL CONNECTION "+res[0])
+	_ = rc.c.SetDeadline(time.Now().Add(10 * time.Second))
+	if p, err := rc.c.ReadPacket(); !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("after the server killed the TLS backend connection: read %q, %v; want the client's connection closed", p, err)
 	}
 }
