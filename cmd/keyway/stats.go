@@ -234,14 +234,19 @@ func writeStats(w io.Writer, admin string, snap *statsSnapshot, prev *statsSnaps
 // poolsApart says, for each pool, what tells it apart from the other pools of its group and user ("" for a pool
 // that has none): the protocol flags its clients negotiated that some of those others did not ("+NAME") and the
 // ones they negotiated and its clients did not ("-NAME"), by their names without CLIENT_ (the mariadb CLI and PHP
-// mysqli, say, get a pool each). Each is followed by two spaces.
+// mysqli, say, get a pool each), and its collation id when theirs differ. Each is followed by two spaces.
 func poolsApart(pools []server.PoolStatus) []string {
 	type owner struct{ group, user string }
 	count := map[owner]int{}          // pools per group and user
 	has := map[owner]map[string]int{} // how many of them have each flag
+	collations := map[owner]map[int]bool{}
 	for _, p := range pools {
 		o := owner{p.Group, p.User}
 		count[o]++
+		if collations[o] == nil {
+			collations[o] = map[int]bool{}
+		}
+		collations[o][p.Collation] = true
 		if has[o] == nil {
 			has[o] = map[string]int{}
 		}
@@ -272,6 +277,9 @@ func poolsApart(pools []server.PoolStatus) []string {
 		}
 		sort.Strings(plus)
 		sort.Strings(minus)
+		if len(collations[o]) > 1 { // clients that asked for different character sets
+			plus = append(plus, "collation "+strconv.Itoa(p.Collation))
+		}
 		if d := strings.Join(append(plus, minus...), " "); d != "" {
 			out[i] = d + "  "
 		}

@@ -385,7 +385,8 @@ type PoolStatus struct {
 	// Capabilities are the protocol-changing capability flags its connections negotiated (the pool's key), by
 	// their MySQL names, and MariaDB's extended ones by MariaDB's.
 	Capabilities []string `json:"capabilities"`
-	Open         int      `json:"open"`   // connections, idle or in use
+	Collation    int      `json:"collation_id"` // the character set and collation its clients asked for (the pool's key too)
+	Open         int      `json:"open"`         // connections, idle or in use
 	Idle         int      `json:"idle"`   // waiting in the pool
 	InUse        int      `json:"in_use"` // held by sessions
 	Waits        int64    `json:"waits"`  // checkouts that waited for a connection
@@ -423,7 +424,7 @@ func poolStatus(p backend.PoolStats) PoolStatus {
 			caps = append(caps, c.name)
 		}
 	}
-	return PoolStatus{Group: p.Group, Address: p.Address, User: p.User, Capabilities: caps, Open: p.Open, Idle: p.Idle,
+	return PoolStatus{Group: p.Group, Address: p.Address, User: p.User, Capabilities: caps, Collation: int(p.Collation), Open: p.Open, Idle: p.Idle,
 		InUse: p.InUse, Waits: p.Waits, Errors: p.Errors}
 }
 
