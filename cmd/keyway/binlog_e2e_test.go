@@ -119,19 +119,28 @@ func startCachingWithAdmin(t *testing.T) (*testenv.Process, *sql.DB, string, str
 
 func binlogStatus(t *testing.T, admin string) followerStatus {
 	t.Helper()
+	var st struct {
+		Binlog []followerStatus `json:"binlog"`
+	}
+	if body := adminStatus(t, admin, &st); len(st.Binlog) != 1 {
+		t.Fatalf("/status binlog: %s", body)
+	}
+	return st.Binlog[0]
+}
+
+// adminStatus reads /status on the admin listener into v and returns its body.
+func adminStatus(t *testing.T, admin string, v any) []byte {
+	t.Helper()
 	resp, err := http.Get("http://" + admin + "/status")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	var st struct {
-		Binlog []followerStatus `json:"binlog"`
+	if err := json.Unmarshal(body, v); err != nil {
+		t.Fatalf("/status: %v %s", err, body)
 	}
-	if err := json.Unmarshal(body, &st); err != nil || len(st.Binlog) != 1 {
-		t.Fatalf("/status binlog: %v %s", err, body)
-	}
-	return st.Binlog[0]
+	return body
 }
 
 // ledger is what a consistency test's writers wrote and when its direct writes committed, and what its readers

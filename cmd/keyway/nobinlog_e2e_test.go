@@ -6,10 +6,7 @@ package main
 
 import (
 	"database/sql"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -118,17 +115,11 @@ type groupCache struct {
 
 func statusGroupCache(t *testing.T, admin string) groupCache {
 	t.Helper()
-	resp, err := http.Get("http://" + admin + "/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
 	var st struct {
 		Groups []groupCache `json:"groups"`
 	}
-	if err := json.Unmarshal(body, &st); err != nil || len(st.Groups) != 1 {
-		t.Fatalf("/status groups: %v %s", err, body)
+	if body := adminStatus(t, admin, &st); len(st.Groups) != 1 {
+		t.Fatalf("/status groups: %s", body)
 	}
 	return st.Groups[0]
 }
