@@ -277,10 +277,11 @@ func poolsApart(pools []server.PoolStatus) []string {
 		}
 		sort.Strings(plus)
 		sort.Strings(minus)
+		apart := append(plus, minus...)
 		if len(collations[o]) > 1 { // clients that asked for different character sets
-			plus = append(plus, "collation "+strconv.Itoa(p.Collation))
+			apart = append(apart, "collation "+strconv.Itoa(p.Collation))
 		}
-		if d := strings.Join(append(plus, minus...), " "); d != "" {
+		if d := strings.Join(apart, " "); d != "" {
 			out[i] = d + "  "
 		}
 	}
