@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/keywaydb/keyway/internal/mysqlwire"
 )
 
 // batchTimeout bounds one group-commit batch, retries included; the batch
@@ -29,16 +31,6 @@ const (
 	lockRetries = 4
 	lockBackoff = 10 * time.Millisecond
 )
-
-// Server errors after which the same statement may pass when run again.
-const (
-	erLockWaitTimeout = 1205
-	erLockDeadlock    = 1213
-)
-
-// erNetPacketTooLarge is the server's reply to a packet past max_allowed_packet, when the client reads it before
-// the connection ends (see lowerMaxPacket).
-const erNetPacketTooLarge = 1153
 
 // setReq is one queued Set. Its key and it.Value are the request's own copy
 // (one allocation for both, made by Set): the caller's buffers are the
@@ -425,7 +417,7 @@ func dataError(err error) bool {
 // the statement was rolled back and may pass when run again.
 func lockError(err error) bool {
 	var me *mysql.MySQLError
-	return errors.As(err, &me) && (me.Number == erLockDeadlock || me.Number == erLockWaitTimeout)
+	return errors.As(err, &me) && (me.Number == mysqlwire.ERLockDeadlock || me.Number == mysqlwire.ERLockWaitTimeout)
 }
 
 // upsertRetry runs upsert, and runs it again after a deadlock or lock wait
