@@ -56,6 +56,7 @@ import (
 	"time"
 
 	"github.com/keywaydb/keyway/internal/backend"
+	"github.com/keywaydb/keyway/internal/digests"
 	"github.com/keywaydb/keyway/internal/mysqlwire"
 	"github.com/keywaydb/keyway/internal/qcache"
 	"github.com/keywaydb/keyway/internal/sockio"
@@ -74,7 +75,7 @@ type Options struct {
 	MaxConnections   int            // concurrent client connections (0 = DefaultMaxConnections)
 	AllowLocalInfile bool           // relay LOAD DATA LOCAL INFILE (false: refused)
 	Plans            *PlanCache     // nil = a private cache of DefaultPlanCapacity
-	Digests          *stats.Digests // nil = no digest statistics
+	Digests          *digests.Table // nil = no digest statistics
 	Metrics          *stats.Metrics // nil = no metrics
 	Logger           *slog.Logger
 	// Validity, when set, is the registry of cached table data shared with the other doors: a statement first
