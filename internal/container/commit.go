@@ -325,7 +325,8 @@ func (c *Container) writeRows(ctx context.Context, rows []Row, distinct bool) []
 		return errs
 	}
 	// In key order: InnoDB inserts a batch's rows with less work (a write-behind round comes in its map's order,
-	// which is shuffled), and statements that share rows take their locks in one order. The rows are distinct keys, so the order changes nothing else.
+	// which is shuffled), and statements that share rows take their locks in one order. The rows are distinct
+	// keys, so the order changes nothing else.
 	slices.SortFunc(write, func(a, b []any) int { return bytes.Compare(a[0].([]byte), b[0].([]byte)) })
 	err := c.upsertRetry(ctx, w, write)
 	// After a data error each written row runs alone: alone is each one's error, by index; a row the batch held
