@@ -29,13 +29,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/keywaydb/keyway/internal/digests"
 	"github.com/keywaydb/keyway/internal/stats"
 )
 
 // Options configures the admin listener.
 type Options struct {
 	Listen  string         // address for ListenAndServe, e.g. "127.0.0.1:9104"; Serve ignores it
-	Digests *stats.Digests // per-digest statistics; nil: /digests answers 404
+	Digests *digests.Table // per-digest statistics; nil: /digests answers 404
 	Metrics *stats.Metrics // nil: /metrics answers 404
 	Status  func() any     // JSON-encoded at /status; nil: /status answers 404
 	// Candidates is JSON-encoded at /candidates (the SQL door's SHOW KEYWAY CANDIDATES); nil: 404.
@@ -182,7 +183,7 @@ func (s *Server) routes() http.Handler {
 // step. A GET never resets: ?reset=1 (which once did) is refused, so a crawler or prefetch cannot wipe statistics.
 func (s *Server) digests(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	var rows []stats.DigestStats
+	var rows []digests.Row
 	if r.Method == http.MethodGet && q.Has("reset") {
 		w.Header().Set("Allow", "POST")
 		http.Error(w, "reset digests with POST /digests/reset (or DELETE /digests); a GET changes nothing", http.StatusMethodNotAllowed)
@@ -239,7 +240,7 @@ func (s *Server) writeJSON(w http.ResponseWriter, v any) {
 const maxTextDigest = 100
 
 // formatDigestTable renders rows the way the mysql client prints ProxySQL's stats_mysql_query_digest.
-func formatDigestTable(rows []stats.DigestStats) []byte {
+func formatDigestTable(rows []digests.Row) []byte {
 	header := []string{"digest", "class", "schemaname", "username", "count_star", "sum_time_us", "min_time_us",
 		"avg_time_us", "max_time_us", "sum_rows", "errors", "first_seen", "last_seen", "digest_text"}
 	right := []bool{false, false, false, false, true, true, true, true, true, true, true, false, false, false}

@@ -13,12 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keywaydb/keyway/internal/digests"
 	"github.com/keywaydb/keyway/internal/stats"
 )
 
-func newTestServer(t *testing.T) (*httptest.Server, *stats.Digests, *stats.Metrics, *bytes.Buffer) {
+func newTestServer(t *testing.T) (*httptest.Server, *digests.Table, *stats.Metrics, *bytes.Buffer) {
 	t.Helper()
-	d := stats.NewDigests(100)
+	d := digests.New(100)
 	m := stats.NewMetrics()
 	var logs bytes.Buffer
 	s := New(Options{
@@ -86,16 +87,16 @@ func TestMetricsEndpoint(t *testing.T) {
 
 func TestDigestsEndpoint(t *testing.T) {
 	ts, d, _, _ := newTestServer(t)
-	k := stats.DigestKey{Digest: "d1", Normalized: "select * from `t` where `id` = ?", Class: "read", Schema: "shop", User: "app"}
+	k := digests.Key{Digest: "d1", Normalized: "select * from `t` where `id` = ?", Class: "read", Schema: "shop", User: "app"}
 	d.Record(k, 1, 100*time.Microsecond, false)
 	d.Record(k, 1, 300*time.Microsecond, false)
-	d.Record(stats.DigestKey{Digest: "d2", Normalized: "update `t` set `a` = ?", Class: "write"}, 1, time.Millisecond, true)
+	d.Record(digests.Key{Digest: "d2", Normalized: "update `t` set `a` = ?", Class: "write"}, 1, time.Millisecond, true)
 
 	code, body, hdr := get(t, ts.URL+"/digests")
 	if code != 200 || hdr.Get("Content-Type") != "application/json" {
 		t.Fatalf("status %d, type %q: %s", code, hdr.Get("Content-Type"), body)
 	}
-	var rows []stats.DigestStats
+	var rows []digests.Row
 	if err := json.Unmarshal([]byte(body), &rows); err != nil {
 		t.Fatalf("decoding %s: %v", body, err)
 	}
@@ -142,7 +143,7 @@ func TestDigestsEndpoint(t *testing.T) {
 
 func TestDigestsReset(t *testing.T) {
 	ts, d, _, _ := newTestServer(t)
-	k := stats.DigestKey{Digest: "d1", Normalized: "select ?"}
+	k := digests.Key{Digest: "d1", Normalized: "select ?"}
 	d.Record(k, 0, time.Millisecond, false)
 
 	// A GET changes nothing, even with ?reset=1.
@@ -157,7 +158,7 @@ func TestDigestsReset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rows []stats.DigestStats
+	var rows []digests.Row
 	if err := json.NewDecoder(resp.Body).Decode(&rows); err != nil || len(rows) != 1 {
 		t.Fatalf("POST reset returned %v (%v)", rows, err)
 	}

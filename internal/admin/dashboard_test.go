@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keywaydb/keyway/internal/digests"
 	"github.com/keywaydb/keyway/internal/stats"
 )
 
@@ -16,7 +17,7 @@ const testToken = "test-token-0123456789"
 
 func authServer(t *testing.T, o Options) *httptest.Server {
 	t.Helper()
-	o.Metrics, o.Digests = stats.NewMetrics(), stats.NewDigests(10)
+	o.Metrics, o.Digests = stats.NewMetrics(), digests.New(10)
 	o.Status = func() any { return map[string]string{"ok": "yes"} }
 	o.Candidates = func() any { return []any{} }
 	s := New(o)
@@ -115,7 +116,7 @@ func TestReadyz(t *testing.T) {
 // The dashboard's JSON derives rates, ratios and quantiles from the registry, and lists digests with their mark.
 func TestDashboardAPI(t *testing.T) {
 	m := stats.NewMetrics()
-	d := stats.NewDigests(10)
+	d := digests.New(10)
 	gets := map[string]int64{"cmd_get": 0, "get_hits": 0, "get_misses": 0, "curr_connections": 2}
 	m.SetMemcacheStatsFunc(func() map[string]int64 {
 		out := map[string]int64{}
@@ -133,7 +134,7 @@ func TestDashboardAPI(t *testing.T) {
 			{Name: "keyway_cache_fresh", Help: "h", Group: "main", Labels: [][2]string{{"mode", "off"}}, Value: 0},
 		}
 	})
-	d.Record(stats.DigestKey{Digest: "d1", Normalized: "select `v` from `kv` where `k` = ?", Class: "read"}, 1, time.Millisecond, false)
+	d.Record(digests.Key{Digest: "d1", Normalized: "select `v` from `kv` where `k` = ?", Class: "read"}, 1, time.Millisecond, false)
 	s := New(Options{Metrics: m, Digests: d, SampleInterval: time.Hour, // sampled by hand below
 		Candidates: func() any {
 			return []map[string]any{{"digest": "d1", "key_value": true, "cached": false, "why_not": "no follower"}}

@@ -155,20 +155,5 @@ func (g *Group) requireTLSOffer(nc net.Conn, deadline time.Time) (net.Conn, erro
 	if info.Capabilities&mysqlwire.ClientSSL == 0 {
 		return nil, &TLSError{Group: g.cfg.Name, Mode: g.cfg.TLS, Err: fmt.Errorf("%w (server %q)", mysqlwire.ErrNoTLS, info.Version)}
 	}
-	return &replayConn{Conn: nc, prefix: pkt}, nil
-}
-
-// replayConn reads prefix before the connection's own bytes.
-type replayConn struct {
-	net.Conn
-	prefix []byte
-}
-
-func (c *replayConn) Read(b []byte) (int, error) {
-	if len(c.prefix) > 0 {
-		n := copy(b, c.prefix)
-		c.prefix = c.prefix[n:]
-		return n, nil
-	}
-	return c.Conn.Read(b)
+	return mysqlwire.NewPrefixConn(nc, pkt), nil
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/keywaydb/keyway/internal/mysqlwire"
 )
 
 // batchTimeout bounds one group-commit batch, retries included; the batch
@@ -29,16 +31,6 @@ const (
 	lockRetries = 4
 	lockBackoff = 10 * time.Millisecond
 )
-
-// Server errors after which the same statement may pass when run again.
-const (
-	erLockWaitTimeout = 1205
-	erLockDeadlock    = 1213
-)
-
-// erNetPacketTooLarge is the server's reply to a packet past max_allowed_packet, when the client reads it before
-// the connection ends (see lowerMaxPacket).
-const erNetPacketTooLarge = 1153
 
 // setReq is one queued Set. Its key and it.Value are the request's own copy
 // (one allocation for both, made by Set): the caller's buffers are the
@@ -332,9 +324,9 @@ func (c *Container) writeRows(ctx context.Context, rows []Row, distinct bool) []
 	if len(write) == 0 {
 		return errs
 	}
-	// In key order: InnoDB inserts a batch's rows with less work (a write-behind round comes in its map's order:
-	// 30,000 new rows in 1024-row upserts took MariaDB 90 ms of CPU sorted against 110 shuffled), and statements
-	// that share rows take their locks in one order. The rows are distinct keys, so the order changes nothing else.
+	// In key order: InnoDB inserts a batch's rows with less work (a write-behind round comes in its map's order,
+	// which is shuffled), and statements that share rows take their locks in one order. The rows are distinct
+	// keys, so the order changes nothing else.
 	slices.SortFunc(write, func(a, b []any) int { return bytes.Compare(a[0].([]byte), b[0].([]byte)) })
 	err := c.upsertRetry(ctx, w, write)
 	// After a data error each written row runs alone: alone is each one's error, by index; a row the batch held
@@ -425,7 +417,7 @@ func dataError(err error) bool {
 // the statement was rolled back and may pass when run again.
 func lockError(err error) bool {
 	var me *mysql.MySQLError
-	return errors.As(err, &me) && (me.Number == erLockDeadlock || me.Number == erLockWaitTimeout)
+	return errors.As(err, &me) && (me.Number == mysqlwire.ERLockDeadlock || me.Number == mysqlwire.ERLockWaitTimeout)
 }
 
 // upsertRetry runs upsert, and runs it again after a deadlock or lock wait

@@ -90,6 +90,7 @@ import (
 
 	"github.com/keywaydb/keyway/internal/backend"
 	"github.com/keywaydb/keyway/internal/gather"
+	"github.com/keywaydb/keyway/internal/mysqlwire"
 )
 
 // Def describes one container (the InnoDB memcached plugin's `containers` row).
@@ -386,8 +387,8 @@ func (e *unreachableError) Unwrap() error { return e.err }
 // Server errors that say the server is there but cannot serve yet (it is
 // starting, stopping or full): a later check may pass.
 var transientErrors = map[uint16]bool{
-	1040: true, // too many connections
-	1053: true, // server shutdown in progress
+	mysqlwire.ERConCount:       true, // too many connections
+	mysqlwire.ERServerShutdown: true, // server shutdown in progress
 }
 
 // readFail wraps the error of a query the check ran: an *unreachableError
@@ -567,9 +568,9 @@ func (c *Container) check(ctx context.Context) error {
 
 // Server errors that refuse a statement for want of a privilege.
 var privilegeErrors = map[uint16]bool{
-	1044: true, // ER_DBACCESS_DENIED_ERROR
-	1142: true, // ER_TABLEACCESS_DENIED_ERROR
-	1143: true, // ER_COLUMNACCESS_DENIED_ERROR
+	mysqlwire.ERDBAccessDenied:     true,
+	mysqlwire.ERTableAccessDenied:  true,
+	mysqlwire.ERColumnAccessDenied: true,
 }
 
 // checkPrivileges asks the server whether the account may run what the container runs on its table: SELECT of its
@@ -924,7 +925,7 @@ const maxPacketReadAttempts = 3
 // opened before the change still has the smaller one).
 func (c *Container) lowerMaxPacket(ctx context.Context, err error) {
 	var me *mysql.MySQLError
-	if err == nil || (errors.As(err, &me) && me.Number != erNetPacketTooLarge) || ctx.Err() != nil {
+	if err == nil || (errors.As(err, &me) && me.Number != mysqlwire.ERNetPacketTooLarge) || ctx.Err() != nil {
 		return
 	}
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), maxPacketReadTimeout)

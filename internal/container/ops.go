@@ -11,12 +11,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/go-sql-driver/mysql"
-)
 
-// MySQL/MariaDB error numbers mapped by mapErr.
-const (
-	erDupEntry    = 1062
-	erDataTooLong = 1406
+	"github.com/keywaydb/keyway/internal/mysqlwire"
 )
 
 // mapErr turns "Data too long for column" into ErrKeyTooLong/ErrValueTooLong
@@ -26,7 +22,7 @@ func (c *Container) mapErr(err error) error {
 		return nil
 	}
 	var me *mysql.MySQLError
-	if errors.As(err, &me) && me.Number == erDataTooLong {
+	if errors.As(err, &me) && me.Number == mysqlwire.ERDataTooLong {
 		if strings.Contains(strings.ToLower(me.Message), "'"+strings.ToLower(c.def.KeyColumn)+"'") {
 			return c.errorf("%w: %w", ErrKeyTooLong, err)
 		}
@@ -424,7 +420,7 @@ func (c *Container) Add(ctx context.Context, key []byte, it Item) (uint64, Statu
 	q := "INSERT INTO " + c.table + " (" + c.qKey + ", " + strings.Join(cols, ", ") + ") VALUES (?" + strings.Repeat(", ?", len(cols)) + ")"
 	_, err = c.db.ExecContext(ctx, q, append([]any{key}, wargs...)...)
 	var me *mysql.MySQLError
-	if errors.As(err, &me) && me.Number == erDupEntry {
+	if errors.As(err, &me) && me.Number == mysqlwire.ERDupEntry {
 		return 0, NotStored, nil
 	}
 	if err != nil {
@@ -736,15 +732,15 @@ func (c *Container) Truncate(ctx context.Context) error {
 // cannot succeed. Everything else (connections, lock waits, deadlocks,
 // read-only servers, privileges) may pass.
 var dataErrors = map[uint16]bool{
-	1048: true, // column cannot be null
-	1062: true, // duplicate entry (on another unique index)
-	1264: true, // out of range value
-	1265: true, // data truncated
-	1292: true, // incorrect value
-	1366: true, // incorrect string value
-	1406: true, // data too long
-	1451: true, // foreign key: row is referenced
-	1452: true, // foreign key: parent row missing
+	mysqlwire.ERBadNull:                     true, // column cannot be null
+	mysqlwire.ERDupEntry:                    true, // duplicate entry (on another unique index)
+	mysqlwire.ERWarnDataOutOfRange:          true, // out of range value
+	mysqlwire.ERDataTruncated:               true, // data truncated
+	mysqlwire.ERTruncatedWrongValue:         true, // incorrect value
+	mysqlwire.ERTruncatedWrongValueForField: true, // incorrect string value
+	mysqlwire.ERDataTooLong:                 true, // data too long
+	mysqlwire.ERRowIsReferenced:             true, // foreign key: row is referenced
+	mysqlwire.ERNoReferencedRow:             true, // foreign key: parent row missing
 }
 
 // Refused reports whether err means the row itself cannot be written (keyway's
@@ -754,6 +750,5 @@ func Refused(err error) bool {
 	if errors.Is(err, ErrKeyTooLong) || errors.Is(err, ErrValueTooLong) || errors.Is(err, ErrValueType) || errors.Is(err, ErrTooManyValues) {
 		return true
 	}
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && dataErrors[me.Number]
+	return dataError(err)
 }

@@ -63,6 +63,7 @@ import (
 	"time"
 
 	"github.com/keywaydb/keyway/internal/engine"
+	"github.com/keywaydb/keyway/internal/sockio"
 )
 
 // ProtocolVersion is the memcached protocol level keyway speaks: what
@@ -226,29 +227,16 @@ func (s *Server) Serve(ln net.Listener) error {
 		s.loops = s.startLoops()
 	}
 	s.mu.Unlock()
-	var backoff time.Duration
-	for {
-		nc, err := ln.Accept()
-		if err != nil {
-			s.mu.Lock()
-			closed := s.mu.closed
-			s.mu.Unlock()
-			if closed {
-				return nil
-			}
+	err := sockio.AcceptLoop{
+		Closed: s.closing,
+		Retry: func(err error) bool {
 			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() || isTemporary(err) {
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				s.log.Warn("memcache: accept failed; retrying", "err", err, "backoff", backoff)
-				time.Sleep(backoff)
-				continue
-			}
-			s.mu.Lock()
-			delete(s.mu.listeners, ln)
-			s.mu.Unlock()
-			return err
-		}
-		backoff = 0
+			return errors.As(err, &ne) && ne.Timeout() || isTemporary(err)
+		},
+		Retrying: func(err error, backoff time.Duration) {
+			s.log.Warn("memcache: accept failed; retrying", "err", err, "backoff", backoff)
+		},
+	}.Run(ln, func(nc net.Conn) bool {
 		if s.currConns.Load() >= int64(s.opts.MaxConnections) {
 			// memcached answers and closes when over its connection limit.
 			// Over TLS the answer would need a handshake, which must not
@@ -259,11 +247,10 @@ func (s *Server) Serve(ln net.Listener) error {
 				s.bytesWritten.Add(int64(n))
 			}
 			nc.Close()
-			continue
+			return true
 		}
-		// Not sockio.Wrap: raw-call reads and writes saved CPU here at 8 connections (memcaslap, loops off) but
-		// cost a lone client's get about 9 µs of latency (a caching container's hit, p50 42 µs against 33, six
-		// alternating rounds out of six, 2026-11-24); why is not known. The SQL door gains on both counts.
+		// Not sockio.Wrap: on a connection a goroutine serves, raw-call reads and writes saved CPU under load but
+		// cost a lone client's get latency (measured; why is not known). The SQL door gains on both counts.
 		c := newConn(s, nc)
 		c.id = s.connIDs.Add(1)
 		c.listenAddr = ln.Addr()
@@ -272,7 +259,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		if s.mu.closed {
 			s.mu.Unlock()
 			nc.Close()
-			continue
+			return true
 		}
 		s.mu.conns[c] = struct{}{}
 		s.wg.Add(1)
@@ -280,10 +267,17 @@ func (s *Server) Serve(ln net.Listener) error {
 		s.currConns.Add(1)
 		s.totalConns.Add(1)
 		if s.loops != nil && s.enterLoop(c) {
-			continue
+			return true
 		}
 		go c.serve()
+		return true
+	})
+	if err != nil {
+		s.mu.Lock()
+		delete(s.mu.listeners, ln)
+		s.mu.Unlock()
 	}
+	return err
 }
 
 // finished forgets a connection that has ended.

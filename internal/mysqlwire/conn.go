@@ -181,7 +181,7 @@ func (c *Conn) upgradeTLS(cfg *tls.Config, server bool) error {
 	raw := c.nc
 	if n := c.br.Buffered(); n > 0 {
 		p, _ := c.br.Peek(n)
-		raw = &prefixConn{Conn: c.nc, prefix: append([]byte(nil), p...)}
+		raw = NewPrefixConn(c.nc, append([]byte(nil), p...))
 		_, _ = c.br.Discard(n)
 	}
 	var tc *tls.Conn
@@ -491,6 +491,14 @@ type WriteError struct{ Err error }
 
 func (e *WriteError) Error() string { return "mysqlwire: write: " + e.Err.Error() }
 func (e *WriteError) Unwrap() error { return e.Err }
+
+// NewPrefixConn returns nc with prefix put back in front of its bytes: reads return prefix first, then what nc
+// reads. It hands bytes already read off a connection (a buffered TLS start, a server's handshake) to the next
+// reader of that connection (crypto/tls, a driver). prefix belongs to the returned conn from then on; every other
+// method is nc's.
+func NewPrefixConn(nc net.Conn, prefix []byte) net.Conn {
+	return &prefixConn{Conn: nc, prefix: prefix}
+}
 
 // prefixConn reads prefix before the connection's own bytes.
 type prefixConn struct {

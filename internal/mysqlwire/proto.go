@@ -83,8 +83,11 @@ const (
 	ClearPassword       = mysql.AUTH_CLEAR_PASSWORD
 )
 
-// Error codes keyway sends itself.
+// MySQL/MariaDB error codes: keyway's one list of them, for the errors it sends and those it looks for in a
+// server's (from go-sql-driver or mysqlwire). Under go-mysql's names where go-mysql has the code; the three it lacks
+// (MariaDB's 1927 and 4151, MySQL's 3118) are numbers here.
 const (
+	// Sent by keyway.
 	ERConCount             = mysql.ER_CON_COUNT_ERROR          // 1040
 	ERHandshake            = mysql.ER_HANDSHAKE_ERROR          // 1043
 	ERAccessDenied         = mysql.ER_ACCESS_DENIED_ERROR      // 1045
@@ -97,12 +100,44 @@ const (
 	ERNetReadInterrupted   = mysql.ER_NET_READ_INTERRUPTED     // 1159
 	ERHostIsBlocked        = mysql.ER_HOST_IS_BLOCKED          // 1129
 	ERNotSupportedYet      = mysql.ER_NOT_SUPPORTED_YET        // 1235
+	ERUnknownStmtHandler   = mysql.ER_UNKNOWN_STMT_HANDLER     // 1243
 	ERUnsupportedPS        = mysql.ER_UNSUPPORTED_PS           // 1295
 	ERMalformedPacket      = mysql.ER_MALFORMED_PACKET         // 1835
 	ERParseError           = mysql.ER_PARSE_ERROR              // 1064
 	// ERConnectionKilled is MariaDB's "Connection was killed" (1927, SQLSTATE 70100): keyway sends it when a
 	// session's backend connection is lost in the middle of a command.
 	ERConnectionKilled = 1927
+
+	// A server refusing an account (check's login problems).
+	ERAccessDeniedNoPassword  = mysql.ER_ACCESS_DENIED_NO_PASSWORD_ERROR // 1698
+	ERNotSupportedAuthMode    = mysql.ER_NOT_SUPPORTED_AUTH_MODE         // 1251
+	ERMustChangePassword      = mysql.ER_MUST_CHANGE_PASSWORD            // 1820
+	ERMustChangePasswordLogin = mysql.ER_MUST_CHANGE_PASSWORD_LOGIN      // 1862
+	ERAccountLockedMySQL      = 3118                                     // MySQL's ER_ACCOUNT_HAS_BEEN_LOCKED
+	ERAccountLockedMariaDB    = 4151                                     // MariaDB's ER_ACCOUNT_HAS_BEEN_LOCKED
+
+	// A server refusing a statement for want of a privilege.
+	ERDBAccessDenied     = mysql.ER_DBACCESS_DENIED_ERROR     // 1044
+	ERTableAccessDenied  = mysql.ER_TABLEACCESS_DENIED_ERROR  // 1142
+	ERColumnAccessDenied = mysql.ER_COLUMNACCESS_DENIED_ERROR // 1143
+
+	// A server that is there but cannot serve yet.
+	ERServerShutdown = mysql.ER_SERVER_SHUTDOWN // 1053
+
+	// A server refusing a row's data.
+	ERBadNull                     = mysql.ER_BAD_NULL_ERROR                  // 1048: column cannot be null
+	ERDupEntry                    = mysql.ER_DUP_ENTRY                       // 1062
+	ERWarnDataOutOfRange          = mysql.ER_WARN_DATA_OUT_OF_RANGE          // 1264
+	ERDataTruncated               = mysql.WARN_DATA_TRUNCATED                // 1265
+	ERTruncatedWrongValue         = mysql.ER_TRUNCATED_WRONG_VALUE           // 1292: incorrect value
+	ERTruncatedWrongValueForField = mysql.ER_TRUNCATED_WRONG_VALUE_FOR_FIELD // 1366: incorrect string value
+	ERDataTooLong                 = mysql.ER_DATA_TOO_LONG                   // 1406
+	ERRowIsReferenced             = mysql.ER_ROW_IS_REFERENCED_2             // 1451: foreign key: row is referenced
+	ERNoReferencedRow             = mysql.ER_NO_REFERENCED_ROW_2             // 1452: foreign key: parent row missing
+
+	// A statement rolled back that may pass when run again.
+	ERLockWaitTimeout = mysql.ER_LOCK_WAIT_TIMEOUT // 1205
+	ERLockDeadlock    = mysql.ER_LOCK_DEADLOCK     // 1213
 )
 
 // Codes from 2000 up are the client library's own (CR_*): a client library that finds one in a server's ERR packet

@@ -170,13 +170,13 @@ func containerProblem(primary, user string, def container.Def, err error) string
 // loginRefusals are the server's errors that refuse an account itself (not one statement of it): access denied, an
 // authentication method the client cannot use, an expired password, a locked account.
 var loginRefusals = map[uint16]bool{
-	1045: true, // ER_ACCESS_DENIED_ERROR
-	1251: true, // ER_NOT_SUPPORTED_AUTH_MODE
-	1698: true, // ER_ACCESS_DENIED_NO_PASSWORD_ERROR
-	1820: true, // ER_MUST_CHANGE_PASSWORD
-	1862: true, // ER_MUST_CHANGE_PASSWORD_LOGIN
-	3118: true, // ER_ACCOUNT_HAS_BEEN_LOCKED (MySQL)
-	4151: true, // ER_ACCOUNT_HAS_BEEN_LOCKED (MariaDB)
+	mysqlwire.ERAccessDenied:            true,
+	mysqlwire.ERNotSupportedAuthMode:    true,
+	mysqlwire.ERAccessDeniedNoPassword:  true,
+	mysqlwire.ERMustChangePassword:      true,
+	mysqlwire.ERMustChangePasswordLogin: true,
+	mysqlwire.ERAccountLockedMySQL:      true,
+	mysqlwire.ERAccountLockedMariaDB:    true,
 }
 
 // serverError finds the server's error in err: from go-sql-driver (a ping, a container's query) or from mysqlwire

@@ -31,6 +31,7 @@ import (
 	"github.com/keywaydb/keyway/internal/backend"
 	"github.com/keywaydb/keyway/internal/binlog"
 	"github.com/keywaydb/keyway/internal/config"
+	"github.com/keywaydb/keyway/internal/digests"
 	"github.com/keywaydb/keyway/internal/engine"
 	"github.com/keywaydb/keyway/internal/memcache"
 	"github.com/keywaydb/keyway/internal/mysqlwire"
@@ -286,13 +287,13 @@ func (s *Server) startSQLAndAdmin() error {
 		metrics.SetMemcacheStatsFunc(s.memcache.Stats)
 	}
 	metrics.SetSamplesFunc(s.adminSamples)
-	digests := stats.NewDigests(digestCapacity)
+	digestTable := digests.New(digestCapacity)
 	if cfg.SQL.Listen != "" {
 		opts, err := s.sqlOptions()
 		if err != nil {
 			return err
 		}
-		opts.Plans, opts.Digests, opts.Metrics = sqlproxy.NewPlanCache(sqlproxy.DefaultPlanCapacity), digests, metrics
+		opts.Plans, opts.Digests, opts.Metrics = sqlproxy.NewPlanCache(sqlproxy.DefaultPlanCapacity), digestTable, metrics
 		proxy, err := sqlproxy.New(opts)
 		if err != nil {
 			return err
@@ -310,7 +311,7 @@ func (s *Server) startSQLAndAdmin() error {
 		if err != nil {
 			return fmt.Errorf("admin.listen %q: %w (change [admin] listen or --admin-listen)", cfg.Admin.Listen, err)
 		}
-		s.admin = admin.New(admin.Options{Listen: cfg.Admin.Listen, Digests: digests, Metrics: metrics, Status: s.status,
+		s.admin = admin.New(admin.Options{Listen: cfg.Admin.Listen, Digests: digestTable, Metrics: metrics, Status: s.status,
 			Candidates: s.candidates, Ready: s.readiness, Token: cfg.Admin.Token, MetricsPublic: cfg.Admin.MetricsPublic,
 			Logger: s.log})
 		s.adminLn = ln

@@ -236,12 +236,9 @@ func (ss *session) stmt(p []byte, answer string) (st *prepared, ok bool, err err
 		if answer == "" {
 			return nil, false, nil
 		}
-		return nil, false, ss.reply(mysqlwire.NewError(erUnknownStmtHandler, "HY000",
+		return nil, false, ss.reply(mysqlwire.NewError(mysqlwire.ERUnknownStmtHandler, "HY000",
 			"Unknown prepared statement handler (%d) given to %s: keyway's backend connection changed since it was prepared; prepare it again", id, answer))
 	}
 	binary.LittleEndian.PutUint32(p[1:], st.backendID)
 	return st, true, nil
 }
-
-// erUnknownStmtHandler is ER_UNKNOWN_STMT_HANDLER.
-const erUnknownStmtHandler = 1243

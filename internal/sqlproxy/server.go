@@ -56,8 +56,10 @@ import (
 	"time"
 
 	"github.com/keywaydb/keyway/internal/backend"
+	"github.com/keywaydb/keyway/internal/digests"
 	"github.com/keywaydb/keyway/internal/mysqlwire"
 	"github.com/keywaydb/keyway/internal/qcache"
+	"github.com/keywaydb/keyway/internal/sockio"
 	"github.com/keywaydb/keyway/internal/stats"
 	"github.com/keywaydb/keyway/internal/validity"
 )
@@ -73,7 +75,7 @@ type Options struct {
 	MaxConnections   int            // concurrent client connections (0 = DefaultMaxConnections)
 	AllowLocalInfile bool           // relay LOAD DATA LOCAL INFILE (false: refused)
 	Plans            *PlanCache     // nil = a private cache of DefaultPlanCapacity
-	Digests          *stats.Digests // nil = no digest statistics
+	Digests          *digests.Table // nil = no digest statistics
 	Metrics          *stats.Metrics // nil = no metrics
 	Logger           *slog.Logger
 	// Validity, when set, is the registry of cached table data shared with the other doors: a statement first
@@ -327,30 +329,22 @@ func (s *Server) Serve(ln net.Listener) error {
 		delete(s.mu.listeners, ln)
 		s.mu.Unlock()
 	}()
-	var delay time.Duration
-	for {
-		nc, err := ln.Accept()
-		if err != nil {
+	err := sockio.AcceptLoop{
+		Closed: func() bool {
 			s.mu.Lock()
-			down := s.mu.shutdown
-			s.mu.Unlock()
-			if down {
-				return nil
-			}
-			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ECONNABORTED) {
-				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				time.Sleep(delay)
-				continue
-			}
-			return fmt.Errorf("sql: accept on %s: %w", ln.Addr(), err)
-		}
-		delay = 0
+			defer s.mu.Unlock()
+			return s.mu.shutdown
+		},
+		Retry: func(err error) bool {
+			return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ECONNABORTED)
+		},
+	}.Run(ln, func(nc net.Conn) bool {
 		sess := &session{s: s, nc: nc}
 		s.mu.Lock()
 		if s.mu.shutdown {
 			s.mu.Unlock()
 			nc.Close()
-			return nil
+			return false
 		}
 		for sess.id == 0 { // unique among live sessions even when the 32-bit counter wraps: KILL names one session
 			if id := s.connID.Add(1); s.mu.byID[id] == nil {
@@ -369,7 +363,12 @@ func (s *Server) Serve(ln net.Listener) error {
 			delete(s.mu.byID, sess.id)
 			s.mu.Unlock()
 		}()
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("sql: accept on %s: %w", ln.Addr(), err)
 	}
+	return nil
 }
 
 // Shutdown stops accepting, lets every session finish the command it is running, then closes the sessions (the

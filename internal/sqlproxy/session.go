@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/keywaydb/keyway/internal/backend"
+	"github.com/keywaydb/keyway/internal/digests"
 	"github.com/keywaydb/keyway/internal/mysqlwire"
-	"github.com/keywaydb/keyway/internal/stats"
 	"github.com/keywaydb/keyway/internal/validity"
 )
 
@@ -551,7 +551,7 @@ func parseUse(sql string) (string, bool) {
 func (ss *session) record(plan *Plan, rows int64, latency time.Duration, failed bool) {
 	class := plan.Class.String()
 	if d := ss.s.opts.Digests; d != nil {
-		d.Record(stats.DigestKey{Fingerprint: plan.Fingerprint, Digest: plan.Digest, Normalized: plan.Normalized,
+		d.Record(digests.Key{Fingerprint: plan.Fingerprint, Digest: plan.Digest, Normalized: plan.Normalized,
 			Class: class, Schema: ss.db, User: ss.hs.User}, rows, latency, failed)
 	}
 	if m := ss.s.opts.Metrics; m != nil {

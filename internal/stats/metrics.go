@@ -1,3 +1,12 @@
+// Package stats holds keyway's Prometheus metrics: the families every part of the server reports into, their
+// names (names.go), and the registry /metrics serves.
+//
+// Invariants:
+//   - Recording is cheap and never blocks on I/O: Metrics.ObserveQuery touches pre-resolved Prometheus children
+//     for the known classes.
+//   - Nothing here registers with Prometheus's global registry; each Metrics owns its registry, so tests and
+//     several servers in one process do not collide.
+//   - Collection callbacks (pool and memcache stats) run at scrape time only, on the scraping goroutine.
 package stats
 
 import (

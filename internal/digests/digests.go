@@ -1,14 +1,12 @@
-// Package stats holds keyway's runtime statistics: per-digest query statistics for the SQL door (the equivalent of
-// ProxySQL's stats_mysql_query_digest) and the Prometheus metrics every part of the server reports into.
+// Package digests keeps the SQL door's per-digest query statistics: one row per normalized statement, schema and
+// user, with counts, rows, errors and latencies (the equivalent of ProxySQL's stats_mysql_query_digest), read by
+// /digests and the dashboard.
 //
 // Invariants:
-//   - Recording is cheap and never blocks on I/O: Digests.Record takes one of several sharded mutexes for a few
-//     field updates; Metrics.ObserveQuery touches pre-resolved Prometheus children for the known classes.
-//   - Memory is bounded: Digests holds at most its capacity of distinct keys plus one overflow row.
-//   - Nothing here registers with Prometheus's global registry; each Metrics owns its registry, so tests and
-//     several servers in one process do not collide.
-//   - Collection callbacks (pool and memcache stats) run at scrape time only, on the scraping goroutine.
-package stats
+//   - Recording is cheap and never blocks on I/O: Table.Record takes one of several sharded mutexes for a few
+//     field updates.
+//   - Memory is bounded: a Table holds at most its capacity of distinct keys plus one overflow row.
+package digests
 
 import (
 	"encoding/json"
@@ -20,30 +18,30 @@ import (
 	"time"
 )
 
-// DigestKey identifies one row of digest statistics: a normalized statement as run by one user in one schema.
+// Key identifies one row of digest statistics: a normalized statement as run by one user in one schema.
 //
 // The row is found by (Fingerprint, Schema, User): a fingerprint is the SQL door's 64-bit hash of the statement
 // with its literals erased, one integer to hash and compare per query instead of the whole normalized text.
 // Digest, Normalized and Class describe the statement and are kept from the first Record of the row; they must
 // not vary for one fingerprint. A zero Fingerprint stands for a hash of Digest.
-type DigestKey struct {
+type Key struct {
 	Fingerprint                             uint64
 	Digest, Normalized, Class, Schema, User string
 }
 
-// rowKey is what the table is keyed by (see DigestKey).
+// rowKey is what the table is keyed by (see Key).
 type rowKey struct {
 	fp           uint64
 	schema, user string
 }
 
-// OverflowDigest is the Digest of the single row that collects every key arriving after the table is full.
+// Overflow is the Digest of the single row that collects every key arriving after the table is full.
 // Its Normalized text says so; Class, Schema and User are empty.
-const OverflowDigest = "other"
+const Overflow = "other"
 
-// DigestStats is one row of the digest table. In JSON the latencies are integer microseconds (min_us, avg_us,
+// Row is one row of the digest table. In JSON the latencies are integer microseconds (min_us, avg_us,
 // max_us, sum_us) and the times RFC 3339.
-type DigestStats struct {
+type Row struct {
 	Digest, Normalized, Class, Schema, User string
 	Count, Rows, Errors                     int64
 	MinLatency, AvgLatency, MaxLatency      time.Duration
@@ -69,7 +67,7 @@ type digestJSON struct {
 }
 
 // MarshalJSON encodes latencies as microseconds.
-func (s DigestStats) MarshalJSON() ([]byte, error) {
+func (s Row) MarshalJSON() ([]byte, error) {
 	return json.Marshal(digestJSON{
 		Digest: s.Digest, Normalized: s.Normalized, Class: s.Class, Schema: s.Schema, User: s.User,
 		Count: s.Count, Rows: s.Rows, Errors: s.Errors,
@@ -80,12 +78,12 @@ func (s DigestStats) MarshalJSON() ([]byte, error) {
 }
 
 // UnmarshalJSON is the inverse of MarshalJSON (latencies come back at microsecond precision).
-func (s *DigestStats) UnmarshalJSON(b []byte) error {
+func (s *Row) UnmarshalJSON(b []byte) error {
 	var j digestJSON
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	*s = DigestStats{
+	*s = Row{
 		Digest: j.Digest, Normalized: j.Normalized, Class: j.Class, Schema: j.Schema, User: j.User,
 		Count: j.Count, Rows: j.Rows, Errors: j.Errors,
 		MinLatency: time.Duration(j.MinUS) * time.Microsecond, AvgLatency: time.Duration(j.AvgUS) * time.Microsecond,
@@ -97,11 +95,11 @@ func (s *DigestStats) UnmarshalJSON(b []byte) error {
 
 const digestShards = 32
 
-// Digests aggregates query statistics per DigestKey. Safe for concurrent use.
+// Table aggregates query statistics per Key. Safe for concurrent use.
 //
 // The table holds at most capacity keys. When it is full, a new key is not added: its query is counted in one
 // overflow row (Digest "other") until Reset makes room. Existing keys keep being updated.
-type Digests struct {
+type Table struct {
 	seed     maphash.Seed
 	capacity int64
 	n        atomic.Int64 // keys in the shards, excluding the overflow row
@@ -116,18 +114,18 @@ type digestShard struct {
 }
 
 type digestRow struct {
-	key                 DigestKey // as first recorded
+	key                 Key // as first recorded
 	count, rows, errors int64
 	sum, min, max       time.Duration
 	first, last         time.Time
 }
 
-// NewDigests returns a table bounded to capacity distinct keys (at least 1).
-func NewDigests(capacity int) *Digests {
+// New returns a table bounded to capacity distinct keys (at least 1).
+func New(capacity int) *Table {
 	if capacity < 1 {
 		capacity = 1
 	}
-	d := &Digests{seed: maphash.MakeSeed(), capacity: int64(capacity)}
+	d := &Table{seed: maphash.MakeSeed(), capacity: int64(capacity)}
 	for i := range d.shards {
 		d.shards[i].m = make(map[rowKey]*digestRow)
 	}
@@ -135,10 +133,10 @@ func NewDigests(capacity int) *Digests {
 	return d
 }
 
-var overflowKey = DigestKey{Digest: OverflowDigest, Normalized: "(other digests: the digest table was full)"}
+var overflowKey = Key{Digest: Overflow, Normalized: "(other digests: the digest table was full)"}
 
 // Record counts one execution of k that returned (or affected) rows rows, took latency, and failed or not.
-func (d *Digests) Record(k DigestKey, rows int64, latency time.Duration, failed bool) {
+func (d *Table) Record(k Key, rows int64, latency time.Duration, failed bool) {
 	now := time.Now()
 	fp := k.Fingerprint
 	if fp == 0 {
@@ -187,8 +185,8 @@ func (r *digestRow) add(rows int64, latency time.Duration, failed bool, now time
 }
 
 // Snapshot returns a copy of every row, sorted by total time, highest first (ties: more executions first).
-func (d *Digests) Snapshot() []DigestStats {
-	out := make([]DigestStats, 0, d.n.Load()+1)
+func (d *Table) Snapshot() []Row {
+	out := make([]Row, 0, d.n.Load()+1)
 	for i := range d.shards {
 		out = d.shards[i].appendTo(out, false)
 	}
@@ -199,8 +197,8 @@ func (d *Digests) Snapshot() []DigestStats {
 
 // SnapshotAndReset returns what Snapshot would and empties the table, shard by shard, so that no execution is
 // counted in both the returned rows and the new table, and none is lost.
-func (d *Digests) SnapshotAndReset() []DigestStats {
-	var out []DigestStats
+func (d *Table) SnapshotAndReset() []Row {
+	var out []Row
 	for i := range d.shards {
 		before := len(out)
 		out = d.shards[i].appendTo(out, true)
@@ -212,10 +210,10 @@ func (d *Digests) SnapshotAndReset() []DigestStats {
 }
 
 // Reset empties the table.
-func (d *Digests) Reset() { d.SnapshotAndReset() }
+func (d *Table) Reset() { d.SnapshotAndReset() }
 
 // Len returns the number of rows, the overflow row included.
-func (d *Digests) Len() int {
+func (d *Table) Len() int {
 	n := int(d.n.Load())
 	d.overflow.mu.Lock()
 	n += len(d.overflow.m)
@@ -223,11 +221,11 @@ func (d *Digests) Len() int {
 	return n
 }
 
-func (sh *digestShard) appendTo(out []DigestStats, reset bool) []DigestStats {
+func (sh *digestShard) appendTo(out []Row, reset bool) []Row {
 	sh.mu.Lock()
 	for _, r := range sh.m {
 		k := &r.key
-		s := DigestStats{
+		s := Row{
 			Digest: k.Digest, Normalized: k.Normalized, Class: k.Class, Schema: k.Schema, User: k.User,
 			Count: r.count, Rows: r.rows, Errors: r.errors,
 			MinLatency: r.min, MaxLatency: r.max, SumLatency: r.sum,
@@ -245,8 +243,8 @@ func (sh *digestShard) appendTo(out []DigestStats, reset bool) []DigestStats {
 	return out
 }
 
-func sortDigests(s []DigestStats) {
-	slices.SortFunc(s, func(a, b DigestStats) int {
+func sortDigests(s []Row) {
+	slices.SortFunc(s, func(a, b Row) int {
 		switch {
 		case a.SumLatency != b.SumLatency:
 			if a.SumLatency > b.SumLatency {

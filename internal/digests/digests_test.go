@@ -1,4 +1,4 @@
-package stats
+package digests
 
 import (
 	"encoding/json"
@@ -8,12 +8,12 @@ import (
 	"time"
 )
 
-func key(d string) DigestKey {
-	return DigestKey{Digest: d, Normalized: "select ? from " + d, Class: "read", Schema: "shop", User: "app"}
+func key(d string) Key {
+	return Key{Digest: d, Normalized: "select ? from " + d, Class: "read", Schema: "shop", User: "app"}
 }
 
 func TestDigestsAggregate(t *testing.T) {
-	d := NewDigests(10)
+	d := New(10)
 	before := time.Now()
 	d.Record(key("a"), 1, 3*time.Millisecond, false)
 	d.Record(key("a"), 2, 1*time.Millisecond, false)
@@ -47,7 +47,7 @@ func TestDigestsAggregate(t *testing.T) {
 }
 
 func TestDigestsOverflowAndReset(t *testing.T) {
-	d := NewDigests(3)
+	d := New(3)
 	for i := 0; i < 10; i++ {
 		d.Record(key(fmt.Sprint(i)), 1, time.Millisecond, false)
 	}
@@ -59,7 +59,7 @@ func TestDigestsOverflowAndReset(t *testing.T) {
 	var total, overflow int64
 	for _, r := range s {
 		total += r.Count
-		if r.Digest == OverflowDigest {
+		if r.Digest == Overflow {
 			overflow = r.Count
 		}
 	}
@@ -78,7 +78,7 @@ func TestDigestsOverflowAndReset(t *testing.T) {
 		d.Record(key(fmt.Sprint("n", i)), 1, time.Millisecond, false)
 	}
 	for _, r := range d.Snapshot() {
-		if r.Digest == OverflowDigest {
+		if r.Digest == Overflow {
 			t.Fatal("overflow row after reset with room")
 		}
 	}
@@ -89,7 +89,7 @@ func TestDigestsOverflowAndReset(t *testing.T) {
 }
 
 func TestDigestStatsJSON(t *testing.T) {
-	in := DigestStats{Digest: "abc", Normalized: "select ?", Class: "read", Schema: "s", User: "u",
+	in := Row{Digest: "abc", Normalized: "select ?", Class: "read", Schema: "s", User: "u",
 		Count: 4, Rows: 9, Errors: 1, MinLatency: 10 * time.Microsecond, AvgLatency: 25 * time.Microsecond,
 		MaxLatency: 50 * time.Microsecond, SumLatency: 100 * time.Microsecond,
 		FirstSeen: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), LastSeen: time.Date(2026, 1, 2, 3, 4, 6, 0, time.UTC)}
@@ -106,7 +106,7 @@ func TestDigestStatsJSON(t *testing.T) {
 			t.Errorf("%s = %v, want %v (%s)", k, m[k], v, b)
 		}
 	}
-	var out DigestStats
+	var out Row
 	if err := json.Unmarshal(b, &out); err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestDigestStatsJSON(t *testing.T) {
 }
 
 func TestDigestsConcurrent(t *testing.T) {
-	d := NewDigests(50)
+	d := New(50)
 	var wg sync.WaitGroup
 	const goroutines, each = 8, 5000
 	for g := 0; g < goroutines; g++ {
@@ -146,7 +146,7 @@ func TestDigestsConcurrent(t *testing.T) {
 }
 
 func BenchmarkDigestsRecord(b *testing.B) {
-	d := NewDigests(1000)
+	d := New(1000)
 	k := key("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef")
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -159,8 +159,8 @@ func BenchmarkDigestsRecord(b *testing.B) {
 // TestDigestsKeyedByFingerprint: a row is found by fingerprint, schema and user; the statement's text is kept from
 // its first record and not compared per query.
 func TestDigestsKeyedByFingerprint(t *testing.T) {
-	d := NewDigests(10)
-	k := DigestKey{Fingerprint: 42, Digest: "d", Normalized: "select ?", Class: "read", Schema: "shop", User: "app"}
+	d := New(10)
+	k := Key{Fingerprint: 42, Digest: "d", Normalized: "select ?", Class: "read", Schema: "shop", User: "app"}
 	d.Record(k, 1, time.Millisecond, false)
 	same := k
 	same.Normalized = "(not compared)"
