@@ -160,8 +160,8 @@ func (c *Container) commitQueued() {
 
 // gatherLocked waits, before the committer takes a batch, for the writers the last batch answered to queue their
 // next Sets (see package gather: the wait, its reason and its policy), for at most as long as the last batch's
-// statement took and gatherMax. The caller holds c.mu, which is released while waiting. Measured with 8 gomemcache
-// writers on MariaDB: 7.7 rows per commit instead of 3.9, and 7.1-8.2k sets/s instead of 6.2-6.8k.
+// statement took and gatherMax. The caller holds c.mu, which is released while waiting. With 8 closed-loop writers
+// it about doubles the rows per commit (see docs/benchmarks.md).
 func (c *Container) gatherLocked() {
 	if c.opt.MaxWait > 0 {
 		return
@@ -275,8 +275,8 @@ func (c *Container) WriteRows(ctx context.Context, rows []Row) []error {
 
 // WriteDistinctRows is WriteRows for rows of which no two are one row (as the key column compares keys): a
 // write-behind round, whose rows are its queue's distinct keys. It skips WriteRows' search for a row written twice,
-// which normalizes every key into a string and a map (BenchmarkWriteDistinctRows256: 1,524 allocations a 256-row
-// statement against WriteRows' 1,780).
+// which normalizes every key into a string and a map (BenchmarkWriteDistinctRows256 against BenchmarkWriteRows256
+// shows the allocations it saves).
 func (c *Container) WriteDistinctRows(ctx context.Context, rows []Row) []error {
 	return c.writeRows(ctx, rows, true)
 }
@@ -332,9 +332,9 @@ func (c *Container) writeRows(ctx context.Context, rows []Row, distinct bool) []
 	if len(write) == 0 {
 		return errs
 	}
-	// In key order: InnoDB inserts a batch's rows with less work (a write-behind round comes in its map's order:
-	// 30,000 new rows in 1024-row upserts took MariaDB 90 ms of CPU sorted against 110 shuffled), and statements
-	// that share rows take their locks in one order. The rows are distinct keys, so the order changes nothing else.
+	// In key order: InnoDB inserts a batch's rows with less work than in a write-behind round's map order (see
+	// docs/benchmarks.md), and statements that share rows take their locks in one order. The rows are distinct
+	// keys, so the order changes nothing else.
 	slices.SortFunc(write, func(a, b []any) int { return bytes.Compare(a[0].([]byte), b[0].([]byte)) })
 	err := c.upsertRetry(ctx, w, write)
 	// After a data error each written row runs alone: alone is each one's error, by index; a row the batch held
