@@ -6,18 +6,16 @@
 // monitor (sysmon) may hand its P to another thread, and does when the call lasts over 20 µs: on this project's
 // 2-core virtual machines a loopback write that wakes its reader often does. The hand-off costs a futex wake of
 // another thread, the writer then has to find a P again, and sysmon itself keeps waking every 20 µs while it finds
-// work. Under sysbench through the SQL door (point selects, 8 threads) perf put that machinery's user-space part
-// (exitsyscall, handoffp, sysmon's usleep) at about 6% of keyway's CPU, and its kernel part (futex wake-ups, thread
-// switches) at more: with raw calls a query cost 40–53 µs of CPU against 62–97 µs before (2026-11-24, three
-// alternating rounds). A raw system call does not enter that state; on a non-blocking socket it returns at once,
-// with data or EAGAIN, and on EAGAIN the goroutine parks in the poller as net.Conn's would.
+// work: a sizeable share of the SQL door's CPU per query (perf figures in docs/benchmarks.md). A raw system call
+// does not enter that state; on a non-blocking socket it returns at once, with data or EAGAIN, and on EAGAIN the
+// goroutine parks in the poller as net.Conn's would.
 //
 // Who uses it: mysqlwire wraps every socket (the SQL door's clients and backends, whose commands go out with the
 // read of their reply: WriteThenRead), backend dials every connection to MySQL wrapped (the containers' pools, the
 // binlog follower), and the memcache door's event loops read and write with ReadNow and WriteNow, and wraps a
 // connection that leaves its loop for MySQL's sake (leaveLoop). The memcache door's connections served by a goroutine
-// from the start (no event loops) are not wrapped: there a lone client's get lost about 9 µs of latency to it (see
-// memcache's accept loop).
+// from the start (no event loops) are not wrapped: there it cost a lone client's get latency (see memcache's accept
+// loop).
 //
 // Invariants:
 //   - A wrapped connection behaves as the net.Conn it wraps: the same deadlines (the poller enforces them), the same
@@ -98,8 +96,8 @@ func Wrap(nc net.Conn) net.Conn {
 // takes such a failure as a bad connection that database/sql retries on another one. It is go-sql-driver's own
 // liveness check (CheckConnLiveness, which the pool's configuration then turns off), made without the
 // blocking-style read that wakes the runtime's sysmon thread: on two busy vCPUs that wake and sysmon's polling
-// after it cost a lone writer's set 2.5 thread switches and about 100 µs of scheduling delay (perf sched,
-// 2026-11-24). Not for protocols in which the server may speak while the client writes (a replication stream).
+// after it cost a lone writer's set thread switches and scheduling delay (see docs/benchmarks.md). Not for
+// protocols in which the server may speak while the client writes (a replication stream).
 // Where Wrap returns nc itself (not Linux, not a socket), so does WrapPooled, with no check.
 func WrapPooled(nc net.Conn) net.Conn {
 	w := Wrap(nc)
