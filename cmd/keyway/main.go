@@ -1,7 +1,8 @@
 // Command keyway is fast, consistent access to MySQL data: a memcache door
 // (memcached's protocols, on a persistent local store and on MySQL tables
-// through containers) and a SQL door (a MySQL-protocol proxy). Subcommands:
-// serve, check, stats, bench, version.
+// through containers) and a SQL door (a MySQL-protocol proxy with a consistent
+// result cache). Subcommands: serve, check, stats, bench, version. The
+// end-to-end tests of the whole binary live here too (*_e2e_test.go).
 package main
 
 import (

@@ -1,8 +1,9 @@
 // Package backend is keyway's one road to MySQL/MariaDB: a Topology of groups of servers (today: each group's
 // primary), and per group a health monitor, connection pools for the SQL door keyed by the backend user and the
-// capability flags that change the protocol, and a dialer that containers' database/sql pools use. The SQL door,
-// containers and write-behind all reach a server through a Group, so which member serves (today the primary; later
-// replicas, a promoted primary, shards) is decided here alone, and all of them see the same "backend down".
+// capability flags that change the protocol, and a dialer that containers' database/sql pools (SQLConfig) and the
+// binlog followers (ReplicaLogin) use. The SQL door, containers, write-behind and the binlog followers all reach a
+// server through a Group, so which member serves (today the primary; later replicas, a promoted primary, shards)
+// is decided here alone, and all of them see the same "backend down".
 //
 // Invariants:
 //   - A pooled connection is clean: it went through COM_RESET_CONNECTION after its last user and answered OK. A
@@ -466,7 +467,8 @@ func (g *Group) failingFast() error {
 }
 
 // DialWritable dials the group's current writable member (today its primary) for connections that keyway does not
-// pool itself: the containers' database/sql pools dial through it (go-sql-driver's Config.DialFunc; see SQLConfig).
+// pool itself: the binlog follower's (ReplicaLogin), and, through dialPooled, the containers' database/sql pools
+// (go-sql-driver's Config.DialFunc; see SQLConfig).
 // It shares the group's health state with the SQL door: while the group fails fast it returns the
 // *UnavailableError at once, and a failed dial marks the group down. The network and address the driver passes are
 // ignored: the group decides where to go.

@@ -14,7 +14,7 @@ import (
 )
 
 // Topology is every backend group keyway knows, built once by the server and shared by the SQL door, the
-// containers and (next) the binlog follower. It owns the groups: Close stops them all.
+// containers and the binlog followers (ReplicaLogin). It owns the groups: Close stops them all.
 type Topology struct {
 	groups []*Group
 	byName map[string]*Group

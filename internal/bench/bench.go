@@ -1,15 +1,17 @@
 // Package bench runs the load generators behind `keyway bench` and reports
-// the results side by side with the real peer: memcached 1.6 for the memcache
-// door (memcaslap), MariaDB direct for the SQL door (sysbench).
+// the results side by side with the real peers: memcached 1.6 for the memcache
+// door (memcache: memcaslap), MariaDB direct and haproxy as a plain relay for
+// the SQL door (sql: sysbench), MariaDB and memcached for the containers (kv),
+// and the consistent cache against what it replaces (cache, staleness).
 //
 // Invariants:
 //   - Every run gets a freshly started server (and a fresh data directory
 //     where the target has one), started through internal/peers on free
 //     loopback ports, and stopped before the next run starts, so only one
-//     server competes with the load generator for the CPUs. The SQL bench is
-//     the exception that proves it: the one MariaDB both targets reach is
-//     started once per bench (so both read the same data from the same warm
-//     buffer pool); the keyway in front of it is fresh per run.
+//     server competes with the load generator for the CPUs. The exception is
+//     the MariaDB that targets read through (and the kv suite's memcached):
+//     it is started once per bench, so every target reads the same data from
+//     the same warm buffer pool; the keyway in front of it is fresh per run.
 //   - Runs alternate between targets (repetition 1: every target, repetition
 //     2: every target, ...), so drift on the machine hits all targets alike.
 //   - Results are throughputs (and latency percentiles, where the load

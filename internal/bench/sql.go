@@ -145,12 +145,12 @@ type SQLReport struct {
 	Cases   []SQLCase // per workload, per thread count
 }
 
-// SQLCase is one workload at one thread count, measured direct and through
-// keyway.
+// SQLCase is one workload at one thread count, measured on every target
+// SQLOptions.Targets picks (direct, haproxy, keyway, kw-nocache).
 type SQLCase struct {
 	Workload string
 	Threads  int
-	// Results are direct and keyway: queries/s, and P95 latency in ms.
+	// Results are the targets' queries/s and P95 latency in ms, in run order.
 	Results []Result
 	// Ratio is keyway's median queries/s over direct's; Ratios has it for every target but direct.
 	Ratio  float64
@@ -162,9 +162,10 @@ type SQLCase struct {
 	RelayRatio float64 `json:",omitempty"`
 }
 
-// RunSQL benchmarks keyway's SQL door against MariaDB direct with sysbench:
-// one private MariaDB, prepared once; per workload and thread count,
-// Repetitions runs alternating direct and keyway, a fresh keyway per run.
+// RunSQL benchmarks keyway's SQL door against MariaDB direct (and haproxy as a
+// plain relay) with sysbench: one private MariaDB, prepared once; per workload
+// and thread count, Repetitions runs alternating the targets, a fresh keyway
+// per run.
 func RunSQL(ctx context.Context, o SQLOptions) (*SQLReport, error) {
 	o.EnsureDefaults()
 	if err := o.Validate(); err != nil {

@@ -1,6 +1,6 @@
 // Package binlog follows a primary's binary log as a replica (go-mysql's replication package) and turns what the
-// primary commits into invalidations in package validity, so that copies cached by keyway (container rows now,
-// SQL results next) never outlive a write made directly in MySQL by more than max_staleness.
+// primary commits into invalidations in package validity, so that copies cached by keyway (caching containers' rows
+// and the SQL door's results) never outlive a write made directly in MySQL by more than max_staleness.
 //
 // How it works:
 //   - Row events (ROW format) of tables someone registered in the registry become (table, key) invalidations: for

@@ -15,7 +15,8 @@
 //     Defaults that depend on other keys (a user's backend_user, backend_password and group, a container's group)
 //     apply only where the key is absent.
 //   - A default that a component also applies to a zero Options field is that component's exported Default*
-//     constant (backend, engine, memcache, sqlproxy, store, writebehind), so each default lives in one place.
+//     constant (backend, binlog, engine, memcache, qcache, sqlproxy, store, writebehind), so each default lives in
+//     one place.
 //     config imports those packages for their constants only; none of them imports config.
 //   - Containers are checked here for form only (names, identifiers, policies, group references); whether their
 //     table and columns exist is checked at startup against the real table.

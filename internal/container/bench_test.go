@@ -105,7 +105,7 @@ func BenchmarkSet8Writers(b *testing.B) {
 
 // BenchmarkDirectReplace is BenchmarkSet's baseline: the same row written by an autocommit REPLACE on the same pool,
 // without the container. Each write changes the row (its flags), as each set changes its CAS: a REPLACE or upsert
-// that leaves a row as it was is not written at all, and costs MariaDB a third as much.
+// that leaves a row as it was is not written at all, and costs MariaDB much less.
 func BenchmarkDirectReplace(b *testing.B) {
 	c := benchContainer(b)
 	value := []byte("forty bytes of value, give or take a few")

@@ -2,7 +2,10 @@
 // table: the InnoDB memcached plugin's "containers" model (key column, one or
 // more value columns joined by a separator, optional flags, cas and expiry
 // columns), run as ordinary SQL through database/sql on a *sql.DB the caller
-// owns.
+// owns (OpenDB builds one per backend group). Beside the operations it holds
+// what else is about one table: the write path shared with write-behind
+// (WriteRows), the row a binlog image stands for (FromImage), the cache
+// policies (Policy) and the import of the plugin's innodb_memcache schema.
 //
 // Invariants:
 //
@@ -15,10 +18,9 @@
 //     else after gathering the writers the last batch answered, for at most as
 //     long as its statement took: see gatherLocked) and writes them as one
 //     multi-row INSERT … ON DUPLICATE KEY UPDATE in one transaction, until
-//     nothing is queued. Within a batch the
-//     last Set of a key wins. A batch stops once every waiter's context has
-//     ended (or after batchTimeout): the next batch never waits behind rows
-//     nobody waits for.
+//     nothing is queued. Within a batch the last Set of a key wins. A batch
+//     stops once every waiter's context has ended (or after batchTimeout):
+//     the next batch never waits behind rows nobody waits for.
 //   - Retry policy (WriteRows, for group commit and write-behind alike): a
 //     deadlock (1213) or lock wait timeout (1205) reruns the whole batch, at
 //     most lockRetries times after short growing pauses, never past the
@@ -40,9 +42,10 @@
 //   - A container serves only once its table was checked (privileges, columns,
 //     key index, max(cas)). The privileges are probed, not read from grants
 //     (see checkPrivileges): SELECT, and INSERT, UPDATE, DELETE unless
-//     Options.ReadOnly; a missing one fails Open naming it and the GRANT. Open fails on a table that does not fit its Def, but not on
-//     a backend it cannot reach: that container opens not checked, every
-//     operation fails with a *NotCheckedError (the cause and the backend
+//     Options.ReadOnly; a missing one fails Open naming it and the GRANT.
+//     Open fails on a table that does not fit its Def, but not on a backend
+//     it cannot reach: that container opens not checked, every operation
+//     fails with a *NotCheckedError (the cause and the backend
 //     named; not Refused, so a write-behind queue keeps its rows), and a
 //     goroutine checks again with a growing pause until it passes or Close.
 //     The check sets the column facts, then flips an atomic flag; nothing
@@ -50,26 +53,27 @@
 //     itself. Hooks registered with OnLive run after the facts are set and
 //     before the flip, so what they set up (a write-behind queue keying its
 //     waiting writes by the live rule) is in place before any operation
-//     sees the container live. "Waiting for its backend" and "checked, serving" are logged
-//     once each.
+//     sees the container live. "Waiting for its backend" and "checked,
+//     serving" are logged once each.
 //   - CAS values: with a cas column keyway assigns them from one monotonic
 //     counter per table (schema.table), shared by every container on that
 //     table (see casCounters) and raised when a container checks the table
 //     (before it serves) to at least max(cas) of the table, so a CAS never
 //     repeats while rows are written only through keyway. Containers on
-//     different tables do not share a counter. Without a cas column the CAS is a 64-bit FNV-1a hash of the value
-//     and flags (never 0): writing the same value and flags again yields the
-//     same CAS, so a CompareAndSwap against a stale CAS succeeds when the
-//     content was restored meanwhile (ABA), and Touch keeps the CAS.
+//     different tables do not share a counter. Without a cas column the CAS
+//     is a 64-bit FNV-1a hash of the value and flags (never 0): writing the
+//     same value and flags again yields the same CAS, so a CompareAndSwap
+//     against a stale CAS succeeds when the content was restored meanwhile
+//     (ABA), and Touch keeps the CAS.
 //   - Several value columns: a memcache value is split on Separator into the
-//     columns (fewer parts fill the rest with empty strings, more parts are an error
-//     naming the container); a read joins all columns with Separator. With one
-//     value column the value is stored unsplit.
+//     columns (fewer parts fill the rest with empty strings, more parts are an
+//     error naming the container); a read joins all columns with Separator.
+//     With one value column the value is stored unsplit.
 //   - Keys longer than the key column are ErrKeyTooLong (checked before any
 //     SQL). Values too long for their column are ErrValueTooLong wrapping the
-//     driver error; this relies on the server's strict sql_mode
-//     (STRICT_TRANS_TABLES, MariaDB's default): a non-strict server silently
-//     truncates. A row too large for a statement within the server's
+//     driver error; this relies on a strict sql_mode, which OpenDB's pools
+//     set on every connection (STRICT_ALL_TABLES): on a pool without it a
+//     non-strict server silently truncates. A row too large for a statement within the server's
 //     max_allowed_packet is ErrValueTooLong too, before any SQL; a batch
 //     (WriteRows, the committer's) takes as many rows as fit in one (BatchLen).
 package container
@@ -107,8 +111,11 @@ type Def struct {
 
 // Options tunes the group committer and says where the table lives.
 type Options struct {
-	MaxBatch int           // Sets per transaction at most; 128 when ≤ 0
-	MaxWait  time.Duration // wait this long for more Sets after the first; 0 (default) = take only what is queued
+	MaxBatch int // Sets per transaction at most; 128 when ≤ 0
+	// MaxWait, when set, queues every Set and has the committer wait this long before it takes each batch; 0 (the
+	// default): no fixed wait, a lone Set writes itself and the committer gathers the writers its last batch
+	// answered (gatherLocked).
+	MaxWait time.Duration
 	// Backend names where the table lives in errors and logs, such as "group main (127.0.0.1:3306)".
 	Backend string
 	// PoolDeadline, when not 0, says the pool ends a statement after this long without a packet either way

@@ -33,9 +33,9 @@ func OpenDB(cfg *mysql.Config) *sql.DB {
 // unwatched is the context to run a statement under for a caller whose context is caller: ctx itself, or, when the
 // pool ends a silent statement (Options.PoolDeadline) before caller's deadline would, ctx without its Done channel.
 // go-sql-driver hands a cancellable context to a watcher goroutine and waits for that goroutine again when the
-// statement ends, and database/sql starts a goroutine per query to watch it: on two busy cores that cost 10–70 µs
-// per statement (BenchmarkDirectReplaceWatched against BenchmarkDirectReplace; the less MariaDB has to do, the more
-// the hand-offs weigh). An explicit cancel of caller is then not seen until the statement ends; keyway's callers
+// statement ends, and database/sql starts a goroutine per query to watch it: goroutine hand-offs that weigh the more
+// the less MariaDB has to do (BenchmarkDirectReplaceWatched against BenchmarkDirectReplace; figures in
+// docs/benchmarks.md). An explicit cancel of caller is then not seen until the statement ends; keyway's callers
 // only cancel after it has.
 func (c *Container) unwatched(caller, ctx context.Context) context.Context {
 	if c.opt.PoolDeadline <= 0 {

@@ -1,4 +1,4 @@
-// Package peers starts private, real servers — memcached, MariaDB and the keyway binary itself — as child
+// Package peers starts private, real servers — memcached, MariaDB, haproxy and the keyway binary itself — as child
 // processes: the peers keyway is measured against and tested with. `keyway bench` uses it directly; tests use it
 // through package testenv, which ties each server to a test's life.
 //

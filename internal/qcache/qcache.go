@@ -8,10 +8,10 @@
 //     entry), so a fill that raced a write is dropped.
 //   - A stored entry is served only while every table it read is valid at its stamp and the gate of the group
 //     the session reads from Vouches (validity.Gate: its binlog follower is within max_staleness, or its copies
-//     carry a ttl); one group's lagging follower never closes the cache to another group's sessions. An entry depends on a whole table (TableValid: any row
-//     write of it, through either door or in the binlog, drops the entry) or, for a point select on an integer
-//     value or an IN list of them (BeginKeys), on those column keys only (RowKeyValid: a change of another row
-//     leaves it alone).
+//     carry a ttl); one group's lagging follower never closes the cache to another group's sessions. An entry
+//     depends on a whole table (TableValid: any row write of it, through either door or in the binlog, drops the
+//     entry) or, for a point select on an integer value or an IN list of them (BeginKeys), on those column keys
+//     only (RowKeyValid: a change of another row leaves it alone).
 //   - Concurrent misses of one key make one backend query (Lead/Done): the others wait for it, bounded, and are
 //     answered from what it stored.
 //   - An entry with a ttl is refreshed softly: in the last part of its life (refreshWindow) the first Get is told
@@ -19,6 +19,8 @@
 //     from the old one until it expires. So a popular entry is renewed by one query, with no stampede and no gap.
 //   - Memory: entries are charged their key and reply bytes plus a fixed overhead, within Options.MemoryLimit,
 //     with least-recently-used eviction per shard.
+//   - Across a restart (package warm): Save hands out only entries valid at that moment, naming their tables;
+//     Restore stores one as Put stores a fill, against stamps taken before the followers replay the binlog.
 //
 // The key is the caller's: it must hold everything the reply bytes depend on (statement text or prepared
 // statement and its parameters, default database, user, character set and protocol capabilities).
@@ -175,8 +177,8 @@ func valid(deps []Dep) bool {
 }
 
 // Get returns the reply stored under key and its row count, if it is still valid and gate (the session's group)
-// Vouches. In a ttl entry's refresh window
-// the first caller gets a miss (it refreshes the entry) and the others the old reply.
+// Vouches. In a ttl entry's refresh window the first caller gets a miss (it refreshes the entry) and the others the
+// old reply.
 func (c *Cache) Get(gate *validity.Gate, key string) (reply []byte, rows int64, ok bool) {
 	if !gate.Vouches() {
 		c.misses.Add(1)

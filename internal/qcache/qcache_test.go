@@ -150,7 +150,7 @@ func TestSoftRefresh(t *testing.T) {
 		t.Fatalf("refreshes = %d, want 1", st.Refreshes)
 	}
 	clock.Store(int64(19 * time.Second))                // the new entry's window, nobody refreshes
-	c.Get(nil, "k")                                          // told to refresh; the caller's fill fails
+	c.Get(nil, "k")                                     // told to refresh; the caller's fill fails
 	clock.Store(int64(18*time.Second + 10*time.Second)) // past its expiry
 	if _, _, ok := c.Get(nil, "k"); ok {
 		t.Fatal("an entry was served past its ttl")

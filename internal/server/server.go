@@ -1,16 +1,21 @@
 // Package server wires keyway together: it fills each component's Options from the validated config, opens the
-// store (loading what the disk holds before any port opens), builds the backend topology, the engine and its
-// containers, the memcache door, the SQL door and the admin listener, and stops them gracefully so every
+// store (loading what the disk holds before any port opens), builds the backend topology, the validity registry,
+// the engine and its containers, the binlog followers and the SQL result cache (restoring the warm-restart
+// snapshot, warm.go), the memcache door, the SQL door and the admin listener, and stops them gracefully so every
 // acknowledged write reaches the disk. It is the only package that reads config.Config. Check (check.go) tries a
 // configuration against its backends without serving; Reload (reload.go) applies what of a re-read configuration
 // can change while serving.
 //
 // Invariants:
 //   - No listener accepts a connection before the store has finished loading.
-//   - One backend.Topology serves the SQL door, the containers and their write-behind queues: there is one road
-//     to MySQL, and one view of which server is up.
-//   - Stop closes the doors first, then the containers (writing what their queues hold), then the topology, then
-//     the store, so nothing is written to anything closed.
+//   - One backend.Topology serves the SQL door, the containers, their write-behind queues and the binlog
+//     followers: there is one road to MySQL, and one view of which server is up. One validity.Registry serves
+//     every cache and every follower.
+//   - The containers open before the followers start (they register the tables and keys the followers watch),
+//     and the warm snapshot's stamps are taken before the followers replay from its checkpoints.
+//   - Stop closes the doors first, saves the warm snapshot, then closes the followers, the containers (writing
+//     what their queues hold), the topology and the store, in that order, so nothing is written to anything
+//     closed.
 package server
 
 import (
@@ -105,7 +110,7 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 		s.close()
 		return nil, err
 	}
-	// One registry of table validity: container rows and the SQL door invalidate and settle through it.
+	// One registry of table validity: container rows, the SQL door, the result cache and the followers use it.
 	s.validity = validity.NewRegistry()
 	s.validity.OnSlotsGrown(func(slots int64) { debug.SetMemoryLimit(heapLimit + slots) })
 	s.engine = engine.New(st, engine.Options{MaxItemSize: cfg.Memcache.MaxItemSize, Validity: s.validity})
@@ -388,10 +393,10 @@ type PoolStatus struct {
 	Capabilities []string `json:"capabilities"`
 	Collation    int      `json:"collation_id"` // the character set and collation its clients asked for (the pool's key too)
 	Open         int      `json:"open"`         // connections, idle or in use
-	Idle         int      `json:"idle"`   // waiting in the pool
-	InUse        int      `json:"in_use"` // held by sessions
-	Waits        int64    `json:"waits"`  // checkouts that waited for a connection
-	Errors       int64    `json:"errors"` // failed dials and broken connections
+	Idle         int      `json:"idle"`         // waiting in the pool
+	InUse        int      `json:"in_use"`       // held by sessions
+	Waits        int64    `json:"waits"`        // checkouts that waited for a connection
+	Errors       int64    `json:"errors"`       // failed dials and broken connections
 }
 
 // capabilityNames name the flags of mysqlwire.ProtocolCaps and mysqlwire.ExtProtocolCaps (ext), the ones a pool's
@@ -598,9 +603,8 @@ var durabilities = map[string]store.Durability{
 // offHeap is memory the process holds outside Go's heap (Pebble's cache and memtables, store.DiskMemory): the heap
 // gets that much less, so the whole process keeps to the same bound. The validity slots that containers' copies
 // widen come on top as they grow (validity.Registry.OnSlotsGrown): up to an eighth of the items' limit per table,
-// they are not items' overhead, and a limit that left them out kept a full cache collecting back to back (300,000
-// async sets of 10+40 bytes into -m 64 with a disk: 8 MiB of slots, a live heap of 85 MB against a goal of 87,
-// 57–68 collections).
+// they are not items' overhead, and a limit that left them out kept a full cache collecting back to back (see
+// docs/benchmarks.md).
 func memoryLimit(items, offHeap int64) int64 { return items + items/4 + 48<<20 - offHeap }
 
 // setMemoryLimit tells the Go runtime to collect before the heap outgrows limit (memoryLimit) by much. Without it
@@ -609,9 +613,7 @@ func memoryLimit(items, offHeap int64) int64 { return items + items/4 + 48<<20 -
 // Under that bound the heap may grow gcPercent% over what is live before a
 // collection (GOGC=gcPercent), unless GOGC is set: the limit, not GOGC, is what
 // bounds memory, and collecting at every doubling of a small live heap costs
-// CPU for nothing. Measured on an async container's sets at 8 clients (kv
-// bench): 2 collections per 10,000 sets instead of 8 (gctrace), each ~6 ms of
-// CPU; memcaslap on the memory store and the SQL door's relay no worse.
+// CPU for nothing (see docs/benchmarks.md).
 func setMemoryLimit(limit int64) {
 	debug.SetMemoryLimit(limit)
 	if os.Getenv("GOGC") == "" {
@@ -625,22 +627,19 @@ const gcPercent = 400
 // loopThreads gives the memcache door's event loops threads of their own (memcache.Options.LoopThreads): as many
 // loops as GOMAXPROCS was, and one P more while any loop keeps its thread (procs), so that while every loop waits in
 // its system call the runtime still has an idle P and leaves the loops' Ps alone. Only where the SQL door is off:
-// its goroutines would then run on more Ps than there are CPUs, which cost it up to a fifth of its throughput
-// against haproxy in some runs (sysbench point selects, 8 threads, 2026-11-24), for a gain the memcache door shows
-// alone (keyway bench, four alternating pairs of runs): one sequential client's async set 0.69-1.04x memcached's
-// (median 0.93) instead of 0.50-0.77x (0.63), memcaslap 0.92-1.39x instead of 0.70-0.98x; eight clients' sets and
-// gets moved within the noise. The runtime's setting is the process's, so its base is read once however many
-// servers a process starts; set by hand, it no longer follows a container's CPU limit as it changes (Go 1.25's
-// default).
+// its goroutines would then run on more Ps than there are CPUs, which costs the SQL door throughput, for a gain
+// the memcache door shows alone (sequential clients' sets; figures in docs/benchmarks.md). The runtime's setting
+// is the process's, so its base is read once however many servers a process starts; set by hand, it no longer
+// follows a container's CPU limit as it changes (Go 1.25's default).
 func loopThreads() (loops int, onLoopThread func(keeps bool)) {
 	procs.once.Do(func() { procs.base, procs.set = runtime.GOMAXPROCS(0), setProcs })
 	return procs.base, procs.loopThread
 }
 
-// loopSpin is memcache.Options.LoopSpin for loops with threads of their own: the spin's length at first. Of two fixed
-// lengths tried with one sequential client's async sets (by hand, four alternating rounds, 2026-11-25), 20 µs gave
-// 19-23k sets/s and 50 µs 16-21k (the longer spins took CPU time from the client on 2 vCPUs); the loop lengthens it
-// while its client's requests come just after (see memcache's readyWait.spinWait).
+// loopSpin is memcache.Options.LoopSpin for loops with threads of their own: the spin's length at first. 20 µs
+// served a sequential client's sets better than a longer spin, which took CPU time from the client on 2 vCPUs (see
+// docs/benchmarks.md); the loop lengthens it while its client's requests come just after (see memcache's
+// readyWait.spinWait).
 const loopSpin = 20 * time.Microsecond
 
 // procs is the process's GOMAXPROCS while memcache event loops keep threads of their own.
@@ -651,11 +650,9 @@ func setProcs(n int) { runtime.GOMAXPROCS(n) }
 // procsGovernor raises GOMAXPROCS to base+1 as soon as an event loop keeps a thread, and lowers it back to base once
 // none has for lowerProcsAfter. A loop keeps none while it has no connection: every client's commands may wait on
 // MySQL (sync containers), so each has left its loop for a goroutine, or there is no client. The P more then only
-// runs those goroutines on more Ps than there are CPUs: a lone client's sync set on a caching container cost keyway
-// 286 µs of CPU with it against 170 µs without, 8 clients' 86 µs against 61 (2026-11-25, 2 CPUs, GOMAXPROCS=3
-// against 2 with loops in Go's poller: the P more alone made the difference). The delay keeps a client that
-// connects for each request (PHP without persistent connections) from changing it, which stops the world, twice a
-// request.
+// runs those goroutines on more Ps than there are CPUs, which costs them CPU time per command (see
+// docs/benchmarks.md). The delay keeps a client that connects for each request (PHP without persistent
+// connections) from changing it, which stops the world, twice a request.
 type procsGovernor struct {
 	once    sync.Once
 	mu      sync.Mutex

@@ -4,11 +4,11 @@
 // when it is not ready. Why: a Read or Write on a net.Conn is a blocking-style system call to the runtime
 // (entersyscall, exitsyscall), although the socket is non-blocking and the call never waits. While a thread is in
 // such a call, the runtime's monitor (sysmon) may hand its P to another thread, and does when the call lasts over
-// 20 µs: on small virtual machines a loopback write that wakes its reader often does. The hand-off costs a futex
-// wake of another thread, the writer then has to find a P again, and sysmon itself keeps waking every 20 µs while
-// it finds work; under sysbench through the SQL door that machinery was a measurable share of keyway's CPU, and
-// raw calls cut a query's CPU cost. A raw system call does not enter that state; on a non-blocking socket it
-// returns at once, with data or EAGAIN, and on EAGAIN the goroutine parks in the poller as net.Conn's would.
+// 20 µs: on this project's 2-core virtual machines a loopback write that wakes its reader often does. The hand-off
+// costs a futex wake of another thread, the writer then has to find a P again, and sysmon itself keeps waking every
+// 20 µs while it finds work: a sizeable share of the SQL door's CPU per query (perf figures in docs/benchmarks.md).
+// A raw system call does not enter that state; on a non-blocking socket it returns at once, with data or EAGAIN,
+// and on EAGAIN the goroutine parks in the poller as net.Conn's would.
 //
 // Who uses it: mysqlwire wraps every socket (the SQL door's clients and backends, whose commands go out with the
 // read of their reply: WriteThenRead), backend dials every connection to MySQL wrapped (the containers' pools, the
@@ -99,8 +99,9 @@ func Wrap(nc net.Conn) net.Conn {
 // or sent something nobody asked for (a server's farewell), the write fails having written nothing, and go-sql-driver
 // takes such a failure as a bad connection that database/sql retries on another one. It is go-sql-driver's own
 // liveness check (CheckConnLiveness, which the pool's configuration then turns off), made without the
-// blocking-style read that wakes the runtime's sysmon thread: that wake and sysmon's polling after it cost a lone
-// writer's set thread switches and scheduling delay. Not for protocols in which the server may speak while the client writes (a replication stream).
+// blocking-style read that wakes the runtime's sysmon thread: on two busy vCPUs that wake and sysmon's polling
+// after it cost a lone writer's set thread switches and scheduling delay (see docs/benchmarks.md). Not for
+// protocols in which the server may speak while the client writes (a replication stream).
 // Where Wrap returns nc itself (not Linux, not a socket), so does WrapPooled, with no check.
 func WrapPooled(nc net.Conn) net.Conn {
 	w := Wrap(nc)

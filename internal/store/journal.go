@@ -14,8 +14,7 @@ package store
 // a record still in memory when a later one of its key makes it moot never
 // reaches it (see journalAppend): with async durability most write-behind
 // rows are put and removed between two commit rounds, and cost the disk
-// nothing (8 clients' async sets: Pebble's share of keyway's CPU from about
-// 11% to 2%).
+// nothing (see docs/benchmarks.md).
 //
 // Disk key: journalPrefix + key; the value is encoded as an item with no flags.
 

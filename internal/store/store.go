@@ -1,6 +1,9 @@
 // Package store is keyway's local tier: items in memory under a byte limit,
 // evicted with SIEVE, expired lazily and by a background crawler, each given a
 // unique CAS id, and optionally persisted to Pebble so a restart comes back warm.
+// The same Pebble keeps two kinds of records for other packages beside the
+// items: the write-behind queue's journal (journal.go) and named aside blobs
+// such as the warm-restart snapshot (aside.go).
 //
 // Invariants:
 //   - Keys are split over a fixed number of shards by hash; every read and

@@ -1,6 +1,7 @@
 // Package testenv binds the private servers of package peers (memcached, MariaDB, the keyway binary) to a
 // test's life: the New* helpers start one and register its Stop with t.Cleanup, SharedMariaDB gives a test binary
-// one MariaDB, and the certificate helpers write throwaway TLS material. It is the only package of the project
+// one MariaDB, the certificate helpers write throwaway TLS material, and a few helpers serve connection-level
+// tests (ConnPair, Relay: a backend a test can take away, ThreadReads). It is the only package of the project
 // that imports "testing" outside _test files, and only tests import it; the shipped binary (keyway bench) uses
 // package peers directly.
 //
@@ -147,9 +148,8 @@ func SharedDB(t testing.TB) *sql.DB {
 	return db
 }
 
-// NewMemcached starts memcached for the test and stops it at cleanup. It
+// NewMemcached starts a private memcached for the test and stops it at cleanup. It
 // fails the test when memcached is missing or does not start.
-// NewMemcached starts a private memcached for the test and stops it at cleanup.
 func NewMemcached(t testing.TB, extraArgs ...string) *Memcached {
 	t.Helper()
 	Need(t, "memcached")

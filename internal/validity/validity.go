@@ -1,6 +1,6 @@
 // Package validity is the one place that decides whether a cached copy of table data may still be served. It owns
-// three things, and imports none of the packages that use them (engine, sqlproxy, and next the SQL result cache
-// and the binlog follower import it):
+// what follows, and imports none of the packages that use it (engine, sqlproxy, qcache, binlog, warm and server
+// import it):
 //
 //   - Table identity. A table is a TableID, schema and name in lower case. The SQL naming rule lives here alone:
 //     an unqualified name means that table in the statement's default database, and with no default database it
@@ -40,9 +40,9 @@
 //     registers a settle function; Settle runs them before a statement that names the table, so the statement
 //     sees, and acts after, every write keyway acknowledged.
 //
-// Invariants: a table's clock, slots, rows mark and epoch only grow, and no mark is ever above the clock; a
-// Table, once created, is never replaced, so a *Table may be kept (on a plan, on a container) for the registry's
-// life.
+// Invariants: a table's clock, slots, rows mark, single-key mark and epoch only grow, and no mark is ever above
+// the clock; a Table, once created, is never replaced, so a *Table may be kept (on a plan, on a container) for the
+// registry's life.
 package validity
 
 import (

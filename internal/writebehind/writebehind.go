@@ -99,9 +99,8 @@ type Options struct {
 }
 
 // defaultMaxBatch is Options.MaxBatch's default. Each statement costs a round of its own (the statement, the
-// journal removals' disk sync, the binlog follower's commit): with 1024 rows a statement instead of 256, 8 clients'
-// async sets cost keyway 12-13 µs of CPU each instead of 15-16 and ran 4.48-4.90× single-row INSERTs instead of
-// 4.17-4.33× (keyway bench kv, alternating). container.BatchLen keeps large rows' statements within the server's
+// journal removals' disk sync, the binlog follower's commit), so fewer, larger statements cost less CPU per row
+// (1024 against 256: see docs/benchmarks.md). container.BatchLen keeps large rows' statements within the server's
 // max_allowed_packet.
 const defaultMaxBatch = 1024
 
@@ -574,7 +573,8 @@ const maxKeptRound = 1 << 16
 //
 // A row the table took (or refused) counts as written, and leaves pending so
 // that Sync and Drain can return, only once the removal of its journal record
-// is as durable as the store makes anything: otherwise a statement ordered
+// is on disk (store.JournalDelete waits for the sync whatever the store's
+// durability): otherwise a statement ordered
 // after Drain could change the row, keyway die before the removal reached the
 // disk, and the next start replay the older queued write over the newer row.
 // Waiting is the only guard that works for every writer: the alternative,
