@@ -27,6 +27,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -178,7 +179,7 @@ func TestReadmeQuickStarts(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err = f.WriteString("\n" + text)
-			if err := errorsJoin(err, f.Close()); err != nil {
+			if err := errors.Join(err, f.Close()); err != nil {
 				t.Fatal(err)
 			}
 		case "mycnf":
@@ -195,13 +196,6 @@ func TestReadmeQuickStarts(t *testing.T) {
 			t.Errorf("quick start %q: %d client blocks, the test expects %d", name, clients[name], len(want))
 		}
 	}
-}
-
-func errorsJoin(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 // serve runs a serve block's lines: `make build` is done already, `make run` is the Makefile's recipe, a
