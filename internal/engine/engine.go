@@ -82,12 +82,12 @@ type Engine struct {
 	started     time.Time
 	counters    Counters
 
-	tables map[string]*Container // containers by name; set before serving (see SetContainers)
+	tables map[string]*Table // containers' tables by name; set before serving (see SetContainers)
 	// defaultTable serves keys without "@@" (nil: the local store); see SetContainers.
-	defaultTable *Container
+	defaultTable *Table
 	// restoring are the containers a warm restart took copy stamps of (CopyStamp), until CopiesRestored.
 	restoreMu sync.Mutex
-	restoring []*Container
+	restoring []*Table
 	validity  *validity.Registry
 	log       *slog.Logger
 

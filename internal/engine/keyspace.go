@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/keywaydb/keyway/internal/container"
+	"github.com/keywaydb/keyway/internal/rowcache"
 	"github.com/keywaydb/keyway/internal/store"
 )
 
@@ -81,7 +82,7 @@ func (e *Engine) space(key []byte, class opClass) (keySpace, []byte, error) {
 }
 
 // spaceFor is the key space of row under t's policy for class.
-func (t *Container) spaceFor(class opClass, row []byte) (keySpace, []byte) {
+func (t *Table) spaceFor(class opClass, row []byte) (keySpace, []byte) {
 	var local bool
 	switch class {
 	case classGet:
@@ -307,16 +308,16 @@ func (localSpace) incrDecr(e *Engine, key []byte, a Arith, res ArithResult) (Ari
 
 // tableSpace is a container's table as a key space; its keys are row keys.
 // It lives in its Container (Container.space), so resolving to it allocates nothing.
-type tableSpace struct{ t *Container }
+type tableSpace struct{ t *Table }
 
-func (s *tableSpace) localKey(row []byte) []byte { return rowKey(s.t, row) }
+func (s *tableSpace) localKey(row []byte) []byte { return s.t.rows.Key(row) }
 
 func (s *tableSpace) get(e *Engine, row []byte) (store.Item, bool, error) {
 	return e.tableGet(s.t, row)
 }
 
 func (s *tableSpace) tryGet(e *Engine, row []byte) (store.Item, bool, error) {
-	return e.tableTryGet(s.t, row)
+	return e.tableTryGet(s.t, row, rowcache.Serve)
 }
 
 func (s *tableSpace) getMany(e *Engine, idx []int, rows [][]byte, items []store.Item, found []bool, noWait bool) error {

@@ -1,6 +1,9 @@
 package engine
 
-import "github.com/keywaydb/keyway/internal/container"
+import (
+	"github.com/keywaydb/keyway/internal/container"
+	"github.com/keywaydb/keyway/internal/rowcache"
+)
 
 // Access is what a command does with its key, as far as MayWait needs to know.
 type Access uint8
@@ -31,13 +34,11 @@ func (e *Engine) MayWait(key []byte, a Access) bool {
 		if t.Policies.Get == container.CacheOnly {
 			return false
 		}
-		if t.Policies.Get != container.Caching || !t.gate.Serves() {
+		if t.Policies.Get != container.Caching {
 			return true
 		}
-		var buf [128]byte
-		sk := appendRowKey(buf[:0], t, row)
-		it, ok := e.st.Peek(sk)
-		return !ok || !t.v.KeyValid(validityKey(t, sk), it.Tag)
+		_, found := t.rows.Held(row, rowcache.Peek)
+		return found != rowcache.Hit
 	case AccessSet:
 		switch {
 		case t.Policies.Set == container.CacheOnly:
@@ -50,9 +51,4 @@ func (e *Engine) MayWait(key []byte, a Access) bool {
 	}
 	p := t.Policies
 	return p.Get != container.CacheOnly || p.Set != container.CacheOnly || p.Delete != container.CacheOnly
-}
-
-// appendRowKey appends rowKey(t, row) to dst.
-func appendRowKey(dst []byte, t *Container, row []byte) []byte {
-	return t.C.AppendNormKey(appendPrefixed(dst, t, nil), row)
 }

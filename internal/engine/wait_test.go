@@ -18,7 +18,7 @@ import (
 func TestMayWait(t *testing.T) {
 	r := newWriteThroughRig(t, map[string]string{"v": "VARCHAR(20)"})
 	async := r.asyncContainer(t, r.e)
-	r.e.SetContainers([]*Container{r.t["v"], async}, "")
+	r.e.SetContainers([]*Table{r.t["v"], async}, "")
 
 	check := func(key string, a Access, want bool) {
 		t.Helper()
@@ -46,7 +46,7 @@ func TestMayWait(t *testing.T) {
 
 // asyncContainer opens "async", a write = "async" container (default write-behind options) on the rig's table
 // with value column v, in e; closed when the test ends.
-func (r *writeThroughRig) asyncContainer(tb testing.TB, e *Engine) *Container {
+func (r *writeThroughRig) asyncContainer(tb testing.TB, e *Engine) *Table {
 	tb.Helper()
 	c, err := container.Open(context.Background(), r.db, container.Def{Name: "async", Schema: "test", Table: "engine_wt",
 		KeyColumn: "k", ValueColumns: []string{"v"}, FlagsColumn: "fl", CASColumn: "cas", ExpiryColumn: "exp"}, container.Options{})
@@ -201,7 +201,7 @@ func BenchmarkAsyncSet(b *testing.B) {
 	}
 	b.Cleanup(func() { st.Close() })
 	e := New(st, Options{})
-	e.SetContainers([]*Container{r.asyncContainer(b, e)}, "")
+	e.SetContainers([]*Table{r.asyncContainer(b, e)}, "")
 	keys := make([][]byte, 10000)
 	for i := range keys {
 		keys[i] = fmt.Appendf(nil, "@@async.k%08d", i)
@@ -229,7 +229,7 @@ func BenchmarkEcho(b *testing.B) {
 	b.Cleanup(func() { st.Close() })
 	e := New(st, Options{})
 	async := r.asyncContainer(b, e)
-	e.SetContainers([]*Container{async}, "")
+	e.SetContainers([]*Table{async}, "")
 	const rows = 100000
 	value := "forty bytes of value, give or take a few"
 	type echo struct {
@@ -244,7 +244,7 @@ func BenchmarkEcho(b *testing.B) {
 		if err != nil || status != Stored {
 			b.Fatalf("set: %v %v", status, err)
 		}
-		echoes[i] = echo{vk: validityKey(async, rowKey(async, []byte(row))),
+		echoes[i] = echo{vk: async.C.AppendNormKey(nil, []byte(row)),
 			img: validity.RowImage{Columns: columns, Values: []any{row, int32(0), int64(stored.CAS), int32(0), value}}}
 	}
 	if err := async.Behind.Drain(); err != nil {
@@ -254,7 +254,7 @@ func BenchmarkEcho(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		ec := &echoes[i%rows]
-		if holds, _ := e.holdsRow(async, ec.vk, ec.img, true); !holds {
+		if holds, _ := async.rows.HoldsRow(ec.vk, ec.img, true); !holds {
 			b.Fatalf("the echo of row %d does not hold its copy", i%rows)
 		}
 		i++

@@ -70,7 +70,7 @@ type conn struct {
 	remote net.Addr // the client's address (nil for a connection that is not a socket's)
 	// container is where this connection's keys without "@@" go after a "get @@name" (the InnoDB plugin's switch;
 	// see engine.SwitchTo); nil: the engine's default. Every key goes to the engine through ekey.
-	container *engine.Container
+	container *engine.Table
 
 	// id, listenAddr, state and lastCmd are what stats conns shows; state
 	// and lastCmd (Unix seconds) are written by the connection's goroutine

@@ -455,7 +455,7 @@ func (c *conn) multiGet(rest []byte, withCAS bool) {
 		// A key "@@name" switches the connection's container for the keys after it (engine.SwitchTo): it ends
 		// the batch and is answered after it, with the container's table as its value, as the plugin answers.
 		var switchKey []byte
-		var switchTo *engine.Container
+		var switchTo *engine.Table
 		for len(keys) < multiGetBatch {
 			key, after := nextToken(rest)
 			if key == nil {

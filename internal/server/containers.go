@@ -16,7 +16,7 @@ import (
 
 // containerSet is the containers keyway serves and the database/sql pools (one per backend group) they share.
 type containerSet struct {
-	tables []*engine.Container
+	tables []*engine.Table
 	dbs    []*sql.DB
 	// defaultName is the container keys without "@@" go to: "default" when one is named so, else (as the InnoDB
 	// plugin does) the first container of an imported innodb_memcache schema; "" for none (the local store).
