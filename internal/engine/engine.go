@@ -184,9 +184,6 @@ func New(st *store.Store, o Options) *Engine {
 	return &Engine{st: st, maxItemSize: o.MaxItemSize, started: time.Now(), validity: o.Validity, log: o.Logger}
 }
 
-// Store returns the engine's store (for stats and lifecycle).
-func (e *Engine) Store() *store.Store { return e.st }
-
 // Counters returns the live command counters.
 func (e *Engine) Counters() *Counters { return &e.counters }
 

@@ -129,7 +129,7 @@ type eventLoop struct {
 // not, or when epoll cannot be had (connections then get a goroutine each).
 func (s *Server) startLoops() []*eventLoop {
 	n := s.opts.EventLoops
-	if n < 0 || s.opts.TLS != nil || s.eng.Store().WaitsForDisk() {
+	if n < 0 || s.opts.TLS != nil || s.eng.WaitsForDisk() {
 		return nil
 	}
 	if n == 0 {

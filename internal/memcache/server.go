@@ -199,7 +199,7 @@ func NewServer(eng *engine.Engine, o Options) *Server {
 		o.WriteTimeout = DefaultWriteTimeout
 	}
 	if o.MaxInflightBytes <= 0 {
-		o.MaxInflightBytes = defaultInflightBytes(eng.Store().Stats().Limit, eng.MaxItemSize())
+		o.MaxInflightBytes = defaultInflightBytes(eng.StoreStats().Limit, eng.MaxItemSize())
 	}
 	s := &Server{eng: eng, opts: o, log: o.Logger, auth: newAuthenticator(o.Users)}
 	s.mu.listeners = make(map[net.Listener]listenerInfo)
