@@ -7,6 +7,8 @@
 //   - Each command resolves its key once to a key space (the local store or a
 //     container's table; see keyspace.go) and runs there; nothing else
 //     branches on where a key lives.
+//   - A caching container's copies of rows are package rowcache's: the engine
+//     serves one only when rowcache.Cache.Held says it may.
 //   - Each command on the local store is one store.Update, so it is atomic per key.
 //   - The item size limit is checked in one place (refuseTooLarge). The doors
 //     still check it too, before reading a value off the wire (text, binary,
@@ -69,8 +71,8 @@ const DefaultMaxItemSize = 1 << 20
 // Options configure an Engine.
 type Options struct {
 	MaxItemSize int64 // largest value accepted, bytes
-	// Validity holds the generations of the tables containers map to, shared with the SQL door so its writes
-	// invalidate the containers' cached rows. nil = a registry of the engine's own.
+	// Validity holds the validity state (stamps) of the tables containers map to, shared with the SQL door so its
+	// writes invalidate the containers' cached rows. nil = a registry of the engine's own.
 	Validity *validity.Registry
 	Logger   *slog.Logger // nil = slog.Default()
 }

@@ -17,9 +17,9 @@ import (
 //     for the operation class is cache_only, under the container's prefix
 //     "@@name." so containers stay apart. The store item is the truth.
 //   - tableSpace is a container's table: the policy, the container, the cached
-//     copy of each row in the local store (caching) and the write-behind queue
-//     (write = "async"). The row is the truth; see tables.go for the rules
-//     (single-flight fills, the generation check, write-behind ordering).
+//     copy of each row in the local store (caching: package rowcache, with its
+//     fills and stamps) and the write-behind queue (write = "async"). The row
+//     is the truth; see tables.go for the policies and write-behind ordering.
 //
 // A later sharded table is a third implementation: the shard is found from
 // the key inside the space, not by the engine.
@@ -34,10 +34,10 @@ import (
 //   - The k a space gets is its own key: the store key for localSpace (the
 //     prefix already applied), the row key for tableSpace.
 //   - Spaces are long-lived values (localSpace{} or a pointer held by its
-//     Container), so resolving a key allocates nothing beyond the local key's prefix.
+//     Table), so resolving a key allocates nothing beyond the local key's prefix.
 //   - Counters counted before the space is known (cmd_get, cmd_set,
-//     cmd_touch) are the engine's; hits and misses are counted where the old
-//     single-path code counted them, so stats are unchanged.
+//     cmd_touch) are the engine's; each space counts its hits and misses as
+//     memcached counts them for that command.
 type keySpace interface {
 	get(e *Engine, k []byte) (store.Item, bool, error)
 	// tryGet is get answered from what keyway holds, or ErrWouldWait when the answer needs MySQL.
@@ -307,7 +307,7 @@ func (localSpace) incrDecr(e *Engine, key []byte, a Arith, res ArithResult) (Ari
 }
 
 // tableSpace is a container's table as a key space; its keys are row keys.
-// It lives in its Container (Container.space), so resolving to it allocates nothing.
+// It lives in its Table (Table.space), so resolving to it allocates nothing.
 type tableSpace struct{ t *Table }
 
 func (s *tableSpace) localKey(row []byte) []byte { return s.t.rows.Key(row) }

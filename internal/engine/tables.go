@@ -271,7 +271,7 @@ func (e *Engine) DroppedWrite(t *Table, row []byte) {
 // write that knows the row it left (write returns it, as the table returns it:
 // see container.AsStored) writes through: the copy becomes that row, so the
 // next get is a hit. Any other write, or one that failed, drops the copy.
-// Keys whose policy is cache_only never get here (see Container.spaceFor).
+// Keys whose policy is cache_only never get here (see Table.spaceFor).
 func (e *Engine) tableWrite(t *Table, row []byte, policy container.Policy, op string, write func(ctx context.Context) (*container.Item, error)) error {
 	if policy == container.Disabled {
 		return disabled(t, op)
