@@ -216,21 +216,22 @@ func (e *Engine) Deadline(exptime int64) int64 {
 }
 
 // Get returns the live item for key.
-func (e *Engine) Get(key []byte) (store.Item, bool, error) { return e.GetTallied(nil, key) }
+func (e *Engine) Get(key []byte) (store.Item, bool, error) { return e.GetTallied(nil, key, nil) }
 
-// GetTallied is Get counted in t (nil: in the engine's counters).
-func (e *Engine) GetTallied(t *Tally, key []byte) (store.Item, bool, error) {
+// GetTallied is Get counted in t (nil: in the engine's counters). If the answer needs MySQL, w (when not nil) is
+// told before the engine waits for it (see Waiter). The key is routed, and a held copy looked up, once.
+func (e *Engine) GetTallied(t *Tally, key []byte, w Waiter) (store.Item, bool, error) {
 	sp, k, err := e.space(key, classGet)
 	if err != nil {
 		e.countGet(t, false)
 		return store.Item{}, false, err
 	}
-	return e.getIn(t, sp, k)
+	return e.getIn(t, sp, k, w)
 }
 
-// getIn is Get in a resolved key space, counted in t (nil: the engine's counters).
-func (e *Engine) getIn(t *Tally, sp keySpace, k []byte) (store.Item, bool, error) {
-	it, ok, err := sp.get(e, k)
+// getIn is Get in a resolved key space, counted in t (nil: the engine's counters), telling w before it waits.
+func (e *Engine) getIn(t *Tally, sp keySpace, k []byte, w Waiter) (store.Item, bool, error) {
+	it, ok, err := sp.get(e, k, w)
 	e.countGet(t, ok)
 	return it, ok, err
 }

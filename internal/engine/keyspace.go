@@ -4,7 +4,6 @@ import (
 	"strconv"
 
 	"github.com/keywaydb/keyway/internal/container"
-	"github.com/keywaydb/keyway/internal/rowcache"
 	"github.com/keywaydb/keyway/internal/store"
 )
 
@@ -39,13 +38,12 @@ import (
 //     cmd_touch) are the engine's; each space counts its hits and misses as
 //     memcached counts them for that command.
 type keySpace interface {
-	get(e *Engine, k []byte) (store.Item, bool, error)
-	// tryGet is get answered from what keyway holds, or ErrWouldWait when the answer needs MySQL.
-	tryGet(e *Engine, k []byte) (store.Item, bool, error)
-	// getMany answers keys[i] for each i in idx into items and found (a
-	// multi-get's share in this space), with as few round trips as it can;
-	// with noWait, it returns ErrWouldWait instead of making one.
-	getMany(e *Engine, idx []int, keys [][]byte, items []store.Item, found []bool, noWait bool) error
+	// get reads k, telling w (when not nil) before it waits on MySQL.
+	get(e *Engine, k []byte, w Waiter) (store.Item, bool, error)
+	// getMany answers keys[j] into items[idx[j]] and found[idx[j]] (a
+	// multi-get's share in this space), with as few round trips as it can,
+	// telling w (when not nil) once before it waits on MySQL.
+	getMany(e *Engine, idx []int, keys [][]byte, items []store.Item, found []bool, w Waiter) error
 	getAndTouch(e *Engine, k []byte, exptime int64) (store.Item, bool, error)
 	store(e *Engine, k, value []byte, r StoreRequest) (Status, store.Item, error)
 	delete(e *Engine, k []byte, r DeleteRequest) (Status, error)
@@ -121,14 +119,12 @@ type localSpace struct{}
 
 func (localSpace) localKey(k []byte) []byte { return k }
 
-func (localSpace) get(e *Engine, k []byte) (store.Item, bool, error) {
+func (localSpace) get(e *Engine, k []byte, _ Waiter) (store.Item, bool, error) {
 	it, ok := e.st.Get(k)
 	return it, ok, nil
 }
 
-func (sp localSpace) tryGet(e *Engine, k []byte) (store.Item, bool, error) { return sp.get(e, k) }
-
-func (localSpace) getMany(e *Engine, idx []int, keys [][]byte, items []store.Item, found []bool, _ bool) error {
+func (localSpace) getMany(e *Engine, idx []int, keys [][]byte, items []store.Item, found []bool, _ Waiter) error {
 	for j, i := range idx {
 		items[i], found[i] = e.st.Get(keys[j])
 	}
@@ -312,16 +308,12 @@ type tableSpace struct{ t *Table }
 
 func (s *tableSpace) localKey(row []byte) []byte { return s.t.rows.Key(row) }
 
-func (s *tableSpace) get(e *Engine, row []byte) (store.Item, bool, error) {
-	return e.tableGet(s.t, row)
+func (s *tableSpace) get(e *Engine, row []byte, w Waiter) (store.Item, bool, error) {
+	return e.tableGet(s.t, row, w)
 }
 
-func (s *tableSpace) tryGet(e *Engine, row []byte) (store.Item, bool, error) {
-	return e.tableTryGet(s.t, row, rowcache.Serve)
-}
-
-func (s *tableSpace) getMany(e *Engine, idx []int, rows [][]byte, items []store.Item, found []bool, noWait bool) error {
-	return e.tableGetMany(s.t, idx, rows, items, found, noWait)
+func (s *tableSpace) getMany(e *Engine, idx []int, rows [][]byte, items []store.Item, found []bool, w Waiter) error {
+	return e.tableGetMany(s.t, idx, rows, items, found, w)
 }
 
 // getAndTouch is a touch on the table, then a get of the row.
@@ -329,7 +321,7 @@ func (s *tableSpace) getAndTouch(e *Engine, row []byte, exptime int64) (store.It
 	if _, status, err := e.touchIn(s, row, exptime); err != nil || status != Touched {
 		return store.Item{}, false, err
 	}
-	return e.tableGet(s.t, row)
+	return e.tableGet(s.t, row, nil) // a gat steps away before it runs (MayWait)
 }
 
 func (s *tableSpace) store(e *Engine, row, value []byte, r StoreRequest) (Status, store.Item, error) {

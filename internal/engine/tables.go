@@ -204,20 +204,24 @@ func disabled(t *Table, op string) error {
 	return clientErrorf("container %q: %s is disabled by its policy", t.Name, op)
 }
 
-// tableGet reads a row for a get under the container's get policy.
-func (e *Engine) tableGet(t *Table, row []byte) (store.Item, bool, error) {
+// tableGet reads a row for a get under the container's get policy, telling w (when not nil) before it waits on
+// MySQL: everything but a held copy's answer (or a refusal) may.
+func (e *Engine) tableGet(t *Table, row []byte, w Waiter) (store.Item, bool, error) {
 	switch t.Policies.Get {
 	case container.Disabled:
 		return store.Item{}, false, disabled(t, "get")
 	case container.Caching:
-		it, found := t.rows.Held(row, rowcache.Serve)
-		switch found {
-		case rowcache.Hit:
+		it, look := t.rows.Held(row, rowcache.Serve)
+		if look == rowcache.Hit {
 			return it, true, nil
-		case rowcache.Miss:
+		}
+		tell(w)
+		if look == rowcache.Miss {
 			return t.rows.Fill(row)
 		}
 		e.counters.CacheBypasses.Add(1)
+	default:
+		tell(w)
 	}
 	if it, ok, waiting, err := e.queued(t, row); err != nil || waiting {
 		return it, ok, err
@@ -450,43 +454,12 @@ func (e *Engine) tableTouch(t *Table, row []byte, exptime int64) (store.Item, St
 // (WHERE key IN (…)). The error is the first a key or a space met; the other
 // keys are answered regardless.
 func (e *Engine) GetMulti(keys [][]byte) ([]store.Item, []bool, error) {
-	return e.getMulti(nil, keys, false)
+	return e.GetMultiTallied(nil, keys, nil)
 }
 
-// GetMultiTallied is GetMulti counted in t (see Tally).
-func (e *Engine) GetMultiTallied(t *Tally, keys [][]byte) ([]store.Item, []bool, error) {
-	return e.getMulti(t, keys, false)
-}
-
-// ErrWouldWait is TryGetMulti's answer when a key's answer needs MySQL.
-var ErrWouldWait = errors.New("engine: the answer needs MySQL")
-
-// TryGetMulti is GetMulti answered from what keyway holds, for a caller that must not wait (a memcache event loop):
-// when any key's answer needs MySQL (a row with no valid copy held, a container that does not cache, the binlog not
-// yet followed), it returns ErrWouldWait, having asked nothing and counted nothing, and the caller calls GetMulti
-// where it may wait. It is the check MayWait makes for a read, made with the read itself instead of before it.
-// What it answers is counted in t (nil: the engine's counters).
-func (e *Engine) TryGetMulti(t *Tally, keys [][]byte) ([]store.Item, []bool, error) {
-	return e.getMulti(t, keys, true)
-}
-
-// TryGetTallied is GetTallied answered from what keyway holds, as TryGetMulti answers one key, and allocates nothing.
-func (e *Engine) TryGetTallied(t *Tally, key []byte) (store.Item, bool, error) {
-	sp, k, err := e.space(key, classGet)
-	if err != nil {
-		e.countGet(t, false)
-		return store.Item{}, false, err
-	}
-	it, ok, err := sp.tryGet(e, k)
-	if errors.Is(err, ErrWouldWait) {
-		return store.Item{}, false, err // counted by the call that may wait
-	}
-	e.countGet(t, ok)
-	return it, ok, err
-}
-
-// getMulti is GetMultiTallied, or TryGetMulti with noWait.
-func (e *Engine) getMulti(t *Tally, keys [][]byte, noWait bool) ([]store.Item, []bool, error) {
+// GetMultiTallied is GetMulti counted in t (see Tally). If any key's answer needs MySQL, w (when not nil) is told
+// before the engine waits for it (see Waiter). Each key is routed, and a held copy looked up, once.
+func (e *Engine) GetMultiTallied(t *Tally, keys [][]byte, w Waiter) ([]store.Item, []bool, error) {
 	items := make([]store.Item, len(keys))
 	found := make([]bool, len(keys))
 	var firstErr error
@@ -520,11 +493,7 @@ func (e *Engine) getMulti(t *Tally, keys [][]byte, noWait bool) ([]store.Item, [
 			shares = append(shares, share{sp: sp, idx: []int{i}, k: [][]byte{k}})
 		}
 		for _, sh := range shares {
-			err := sh.sp.getMany(e, sh.idx, sh.k, items, found, noWait)
-			if errors.Is(err, ErrWouldWait) {
-				return nil, nil, err
-			}
-			if err != nil && firstErr == nil {
+			if err := sh.sp.getMany(e, sh.idx, sh.k, items, found, w); err != nil && firstErr == nil {
 				firstErr = err
 			}
 		}
@@ -539,37 +508,9 @@ func (e *Engine) getMulti(t *Tally, keys [][]byte, noWait bool) ([]store.Item, [
 	return items, found, firstErr
 }
 
-// tableTryGet is a get of row answered from the copy keyway holds, as tableGetMany answers with noWait: ErrWouldWait
-// when the answer needs MySQL (no valid copy held, a policy that does not cache, the binlog not yet followed). use
-// is how it asks rowcache.Cache.Held.
-func (e *Engine) tableTryGet(t *Table, row []byte, use rowcache.Use) (store.Item, bool, error) {
-	switch t.Policies.Get {
-	case container.Disabled:
-		return store.Item{}, false, disabled(t, "get")
-	case container.Caching:
-		if it, found := t.rows.Held(row, use); found == rowcache.Hit {
-			return it, true, nil
-		}
-	}
-	return store.Item{}, false, ErrWouldWait
-}
-
 // tableGetMany answers a multi-get's rows of t (rows[j] into items[idx[j]]):
-// valid copies first, then queued writes, then one query for the rest.
-// With noWait each row is tableTryGet's: answered from its copy, or ErrWouldWait for the whole call.
-func (e *Engine) tableGetMany(t *Table, idx []int, rows [][]byte, items []store.Item, found []bool, noWait bool) error {
-	if noWait {
-		use := rowcache.Serve
-		for j, row := range rows {
-			it, ok, err := e.tableTryGet(t, row, use)
-			if err != nil {
-				return err
-			}
-			items[idx[j]], found[idx[j]] = it, ok
-			use = rowcache.Vouched // the first row found the gate open
-		}
-		return nil
-	}
+// valid copies first, then queued writes, then one query for the rest, telling w (when not nil) before that query.
+func (e *Engine) tableGetMany(t *Table, idx []int, rows [][]byte, items []store.Item, found []bool, w Waiter) error {
 	switch t.Policies.Get {
 	case container.Disabled:
 		return disabled(t, "get")
@@ -595,6 +536,7 @@ func (e *Engine) tableGetMany(t *Table, idx []int, rows [][]byte, items []store.
 	if len(rows) == 0 {
 		return nil
 	}
+	tell(w)
 	return t.rows.ReadMany(idx, rows, items, found, t.Policies.Get == container.Caching)
 }
 

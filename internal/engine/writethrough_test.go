@@ -307,7 +307,7 @@ func TestDBOnlyWriteDropsTheCopy(t *testing.T) {
 		t.Fatalf("set: %v %v", st, err)
 	}
 	get("1", true) // fills the copy
-	if r.e.MayWait(key, AccessRead) {
+	if r.toldOnGet(t, string(key)) {
 		t.Fatal("no copy after a get that read the row")
 	}
 	if st, _, err := r.e.StoreValue(key, []byte("2"), StoreRequest{Mode: Set}); err != nil || st != Stored {

@@ -20,10 +20,12 @@ package memcache
 //     disk catches up. The server decides once, when it starts serving
 //     (startLoops).
 //   - A command that may wait on more than its client (engine.MayWait: a
-//     container's table, its group commit, a fill in flight), or that takes
-//     long whatever the client does (a walk of the whole store: lru_crawler
-//     metadump, stats cachedump), does not run on the loop: before it runs,
-//     the connection steps away (stepAway). Another goroutine takes over
+//     container's table, its group commit, the write-behind queue's room), a
+//     get that the engine says will wait (WillWait, told before a read of a
+//     row with no valid copy held), or a command that takes long whatever the
+//     client does (a walk of the whole store: lru_crawler metadump, stats
+//     cachedump) does not wait on the loop: before it waits, the connection
+//     steps away (stepAway). Another goroutine takes over
 //     running the loop (a spare, or a new one), and the goroutine that was
 //     running it answers the rest of the connection's batch as the
 //     connection's own, gives it back (comeBack) and waits as a spare. A connection away from its loop stays in conns (so
@@ -34,9 +36,9 @@ package memcache
 //     away for awayStreakLimit batches in a row leaves the loop for a
 //     goroutine of its own, and comes back once quietToReturn batches in a
 //     row had no command that may wait (backToLoop).
-//     MayWait's "no" is a guess about the moment (a cached copy can be evicted
-//     before the read runs); a wrong guess makes the loop wait once, which is
-//     slower for its other connections, never wrong.
+//     MayWait's "no" is a guess about the moment (an async queue's room can
+//     run out before the set runs); a wrong guess makes the loop wait once,
+//     which is slower for its other connections, never wrong.
 //   - A write the socket does not take whole means the client reads slower than
 //     it asks. The connection then leaves its loop for good (leaveLoop): the
 //     goroutine that was running the loop keeps the connection, finishes its

@@ -6,7 +6,8 @@
 // that does not wait for the disk on each write) or by a goroutine of its own
 // (TLS, sync durability, other systems, and a client that reads slower than
 // it asks). Keys of containers are served on the loops too: a command that
-// may wait on MySQL (engine.MayWait) steps away from its loop first, and a
+// may wait on MySQL (engine.MayWait, or a get the engine says will wait:
+// WillWait) steps away from its loop first, and a
 // connection whose commands wait as a rule leaves for a goroutine of its own
 // until it has been quiet a while. It answers every complete request in the read
 // buffer, appending replies, and writes them out once the buffered input is

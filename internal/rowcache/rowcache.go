@@ -121,31 +121,23 @@ const (
 	Bypass               // the group cannot vouch for copies now: read the table and store nothing
 )
 
-// Use is how Held looks.
+// Use is how Held asks.
 type Use uint8
 
 const (
-	Serve   Use = 0         // for a read that serves the copy: marks it used, as a get does
-	Peek    Use = 1 << iota // only looks (a guess about the moment): leaves the copy's use as it was
-	Vouched                 // the caller's batch found the gate open (a multi-get's later rows): not asked again
+	Serve   Use = iota // a read that serves the copy: the gate is asked
+	Vouched            // a read of a batch that found the gate open (a multi-get's later rows): it is not asked again
 )
 
-// Held is the one rule for serving a held copy: the copy of row that may be served now, if the cache holds one.
-// Every path that serves a copy asks it.
+// Held is the one rule for serving a held copy: the copy of row that may be served now, if the cache holds one
+// (marked used, as a get marks an item). Every path that serves a copy asks it.
 func (c *Cache) Held(row []byte, use Use) (store.Item, Lookup) {
-	if use&Vouched == 0 && !c.gate.Serves() {
+	if use != Vouched && !c.gate.Serves() {
 		return store.Item{}, Bypass
 	}
 	var buf [128]byte
 	sk := c.appendKey(buf[:0], row) // a lookup's key: on the stack unless long
-	var it store.Item
-	var ok bool
-	if use&Peek != 0 {
-		it, ok = c.st.Peek(sk)
-	} else {
-		it, ok = c.st.Get(sk)
-	}
-	if ok && c.v.KeyValid(c.validityKey(sk), it.Tag) {
+	if it, ok := c.st.Get(sk); ok && c.v.KeyValid(c.validityKey(sk), it.Tag) {
 		return it, Hit
 	}
 	return store.Item{}, Miss

@@ -57,7 +57,7 @@ func TestHeld(t *testing.T) {
 	if it, ok, err := c.Fill([]byte("k")); !ok || err != nil || string(it.Value) != "row" {
 		t.Fatalf("fill: %q %v %v", it.Value, ok, err)
 	}
-	for _, use := range []Use{Serve, Peek, Vouched} {
+	for _, use := range []Use{Serve, Vouched} {
 		if it, look := c.Held([]byte("K"), use); look != Hit || string(it.Value) != "row" {
 			t.Errorf("after a fill, use %d: %q %v, want the row, Hit", use, it.Value, look)
 		}
