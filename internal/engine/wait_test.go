@@ -221,7 +221,7 @@ func BenchmarkAsyncSet(b *testing.B) {
 	}
 }
 
-// BenchmarkEcho is what the binlog follower costs keyway per row of its own write-behind statements: holdsRow on the
+// BenchmarkEcho is what the binlog follower costs keyway per row of its own write-behind statements: HoldsRow on the
 // echo of a row an async set cached, among 100,000 such copies (a store as large as 8 clients' load makes it, whose
 // lookups miss the CPU's caches as the follower's do). Each answer must be "holds": the echo keeps the copy.
 func BenchmarkEcho(b *testing.B) {
