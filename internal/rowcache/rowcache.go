@@ -7,8 +7,8 @@
 //     (validity.Gate.Serves), and the copy is in the store with a stamp the row's validity still accepts
 //     (validity.Table.KeyValid).
 //   - A fill takes the table's stamp before its query, and the copy keeps it (the store item's Tag). Every write
-//     (through either door, or seen in the binlog) invalidates copies stamped before it, so a fill that raced with a
-//     write is discarded, never stored.
+//     (through either door, or seen in the binlog, unless HoldsRow finds it is the row the copy already is)
+//     invalidates copies stamped before it, so a fill that raced with a write is discarded, never stored.
 //   - Every check that decides to store a copy runs under the store's shard lock (store.Update), so an invalidation
 //     cannot slip between the check and the store.
 //   - A write that keeps its own row checks, with validity.Table.WroteThrough, that no other write overtook it
