@@ -7,6 +7,8 @@
 //   - Each command resolves its key once to a key space (the local store or a
 //     container's table; see keyspace.go) and runs there; nothing else
 //     branches on where a key lives.
+//   - A caching container's copies of rows are package rowcache's: the engine
+//     serves one only when rowcache.Cache.Held says it may.
 //   - Each command on the local store is one store.Update, so it is atomic per key.
 //   - The item size limit is checked in one place (refuseTooLarge). The doors
 //     still check it too, before reading a value off the wire (text, binary,
@@ -69,8 +71,8 @@ const DefaultMaxItemSize = 1 << 20
 // Options configure an Engine.
 type Options struct {
 	MaxItemSize int64 // largest value accepted, bytes
-	// Validity holds the generations of the tables containers map to, shared with the SQL door so its writes
-	// invalidate the containers' cached rows. nil = a registry of the engine's own.
+	// Validity holds the validity state (stamps) of the tables containers map to, shared with the SQL door so its
+	// writes invalidate the containers' cached rows. nil = a registry of the engine's own.
 	Validity *validity.Registry
 	Logger   *slog.Logger // nil = slog.Default()
 }
@@ -82,12 +84,12 @@ type Engine struct {
 	started     time.Time
 	counters    Counters
 
-	tables map[string]*Container // containers by name; set before serving (see SetContainers)
+	tables map[string]*Table // containers' tables by name; set before serving (see SetContainers)
 	// defaultTable serves keys without "@@" (nil: the local store); see SetContainers.
-	defaultTable *Container
+	defaultTable *Table
 	// restoring are the containers a warm restart took copy stamps of (CopyStamp), until CopiesRestored.
 	restoreMu sync.Mutex
-	restoring []*Container
+	restoring []*Table
 	validity  *validity.Registry
 	log       *slog.Logger
 
@@ -184,9 +186,6 @@ func New(st *store.Store, o Options) *Engine {
 	return &Engine{st: st, maxItemSize: o.MaxItemSize, started: time.Now(), validity: o.Validity, log: o.Logger}
 }
 
-// Store returns the engine's store (for stats and lifecycle).
-func (e *Engine) Store() *store.Store { return e.st }
-
 // Counters returns the live command counters.
 func (e *Engine) Counters() *Counters { return &e.counters }
 
@@ -217,21 +216,22 @@ func (e *Engine) Deadline(exptime int64) int64 {
 }
 
 // Get returns the live item for key.
-func (e *Engine) Get(key []byte) (store.Item, bool, error) { return e.GetTallied(nil, key) }
+func (e *Engine) Get(key []byte) (store.Item, bool, error) { return e.GetTallied(nil, key, nil) }
 
-// GetTallied is Get counted in t (nil: in the engine's counters).
-func (e *Engine) GetTallied(t *Tally, key []byte) (store.Item, bool, error) {
+// GetTallied is Get counted in t (nil: in the engine's counters). If the answer needs MySQL, w (when not nil) is
+// told before the engine waits for it (see Waiter). The key is routed, and a held copy looked up, once.
+func (e *Engine) GetTallied(t *Tally, key []byte, w Waiter) (store.Item, bool, error) {
 	sp, k, err := e.space(key, classGet)
 	if err != nil {
 		e.countGet(t, false)
 		return store.Item{}, false, err
 	}
-	return e.getIn(t, sp, k)
+	return e.getIn(t, sp, k, w)
 }
 
-// getIn is Get in a resolved key space, counted in t (nil: the engine's counters).
-func (e *Engine) getIn(t *Tally, sp keySpace, k []byte) (store.Item, bool, error) {
-	it, ok, err := sp.get(e, k)
+// getIn is Get in a resolved key space, counted in t (nil: the engine's counters), telling w before it waits.
+func (e *Engine) getIn(t *Tally, sp keySpace, k []byte, w Waiter) (store.Item, bool, error) {
+	it, ok, err := sp.get(e, k, w)
 	e.countGet(t, ok)
 	return it, ok, err
 }

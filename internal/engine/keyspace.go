@@ -16,9 +16,9 @@ import (
 //     for the operation class is cache_only, under the container's prefix
 //     "@@name." so containers stay apart. The store item is the truth.
 //   - tableSpace is a container's table: the policy, the container, the cached
-//     copy of each row in the local store (caching) and the write-behind queue
-//     (write = "async"). The row is the truth; see tables.go for the rules
-//     (single-flight fills, the generation check, write-behind ordering).
+//     copy of each row in the local store (caching: package rowcache, with its
+//     fills and stamps) and the write-behind queue (write = "async"). The row
+//     is the truth; see tables.go for the policies and write-behind ordering.
 //
 // A later sharded table is a third implementation: the shard is found from
 // the key inside the space, not by the engine.
@@ -33,18 +33,17 @@ import (
 //   - The k a space gets is its own key: the store key for localSpace (the
 //     prefix already applied), the row key for tableSpace.
 //   - Spaces are long-lived values (localSpace{} or a pointer held by its
-//     Container), so resolving a key allocates nothing beyond the local key's prefix.
+//     Table), so resolving a key allocates nothing beyond the local key's prefix.
 //   - Counters counted before the space is known (cmd_get, cmd_set,
-//     cmd_touch) are the engine's; hits and misses are counted where the old
-//     single-path code counted them, so stats are unchanged.
+//     cmd_touch) are the engine's; each space counts its hits and misses as
+//     memcached counts them for that command.
 type keySpace interface {
-	get(e *Engine, k []byte) (store.Item, bool, error)
-	// tryGet is get answered from what keyway holds, or ErrWouldWait when the answer needs MySQL.
-	tryGet(e *Engine, k []byte) (store.Item, bool, error)
-	// getMany answers keys[i] for each i in idx into items and found (a
-	// multi-get's share in this space), with as few round trips as it can;
-	// with noWait, it returns ErrWouldWait instead of making one.
-	getMany(e *Engine, idx []int, keys [][]byte, items []store.Item, found []bool, noWait bool) error
+	// get reads k, telling w (when not nil) before it waits on MySQL.
+	get(e *Engine, k []byte, w Waiter) (store.Item, bool, error)
+	// getMany answers keys[j] into items[idx[j]] and found[idx[j]] (a
+	// multi-get's share in this space), with as few round trips as it can,
+	// telling w (when not nil) once before it waits on MySQL.
+	getMany(e *Engine, idx []int, keys [][]byte, items []store.Item, found []bool, w Waiter) error
 	getAndTouch(e *Engine, k []byte, exptime int64) (store.Item, bool, error)
 	store(e *Engine, k, value []byte, r StoreRequest) (Status, store.Item, error)
 	delete(e *Engine, k []byte, r DeleteRequest) (Status, error)
@@ -81,7 +80,7 @@ func (e *Engine) space(key []byte, class opClass) (keySpace, []byte, error) {
 }
 
 // spaceFor is the key space of row under t's policy for class.
-func (t *Container) spaceFor(class opClass, row []byte) (keySpace, []byte) {
+func (t *Table) spaceFor(class opClass, row []byte) (keySpace, []byte) {
 	var local bool
 	switch class {
 	case classGet:
@@ -120,14 +119,12 @@ type localSpace struct{}
 
 func (localSpace) localKey(k []byte) []byte { return k }
 
-func (localSpace) get(e *Engine, k []byte) (store.Item, bool, error) {
+func (localSpace) get(e *Engine, k []byte, _ Waiter) (store.Item, bool, error) {
 	it, ok := e.st.Get(k)
 	return it, ok, nil
 }
 
-func (sp localSpace) tryGet(e *Engine, k []byte) (store.Item, bool, error) { return sp.get(e, k) }
-
-func (localSpace) getMany(e *Engine, idx []int, keys [][]byte, items []store.Item, found []bool, _ bool) error {
+func (localSpace) getMany(e *Engine, idx []int, keys [][]byte, items []store.Item, found []bool, _ Waiter) error {
 	for j, i := range idx {
 		items[i], found[i] = e.st.Get(keys[j])
 	}
@@ -306,21 +303,17 @@ func (localSpace) incrDecr(e *Engine, key []byte, a Arith, res ArithResult) (Ari
 }
 
 // tableSpace is a container's table as a key space; its keys are row keys.
-// It lives in its Container (Container.space), so resolving to it allocates nothing.
-type tableSpace struct{ t *Container }
+// It lives in its Table (Table.space), so resolving to it allocates nothing.
+type tableSpace struct{ t *Table }
 
-func (s *tableSpace) localKey(row []byte) []byte { return rowKey(s.t, row) }
+func (s *tableSpace) localKey(row []byte) []byte { return s.t.rows.Key(row) }
 
-func (s *tableSpace) get(e *Engine, row []byte) (store.Item, bool, error) {
-	return e.tableGet(s.t, row)
+func (s *tableSpace) get(e *Engine, row []byte, w Waiter) (store.Item, bool, error) {
+	return e.tableGet(s.t, row, w)
 }
 
-func (s *tableSpace) tryGet(e *Engine, row []byte) (store.Item, bool, error) {
-	return e.tableTryGet(s.t, row)
-}
-
-func (s *tableSpace) getMany(e *Engine, idx []int, rows [][]byte, items []store.Item, found []bool, noWait bool) error {
-	return e.tableGetMany(s.t, idx, rows, items, found, noWait)
+func (s *tableSpace) getMany(e *Engine, idx []int, rows [][]byte, items []store.Item, found []bool, w Waiter) error {
+	return e.tableGetMany(s.t, idx, rows, items, found, w)
 }
 
 // getAndTouch is a touch on the table, then a get of the row.
@@ -328,7 +321,7 @@ func (s *tableSpace) getAndTouch(e *Engine, row []byte, exptime int64) (store.It
 	if _, status, err := e.touchIn(s, row, exptime); err != nil || status != Touched {
 		return store.Item{}, false, err
 	}
-	return e.tableGet(s.t, row)
+	return e.tableGet(s.t, row, nil) // a gat steps away before it runs (MayWait)
 }
 
 func (s *tableSpace) store(e *Engine, row, value []byte, r StoreRequest) (Status, store.Item, error) {

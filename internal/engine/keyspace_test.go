@@ -59,7 +59,7 @@ func TestRefusedSetDropsTheKeysOwnCopy(t *testing.T) {
 	defer st.Close()
 	e := New(st, Options{MaxItemSize: 16})
 	all := container.Policies{Get: container.CacheOnly, Set: container.CacheOnly, Delete: container.CacheOnly, Flush: container.CacheOnly}
-	e.SetContainers([]*Container{e.NewContainer(ContainerOptions{Container: c, Policies: all})}, "default")
+	e.SetContainers([]*Table{e.NewContainer(ContainerOptions{Container: c, Policies: all})}, "default")
 	for _, refuse := range []func(){
 		func() { e.RefuseTooLarge(Set, []byte("k")) },
 		func() {
@@ -99,7 +99,7 @@ func TestKeySpacesFollowPolicies(t *testing.T) {
 	e := New(st, Options{})
 	caching := container.Policies{Get: container.Caching, Set: container.Caching, Delete: container.Caching, Flush: container.CacheOnly}
 	cacheOnly := container.Policies{Get: container.CacheOnly, Set: container.CacheOnly, Delete: container.CacheOnly, Flush: container.CacheOnly}
-	e.SetContainers([]*Container{e.NewContainer(ContainerOptions{Container: rows, Policies: caching}), e.NewContainer(ContainerOptions{Container: local, Policies: cacheOnly})}, "default")
+	e.SetContainers([]*Table{e.NewContainer(ContainerOptions{Container: rows, Policies: caching}), e.NewContainer(ContainerOptions{Container: local, Policies: cacheOnly})}, "default")
 
 	engineSet(t, e, "@@rows.a")
 	engineSet(t, e, "@@loc.a")

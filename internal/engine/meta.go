@@ -42,6 +42,8 @@ type MetaGetRequest struct {
 	// Tally, when not nil, counts a get (no T) instead of the engine's
 	// counters (see Tally); the caller publishes it.
 	Tally *Tally
+	// Waiter, when not nil, is told before a get (no T) waits on MySQL (see Waiter).
+	Waiter Waiter
 }
 
 // MetaGetResult is the item an mg found or created, and what to tell the client.

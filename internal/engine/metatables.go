@@ -11,12 +11,12 @@ package engine
 
 // tableUnsupported refuses what on a table row: what acts on the local
 // cache, or compares where the table cannot do it atomically.
-func tableUnsupported(t *Container, what string) error {
+func tableUnsupported(t *Table, what string) error {
 	return clientErrorf("container %q: %s are not supported on a table (they act on the local cache, or compare where the table cannot); use them on keys without a table", t.Name, what)
 }
 
 // tableMetaGet is mg on a table row: a get, or with T a gat.
-func (e *Engine) tableMetaGet(t *Container, row []byte, r MetaGetRequest, res MetaGetResult) (MetaGetResult, error) {
+func (e *Engine) tableMetaGet(t *Table, row []byte, r MetaGetRequest, res MetaGetResult) (MetaGetResult, error) {
 	if r.Vivify || r.Recache || r.NewCAS != 0 {
 		return res, tableUnsupported(t, "mg flags N, R and E")
 	}
@@ -26,7 +26,7 @@ func (e *Engine) tableMetaGet(t *Container, row []byte, r MetaGetRequest, res Me
 		res.Item, res.Found, err = sp.getAndTouch(e, k, r.TTL)
 	} else {
 		sp, k := t.spaceFor(classGet, row)
-		res.Item, res.Found, err = e.getIn(r.Tally, sp, k)
+		res.Item, res.Found, err = e.getIn(r.Tally, sp, k, r.Waiter)
 	}
 	// The exptime before a touch is not read back from the table, so an mg
 	// with t before T reports the new TTL, as after it.

@@ -55,7 +55,7 @@ func TestQueuedRowsOutliveADeadTable(t *testing.T) {
 		tbl := e.NewContainer(ContainerOptions{Container: c,
 			Policies:    container.Policies{Get: policy, Set: policy, Delete: policy, Flush: container.CacheOnly},
 			WriteBehind: &writebehind.Options{Window: time.Hour, WaitTimeout: 100 * time.Millisecond}})
-		e.SetContainers([]*Container{tbl}, "default")
+		e.SetContainers([]*Table{tbl}, "default")
 		if status, _, err := e.StoreValue([]byte("@@dead.q"), []byte("queued"), StoreRequest{}); status != Stored || err != nil {
 			t.Fatalf("%s: async set with the table dead: %v %v", policy, status, err)
 		}

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 
@@ -13,12 +12,12 @@ import (
 )
 
 // TestMayWait: a command may wait (for the table) unless the local store answers it: keys of no container, a read
-// of a row whose valid copy is held, a plain set on a write = "async" container (queued); a read without a copy, a
-// set that writes the table, and any other command on a table may.
+// of a row whose valid copy is held (its Waiter is not told), a plain set on a write = "async" container (queued); a
+// read without a copy, a set that writes the table, and any other command on a table may.
 func TestMayWait(t *testing.T) {
 	r := newWriteThroughRig(t, map[string]string{"v": "VARCHAR(20)"})
 	async := r.asyncContainer(t, r.e)
-	r.e.SetContainers([]*Container{r.t["v"], async}, "")
+	r.e.SetContainers([]*Table{r.t["v"], async}, "")
 
 	check := func(key string, a Access, want bool) {
 		t.Helper()
@@ -26,27 +25,44 @@ func TestMayWait(t *testing.T) {
 			t.Errorf("MayWait(%q, %d) = %v, want %v", key, a, got, want)
 		}
 	}
-	for _, a := range []Access{AccessRead, AccessSet, AccessOther} {
+	read := func(key string, wait bool) {
+		t.Helper()
+		if told := r.toldOnGet(t, key); told != wait {
+			t.Errorf("get %q told its Waiter: %v, want %v", key, told, wait)
+		}
+	}
+	for _, a := range []Access{AccessSet, AccessOther} {
 		check("plain", a, false)
 		check("@@missing.k", a, false) // answered at once: no such container
-		check("@@v.k", a, true)        // no copy held; a set or delete writes the table
+		check("@@v.k", a, true)        // a set or delete writes the table
 	}
+	read("plain", false)
+	read("@@missing.k", false)
+	read("@@v.k", true) // no copy held (and no row: none filled)
 	check("@@async.k", AccessSet, false)
 	check("@@async.k", AccessOther, true)
 
 	if st, _, err := r.e.StoreValue([]byte("@@v.k"), []byte("x"), StoreRequest{Mode: Set}); err != nil || st != Stored {
 		t.Fatalf("set: %v %v", st, err)
 	}
-	check("@@v.k", AccessRead, false) // the set wrote its copy through
-	check("@@v.K", AccessRead, false) // the same row, as the key column compares keys
+	read("@@v.k", false) // the set wrote its copy through
+	read("@@v.K", false) // the same row, as the key column compares keys
 	check("@@v.k", AccessSet, true)
 	r.e.DroppedWrite(r.t["v"], []byte("k")) // drops the copy, as a refused write does
-	check("@@v.k", AccessRead, true)
+	read("@@v.k", true)
+}
+
+// toldOnGet reports whether a get of key told its Waiter that it would wait on MySQL (it fills the row's copy then).
+func (r *writeThroughRig) toldOnGet(tb testing.TB, key string) bool {
+	tb.Helper()
+	var w waitRecorder
+	r.e.GetTallied(nil, []byte(key), &w)
+	return w.told > 0
 }
 
 // asyncContainer opens "async", a write = "async" container (default write-behind options) on the rig's table
 // with value column v, in e; closed when the test ends.
-func (r *writeThroughRig) asyncContainer(tb testing.TB, e *Engine) *Container {
+func (r *writeThroughRig) asyncContainer(tb testing.TB, e *Engine) *Table {
 	tb.Helper()
 	c, err := container.Open(context.Background(), r.db, container.Def{Name: "async", Schema: "test", Table: "engine_wt",
 		KeyColumn: "k", ValueColumns: []string{"v"}, FlagsColumn: "fl", CASColumn: "cas", ExpiryColumn: "exp"}, container.Options{})
@@ -60,10 +76,15 @@ func (r *writeThroughRig) asyncContainer(tb testing.TB, e *Engine) *Container {
 	return async
 }
 
-// TestTryGetMulti: a get that must not wait is answered from what keyway holds (local keys, rows whose valid copy is
-// held) and counted once; when any key's answer needs the table it is ErrWouldWait, with nothing counted, and
-// GetMulti then answers it.
-func TestTryGetMulti(t *testing.T) {
+// waitRecorder counts what the engine tells a Waiter.
+type waitRecorder struct{ told int }
+
+func (w *waitRecorder) WillWait() { w.told++ }
+
+// TestWaiterTold: a get is answered from what keyway holds (local keys, rows whose valid copy is held) without
+// telling its Waiter; when a key's answer needs the table, the Waiter is told before the table is asked, and the
+// get answers from it in the same call, counted once.
+func TestWaiterTold(t *testing.T) {
 	r := newWriteThroughRig(t, map[string]string{"v": "VARCHAR(20)"})
 	if st, _, err := r.e.StoreValue([]byte("plain"), []byte("p"), StoreRequest{Mode: Set}); err != nil || st != Stored {
 		t.Fatalf("set plain: %v %v", st, err)
@@ -75,72 +96,65 @@ func TestTryGetMulti(t *testing.T) {
 		}
 		return out
 	}
-	answered := func(want []string, ks ...string) {
+	// get asks for ks (the one-key form too when there is one key) and checks the answers, the count and whether
+	// the waiter was told.
+	get := func(told bool, want []string, ks ...string) {
 		t.Helper()
+		var w waitRecorder
 		gets := r.e.counters.CmdGet.Load()
-		items, found, err := r.e.TryGetMulti(nil, keys(ks...))
+		items, found, err := r.e.GetMultiTallied(nil, keys(ks...), &w)
 		if err != nil {
-			t.Fatalf("TryGetMulti(%q): %v", ks, err)
+			t.Fatalf("GetMultiTallied(%q): %v", ks, err)
 		}
-		for i, w := range want {
-			if got := string(items[i].Value); found[i] != (w != "") || got != w {
-				t.Fatalf("TryGetMulti(%q)[%d] = %q %v, want %q", ks, i, got, found[i], w)
+		for i, want := range want {
+			if got := string(items[i].Value); found[i] != (want != "") || got != want {
+				t.Fatalf("GetMultiTallied(%q)[%d] = %q %v, want %q", ks, i, got, found[i], want)
 			}
 		}
 		if n := r.e.counters.CmdGet.Load() - gets; n != int64(len(ks)) {
-			t.Fatalf("TryGetMulti(%q) counted %d gets, want %d", ks, n, len(ks))
+			t.Fatalf("GetMultiTallied(%q) counted %d gets, want %d", ks, n, len(ks))
+		}
+		if (w.told > 0) != told {
+			t.Fatalf("GetMultiTallied(%q) told its waiter %d times, want told: %v", ks, w.told, told)
 		}
 		if len(ks) == 1 { // the one-key form answers the same, counted the same
-			gets := r.e.counters.CmdGet.Load()
-			it, ok, err := r.e.TryGetTallied(nil, []byte(ks[0]))
+			w, gets := waitRecorder{}, r.e.counters.CmdGet.Load()
+			it, ok, err := r.e.GetTallied(nil, []byte(ks[0]), &w)
 			if err != nil || ok != (want[0] != "") || string(it.Value) != want[0] {
-				t.Fatalf("TryGetTallied(%q) = %q %v %v, want %q", ks[0], it.Value, ok, err, want[0])
+				t.Fatalf("GetTallied(%q) = %q %v %v, want %q", ks[0], it.Value, ok, err, want[0])
 			}
 			if n := r.e.counters.CmdGet.Load() - gets; n != 1 {
-				t.Fatalf("TryGetTallied(%q) counted %d gets, want 1", ks[0], n)
+				t.Fatalf("GetTallied(%q) counted %d gets, want 1", ks[0], n)
+			}
+			if (w.told > 0) != told {
+				t.Fatalf("GetTallied(%q) told its waiter %d times, want told: %v", ks[0], w.told, told)
 			}
 		}
 	}
-	wouldWait := func(ks ...string) {
-		t.Helper()
-		gets := r.e.counters.CmdGet.Load()
-		if _, _, err := r.e.TryGetMulti(nil, keys(ks...)); !errors.Is(err, ErrWouldWait) {
-			t.Fatalf("TryGetMulti(%q): %v, want ErrWouldWait", ks, err)
-		}
-		if n := r.e.counters.CmdGet.Load() - gets; n != 0 {
-			t.Fatalf("TryGetMulti(%q) counted %d gets, want none", ks, n)
-		}
-		if len(ks) == 1 {
-			if _, _, err := r.e.TryGetTallied(nil, []byte(ks[0])); !errors.Is(err, ErrWouldWait) {
-				t.Fatalf("TryGetTallied(%q): %v, want ErrWouldWait", ks[0], err)
-			}
-			if n := r.e.counters.CmdGet.Load() - gets; n != 0 {
-				t.Fatalf("TryGetTallied(%q) counted %d gets, want none", ks[0], n)
-			}
-		}
-	}
-	answered([]string{"p", ""}, "plain", "nothing")
-	answered([]string{"p"}, "plain")
-	answered([]string{""}, "nothing")
-	wouldWait("@@v.k")          // no copy held
-	wouldWait("plain", "@@v.k") // one key that needs the table is enough
+	get(false, []string{"p", ""}, "plain", "nothing")
+	get(false, []string{"p"}, "plain")
+	get(false, []string{""}, "nothing")
+	get(true, []string{""}, "@@v.k")               // no copy held (and no row: none filled)
+	get(true, []string{"p", ""}, "plain", "@@v.k") // one key that needs the table is enough
 	if st, _, err := r.e.StoreValue([]byte("@@v.k"), []byte("x"), StoreRequest{Mode: Set}); err != nil || st != Stored {
 		t.Fatalf("set: %v %v", st, err)
 	}
-	answered([]string{"x", "p"}, "@@v.k", "plain") // the set wrote its copy through
-	r.e.DroppedWrite(r.t["v"], []byte("k"))        // drops the copy, as a refused write does
-	wouldWait("@@v.k")
-	items, found, err := r.e.GetMulti(keys("@@v.k"))
-	if err != nil || !found[0] || string(items[0].Value) != "x" {
-		t.Fatalf("GetMulti after ErrWouldWait: %q %v %v", items[0].Value, found[0], err)
+	get(false, []string{"x", "p"}, "@@v.k", "plain") // the set wrote its copy through
+	r.e.DroppedWrite(r.t["v"], []byte("k"))          // drops the copy, as a refused write does
+	get(true, []string{"x", "p"}, "@@v.k", "plain")
+	get(false, []string{"x"}, "@@v.k") // the multi-get filled the copy
+	r.e.DroppedWrite(r.t["v"], []byte("k"))
+	var w waitRecorder
+	if it, ok, err := r.e.GetTallied(nil, []byte("@@v.k"), &w); err != nil || !ok || string(it.Value) != "x" || w.told != 1 {
+		t.Fatalf("GetTallied without a copy: %q %v %v, told %d times; want the row, told once", it.Value, ok, err, w.told)
 	}
-	answered([]string{"x"}, "@@v.k") // GetMulti filled the copy
+	get(false, []string{"x"}, "@@v.k") // the get filled the copy
 
 	// With a tally, the gets are counted there, and in the engine's counters once published.
 	var tally Tally
 	gets := r.e.counters.CmdGet.Load()
-	if _, found, err := r.e.TryGetMulti(&tally, keys("@@v.k", "nothing")); err != nil || !found[0] || found[1] {
-		t.Fatalf("TryGetMulti with a tally: %v %v", found, err)
+	if _, found, err := r.e.GetMultiTallied(&tally, keys("@@v.k", "nothing"), nil); err != nil || !found[0] || found[1] {
+		t.Fatalf("GetMultiTallied with a tally: %v %v", found, err)
 	}
 	if tally != (Tally{CmdGet: 2, GetHits: 1, GetMisses: 1}) || r.e.counters.CmdGet.Load() != gets {
 		t.Fatalf("tally %+v, engine's gets +%d; want 2 gets, 1 hit, 1 miss in the tally only", tally, r.e.counters.CmdGet.Load()-gets)
@@ -151,9 +165,9 @@ func TestTryGetMulti(t *testing.T) {
 	}
 }
 
-// BenchmarkCachedGet is a memcache get of a row whose valid copy is held, as an event loop answers it: with the
-// check first (MayWait, then GetMulti, as the loop did), in one pass (TryGetMulti), and as a get of one key is
-// answered (TryGetTallied: no slices, no allocation).
+// BenchmarkCachedGet is a memcache get of a row whose valid copy is held, as an event loop answers it: a multi-get's
+// one pass with a Waiter (GetMultiTallied), and a get of one key (GetTallied with a Waiter: no slices, no
+// allocation).
 func BenchmarkCachedGet(b *testing.B) {
 	r := newWriteThroughRig(b, map[string]string{"v": "VARCHAR(64)"})
 	key := []byte("@@v.bench-key")
@@ -161,21 +175,11 @@ func BenchmarkCachedGet(b *testing.B) {
 		b.Fatalf("set: %v %v", st, err)
 	}
 	keys := [][]byte{key}
-	b.Run("check-then-get", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			if r.e.MayWait(key, AccessRead) {
-				b.Fatal("no copy held")
-			}
-			if _, found, err := r.e.GetMulti(keys); err != nil || !found[0] {
-				b.Fatal(found, err)
-			}
-		}
-	})
+	var w waitRecorder
 	b.Run("try", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, found, err := r.e.TryGetMulti(nil, keys); err != nil || !found[0] {
+			if _, found, err := r.e.GetMultiTallied(nil, keys, &w); err != nil || !found[0] {
 				b.Fatal(found, err)
 			}
 		}
@@ -183,7 +187,7 @@ func BenchmarkCachedGet(b *testing.B) {
 	b.Run("try-one", func(b *testing.B) { // a get of one key, as the memcache door asks it
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, found, err := r.e.TryGetTallied(nil, key); err != nil || !found {
+			if _, found, err := r.e.GetTallied(nil, key, &w); err != nil || !found {
 				b.Fatal(found, err)
 			}
 		}
@@ -201,7 +205,7 @@ func BenchmarkAsyncSet(b *testing.B) {
 	}
 	b.Cleanup(func() { st.Close() })
 	e := New(st, Options{})
-	e.SetContainers([]*Container{r.asyncContainer(b, e)}, "")
+	e.SetContainers([]*Table{r.asyncContainer(b, e)}, "")
 	keys := make([][]byte, 10000)
 	for i := range keys {
 		keys[i] = fmt.Appendf(nil, "@@async.k%08d", i)
@@ -217,7 +221,7 @@ func BenchmarkAsyncSet(b *testing.B) {
 	}
 }
 
-// BenchmarkEcho is what the binlog follower costs keyway per row of its own write-behind statements: holdsRow on the
+// BenchmarkEcho is what the binlog follower costs keyway per row of its own write-behind statements: HoldsRow on the
 // echo of a row an async set cached, among 100,000 such copies (a store as large as 8 clients' load makes it, whose
 // lookups miss the CPU's caches as the follower's do). Each answer must be "holds": the echo keeps the copy.
 func BenchmarkEcho(b *testing.B) {
@@ -229,7 +233,7 @@ func BenchmarkEcho(b *testing.B) {
 	b.Cleanup(func() { st.Close() })
 	e := New(st, Options{})
 	async := r.asyncContainer(b, e)
-	e.SetContainers([]*Container{async}, "")
+	e.SetContainers([]*Table{async}, "")
 	const rows = 100000
 	value := "forty bytes of value, give or take a few"
 	type echo struct {
@@ -244,7 +248,7 @@ func BenchmarkEcho(b *testing.B) {
 		if err != nil || status != Stored {
 			b.Fatalf("set: %v %v", status, err)
 		}
-		echoes[i] = echo{vk: validityKey(async, rowKey(async, []byte(row))),
+		echoes[i] = echo{vk: async.C.AppendNormKey(nil, []byte(row)),
 			img: validity.RowImage{Columns: columns, Values: []any{row, int32(0), int64(stored.CAS), int32(0), value}}}
 	}
 	if err := async.Behind.Drain(); err != nil {
@@ -254,7 +258,7 @@ func BenchmarkEcho(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		ec := &echoes[i%rows]
-		if holds, _ := e.holdsRow(async, ec.vk, ec.img, true); !holds {
+		if holds, _ := async.rows.HoldsRow(ec.vk, ec.img, true); !holds {
 			b.Fatalf("the echo of row %d does not hold its copy", i%rows)
 		}
 		i++

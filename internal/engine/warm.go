@@ -2,8 +2,9 @@ package engine
 
 // Warm restart of caching containers' copies (package warm keeps the snapshot): SaveCopies lists the copies that
 // are valid now, RestoreCopy puts one back as a fill would, under a stamp taken before the binlog followers
-// replay from the checkpoint saved with it. A copy is restored only into a container of the same name and the
-// same definition (table, columns, separator): the copy's value is the definition's rendering of the row.
+// replay from the checkpoint saved with it (see package rowcache). A copy is restored only into a container of the
+// same name and the same definition (table, columns, separator): the copy's value is the definition's rendering of
+// the row.
 
 import (
 	"fmt"
@@ -22,7 +23,7 @@ type SavedCopy struct {
 
 // ContainerShape identifies what a container's copies look like: a copy saved under one shape is restored only
 // into a container of the same shape.
-func (t *Container) ContainerShape() string { return fmt.Sprintf("%#v", t.C.Def()) }
+func (t *Table) ContainerShape() string { return fmt.Sprintf("%#v", t.C.Def()) }
 
 // SaveCopies calls fn with every valid copy of a caching container's row whose group could restore it
 // (validity.Gate.Restorable). Take the binlog checkpoints that will vouch for them before calling it.
@@ -35,11 +36,7 @@ func (e *Engine) SaveCopies(fn func(SavedCopy)) {
 			return true
 		}
 		name, _, ok := strings.Cut(key[len(JournalPrefix):], ".")
-		t := e.tables[name]
-		if !ok || t == nil || t.Policies.Get != container.Caching || !t.gate.Restorable() {
-			return true
-		}
-		if t.v.KeyValid(validityKey(t, []byte(key)), it.Tag) {
+		if t := e.tables[name]; ok && t != nil && t.rows.Saveable(key, it) {
 			fn(SavedCopy{Container: name, Key: key, Item: it})
 		}
 		return true
@@ -47,9 +44,9 @@ func (e *Engine) SaveCopies(fn func(SavedCopy)) {
 }
 
 // CopyStamp is the stamp a copy of container name must be restored under (the table's stamp now), or false when
-// no caching container has that name. Until CopiesRestored, the container counts as filling (see holdsRow): the
-// copies it will restore carry this stamp, so a change the followers replay meanwhile must invalidate its key
-// even though no copy is there yet.
+// no caching container has that name. Until CopiesRestored, the container counts as filling (see
+// rowcache.Cache.HoldsRow): the copies it will restore carry this stamp, so a change the followers replay meanwhile
+// must invalidate its key even though no copy is there yet.
 func (e *Engine) CopyStamp(name string) (uint64, bool) {
 	t := e.tables[name]
 	if t == nil || t.Policies.Get != container.Caching {
@@ -58,8 +55,7 @@ func (e *Engine) CopyStamp(name string) (uint64, bool) {
 	e.restoreMu.Lock()
 	e.restoring = append(e.restoring, t)
 	e.restoreMu.Unlock()
-	t.startFill()
-	return t.v.Stamp(), true
+	return t.rows.BeginFill(), true
 }
 
 // CopiesRestored ends what CopyStamp began: call it once the restore is over, whether it restored anything or not.
@@ -67,7 +63,7 @@ func (e *Engine) CopiesRestored() {
 	e.restoreMu.Lock()
 	defer e.restoreMu.Unlock()
 	for _, t := range e.restoring {
-		t.filling.Add(-1)
+		t.rows.EndFill()
 	}
 	e.restoring = nil
 }
@@ -77,15 +73,5 @@ func (e *Engine) CopiesRestored() {
 // and no ttl). It reports whether the copy was stored.
 func (e *Engine) RestoreCopy(c SavedCopy, stamp uint64) bool {
 	t := e.tables[c.Container]
-	if t == nil || t.Policies.Get != container.Caching || !t.gate.Restorable() || !strings.HasPrefix(c.Key, string(prefix(t, 0))) {
-		return false
-	}
-	if t.Behind != nil && t.Behind.Stats().Pending > 0 {
-		// Writes acknowledged before a crash are still queued (replayed from the journal) and copies are not
-		// checked against the queue: a restored copy could hide one.
-		return false
-	}
-	item := c.Item
-	item.LastAccess, item.Fetched, item.Stale, item.WinSent = 0, false, false, false
-	return e.cacheRow(t, []byte(c.Key), item, stamp)
+	return t != nil && t.rows.Restore(c.Key, c.Item, stamp)
 }

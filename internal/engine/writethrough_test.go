@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,7 +20,7 @@ import (
 type writeThroughRig struct {
 	db *sql.DB
 	e  *Engine
-	t  map[string]*Container // by value column
+	t  map[string]*Table // by value column
 }
 
 func newWriteThroughRig(t testing.TB, columns map[string]string) *writeThroughRig {
@@ -39,8 +40,8 @@ func newWriteThroughRig(t testing.TB, columns map[string]string) *writeThroughRi
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	r := &writeThroughRig{db: db, e: New(st, Options{}), t: map[string]*Container{}}
-	var all []*Container
+	r := &writeThroughRig{db: db, e: New(st, Options{}), t: map[string]*Table{}}
+	var all []*Table
 	for col := range columns {
 		c, err := container.Open(context.Background(), db, container.Def{Name: col, Schema: "test", Table: "engine_wt",
 			KeyColumn: "k", ValueColumns: []string{col}, FlagsColumn: "fl", CASColumn: "cas", ExpiryColumn: "exp"}, container.Options{})
@@ -76,6 +77,12 @@ func (r *writeThroughRig) selectRow(t *testing.T, col, key string) store.Item {
 	}
 	it.Value, it.Exptime = append([]byte{}, v...), exp.Int64
 	return it
+}
+
+// validity is the validity state of tbl's table, as the engine's registry keeps it.
+func (r *writeThroughRig) validity(tbl *Table) *validity.Table {
+	def := tbl.C.Def()
+	return r.e.validity.Table(validity.TableID{Schema: strings.ToLower(def.Schema), Name: strings.ToLower(def.Table)})
 }
 
 func sameItem(a, b store.Item) bool {
@@ -166,11 +173,11 @@ func TestSetWritesThroughCachingContainer(t *testing.T) {
 func TestSetOvertakenByAnotherWriteLeavesNoCopy(t *testing.T) {
 	r := newWriteThroughRig(t, map[string]string{"vtext": "VARCHAR(40) CHARACTER SET utf8mb4"})
 	tbl := r.t["vtext"]
-	testHookAfterTableWrite = func(c *Container, row []byte) {
+	testHookAfterTableWrite = func(c *Table, row []byte) {
 		if _, err := r.db.Exec("UPDATE test.engine_wt SET vtext = 'direct, later', cas = cas + 1 WHERE k = ?", row); err != nil {
 			t.Error(err)
 		}
-		tbl.v.Wrote(tbl.C.AppendNormKey(nil, row))
+		r.validity(tbl).Wrote(tbl.C.AppendNormKey(nil, row))
 	}
 	defer func() { testHookAfterTableWrite = nil }()
 	if status, _, err := r.e.StoreValue([]byte("@@vtext.race"), []byte("keyway, earlier"), StoreRequest{}); status != Stored || err != nil {
@@ -194,19 +201,19 @@ func TestHoldsRow(t *testing.T) {
 		return validity.RowImage{Columns: map[string]int{"k": 0, "fl": 1, "cas": 2, "exp": 3, "vtext": 4, "vother": 5},
 			Values: []any{"h", flags, cas, int32(0), value, nil}}
 	}
-	holds := func(c *Container, img validity.RowImage, first bool) bool {
-		h, _ := r.e.holdsRow(c, vk, img, first)
+	holds := func(c *Table, img validity.RowImage, first bool) bool {
+		h, _ := c.rows.HoldsRow(vk, img, first)
 		return h
 	}
 	// A write in flight: the echo of exactly its row passes on its first application only, never settled (the
 	// write will store its row after the follower looked).
 	var inFlight []bool
-	beforeSet := a.settling.Load()
-	testHookAfterTableWrite = func(c *Container, row []byte) {
+	beforeSet := a.rows.Settling()
+	testHookAfterTableWrite = func(c *Table, row []byte) {
 		cas := int64(r.selectRow(t, "vtext", "h").CAS)
-		h, settled := r.e.holdsRow(a, vk, image("mine", 7, cas), true)
+		h, settled := a.rows.HoldsRow(vk, image("mine", 7, cas), true)
 		inFlight = []bool{h, settled, holds(a, image("mine", 7, cas), false), holds(a, image("other", 7, cas), true),
-			a.settling.Load() != beforeSet}
+			a.rows.Settling() != beforeSet}
 	}
 	defer func() { testHookAfterTableWrite = nil }()
 	if status, _, err := r.e.StoreValue([]byte("@@vtext.h"), []byte("mine"), StoreRequest{Flags: 7}); status != Stored || err != nil {
@@ -234,8 +241,8 @@ func TestHoldsRow(t *testing.T) {
 	}
 	// Settled: the copy holds with nothing in flight; not while a read may store an older copy, nor on the second
 	// application, nor when the copy does not hold.
-	settled := func(c *Container, img validity.RowImage, first bool) []bool {
-		h, s := r.e.holdsRow(c, vk, img, first)
+	settled := func(c *Table, img validity.RowImage, first bool) []bool {
+		h, s := c.rows.HoldsRow(vk, img, first)
 		return []bool{h, s}
 	}
 	if got := settled(a, image("mine", 7, cas), true); !slices.Equal(got, []bool{true, true}) {
@@ -252,30 +259,30 @@ func TestHoldsRow(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { a.C.FromImage(img.Value) }); n > 1 {
 		t.Errorf("decoding a one-column row image allocated %.0f times, want at most 1 (its value)", n)
 	}
-	before := a.settling.Load()
-	a.startFill()
-	if a.settling.Load() == before {
+	before := a.rows.Settling()
+	a.rows.BeginFill()
+	if a.rows.Settling() == before {
 		t.Error("a read that may fill a copy does not move settling")
 	}
 	if got := settled(a, image("mine", 7, cas), true); !slices.Equal(got, []bool{true, false}) {
 		t.Errorf("the copy's own row with a read in flight: (holds, settled) = %v, want [true false]", got)
 	}
-	a.filling.Add(-1)
+	a.rows.EndFill()
 	// The other container on the table has no copy of the row: nothing to drop, unless a read may store one.
 	if got := settled(b, image("mine", 7, cas), true); !slices.Equal(got, []bool{true, true}) {
 		t.Errorf("a container with no copy of the row and nothing in flight: (holds, settled) = %v, want both", got)
 	}
-	b.filling.Add(1)
+	b.rows.BeginFill()
 	if holds(b, image("mine", 7, cas), true) {
 		t.Error("a container with a read in flight lets a change pass: the read's older stamp would store the old row")
 	}
-	b.filling.Add(-1)
+	b.rows.EndFill()
 	// Once invalidated, the copy does not hold, and a container whose copies a ttl bounds never does.
-	a.v.Wrote(vk)
+	r.validity(a).Wrote(vk)
 	if !holds(a, image("mine", 7, cas), true) {
 		t.Error("an invalid copy with nothing in flight: want it to pass (nothing to drop)")
 	}
-	a.CopyTTL = time.Minute
+	a.rows.CopyTTL = time.Minute
 	if holds(a, image("mine", 7, cas), true) {
 		t.Error("a container with CopyTTL lets a change pass")
 	}
@@ -300,7 +307,7 @@ func TestDBOnlyWriteDropsTheCopy(t *testing.T) {
 		t.Fatalf("set: %v %v", st, err)
 	}
 	get("1", true) // fills the copy
-	if r.e.MayWait(key, AccessRead) {
+	if r.toldOnGet(t, string(key)) {
 		t.Fatal("no copy after a get that read the row")
 	}
 	if st, _, err := r.e.StoreValue(key, []byte("2"), StoreRequest{Mode: Set}); err != nil || st != Stored {
@@ -315,45 +322,4 @@ func TestDBOnlyWriteDropsTheCopy(t *testing.T) {
 		t.Fatalf("delete: %v %v", st, err)
 	}
 	get("", false)
-}
-
-// TestSlotsGrowWithCopies: as a container stores copies of more rows, its table keeps more per-key slots (writes of
-// other keys of a copy's slot drop it), four per item the store holds, within an eighth of the store's memory
-// limit; and a copy that was invalid stays invalid when they grow.
-func TestSlotsGrowWithCopies(t *testing.T) {
-	for _, c := range []struct {
-		items, limit int64
-		want         int
-	}{
-		{10000, 64 << 20, 1 << 16},
-		{40000, 64 << 20, 1 << 18},
-		{1 << 20, 64 << 20, 1 << 19}, // capped: 8 MiB of slots for 64 MiB of items
-		{40000, 1 << 20, 1 << 13},
-	} {
-		if got := slotsFor(c.items, c.limit); got != c.want {
-			t.Errorf("slotsFor(%d items, %d bytes) = %d, want %d", c.items, c.limit, got, c.want)
-		}
-	}
-
-	r := newWriteThroughRig(t, map[string]string{"v": "VARCHAR(20)"})
-	c := r.t["v"]
-	if c.v.Slots() != validity.WideSlots {
-		t.Fatalf("a container's table starts with %d slots, want %d", c.v.Slots(), validity.WideSlots)
-	}
-	stale := rowKey(c, []byte("stale"))
-	stamp := c.v.Stamp()
-	c.v.Wrote(validityKey(c, stale)) // a write after the stamp: a copy stamped before it is invalid
-	for i := range 40000 {
-		sk := rowKey(c, fmt.Appendf(nil, "k%d", i))
-		if !r.e.cacheRow(c, sk, store.Item{Value: []byte("x")}, c.v.Stamp()) {
-			t.Fatalf("copy %d not stored", i)
-		}
-	}
-	// Last checked at 36,864 copies: 4 × 36,864 slots, rounded up to a power of two, within the store's limit.
-	if got, want := c.v.Slots(), slotsFor(36864, r.e.st.Stats().Limit); got != want || got <= validity.WideSlots {
-		t.Errorf("after 40,000 copies the table keeps %d slots, want %d (more than %d)", got, want, validity.WideSlots)
-	}
-	if c.v.KeyValid(validityKey(c, stale), stamp) {
-		t.Error("a copy stamped before a write of its key is valid again once the slots grew")
-	}
 }

@@ -367,7 +367,7 @@ func (c *conn) binGetRun(buf []byte) int {
 		it, ok := items[i], found[i]
 		if err != nil && !ok {
 			var kerr error
-			if it, ok, kerr = c.eng.GetTallied(&c.tally, c.engineKey(key, engine.AccessRead)); kerr != nil {
+			if it, ok, kerr = c.getOne(key); kerr != nil {
 				c.binServerError(h, kerr)
 				continue
 			}

@@ -32,7 +32,7 @@ func newBinRunDoor(t *testing.T) *binRunDoor {
 	}
 	stmts = append(stmts, fmt.Sprintf("INSERT INTO test.binrun VALUES ('large', '%s', 7, 7)", strings.Repeat("L", 3*largeValue)))
 	root, db, eng := newTableRig(t, stmts...)
-	var tables []*engine.Container
+	var tables []*engine.Table
 	for name, get := range map[string]container.Policy{"default": container.DBOnly, "off": container.Disabled} {
 		c, err := container.Open(context.Background(), db, container.Def{Name: name, Schema: "test", Table: "binrun",
 			KeyColumn: "k", ValueColumns: []string{"v"}, FlagsColumn: "f", CASColumn: "c"}, container.Options{})

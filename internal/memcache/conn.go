@@ -70,7 +70,7 @@ type conn struct {
 	remote net.Addr // the client's address (nil for a connection that is not a socket's)
 	// container is where this connection's keys without "@@" go after a "get @@name" (the InnoDB plugin's switch;
 	// see engine.SwitchTo); nil: the engine's default. Every key goes to the engine through ekey.
-	container *engine.Container
+	container *engine.Table
 
 	// id, listenAddr, state and lastCmd are what stats conns shows; state
 	// and lastCmd (Unix seconds) are written by the connection's goroutine
@@ -609,13 +609,20 @@ func (c *conn) engineKey(key []byte, a engine.Access) []byte {
 // mayWait steps away from the connection's event loop when a command that does a with the engine's key k may wait;
 // on a connection that left its loop because it waited, it notes that the batch did (see quietToReturn).
 func (c *conn) mayWait(k []byte, a engine.Access) {
+	if (c.loop != nil && !c.away || c.waits && !c.waited) && c.eng.MayWait(k, a) {
+		c.WillWait()
+	}
+}
+
+// WillWait is told by the engine (engine.Waiter) before a read waits on MySQL, and by mayWait before a command that
+// may: on an event loop the connection steps away; on a connection that left its loop because it waited, it notes
+// that the batch did (see quietToReturn). Told again, it changes nothing.
+func (c *conn) WillWait() {
 	switch {
 	case c.loop != nil && !c.away:
-		if c.eng.MayWait(k, a) {
-			c.stepAway()
-		}
-	case c.waits && !c.waited:
-		c.waited = c.eng.MayWait(k, a)
+		c.stepAway()
+	case c.waits:
+		c.waited = true
 	}
 }
 

@@ -4,9 +4,9 @@ package memcache
 //
 // A goroutine per connection costs, per request, a read that finds nothing
 // (EAGAIN) before the goroutine parks, the park itself and the wake-up through
-// Go's poller, which hands the goroutine to whichever thread is free: under
-// memcaslap that was about 30% more CPU per request than memcached's, and all
-// of the gap in throughput. An event loop does what memcached's worker threads
+// Go's poller, which hands the goroutine to whichever thread is free; that is
+// what made keyway's CPU per request exceed memcached's. An event loop does
+// what memcached's worker threads
 // do: it waits on epoll for any of its connections to be readable, reads once
 // (level-triggered: what it does not read is reported again), answers every
 // complete request and writes the replies in one write, on its own goroutine.
@@ -20,10 +20,12 @@ package memcache
 //     disk catches up. The server decides once, when it starts serving
 //     (startLoops).
 //   - A command that may wait on more than its client (engine.MayWait: a
-//     container's table, its group commit, a fill in flight), or that takes
-//     long whatever the client does (a walk of the whole store: lru_crawler
-//     metadump, stats cachedump), does not run on the loop: before it runs,
-//     the connection steps away (stepAway). Another goroutine takes over
+//     container's table, its group commit, the write-behind queue's room), a
+//     get that the engine says will wait (WillWait, told before a read of a
+//     row with no valid copy held), or a command that takes long whatever the
+//     client does (a walk of the whole store: lru_crawler metadump, stats
+//     cachedump) does not wait on the loop: before it waits, the connection
+//     steps away (stepAway). Another goroutine takes over
 //     running the loop (a spare, or a new one), and the goroutine that was
 //     running it answers the rest of the connection's batch as the
 //     connection's own, gives it back (comeBack) and waits as a spare. A connection away from its loop stays in conns (so
@@ -34,9 +36,9 @@ package memcache
 //     away for awayStreakLimit batches in a row leaves the loop for a
 //     goroutine of its own, and comes back once quietToReturn batches in a
 //     row had no command that may wait (backToLoop).
-//     MayWait's "no" is a guess about the moment (a cached copy can be evicted
-//     before the read runs); a wrong guess makes the loop wait once, which is
-//     slower for its other connections, never wrong.
+//     MayWait's "no" is a guess about the moment (an async queue's room can
+//     run out before the set runs); a wrong guess makes the loop wait once,
+//     which is slower for its other connections, never wrong.
 //   - A write the socket does not take whole means the client reads slower than
 //     it asks. The connection then leaves its loop for good (leaveLoop): the
 //     goroutine that was running the loop keeps the connection, finishes its
@@ -56,10 +58,9 @@ package memcache
 // its epoll set is itself pollable, so the goroutine parks and the runtime's
 // own epoll wakes it, on whichever thread polled. Each wake-up then costs the
 // runtime's scheduling (findRunnable, and an epoll_pwait of the runtime's for
-// the nested set besides the loop's own): with one sequential client, a quarter
-// of keyway's CPU per request went to the scheduler, most of it in epoll_pwait
-// (perf, 2026-11-24). With
-// LoopThreads, the goroutine running a loop keeps its thread and waits in
+// the nested set besides the loop's own): with one sequential client, much
+// of keyway's CPU per request goes to the scheduler, most of it in epoll_pwait.
+// With LoopThreads, the goroutine running a loop keeps its thread and waits in
 // epoll_pwait itself, as memcached's workers do, and the kernel wakes that
 // thread. A thread in a long system call still holds its P, and the runtime's
 // monitor takes the P back (then wakes a thread to spin on it) whenever no P
@@ -129,7 +130,7 @@ type eventLoop struct {
 // not, or when epoll cannot be had (connections then get a goroutine each).
 func (s *Server) startLoops() []*eventLoop {
 	n := s.opts.EventLoops
-	if n < 0 || s.opts.TLS != nil || s.eng.Store().WaitsForDisk() {
+	if n < 0 || s.opts.TLS != nil || s.eng.WaitsForDisk() {
 		return nil
 	}
 	if n == 0 {
@@ -413,9 +414,8 @@ func (l *eventLoop) runUntilLeft() bool {
 // no connection, with neither its thread nor a P kept, and tells Options.OnLoopThread when the loop stops or starts
 // keeping one. Why: blocked in epoll_pwait, a loop's thread holds a P, which is why the process is given a P more
 // than it has loops; with no connection in any loop (every client's commands wait on MySQL as a rule, so each has
-// left its loop for a goroutine: sync containers), that P more only runs goroutines on more Ps than there are CPUs.
-// A lone client's sync set on a caching container cost keyway 286 µs of CPU with loop threads and a P more, 170 µs
-// with loops in Go's poller and none; 8 clients' 86 µs against 61 (2026-11-25, 2 CPUs).
+// left its loop for a goroutine: sync containers), that P more only runs goroutines on more Ps than there are CPUs,
+// which costs those clients' requests CPU for nothing.
 func (l *eventLoop) parkWhileEmpty() {
 	l.mu.Lock()
 	empty := len(l.conns) == 0 && !l.closed
@@ -550,18 +550,14 @@ func (w *readyWait) late() {
 //
 // Why: a loop's thread that blocks leaves its CPU idle, and on a virtual machine waking an idle CPU is slow; a
 // client that sends its next request within microseconds of its reply (one sequential client: PHP, the seed's
-// loops) waits for that wake-up on every request. One such client's async sets through keyway ran at 0.68-0.95 of
-// memcached's without a spin (five runs of keyway bench kv, 2026-11-25, 2 vCPUs), at 0.82-1.21 with a fixed 20 µs one
-// (seven runs), and at 1.19 and 1.22 with the length that follows the client (two runs alternating with the fixed
-// one's 0.83 and 0.84; gets 1.35 and 1.47 against 1.06 and 1.13): a fixed spin missed every request that a slower
-// phase of the machine made the client send a little later.
+// loops) waits for that wake-up on every request. The spin's length follows the client: a fixed one missed every
+// request that a slower phase of the machine made the client send a little later.
 //
 // The length: it starts at the base (Options.LoopSpin); a request that comes just after a spin gave up (late) makes
 // the next spins half a base longer, up to maxSpinTimes the base; one found in the first half of a spin makes them a
 // quarter of a base shorter, down to the base. Only a loop with one connection spins (block's caller decides):
-// memcaslap's 8 connections, spread over 2 loops, lost a quarter of their throughput to spins (keyway's CPU per
-// request 13.1 µs against 10.2), which took CPU time their clients needed, and a loop with several connections finds
-// one ready without waiting more often anyway. A spin that finds nothing costs its CPU for nothing: after
+// with several connections per loop, spins took CPU time their clients needed, and a loop with several connections
+// finds one ready without waiting more often anyway. A spin that finds nothing costs its CPU for nothing: after
 // spinMissesAllowed misses in a row (a client idle, or slower than the longest spin), each further miss doubles the
 // blocking waits that go without one, and a find makes the loop spin every time again.
 func (w *readyWait) spinWait() (found, spun bool) {
@@ -723,9 +719,8 @@ func (c *conn) comeBack() {
 // The net.Conn reads and writes with raw system calls (sockio): a connection that leaves its loop waits on MySQL as a
 // rule, and each of its requests went idle twice (waiting for MySQL, then for the client), so each blocking-style
 // call after a wait woke the runtime's sysmon thread from its deep sleep (entersyscall does), which then polled every
-// 20 µs while the request ran. A lone client's sync set on a caching container (2026-11-24, perf sched, four
-// alternating rounds): 5.5-6.1 thread switches in keyway per set against 7.0-8.0, 133-198 µs of scheduling delay
-// against 193-266, p50 554-725 µs against 616-814.
+// 20 µs while the request ran. Raw calls leave sysmon asleep: fewer thread switches and less scheduling delay per
+// request.
 func (c *conn) leaveLoop() error {
 	l := c.loop
 	l.detach(c)
@@ -768,7 +763,7 @@ func epollCtl(epfd, op, fd int, events uint32) error {
 
 // writeNow writes vec to the non-blocking socket c.fd until it is written or the socket is full, and returns what it
 // could not write yet. Reads and writes on a loop's sockets are raw system calls (sockio): the runtime's syscall
-// entry and exit cost about 5% of the loop's CPU under memcaslap for a hand-off that never happens.
+// entry and exit would cost the loop CPU for a hand-off that never happens.
 func (c *conn) writeNow(vec net.Buffers) (rest net.Buffers, written int64, err error) {
 	written, errno := sockio.WriteNow(c.fd, &vec, &c.iov)
 	if errno != 0 && errno != unix.EAGAIN {

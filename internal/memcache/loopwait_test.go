@@ -39,7 +39,7 @@ func newWaitDoor(t *testing.T, threads bool) *waitDoor {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	eng.SetContainers([]*engine.Container{eng.NewContainer(engine.ContainerOptions{Container: c,
+	eng.SetContainers([]*engine.Table{eng.NewContainer(engine.ContainerOptions{Container: c,
 		Policies: container.Policies{Get: container.Caching, Set: container.DBOnly, Delete: container.DBOnly, Flush: container.CacheOnly}})}, "")
 	srv := NewServer(eng, Options{EventLoops: 1, LoopThreads: threads})
 	d := &waitDoor{srv: srv, root: root, addr: serveTest(t, srv)}
@@ -295,7 +295,7 @@ func TestEventLoopAsyncSetsTableDown(t *testing.T) {
 		WriteBehind: &writebehind.Options{Window: 10 * time.Millisecond, MaxPending: 4, WaitTimeout: 3 * time.Second},
 		Policies:    container.Policies{Get: container.Caching, Set: container.Caching, Delete: container.Caching, Flush: container.CacheOnly}})
 	t.Cleanup(func() { a.Behind.Close() })
-	eng.SetContainers([]*engine.Container{a}, "")
+	eng.SetContainers([]*engine.Table{a}, "")
 	srv := NewServer(eng, Options{EventLoops: 1})
 	addr := serveTest(t, srv)
 

@@ -112,7 +112,7 @@ func crawlClasses(arg []byte) (set classSet, ok bool) {
 // shard by shard; the lines go out as the reply buffer fills.
 func (c *conn) metadump(classes *classSet) {
 	c.stepAway() // the walk takes long whatever the client does: not on the loop
-	c.eng.Store().Walk(func(key string, it store.Item) bool {
+	c.eng.WalkItems(func(key string, it store.Item) bool {
 		cls := store.Class(len(key), len(it.Value), it.Flags)
 		if !classes[cls] {
 			return true
@@ -174,7 +174,7 @@ func (c *conn) cacheMemlimit(toks [][]byte) {
 	case mb > 1000000000:
 		c.reply(quiet, "MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes\r\n")
 	default:
-		if err := c.eng.Store().SetLimit(int64(mb) << 20); err != nil {
+		if err := c.eng.SetMemoryLimit(int64(mb) << 20); err != nil {
 			c.reply(quiet, "MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust\r\n")
 			return
 		}
@@ -206,7 +206,7 @@ func (c *conn) cachedump(toks [][]byte) {
 	if class >= 1 && class <= store.NumClasses {
 		c.stepAway() // the walk takes long whatever the client does: not on the loop
 		shown := uint32(0)
-		c.eng.Store().Walk(func(key string, it store.Item) bool {
+		c.eng.WalkItems(func(key string, it store.Item) bool {
 			if store.Class(len(key), len(it.Value), it.Flags) != int(class) {
 				return true
 			}

@@ -243,18 +243,22 @@ func (c *conn) metaGet(toks [][]byte) {
 		c.metaError("CLIENT_ERROR opaque token too long")
 		return
 	}
-	access := engine.AccessOther // T touches the row; N, R and E are refused on a table, at once
-	if !f.setTTL && !f.vivify && !f.recache && f.newCAS == 0 {
-		access = engine.AccessRead // a read, answered on the loop when its copy is held
-	}
-	res, err := c.eng.MetaGet(c.engineKey(f.key, access), engine.MetaGetRequest{
+	req := engine.MetaGetRequest{
 		NoUpdate: f.noBump,
 		SetTTL:   f.setTTL, TTL: f.ttl,
 		Vivify: f.vivify, VivifyTTL: f.vivifyTTL,
 		Recache: f.recache, RecacheTTL: f.recacheTTL,
 		NewCAS: f.newCAS,
 		Tally:  &c.tally,
-	})
+	}
+	var key []byte
+	if !f.setTTL && !f.vivify && !f.recache && f.newCAS == 0 {
+		// A read, answered on the loop when its copy is held: the engine tells c before it waits (WillWait).
+		key, req.Waiter = c.ekey(f.key), c
+	} else {
+		key = c.engineKey(f.key, engine.AccessOther) // T touches the row; N, R and E are refused on a table, at once
+	}
+	res, err := c.eng.MetaGet(key, req)
 	if err != nil {
 		c.serverError(err)
 		return

@@ -2,10 +2,14 @@
 // binary protocols over TCP, answered by the engine.
 //
 // Each connection has one read buffer and one reply buffer, and is served
-// either by an event loop (loop_linux.go: plain TCP where no request waits on
-// anything but the client, as for a memory-only or async store) or by a
-// goroutine of its own (TLS, containers, sync durability, and a client that
-// reads slower than it asks). It answers every complete request in the read
+// either by an event loop (loop_linux.go: plain TCP on Linux, with a store
+// that does not wait for the disk on each write) or by a goroutine of its own
+// (TLS, sync durability, other systems, and a client that reads slower than
+// it asks). Keys of containers are served on the loops too: a command that
+// may wait on MySQL (engine.MayWait, or a get the engine says will wait:
+// WillWait) steps away from its loop first, and a
+// connection whose commands wait as a rule leaves for a goroutine of its own
+// until it has been quiet a while. It answers every complete request in the read
 // buffer, appending replies, and writes them out once the buffered input is
 // drained (pipelining), or sooner: whenever the replies pass flushThreshold,
 // between requests and between the values of a multi-key get. A value of
@@ -200,7 +204,7 @@ func NewServer(eng *engine.Engine, o Options) *Server {
 		o.WriteTimeout = DefaultWriteTimeout
 	}
 	if o.MaxInflightBytes <= 0 {
-		o.MaxInflightBytes = defaultInflightBytes(eng.Store().Stats().Limit, eng.MaxItemSize())
+		o.MaxInflightBytes = defaultInflightBytes(eng.StoreStats().Limit, eng.MaxItemSize())
 	}
 	s := &Server{eng: eng, opts: o, log: o.Logger, auth: newAuthenticator(o.Users)}
 	s.mu.listeners = make(map[net.Listener]listenerInfo)
@@ -249,8 +253,8 @@ func (s *Server) Serve(ln net.Listener) error {
 			nc.Close()
 			return true
 		}
-		// Not sockio.Wrap: on a connection a goroutine serves, raw-call reads and writes saved CPU under load but
-		// cost a lone client's get latency (measured; why is not known). The SQL door gains on both counts.
+		// Not sockio.Wrap: raw-call reads and writes saved CPU here under many connections but added latency to a
+		// lone client's get; why is not known. The SQL door gains on both counts.
 		c := newConn(s, nc)
 		c.id = s.connIDs.Add(1)
 		c.listenAddr = ln.Addr()

@@ -92,7 +92,7 @@ func (m mapSink) str(string, string)       {}
 func (s *Server) generalStats(w statWriter) {
 	e := s.eng
 	now := time.Now()
-	st := e.Store().Stats()
+	st := e.StoreStats()
 	k := e.Counters()
 	var ru rusage
 	ru.read()
@@ -168,7 +168,7 @@ func (s *Server) generalStats(w statWriter) {
 	w.int("total_items", st.TotalItems)
 	w.int("slab_global_page_pool", 0)
 	var expiredUnfetched, evictedUnfetched int64
-	for _, c := range e.Store().ClassStats() {
+	for _, c := range e.ClassStats() {
 		expiredUnfetched += c.ExpiredUnfetched
 		evictedUnfetched += c.EvictedUnfetched
 	}
@@ -241,7 +241,7 @@ func (s *Server) threads() int {
 // slab classes the store counts its items in (see engineStats).
 func (c *conn) settingsStats(w statSink) {
 	s, e := c.srv, c.eng
-	st := e.Store().Stats()
+	st := e.StoreStats()
 	inter, socket := s.listenAddrs()
 	threads := int64(s.threads())
 	w.int("maxbytes", st.Limit)
@@ -314,7 +314,7 @@ func (c *conn) settingsStats(w statSink) {
 	w.str("num_napi_ids", "(null)")
 	w.str("memory_file", "(null)")
 	w.str("eviction_policy", "sieve")
-	w.str("persistent", strconv.FormatBool(e.Store().Persistent()))
+	w.str("persistent", strconv.FormatBool(e.Persistent()))
 }
 
 // extstoreSettings are memcached's external storage settings at their
@@ -500,7 +500,7 @@ func (s *Server) engineStats(w statWriter, group string) bool {
 // used, kept by flush_all, lowered by cache_memlimit), as memcached's slab
 // pages are allocated once and kept.
 func (s *Server) slabStats(w statWriter) {
-	classes := s.eng.Store().ClassStats()
+	classes := s.eng.ClassStats()
 	active := int64(0)
 	for i := range classes {
 		n := classes[i].Items
@@ -525,7 +525,7 @@ func (s *Server) slabStats(w statWriter) {
 		}
 	}
 	w.int("active_slabs", active)
-	w.int("total_malloced", s.eng.Store().Stats().Malloced)
+	w.int("total_malloced", s.eng.StoreStats().Malloced)
 }
 
 // slabCommandStats are memcached's per-class command counters; keyway
@@ -543,14 +543,14 @@ var slabCommandStats = []string{"get_hits", "cmd_set", "delete_hits", "incr_hits
 // are not counted per class, and the counters of machinery keyway does
 // not have are zeros.
 func (s *Server) itemStats(w statWriter) {
-	st := s.eng.Store().Stats()
+	st := s.eng.StoreStats()
 	if st.CurrItems == 0 {
 		return
 	}
-	classes := s.eng.Store().ClassStats()
+	classes := s.eng.ClassStats()
 	age := int64(0)
 	if st.TailAccess > 0 {
-		age = max(0, s.eng.Store().Now()-st.TailAccess)
+		age = max(0, s.eng.Now()-st.TailAccess)
 	}
 	for i := range classes {
 		c := &classes[i]

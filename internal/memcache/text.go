@@ -2,7 +2,6 @@ package memcache
 
 import (
 	"bytes"
-	"errors"
 	"math"
 	"strconv"
 
@@ -401,7 +400,7 @@ func (c *conn) retrieval(line []byte) {
 		if touch {
 			item, found, err = c.eng.GetAndTouch(c.engineKey(key, engine.AccessOther), exptime)
 		} else {
-			item, found, err = c.eng.GetTallied(&c.tally, c.engineKey(key, engine.AccessRead))
+			item, found, err = c.getOne(key)
 		}
 		if err != nil {
 			// memcached's reply to a failure mid-retrieval: the error ends the reply.
@@ -455,7 +454,7 @@ func (c *conn) multiGet(rest []byte, withCAS bool) {
 		// A key "@@name" switches the connection's container for the keys after it (engine.SwitchTo): it ends
 		// the batch and is answered after it, with the container's table as its value, as the plugin answers.
 		var switchKey []byte
-		var switchTo *engine.Container
+		var switchTo *engine.Table
 		for len(keys) < multiGetBatch {
 			key, after := nextToken(rest)
 			if key == nil {
@@ -522,34 +521,15 @@ func (c *conn) getMulti(keys [][]byte) ([]store.Item, []bool, error) {
 			ek[i] = c.ekey(k)
 		}
 	}
-	if c.loop != nil && !c.away {
-		// On an event loop, the answer from what keyway holds is tried first; one that needs MySQL steps away.
-		// (mayWait would look each key up once to decide and GetMulti once more to answer.)
-		items, found, err := c.eng.TryGetMulti(&c.tally, ek)
-		if !errors.Is(err, engine.ErrWouldWait) {
-			return items, found, err
-		}
-		c.stepAway()
-	}
-	for _, k := range ek {
-		c.mayWait(k, engine.AccessRead) // off the loop: notes whether the batch waited (see quietToReturn)
-	}
-	return c.eng.GetMultiTallied(&c.tally, ek)
+	// The engine tells c (WillWait) before it waits on MySQL: on an event loop c steps away then, so a get answered
+	// from what keyway holds stays on the loop, and each key is routed and looked up once either way.
+	return c.eng.GetMultiTallied(&c.tally, ek, c)
 }
 
-// getOne is engine.GetTallied of key as this connection routes it. On an event loop it is tried from what keyway
-// holds first, and steps away only when the answer needs MySQL, as getMulti does.
+// getOne is engine.GetTallied of key as this connection routes it; like getMulti, it steps away from an event loop
+// only when the answer needs MySQL (WillWait).
 func (c *conn) getOne(key []byte) (store.Item, bool, error) {
-	k := c.ekey(key)
-	if c.loop != nil && !c.away {
-		it, ok, err := c.eng.TryGetTallied(&c.tally, k)
-		if !errors.Is(err, engine.ErrWouldWait) {
-			return it, ok, err
-		}
-		c.stepAway()
-	}
-	c.mayWait(k, engine.AccessRead) // off the loop: notes whether the batch waited (see quietToReturn)
-	return c.eng.GetTallied(&c.tally, k)
+	return c.eng.GetTallied(&c.tally, c.ekey(key), c)
 }
 
 type itemView struct {

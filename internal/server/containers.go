@@ -16,7 +16,7 @@ import (
 
 // containerSet is the containers keyway serves and the database/sql pools (one per backend group) they share.
 type containerSet struct {
-	tables []*engine.Container
+	tables []*engine.Table
 	dbs    []*sql.DB
 	// defaultName is the container keys without "@@" go to: "default" when one is named so, else (as the InnoDB
 	// plugin does) the first container of an imported innodb_memcache schema; "" for none (the local store).
@@ -89,7 +89,7 @@ func openContainers(ctx context.Context, cfg config.Config, eng *engine.Engine, 
 			// Said as keyway check says it: the container once, and the fix.
 			return nil, fmt.Errorf("group %q: %s", p.group.Name(), containerProblem(p.group.Addr(), p.group.SQLConfig().User, p.def, err))
 		}
-		if p.behind != nil && !eng.Store().Persistent() {
+		if p.behind != nil && !eng.Persistent() {
 			log.Warn("container writes behind without a persistent store: sets acknowledged but not yet in the table are lost if keyway dies (set [store] data_dir and durability)", "container", p.def.Name)
 		}
 		// On a group with invalidate = "ttl" no follower sees direct writes: copies live for the group's ttl.

@@ -555,7 +555,7 @@ func (s *Server) Stop(ctx context.Context) error {
 }
 
 // containerTables are the containers served (none before they opened).
-func (s *Server) containerTables() []*engine.Container {
+func (s *Server) containerTables() []*engine.Table {
 	if s.containers == nil {
 		return nil
 	}

@@ -89,7 +89,7 @@ func (s *Server) warmGroups(checkpoint func(*binlog.Follower) *binlog.Checkpoint
 	return out
 }
 
-// containerShapes are the containers' shapes by name (engine.Container.ContainerShape).
+// containerShapes are the containers' shapes by name (engine.Table.ContainerShape).
 func (s *Server) containerShapes() map[string]string {
 	out := map[string]string{}
 	for _, t := range s.containerTables() {

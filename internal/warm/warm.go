@@ -67,7 +67,7 @@ type snapshot struct {
 	Version int
 	Saved   time.Time
 	Groups  []Group
-	Shapes  map[string]string // container name → engine.Container.ContainerShape
+	Shapes  map[string]string // container name → engine.Table.ContainerShape
 	Copies  []engine.SavedCopy
 	Results []qcache.Saved
 }
