@@ -11,8 +11,9 @@ const (
 )
 
 // MayWait reports whether a command that does a on key may wait for something other than its client and the local
-// store: a container's table (MySQL), its group commit, the write-behind queue's room. The memcache door's event loops hand such a command to a goroutine of its own, so one
-// connection's round trip to MySQL does not hold up the loop's other connections.
+// store: a container's table (MySQL), its group commit, the write-behind queue's room. The memcache door's event
+// loops hand such a command to a goroutine of its own, so one connection's round trip to MySQL does not hold up the
+// loop's other connections.
 //
 // Reads do not ask: they tell a Waiter when they are about to wait (GetTallied), having looked their copy up once.
 //
