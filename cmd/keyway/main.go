@@ -42,6 +42,7 @@ usage:
   keyway bench sql              the SQL door against MariaDB direct and haproxy (sysbench)
   keyway bench kv               the InnoDB memcached plugin's experiment: SELECT/INSERT vs keyway vs memcached
   keyway bench staleness        how long a direct write takes to reach reads through keyway
+  keyway bench cache            the consistent cache side by side: sysbench, PHP loops, staleness, restart
   keyway bench report --out D   every suite, then one HTML report (D/index.html) and D/report.json
   keyway bench compare OLD NEW  each figure's change between two report.json files, regressions marked
   keyway version                print the version

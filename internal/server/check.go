@@ -27,8 +27,9 @@ import (
 //     for groups whose invalidate is "auto" or "binlog".
 //
 // A group whose primary cannot be reached, or refuses the group's account, is not checked further: every other
-// check of it would fail for the same reason. Privileges granted through roles are not seen (information_schema
-// lists the account's own), so such an account is reported as lacking them.
+// check of it would fail for the same reason. A container's privileges are probed on the server (EXPLAIN), which
+// counts the account's default roles; the follower's are read from SHOW GRANTS, which does not, so replication
+// privileges held through a role are reported as lacking.
 func Check(ctx context.Context, cfg config.Config) []string {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	topo, err := backend.NewTopology(groupOptions(cfg, quiet))

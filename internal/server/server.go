@@ -338,8 +338,8 @@ const (
 )
 
 // Status is what /status shows: a snapshot from each component. Every name in it is lower_snake_case, and every
-// value a number, a string, a boolean or a list of names (never a bit mask); the README's "/status" section lists
-// them. A section is absent when its component is off.
+// value a number, a string, a boolean or a list of names (never a bit mask); docs/operations.md's "/status" table
+// lists them. A section is absent when its component is off.
 type Status struct {
 	Memcache   MemcacheStatus                    `json:"memcache"`
 	Store      StoreStatus                       `json:"store"`

@@ -1,7 +1,7 @@
 package stats
 
 // Names of the samples (see Sample) that the server reports and the admin dashboard reads back from the registry.
-// They are part of /metrics' public surface: rename one only with its users and the README.
+// They are part of /metrics' public surface: rename one only with its users and docs/operations.md.
 const (
 	// Backend groups, per member (labels group, address, role).
 	BackendUp = "keyway_backend_up" // 1 while the member answers health checks
