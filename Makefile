@@ -36,7 +36,8 @@ RACE_PKGS := ./internal/store/ ./internal/memcache/ ./internal/engine/ ./interna
 # unnoticed. A count, not a duration: Go 1.26's fuzz coordinator can fail a duration-bounded run with a spurious
 # "context deadline exceeded" at the deadline under CPU contention (golang/go#75804, fixed in Go 1.27).
 FUZZERS  := internal/memcache:FuzzText:60000 internal/memcache:FuzzBinary:120000 internal/memcache:FuzzMeta:80000 \
-            internal/sqlproxy:FuzzPlan:45000 internal/mysqlwire:FuzzPacketReader:150000
+            internal/sqlproxy:FuzzPlan:45000 internal/mysqlwire:FuzzPacketReader:150000 \
+            internal/mysqlwire:FuzzOKPacket:300000
 
 test: deps build vet
 	$(GO) test -count=1 -timeout 15m ./...

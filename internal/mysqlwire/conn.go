@@ -3,6 +3,9 @@
 // backend). It frames packets, negotiates capabilities, runs the handshake and authentication
 // (mysql_native_password and caching_sha2_password, optional TLS) and encodes the few packets keyway writes itself
 // (OK, ERR, EOF). It does not interpret statements or result sets: the SQL door relays those packet by packet.
+// It also reads OK packets whole (ParseOK, okpacket.go): the session-state changes a server reports under
+// CLIENT_SESSION_TRACK, which the SQL door's per-statement leases and the replica work's GTIDs will use (issue 39;
+// nothing calls it yet), and StripSessionState, which rewrites an OK packet for a client that did not ask for them.
 //
 // Invariants:
 //   - A Conn is used by one goroutine at a time. It tracks one sequence id shared by both directions, as the
