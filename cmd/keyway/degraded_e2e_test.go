@@ -94,6 +94,10 @@ write_window = "20ms"
 
 	// The second run starts with MySQL still away.
 	kw = testenv.NewKeyway(t, args...)
+	// The follower cannot start; the log says so, not that the binlog is unusable (it is fine).
+	if out := kw.Output(); !strings.Contains(out, "the binlog follower could not start") || strings.Contains(out, "no usable binlog") {
+		t.Errorf("start-up with the primary away does not say that the follower could not start:\n%s", out)
+	}
 	text := dialText(t, kw.Addr)
 	if line, _ := text.do("set plain 0 0 5", "local"); line != "STORED" {
 		t.Fatalf("plain set with MySQL down: %q\n%s", line, kw.Output())

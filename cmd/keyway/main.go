@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"reflect"
 	"runtime"
 	"runtime/pprof"
 	"runtime/trace"
@@ -208,11 +209,16 @@ func errorText(_ []string, a slog.Attr) slog.Attr {
 	return a
 }
 
-// errorMessage is err.Error(), or what the text handler would show for a nil pointer whose Error method panics.
+// errorMessage is err.Error(); for an Error method that panics, what the text handler would show for a nil pointer,
+// or that it panicked.
 func errorMessage(err error) (msg string) {
 	defer func() {
 		if recover() != nil {
-			msg = fmt.Sprintf("<nil %T>", err)
+			if v := reflect.ValueOf(err); v.Kind() == reflect.Pointer && v.IsNil() {
+				msg = fmt.Sprintf("<nil %T>", err)
+			} else {
+				msg = fmt.Sprintf("<%T: Error panicked>", err)
+			}
 		}
 	}()
 	return err.Error()

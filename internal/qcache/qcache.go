@@ -309,7 +309,9 @@ type Stats struct {
 	Bypasses map[string]int64 `json:"bypasses"`
 	Entries  int              `json:"entries"`
 	Bytes    int64            `json:"bytes"`
-	Fresh    bool             `json:"fresh"` // every group's follower vouches (per group: validity.GateStatus)
+	// Fresh is true while every group's copies may be served (validity.Registry.Vouched: followers within
+	// max_staleness, or ttl or none chosen); whether a session is answered is its own group's (validity.Gate).
+	Fresh bool `json:"fresh"`
 }
 
 // Stats returns a snapshot.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
@@ -65,8 +66,17 @@ func startFollowers(cfg config.Config, topo *backend.Topology, reg *validity.Reg
 				closeFollowers(out)
 				return nil, fmt.Errorf("groups %q: invalidate = \"binlog\": %w", g.Name, err)
 			}
+			var unusable *binlog.UnusableError
+			if !errors.As(err, &unusable) {
+				// The server did not answer the follower (down, unreachable, refusing the account): its binlog may
+				// be fine. The follower is not started again while keyway runs, so the gate stays shut.
+				gate.SetMode(validity.Unfollowed, "the binlog follower could not start ("+err.Error()+"): caching containers read MySQL every time until keyway is restarted with the primary reachable")
+				log.Warn("the binlog follower could not start: this group's caching containers read MySQL every time (as db_only) and the SQL result cache is off for its users, so that nothing stale is served, until keyway is restarted with the primary reachable",
+					"group", g.Name, "reason", err)
+				continue
+			}
 			gate.SetMode(validity.Unfollowed, "no usable binlog ("+err.Error()+"): caching containers read MySQL every time; "+turnCacheOn)
-			log.Warn("no usable binlog: this group's caching containers read MySQL every time (as db_only) and the SQL result cache is off, so that nothing stale is served; "+turnCacheOn,
+			log.Warn("no usable binlog: this group's caching containers read MySQL every time (as db_only) and the SQL result cache is off for its users, so that nothing stale is served; "+turnCacheOn,
 				"group", g.Name, "reason", err)
 			continue
 		}

@@ -29,7 +29,8 @@ import (
 // cacheKey builds the key of a statement: kind 'Q' for text, 'E' for a prepared statement's execute.
 func (ss *session) cacheKey(kind byte, text string, params []byte) string {
 	var b strings.Builder
-	b.Grow(len(ss.hs.User) + len(ss.db) + len(text) + len(params) + 8)
+	group := ss.user.group.Name()
+	b.Grow(len(ss.hs.User) + len(group) + len(ss.db) + len(text) + len(params) + 9)
 	// The negotiated flags that change the reply's framing (CLIENT_DEPRECATE_EOF, MariaDB's metadata cache…), and
 	// only those: whether TLS or CLIENT_MYSQL was negotiated makes no difference to a reply.
 	caps, ext := ss.c.Capabilities&mysqlwire.ProtocolCaps, ss.c.ExtCapabilities
@@ -38,6 +39,9 @@ func (ss *session) cacheKey(kind byte, text string, params []byte) string {
 	b.Write([]byte{byte(caps), byte(caps >> 8), byte(caps >> 16), byte(caps >> 24)})
 	b.Write([]byte{byte(ext), byte(ext >> 8), byte(ext >> 16), byte(ext >> 24)})
 	b.WriteString(ss.hs.User)
+	b.WriteByte(0)
+	// The group the reply was read from: a reload can move a user to another group, whose tables are others.
+	b.WriteString(group)
 	b.WriteByte(0)
 	b.WriteString(ss.db)
 	b.WriteByte(0)
