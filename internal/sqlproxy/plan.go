@@ -57,9 +57,11 @@ const (
 	// ClassTransaction is transaction control: BEGIN, START TRANSACTION, COMMIT, ROLLBACK, SAVEPOINT, RELEASE
 	// SAVEPOINT, XA.
 	ClassTransaction
-	// ClassSession changes the session's state: SET, USE, LOCK/UNLOCK TABLES, PREPARE/EXECUTE/DEALLOCATE, user
-	// variable assignment (also SELECT @v := …), and CREATE/DROP TEMPORARY TABLE — a temporary table lives and dies
-	// with the session, so it pins the session rather than changing the shared schema.
+	// ClassSession changes the session's state: SET, USE, LOCK/UNLOCK TABLES, FLUSH TABLES WITH READ LOCK, HANDLER,
+	// PREPARE/EXECUTE/DEALLOCATE, user variable assignment (also SELECT @v := … and SELECT … INTO @v), and
+	// CREATE/DROP TEMPORARY TABLE — a temporary table lives and dies with the session, so it pins the session
+	// rather than changing the shared schema. Which statements pin, of any class, is Plan.Pins (pipeline.go's
+	// pinTable).
 	ClassSession
 )
 
