@@ -74,6 +74,14 @@ func TestPinnedBackendKilledClosesClient(t *testing.T) {
 	}
 	free := newRawClient(t, addr, "app", "secret", 0)
 	pinnedID, freeID := backendID(pinned), backendID(free)
+	// CONNECTION_ID() pins (pipeline.go's pinTable); COM_RESET_CONNECTION, on the same backend connection,
+	// unpins the free session again.
+	if err := free.c.WriteCommand(0x1f, nil); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := free.c.ReadPacket(); err != nil || p[0] != 0 {
+		t.Fatalf("COM_RESET_CONNECTION: %x %v", p, err)
+	}
 	mustExec(t, root, "KILL CONNECTION "+pinnedID)
 	mustExec(t, root, "KILL CONNECTION "+freeID)
 

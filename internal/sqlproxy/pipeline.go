@@ -11,10 +11,11 @@ package sqlproxy
 //  4. sink     — where the reply goes: the client, or nowhere (a reply the client must not see); a cache fill
 //                also keeps a bounded copy (mysqlwire.Conn.StartCapture).
 //
-// Pin state: a session whose backend connection holds state the statement may depend on (an open transaction;
-// session variables, a default database changed inside a multi-statement, temporary tables, table locks, user
-// variables, server-side PREPAREd statements) is pinned to that connection, and nothing it runs is answered
-// from elsewhere. The plan's flags say which statements pin; the pin state lives on the session.
+// Pin state: a session whose backend connection holds state the statement may depend on (an open transaction,
+// session variables, temporary tables, locks, user variables, PREPAREd statements… pinTable below lists every
+// reason, what sets it and what ends it) is pinned to that connection: nothing it runs is answered from the
+// result cache, and freshBackend never swaps its connection for a fresh one. Plan.Pins and Plan.Unpins say what
+// each statement does, once per digest; the pin state lives on the session.
 
 import (
 	"encoding/binary"
@@ -29,34 +30,155 @@ import (
 	"github.com/keywaydb/keyway/internal/validity"
 )
 
+// PinReason is one reason a session must keep its backend connection: state on that connection that another
+// connection would not have (or a lock another would not hold). pinTable below is the one place that says which
+// statement sets each, why it pins and what ends it; /metrics' "pinned sessions by reason" will count these.
+type PinReason uint8
+
+const (
+	PinTransaction    PinReason = iota // the backend's status flags say a transaction is open
+	PinAutocommitOff                   // the backend's status flags say autocommit is off
+	PinSetTransaction                  // SET TRANSACTION …
+	PinVariable                        // SET of a session variable keyway does not track
+	PinUserVariable                    // SET @v, SELECT @v := …, SELECT … INTO @v
+	PinDatabase                        // USE (and USE inside a multi-statement)
+	PinTemporaryTable                  // CREATE/DROP TEMPORARY TABLE
+	PinTableLock                       // LOCK TABLES, FLUSH TABLES t FOR EXPORT
+	PinGlobalReadLock                  // FLUSH TABLES [t] WITH READ LOCK
+	PinHandler                         // HANDLER t OPEN/READ/CLOSE
+	PinUserLock                        // GET_LOCK()
+	PinPrepare                         // PREPARE / EXECUTE / DEALLOCATE PREPARE (SQL-level prepared statements)
+	PinSequence                        // NEXTVAL, NEXT VALUE FOR, LASTVAL, PREVIOUS VALUE FOR, SETVAL
+	PinConnectionID                    // CONNECTION_ID()
+	PinLongData                        // COM_STMT_SEND_LONG_DATA
+	PinCursor                          // COM_STMT_EXECUTE that opens a cursor, COM_STMT_FETCH
+	numPinReasons
+)
+
+// pinTable: which statement pins a session, why, and what unpins it. Every reason also ends when the session
+// ends, at COM_RESET_CONNECTION and at COM_CHANGE_USER (the backend connection is reset or replaced). Statement
+// pins are found once per digest by PlanCache.build (classify, pinFinder; guessOne for statements the parser
+// rejects: SELECT … INTO @v, HANDLER, PREVIOUS VALUE FOR, FLUSH … FOR EXPORT), never by a parse per query.
+var pinTable = [numPinReasons]struct {
+	name string // short name, for logs and metrics
+	why  string // what pinned() reports
+	ends string // what unpins it, besides reset/change user/end of session
+}{
+	PinTransaction:    {"transaction", "inside a transaction", "COMMIT / ROLLBACK (read from the status flags)"},
+	PinAutocommitOff:  {"autocommit_off", "autocommit is off", "SET autocommit = 1 (read from the status flags)"},
+	PinSetTransaction: {"set_transaction", "SET TRANSACTION set the next transaction's characteristics", "kept: SET SESSION TRANSACTION lasts"},
+	PinVariable:       {"variable", "a session variable keyway does not track was SET", "kept (keyway tracks none yet but autocommit; SET GLOBAL does not pin)"},
+	PinUserVariable:   {"user_variable", "a user variable was set (SET @v, @v := …, SELECT … INTO @v)", "kept"},
+	PinDatabase:       {"database", "USE changed the default database", "kept"},
+	PinTemporaryTable: {"temporary_table", "temporary tables", "kept (DROP TEMPORARY TABLE may leave others)"},
+	PinTableLock:      {"table_lock", "LOCK TABLES holds table locks", "UNLOCK TABLES"},
+	PinGlobalReadLock: {"global_read_lock", "FLUSH TABLES WITH READ LOCK holds the read lock", "UNLOCK TABLES"},
+	PinHandler:        {"handler", "HANDLER opened a table", "kept (HANDLER … CLOSE may leave others open)"},
+	PinUserLock:       {"user_lock", "GET_LOCK() may hold a named lock", "RELEASE_ALL_LOCKS(); RELEASE_LOCK() keeps it: keyway does not count which locks are held"},
+	PinPrepare:        {"prepare", "server-side PREPARE", "kept (DEALLOCATE may leave others)"},
+	PinSequence:       {"sequence", "a sequence's last value (LASTVAL / PREVIOUS VALUE FOR) belongs to the connection", "kept"},
+	PinConnectionID:   {"connection_id", "CONNECTION_ID() named the backend connection", "kept"},
+	PinLongData:       {"long_data", "COM_STMT_SEND_LONG_DATA parameters wait for their execute", "COM_STMT_EXECUTE, COM_STMT_RESET or COM_STMT_CLOSE of that statement"},
+	PinCursor:         {"cursor", "a cursor is open (COM_STMT_FETCH reads it)", "the statement's next execute without a cursor, COM_STMT_RESET or COM_STMT_CLOSE"},
+}
+
+// String is the reason's short name.
+func (r PinReason) String() string {
+	if r < numPinReasons {
+		return pinTable[r].name
+	}
+	return "pin(" + strconv.Itoa(int(r)) + ")"
+}
+
+// PinSet is a set of PinReasons.
+type PinSet uint32
+
+func pinSet(rs ...PinReason) PinSet {
+	var s PinSet
+	for _, r := range rs {
+		s |= 1 << r
+	}
+	return s
+}
+
+// Has reports whether r is in s.
+func (s PinSet) Has(r PinReason) bool { return s&(1<<r) != 0 }
+
+// Reasons lists s in pinTable order.
+func (s PinSet) Reasons() []PinReason {
+	var rs []PinReason
+	for r := PinReason(0); r < numPinReasons; r++ {
+		if s.Has(r) {
+			rs = append(rs, r)
+		}
+	}
+	return rs
+}
+
+// String is the reasons' names, comma-separated ("" for none).
+func (s PinSet) String() string {
+	var b strings.Builder
+	for _, r := range s.Reasons() {
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(r.String())
+	}
+	return b.String()
+}
+
 // pinState is the session state, beyond the backend's own status flags, that ties a session to its backend
-// connection.
+// connection: the reasons its statements and COM_STMT_* commands set (pinTable).
 type pinState struct {
-	// session: the connection carries session state (SET, USE inside a multi-statement, temporary tables, locks,
-	// user variables, PREPARE); kept until the connection is reset (COM_RESET_CONNECTION, COM_CHANGE_USER).
-	session bool
+	set PinSet
 }
 
-// note updates the pin state after plan ran (failed: the server refused it).
+// note updates the pin state after plan ran (failed: the server refused it, or one statement of a multi-statement).
+// A failed multi-statement still pins: its statements before the failing one ran.
 func (p *pinState) note(plan *Plan, failed bool) {
-	if plan != nil && !failed && plan.SessionChange {
-		p.session = true
+	if plan == nil || (failed && !plan.multi) {
+		return
 	}
+	if !failed {
+		p.set &^= plan.Unpins
+	}
+	p.set |= plan.Pins
 }
 
-// pinned reports whether the session's statements must stay on its backend connection, and why. A transaction is
-// read from the backend's own status flags after the last reply (in a transaction, or autocommit off so the next
-// statement opens one), which no statement text can hide.
-func (ss *session) pinned() (bool, string) {
-	switch st := ss.be.Status; {
-	case st&mysqlwire.StatusInTrans != 0:
-		return true, "inside a transaction"
-	case st&mysqlwire.StatusAutocommit == 0:
-		return true, "autocommit is off"
-	case ss.pin.session:
-		return true, "the session changed its state (SET, temporary tables, locks, user variables)"
+// pins returns every reason the session is pinned now: the status flags' and pinState's.
+func (ss *session) pins() PinSet {
+	s := ss.pin.set
+	if st := ss.be.Status; st&mysqlwire.StatusInTrans != 0 {
+		s |= pinSet(PinTransaction)
+	} else if st&mysqlwire.StatusAutocommit == 0 {
+		s |= pinSet(PinAutocommitOff)
 	}
-	return false, ""
+	return s
+}
+
+// pinned reports whether the session's statements must stay on its backend connection, and why (the first reason
+// in pinTable order). A transaction is read from the backend's own status flags after the last reply (in a
+// transaction, or autocommit off so the next statement opens one), which no statement text can hide.
+func (ss *session) pinned() (bool, string) {
+	s := ss.pins()
+	if s == 0 {
+		return false, ""
+	}
+	return true, pinTable[s.Reasons()[0]].why
+}
+
+// notePreparedPins recomputes the pins COM_STMT_* commands set (long data, cursors) from the session's prepared
+// statements; called only when one of their flags changed, so an ordinary execute does not scan them.
+func (ss *session) notePreparedPins() {
+	ss.pin.set &^= pinSet(PinLongData, PinCursor)
+	for _, st := range ss.stmts {
+		if st.longData {
+			ss.pin.set |= pinSet(PinLongData)
+		}
+		if st.cursor {
+			ss.pin.set |= pinSet(PinCursor)
+		}
+	}
 }
 
 // target is where route sends a statement.
@@ -213,9 +335,11 @@ type prepared struct {
 	params    int    // its parameter count
 	// types are the parameter types the client bound last (an execute may omit them); longData is set while
 	// parameters were sent with COM_STMT_SEND_LONG_DATA since the last execute. Both decide cacheability.
-	// backendTyped: the backend has been sent types for this statement (see forBackend).
+	// backendTyped: the backend has been sent types for this statement (see forBackend). cursor: its last execute
+	// asked for a cursor. longData and cursor pin the session (notePreparedPins).
 	types        []byte
 	longData     bool
+	cursor       bool
 	backendTyped bool
 }
 

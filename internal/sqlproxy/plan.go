@@ -57,9 +57,11 @@ const (
 	// ClassTransaction is transaction control: BEGIN, START TRANSACTION, COMMIT, ROLLBACK, SAVEPOINT, RELEASE
 	// SAVEPOINT, XA.
 	ClassTransaction
-	// ClassSession changes the session's state: SET, USE, LOCK/UNLOCK TABLES, PREPARE/EXECUTE/DEALLOCATE, user
-	// variable assignment (also SELECT @v := …), and CREATE/DROP TEMPORARY TABLE — a temporary table lives and dies
-	// with the session, so it pins the session rather than changing the shared schema.
+	// ClassSession changes the session's state: SET, USE, LOCK/UNLOCK TABLES, FLUSH TABLES WITH READ LOCK, HANDLER,
+	// PREPARE/EXECUTE/DEALLOCATE, user variable assignment (also SELECT @v := … and SELECT … INTO @v), and
+	// CREATE/DROP TEMPORARY TABLE — a temporary table lives and dies with the session, so it pins the session
+	// rather than changing the shared schema. Which statements pin, of any class, is Plan.Pins (pipeline.go's
+	// pinTable).
 	ClassSession
 )
 
@@ -121,6 +123,9 @@ type Plan struct {
 	// temporary tables…). It differs from Class == ClassSession for multi-statements such as "USE db; INSERT …",
 	// whose Class is the stronger write.
 	SessionChange bool
+	// Pins are the reasons this statement pins its session once it succeeded; Unpins those it ends (UNLOCK
+	// TABLES, RELEASE_ALL_LOCKS()). A statement that does both keeps the pin. See pinTable (pipeline.go).
+	Pins, Unpins PinSet
 	// Kill is set for a KILL statement: the id it names is one of keyway's session ids, which the session maps to
 	// that session's backend thread (kill.go) instead of relaying it.
 	Kill KillKind
@@ -136,6 +141,8 @@ type Plan struct {
 	// Key is where the key of a single-table point SELECT, UPDATE or DELETE comes from; nil for others.
 	Key *KeyRef
 
+	// multi: the query has several statements, so a failure may come after some of them ran.
+	multi bool
 	// literalDependent marks plans whose flags depend on a literal the digest replaced by "?" (SET autocommit=?).
 	literalDependent bool
 	// keyToken, when > 0, is 1 + which literal of the fingerprint's (literalSpans) is the key of a "column =
@@ -284,7 +291,12 @@ func (pc *PlanCache) build(sql, normalized, digest string, fp uint64) (p *Plan) 
 		return p
 	}
 	var tc sqlnames.Collector
+	p.multi = len(stmts) > 1
 	for _, st := range stmts {
+		var pf pinFinder
+		st.Accept(&pf)
+		p.Pins |= pf.pins
+		p.Unpins |= pf.unpins
 		c := classify(st, p)
 		if c == ClassSession {
 			p.SessionChange = true
@@ -325,11 +337,15 @@ func classify(st ast.StmtNode, p *Plan) Class {
 	end := func() { p.InTransaction, p.EndsTransaction = false, true }
 	switch s := st.(type) {
 	case *ast.SelectStmt:
+		if s.SelectIntoOpt != nil && s.SelectIntoOpt.Tp == ast.SelectIntoVars {
+			p.Pins |= pinSet(PinUserVariable)
+			return ClassSession
+		}
 		if s.SelectIntoOpt != nil {
 			return ClassWrite
 		}
 		if assignsUserVariable(s) {
-			return ClassSession
+			return ClassSession // pinFinder pinned it
 		}
 		return ClassRead
 	case *ast.SetOprStmt:
@@ -353,11 +369,13 @@ func classify(st ast.StmtNode, p *Plan) Class {
 		return ClassWrite
 	case *ast.CreateTableStmt:
 		if s.TemporaryKeyword != ast.TemporaryNone {
+			p.Pins |= pinSet(PinTemporaryTable)
 			return ClassSession
 		}
 		return ClassDDL
 	case *ast.DropTableStmt:
 		if s.TemporaryKeyword != ast.TemporaryNone {
+			p.Pins |= pinSet(PinTemporaryTable)
 			return ClassSession
 		}
 		return ClassDDL
@@ -382,7 +400,11 @@ func classify(st ast.StmtNode, p *Plan) Class {
 		return ClassTransaction
 	case *ast.SetStmt:
 		for _, v := range s.Variables {
-			if v == nil || !v.IsSystem || v.IsGlobal || !strings.EqualFold(v.Name, "autocommit") {
+			if v == nil {
+				continue
+			}
+			p.Pins |= setPins(v)
+			if !v.IsSystem || v.IsGlobal || !strings.EqualFold(v.Name, "autocommit") {
 				continue
 			}
 			p.literalDependent = true
@@ -396,9 +418,26 @@ func classify(st ast.StmtNode, p *Plan) Class {
 			}
 		}
 		return ClassSession
-	case *ast.UseStmt, *ast.LockTablesStmt, *ast.UnlockTablesStmt, *ast.PrepareStmt, *ast.ExecuteStmt,
-		*ast.DeallocateStmt, *ast.SetRoleStmt, *ast.SetSessionStatesStmt, *ast.SetResourceGroupStmt:
+	case *ast.UseStmt:
+		p.Pins |= pinSet(PinDatabase)
 		return ClassSession
+	case *ast.LockTablesStmt:
+		p.Pins |= pinSet(PinTableLock)
+		return ClassSession
+	case *ast.UnlockTablesStmt:
+		p.Unpins |= pinSet(PinTableLock, PinGlobalReadLock)
+		return ClassSession
+	case *ast.PrepareStmt, *ast.ExecuteStmt, *ast.DeallocateStmt:
+		p.Pins |= pinSet(PinPrepare)
+		return ClassSession
+	case *ast.SetRoleStmt, *ast.SetSessionStatesStmt, *ast.SetResourceGroupStmt:
+		p.Pins |= pinSet(PinVariable)
+		return ClassSession
+	case *ast.FlushStmt:
+		if s.Tp == ast.FlushTables && s.ReadLock {
+			p.Pins |= pinSet(PinGlobalReadLock)
+			return ClassSession
+		}
 	case *ast.GrantStmt, *ast.GrantRoleStmt, *ast.GrantProxyStmt, *ast.RevokeStmt, *ast.RevokeRoleStmt,
 		*ast.CreateUserStmt, *ast.AlterUserStmt, *ast.DropUserStmt, *ast.RenameUserStmt, *ast.SetPwdStmt,
 		*ast.SetDefaultRoleStmt:
@@ -558,6 +597,56 @@ func boolInt(b bool) int {
 	return 0
 }
 
+// setPins is what one SET assignment pins (pinTable): autocommit is read from the status flags and a global
+// variable is not the session's, so neither pins by itself.
+func setPins(v *ast.VariableAssignment) PinSet {
+	switch {
+	case v.Name == ast.SetNames || v.Name == ast.SetCharset: // SET NAMES, SET CHARACTER SET
+		return pinSet(PinVariable)
+	case !v.IsSystem:
+		return pinSet(PinUserVariable)
+	case v.IsGlobal:
+		return 0
+	case strings.EqualFold(v.Name, "autocommit"):
+		return 0
+	case strings.EqualFold(v.Name, "tx_isolation_one_shot"), strings.EqualFold(v.Name, "tx_read_only"):
+		// SET TRANSACTION …, which the grammar gives these names (also SET SESSION TRANSACTION READ ONLY)
+		return pinSet(PinSetTransaction)
+	}
+	return pinSet(PinVariable)
+}
+
+// pinFuncs are the functions whose call pins the session (pinTable), found anywhere in a statement.
+var pinFuncs = map[string]PinReason{
+	"get_lock":      PinUserLock,
+	"connection_id": PinConnectionID,
+	"nextval":       PinSequence, // also NEXT VALUE FOR s
+	"lastval":       PinSequence, // also PREVIOUS VALUE FOR s, which the grammar rejects (guessOne)
+	"setval":        PinSequence,
+}
+
+// pinFinder collects the pins and unpins of one statement's expressions: pinFuncs, RELEASE_ALL_LOCKS() and user
+// variable assignments (@v := …).
+type pinFinder struct{ pins, unpins PinSet }
+
+func (f *pinFinder) Enter(n ast.Node) (ast.Node, bool) {
+	switch x := n.(type) {
+	case *ast.FuncCallExpr:
+		if r, ok := pinFuncs[x.FnName.L]; ok {
+			f.pins |= pinSet(r)
+		} else if x.FnName.L == "release_all_locks" {
+			f.unpins |= pinSet(PinUserLock)
+		}
+	case *ast.VariableExpr:
+		if !x.IsSystem && x.Value != nil {
+			f.pins |= pinSet(PinUserVariable)
+		}
+	}
+	return n, false
+}
+
+func (f *pinFinder) Leave(n ast.Node) (ast.Node, bool) { return n, true }
+
 // assignsUserVariable reports whether the statement contains @v := expr.
 func assignsUserVariable(n ast.Node) bool {
 	var f varAssignFinder
@@ -600,8 +689,17 @@ func guessFromKeywords(p *Plan) {
 	}
 }
 
-// guessOne classifies one statement's words and updates p's transaction and session flags.
+// guessOne classifies one statement's words and updates p's transaction, session and pin flags.
 func guessOne(p *Plan, words []string) Class {
+	for i, w := range words { // the pinning functions, wherever they are called (pinFinder for parsed statements)
+		if r, ok := pinFuncs[w]; ok {
+			p.Pins |= pinSet(r)
+		} else if w == "release_all_locks" {
+			p.Unpins |= pinSet(PinUserLock)
+		} else if (w == "previous" || w == "next") && i+2 < len(words) && words[i+1] == "value" && words[i+2] == "for" {
+			p.Pins |= pinSet(PinSequence)
+		}
+	}
 	second := ""
 	if len(words) > 1 {
 		second = words[1]
@@ -609,6 +707,11 @@ func guessOne(p *Plan, words []string) Class {
 	switch words[0] {
 	case "select", "show", "describe", "desc", "explain", "values", "table", "help":
 		if words[0] == "select" && containsWord(words, "into") { // SELECT … INTO OUTFILE/DUMPFILE/@var
+			if intoUserVariable(words) {
+				p.Pins |= pinSet(PinUserVariable)
+				p.SessionChange = true
+				return ClassSession
+			}
 			return ClassWrite
 		}
 		return ClassRead
@@ -653,13 +756,56 @@ func guessOne(p *Plan, words []string) Class {
 			p.InTransaction, p.EndsTransaction = false, true
 		}
 		return ClassTransaction
-	case "set", "use", "lock", "unlock", "prepare", "execute", "deallocate":
+	case "set", "use", "lock", "unlock", "prepare", "execute", "deallocate", "handler":
 		p.SessionChange = true
+		switch words[0] {
+		case "set": // unparsed: any variable, perhaps user variables
+			p.Pins |= pinSet(PinVariable)
+			if anyUserVariable(words) {
+				p.Pins |= pinSet(PinUserVariable)
+			}
+		case "use":
+			p.Pins |= pinSet(PinDatabase)
+		case "lock":
+			p.Pins |= pinSet(PinTableLock)
+		case "unlock":
+			p.Unpins |= pinSet(PinTableLock, PinGlobalReadLock)
+		case "handler":
+			p.Pins |= pinSet(PinHandler)
+		default:
+			p.Pins |= pinSet(PinPrepare)
+		}
 		return ClassSession
+	case "flush": // FLUSH TABLES t FOR EXPORT, and WITH READ LOCK forms the grammar lacks
+		if containsWord(words, "lock") {
+			p.Pins |= pinSet(PinGlobalReadLock)
+		} else if containsWord(words, "export") {
+			p.Pins |= pinSet(PinTableLock)
+		}
 	case "kill": // a form the grammar lacks (KILL USER, KILL HARD…): never relay it
 		p.Kill = KillRefused
 	}
 	return ClassOther
+}
+
+// intoUserVariable reports whether SELECT … INTO names user variables (INTO @v), not a file.
+func intoUserVariable(words []string) bool {
+	for i, w := range words {
+		if w == "into" && i+1 < len(words) && strings.HasPrefix(words[i+1], "@") {
+			return true
+		}
+	}
+	return false
+}
+
+// anyUserVariable reports whether one of words is a user variable (@v, not @@system).
+func anyUserVariable(words []string) bool {
+	for _, w := range words {
+		if strings.HasPrefix(w, "@") && !strings.HasPrefix(w, "@@") {
+			return true
+		}
+	}
+	return false
 }
 
 func containsWord(words []string, w string) bool {

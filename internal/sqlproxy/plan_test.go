@@ -98,7 +98,7 @@ func TestPlanClassAndTables(t *testing.T) {
 		// the parser cannot parse these (MariaDB syntax or garbage): first-keyword guess, a parse error, a digest
 		{"INSERT INTO t VALUES (1) RETURNING id", want{class: ClassWrite, perr: true}},
 		{"DELETE FROM t WHERE id = 1 RETURNING id", want{class: ClassWrite, perr: true}},
-		{"SELECT * FROM t WHERE id = 1 INTO @v", want{class: ClassWrite, perr: true}},
+		{"SELECT * FROM t WHERE id = 1 INTO @v", want{class: ClassSession, perr: true}}, // pins: user variable
 		{"frobnicate the database", want{class: ClassOther, perr: true}},
 		{"INSERT INTO t VALUES (1) RETURNING id; USE x; BEGIN", want{class: ClassWrite, perr: true, sess: true, in: true}},
 		{"SELECT 1; XA ROLLBACK 'x'", want{class: ClassTransaction, perr: true, end: true}},

@@ -345,13 +345,18 @@ func (ss *session) command() error {
 		}
 		if st != nil {
 			st.longData = true
+			ss.pin.set |= pinSet(PinLongData)
 		}
 		return ss.send(p)
 	case comStmtClose:
-		if _, ok, _ := ss.stmt(p, ""); !ok {
+		st, ok, _ := ss.stmt(p, "")
+		if !ok {
 			return nil
 		}
 		delete(ss.stmts, binary.LittleEndian.Uint32(p[1:])) // p carries the backend id, which is the client's
+		if st != nil && (st.longData || st.cursor) {
+			ss.notePreparedPins()
+		}
 		return ss.send(p)
 	case comFieldList:
 		return ss.forward(p, ss.relayFieldList)
@@ -369,8 +374,9 @@ func (ss *session) command() error {
 		if !ok {
 			return err
 		}
-		if st != nil {
-			st.longData = false
+		if st != nil && (st.longData || st.cursor) {
+			st.longData, st.cursor = false, false
+			ss.notePreparedPins()
 		}
 		return ss.forward(p, ss.relayOne)
 	case comPing, comSetOption, comStatistics:
@@ -605,6 +611,15 @@ func (ss *session) execute(p []byte) error {
 		st.longData = false
 	}
 	rows, failed, err := ss.exchange(p, plan, ss.relayExecuteResults, toClient)
+	if st != nil {
+		// The execute consumed the long data; a cursor it opened stays open for COM_STMT_FETCH (an execute's flags
+		// byte follows the statement id).
+		cursor := err == nil && !failed && len(p) > 5 && p[5] != 0
+		if cursor != st.cursor || ss.pin.set.Has(PinLongData) {
+			st.cursor = cursor
+			ss.notePreparedPins()
+		}
+	}
 	if plan != nil {
 		ss.record(plan, rows, time.Since(start), failed || err != nil)
 	}

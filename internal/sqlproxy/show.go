@@ -1,8 +1,8 @@
 package sqlproxy
 
 // keyway's own statements on the SQL door: SHOW KEYWAY CACHE (the caches' and followers' figures, from
-// Options.CacheReport) and SHOW KEYWAY CANDIDATES (the digests worth moving to the cache or the key-value path,
-// from the digest statistics and the plans). The admin listener serves the candidates too (/candidates).
+// Options.CacheReport), SHOW KEYWAY CANDIDATES (the digests worth moving to the cache or the key-value path,
+// from the digest statistics and the plans) and SHOW KEYWAY SESSION (this session's pin reasons, pipeline.go). The admin listener serves the candidates too (/candidates).
 
 import (
 	"cmp"
@@ -52,8 +52,19 @@ func (ss *session) answerShowKeyway(what string) error {
 			rows = append(rows, row)
 		}
 		return ss.c.WriteTextResult([]string{"Digest", "Query", "Calls", "Total_ms", "Share", "Key_value", "Cached", "Why_not"}, rows, status)
+	case "SESSION":
+		// This session's pin state (pipeline.go's pinTable): answered by keyway, so asking changes nothing.
+		pins := ss.pins()
+		pinned, why := ss.pinned()
+		vals := [][2]string{{"Pinned", yesNo(pinned)}, {"Pin_reasons", pins.String()}, {"Pin_why", why},
+			{"Prepared_statements", strconv.Itoa(len(ss.stmts))}}
+		rows := make([][]*string, len(vals))
+		for i := range vals {
+			rows[i] = []*string{&vals[i][0], &vals[i][1]}
+		}
+		return ss.c.WriteTextResult([]string{"Name", "Value"}, rows, status)
 	}
-	return ss.reply(mysqlwire.NewError(mysqlwire.ERParseError, "42000", "keyway knows SHOW KEYWAY CACHE and SHOW KEYWAY CANDIDATES, not %q", what))
+	return ss.reply(mysqlwire.NewError(mysqlwire.ERParseError, "42000", "keyway knows SHOW KEYWAY CACHE, SHOW KEYWAY CANDIDATES and SHOW KEYWAY SESSION, not %q", what))
 }
 
 func yesNo(b bool) string {
