@@ -792,8 +792,24 @@ func (c *Conn) InitDB(db string) error {
 // TLS too (on the TCP socket beneath), as go-sql-driver's connCheck does. The pool checks idle connections with it
 // at checkout; the SQL door checks a session's connection after it sat idle.
 func (c *Conn) Alive() bool {
+	readable, err := c.peek(false)
+	return !readable && err == nil
+}
+
+// WaitReadable blocks until an idle connection has something to read (end-of-file, bytes or an error: each means
+// the server is done with it) and reports true, or until the connection's read deadline passes (false). It
+// consumes nothing. A connection that is not a socket (a test pipe) is never readable.
+func (c *Conn) WaitReadable() bool {
+	readable, err := c.peek(true)
+	return readable && err == nil
+}
+
+// peek looks at the connection with MSG_PEEK, on the TCP socket beneath TLS too: readable when bytes already
+// buffered or the socket has something to read. With wait it parks in Go's poller until then (or the read
+// deadline: the error); without, it looks once. A connection that is not a socket is not readable.
+func (c *Conn) peek(wait bool) (readable bool, err error) {
 	if c.Buffered() > 0 {
-		return false
+		return true, nil
 	}
 	nc := c.NetConn()
 	if tc, ok := nc.(*tls.Conn); ok {
@@ -801,22 +817,21 @@ func (c *Conn) Alive() bool {
 	}
 	sc, ok := nc.(syscall.Conn)
 	if !ok {
-		return true // not a socket (a test pipe): nothing to look at
+		return false, nil
 	}
 	raw, err := sc.SyscallConn()
 	if err != nil {
-		return false
+		return false, err
 	}
-	alive := true
 	var buf [1]byte
 	err = raw.Read(func(fd uintptr) bool {
-		// EAGAIN: nothing to read, alive. End-of-file, unasked bytes or an error: not usable.
 		if _, _, rerr := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT); !errors.Is(rerr, syscall.EAGAIN) {
-			alive = false
+			readable = true // end-of-file, bytes, or an error
+			return true
 		}
-		return true // never wait for readiness: this is a check, not a read
+		return !wait // nothing yet: a look returns, a wait parks for readiness
 	})
-	return alive && err == nil
+	return readable, err
 }
 
 // queryInt runs a text query whose first row's first column is an integer, and returns it. The whole result is

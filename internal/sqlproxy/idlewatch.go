@@ -23,11 +23,8 @@ package sqlproxy
 //     stands down and the command goes on as it would have.
 
 import (
-	"crypto/tls"
-	"errors"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/keywaydb/keyway/internal/backend"
@@ -136,7 +133,7 @@ func (w *idleWatch) run(ss *session) {
 	w.mu.Lock()
 	stopped := w.mu.stopped
 	w.mu.Unlock()
-	if stopped || !waitReadable(w.be) {
+	if stopped || !w.be.WaitReadable() {
 		return
 	}
 	w.mu.Lock()
@@ -147,36 +144,4 @@ func (w *idleWatch) run(ss *session) {
 	w.gone = true
 	w.mu.Unlock()
 	_ = ss.nc.Close()
-}
-
-// waitReadable blocks until be's socket has something to read (end-of-file, bytes or an error: on an idle
-// connection, each means it is gone) and reports true, or until its read deadline passes (false). It consumes
-// nothing. A connection that is not a socket (a test pipe) is not watched.
-func waitReadable(be *backend.Conn) bool {
-	if be.Buffered() > 0 {
-		return true
-	}
-	nc := be.NetConn()
-	if tc, ok := nc.(*tls.Conn); ok {
-		nc = tc.NetConn()
-	}
-	sc, ok := nc.(syscall.Conn)
-	if !ok {
-		return false
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	readable := false
-	var buf [1]byte
-	err = raw.Read(func(fd uintptr) bool {
-		_, _, rerr := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		if errors.Is(rerr, syscall.EAGAIN) {
-			return false // nothing yet: wait for readiness
-		}
-		readable = true
-		return true
-	})
-	return readable && err == nil
 }
