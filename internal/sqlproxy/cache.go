@@ -23,7 +23,6 @@ import (
 
 	"github.com/keywaydb/keyway/internal/mysqlwire"
 	"github.com/keywaydb/keyway/internal/qcache"
-	"github.com/keywaydb/keyway/internal/validity"
 )
 
 // cacheKey builds the key of a statement: kind 'Q' for text, 'E' for a prepared statement's execute.
@@ -80,18 +79,9 @@ func (ss *session) throughCache(p []byte, plan *Plan, key string, ks keySource, 
 	return ss.fillingExchange(send(p), plan, key, ks, ttl, relay)
 }
 
-// gate is the freshness gate of the session's group: whether the result cache may answer it now. The server made
-// every group's gate before the door opened; nil (no registry, or a test's that has no gates) serves.
-func (ss *session) gate() *validity.Gate {
-	if ss.s.opts.Validity == nil {
-		return nil
-	}
-	return ss.s.opts.Validity.LookupGate(ss.user.group.Name())
-}
-
 // replayCached answers from the result cache when a valid entry is under key; hit is false otherwise.
 func (ss *session) replayCached(key string) (rows int64, hit bool, err error) {
-	reply, rows, ok := ss.s.opts.Cache.Get(ss.gate(), key)
+	reply, rows, ok := ss.s.opts.Cache.Get(ss.user.gate, key)
 	if !ok {
 		return 0, false, nil
 	}

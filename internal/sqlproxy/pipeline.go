@@ -205,7 +205,7 @@ func (ss *session) route(plan *Plan, h hint) target {
 		c.Bypassed(qcache.Pinned)
 		return toSession
 	}
-	if !c.Usable(ss.gate()) {
+	if !c.Usable(ss.user.gate) {
 		c.Bypassed(qcache.NotFresh)
 		return toSession
 	}

@@ -143,6 +143,10 @@ type user struct {
 	backendUser     string
 	backendPassword string
 	group           *backend.Group
+	// gate is the group's freshness gate (whether the result cache may answer the user's sessions), found once
+	// here: the server made every group's gate before the door opened. nil (no registry, or a test's that has no
+	// gates) serves.
+	gate *validity.Gate
 }
 
 // Server is the SQL door.
@@ -267,6 +271,9 @@ func (s *Server) SetUsers(users []User) error {
 			if e.group = s.opts.Topology.Group(u.Group); e.group == nil {
 				return fmt.Errorf("sql.users %q: group = %q: no [[groups]] has that name", u.Name, u.Group)
 			}
+		}
+		if s.opts.Validity != nil {
+			e.gate = s.opts.Validity.LookupGate(e.group.Name())
 		}
 		a.users[u.Name] = e
 		switch {

@@ -736,18 +736,10 @@ func (g *Gate) SetMode(m GateMode, reason string) {
 // Mode is the gate's mode.
 func (g *Gate) Mode() GateMode { return GateMode(g.mode.Load()) }
 
-// Serves reports whether copies of the group's tables may be served now (true for a nil gate).
+// Serves reports whether copies of the group's tables may be served now (true for a nil gate): Vouches, and also
+// for invalidate = "none", whose copies the operator chose to keep.
 func (g *Gate) Serves() bool {
-	if g == nil {
-		return true
-	}
-	switch GateMode(g.mode.Load()) {
-	case Followed:
-		return g.voucher.Fresh()
-	case TTLBounded, OwnWritesOnly:
-		return true
-	}
-	return false
+	return g.Vouches() || GateMode(g.mode.Load()) == OwnWritesOnly
 }
 
 // Vouches reports whether the SQL result cache may serve and fill replies of the group's tables now: its follower
@@ -805,9 +797,6 @@ func (g *Gate) Status() GateStatus {
 
 // Gate returns group's gate, creating it (Unfollowed, serving nothing) on first use.
 func (r *Registry) Gate(group string) *Gate {
-	if g := r.findGate(group); g != nil { // without the lock: a gate, once made, is never replaced
-		return g
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if g := r.findGate(group); g != nil {
