@@ -1,7 +1,6 @@
 package backend
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -220,19 +218,16 @@ func TestMinIdleAndMonitor(t *testing.T) {
 // the refusal is logged once, not at every health check (it flapped "backend down"/"backend up" with client logins).
 func TestMonitorWithWrongPassword(t *testing.T) {
 	m := mariadb(t)
-	var logs bytes.Buffer
-	var mu sync.Mutex
+	var logs testenv.SyncBuffer
 	g := newGroup(t, m.Addr, func(o *GroupOptions) {
 		o.Password = "wrong"
-		o.Logger = slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	})
 	time.Sleep(10 * 50 * time.Millisecond) // ten health checks
 	if up, err := g.Healthy(); !up {
 		t.Fatalf("a server that refuses the monitor's password was marked down: %v", err)
 	}
-	mu.Lock()
 	out := logs.String()
-	mu.Unlock()
 	if n := strings.Count(out, "refuses the group's account"); n != 1 {
 		t.Errorf("the refusal was logged %d times, want once:\n%s", n, out)
 	}
@@ -249,18 +244,15 @@ func TestMonitorWithWrongPassword(t *testing.T) {
 func TestOutageLogsChangesOfState(t *testing.T) {
 	relay := testenv.NewRelay(t, mariadb(t).Addr)
 	relay.Up(t)
-	var logs bytes.Buffer
-	var mu sync.Mutex
+	var logs testenv.SyncBuffer
 	g := newGroup(t, relay.Addr, func(o *GroupOptions) {
-		o.Logger = slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	})
 	waitHealthy := func(want bool) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for up, _ := g.Healthy(); up != want; up, _ = g.Healthy() {
 			if time.Now().After(deadline) {
-				mu.Lock()
-				defer mu.Unlock()
 				t.Fatalf("the group's health did not become %v:\n%s", want, logs.String())
 			}
 			time.Sleep(10 * time.Millisecond)
@@ -273,9 +265,7 @@ func TestOutageLogsChangesOfState(t *testing.T) {
 		}
 	}
 	waitHealthy(true)
-	mu.Lock()
 	logs.Reset()
-	mu.Unlock()
 	relay.Down()
 	waitHealthy(false)
 	// Many health checks fail (HealthInterval is 50ms), and a client's dials meanwhile (those fail fast: the
@@ -288,9 +278,7 @@ func TestOutageLogsChangesOfState(t *testing.T) {
 	}
 	relay.Up(t)
 	waitHealthy(true)
-	mu.Lock()
 	out := logs.String()
-	mu.Unlock()
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 2 || !strings.Contains(lines[0], "backend down") || !strings.Contains(lines[0], " err=") ||
 		!strings.Contains(lines[1], "backend up again") {
@@ -302,15 +290,4 @@ func TestOutageLogsChangesOfState(t *testing.T) {
 	} else if _, err := fmt.Sscan(lines[1][i+len("failed_attempts="):], &failed); err != nil || failed < 2 {
 		t.Fatalf("failed_attempts %d (%v), want the health checks that failed counted: %s", failed, err, lines[1])
 	}
-}
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }

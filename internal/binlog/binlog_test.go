@@ -1,7 +1,6 @@
 package binlog
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -202,9 +201,8 @@ func TestOutageLogs(t *testing.T) {
 	r := newRig(t)
 	relay := testenv.NewRelay(t, r.m.Addr)
 	relay.Up(t)
-	var mu sync.Mutex
-	var logs bytes.Buffer
-	r.options.Logger = slog.New(slog.NewJSONHandler(lockedWriter{&mu, &logs}, nil))
+	var logs testenv.SyncBuffer
+	r.options.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 	r.options.RetryMax = 20 * time.Millisecond // many attempts in a short test
 	r.options.Dial = func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
@@ -217,8 +215,6 @@ func TestOutageLogs(t *testing.T) {
 	}
 	// since returns the lines logged after the first n, and how many there are now.
 	since := func(n int) ([]line, int) {
-		mu.Lock()
-		defer mu.Unlock()
 		all := strings.Split(strings.TrimSpace(logs.String()), "\n")
 		var out []line
 		for _, l := range all[n:] {
@@ -301,17 +297,6 @@ func containsInOrder(lines []string, prefixes ...string) bool {
 		}
 	}
 	return len(prefixes) == 0
-}
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 func TestBefore(t *testing.T) {

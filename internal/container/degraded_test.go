@@ -1,12 +1,10 @@
 package container
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,24 +12,6 @@ import (
 
 	"github.com/keywaydb/keyway/internal/testenv"
 )
-
-// syncBuffer is a log destination safe for the check goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestOpenWithBackendDown: a container whose backend cannot be reached opens
 // anyway; every operation fails with a *NotCheckedError naming the container,
@@ -53,7 +33,7 @@ func TestOpenWithBackendDown(t *testing.T) {
 	cfg.Addr = r.Addr
 	db := OpenDB(cfg)
 	defer db.Close()
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	c, err := Open(ctx, db, Def{Name: "deg", Schema: "test", Table: "degraded", KeyColumn: "c1", ValueColumns: []string{"c2"},
 		CASColumn: "c4"}, Options{Backend: "group main (" + r.Addr + ")", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {

@@ -1,13 +1,11 @@
 package sqlproxy
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -133,7 +131,7 @@ func TestRequireTLS(t *testing.T) {
 		t.Fatalf("RequireTLS without a certificate: want an error naming tls_cert, got %v", err)
 	}
 	cfg.SQL.TLSCert, cfg.SQL.TLSKey = testenv.SelfSignedCert(t, t.TempDir())
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	_, addr := startProxyOpts(t, cfg.with(t, func(o *Options) {
 		o.RequireTLS = true
 		o.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -153,8 +151,8 @@ func TestRequireTLS(t *testing.T) {
 	}
 	// The refusals are logged as failed logins, naming the user and why (the log's bucket keeps the first 10). The
 	// line follows the ERR the client reads, so it may come a moment later.
-	waitFor(t, func() bool { return len(logs.lines(`msg="sql: failed login"`)) >= 8 })
-	if lines := logs.lines(`msg="sql: failed login"`); len(lines) != 8 || !strings.Contains(lines[0], "no TLS, and sql.require_tls is set") ||
+	waitFor(t, func() bool { return len(logLines(&logs, `msg="sql: failed login"`)) >= 8 })
+	if lines := logLines(&logs, `msg="sql: failed login"`); len(lines) != 8 || !strings.Contains(lines[0], "no TLS, and sql.require_tls is set") ||
 		!strings.Contains(lines[0], "Access denied for user 'app'@'127.0.0.1'") {
 		t.Fatalf("want 8 failed-login lines saying TLS is required, got %d:\n%s", len(lines), logs.String())
 	}
@@ -238,7 +236,7 @@ func TestAuthFailuresUnlimitedByDefault(t *testing.T) {
 // the lines stop (and the last one says so), while the failures still count.
 func TestFailedLoginsLogged(t *testing.T) {
 	m := mariadb(t)
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	_, addr := startProxyOpts(t, testConfig(m.Addr).with(t, func(o *Options) {
 		o.MaxAuthFailures = 3
 		o.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -250,7 +248,7 @@ func TestFailedLoginsLogged(t *testing.T) {
 	if err := loginFrom(t, "127.0.0.2", addr, "app", "secret"); err != nil {
 		t.Fatalf("another address: %v", err)
 	}
-	lines := logs.lines(`msg="sql: failed login"`)
+	lines := logLines(&logs, `msg="sql: failed login"`)
 	if len(lines) != 3 {
 		t.Fatalf("want 3 failed-login lines, got %d:\n%s", len(lines), logs.String())
 	}
@@ -268,39 +266,21 @@ func TestFailedLoginsLogged(t *testing.T) {
 	}
 
 	// Without MaxAuthFailures nothing blocks, so the log's own bucket bounds the lines per address.
-	var quiet syncBuffer
+	var quiet testenv.SyncBuffer
 	_, addr = startProxyOpts(t, testConfig(m.Addr).with(t, func(o *Options) {
 		o.Logger = slog.New(slog.NewTextHandler(&quiet, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}), func(s *Server) { s.loginLog.window = time.Hour })
 	for range loginLogBurst + 5 {
 		_ = loginFrom(t, "127.0.0.1", addr, "app", "wrong")
 	}
-	lines = quiet.lines(`msg="sql: failed login"`)
+	lines = logLines(&quiet, `msg="sql: failed login"`)
 	if len(lines) != loginLogBurst || !strings.Contains(lines[len(lines)-1], "further failed logins from this address are not logged") {
 		t.Fatalf("want %d failed-login lines, the last saying the rest are not logged; got %d:\n%s", loginLogBurst, len(lines), quiet.String())
 	}
 }
 
-// syncBuffer is a log destination the test reads while sessions write.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
-// lines are the logged lines containing s.
-func (b *syncBuffer) lines(s string) []string {
+// logLines are the lines of b containing s.
+func logLines(b *testenv.SyncBuffer, s string) []string {
 	var out []string
 	for _, l := range strings.Split(b.String(), "\n") {
 		if strings.Contains(l, s) {
