@@ -149,15 +149,7 @@ func TestSQLDoorMariaDBCLI(t *testing.T) {
 // and straight to MariaDB, and requires identical output.
 func TestSQLDoorPHP(t *testing.T) {
 	testenv.Need(t, "php")
-	mods, err := exec.Command("php", "-m").Output()
-	if err != nil {
-		t.Fatalf("php -m: %v", err)
-	}
-	for _, mod := range []string{"mysqli", "pdo_mysql"} {
-		if !strings.Contains(string(mods), "\n"+mod+"\n") {
-			t.Fatalf("php has no %s: install the Debian package php-mysql (apt-get install -y php-mysql), or run `make test`", mod)
-		}
-	}
+	testenv.NeedPHPModules(t, "mysqli", "pdo_mysql")
 	d := startSQLDoor(t)
 	script, err := filepath.Abs(filepath.Join("testdata", "sqlclients.php"))
 	if err != nil {

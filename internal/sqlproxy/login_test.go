@@ -112,15 +112,7 @@ func TestLoginsAsDirect(t *testing.T) {
 	testenv.Need(t, "sysbench")
 	testenv.Need(t, "mariadb")
 	testenv.Need(t, "php")
-	mods, err := exec.Command("php", "-m").Output()
-	if err != nil {
-		t.Fatalf("php -m: %v", err)
-	}
-	for _, mod := range []string{"mysqli", "pdo_mysql"} {
-		if !strings.Contains(string(mods), "\n"+mod+"\n") {
-			t.Fatalf("php has no %s: install the Debian package php-mysql (apt-get install -y php-mysql), or run `make test`", mod)
-		}
-	}
+	testenv.NeedPHPModules(t, "mysqli", "pdo_mysql")
 	cli, err := testenv.LookPath("mariadb")
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,8 @@ package testenv
 import (
 	"context"
 	"database/sql"
+	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 
@@ -59,6 +61,26 @@ func Need(t testing.TB, command string) {
 	t.Helper()
 	if _, err := LookPath(command); err != nil {
 		t.Fatalf("%v", err)
+	}
+}
+
+// NeedPHPModules fails the test (never skips) unless php is installed with every one of mods (as `php -m` names
+// them: mysqli, pdo_mysql, memcached), naming the Debian package that provides it.
+func NeedPHPModules(t testing.TB, mods ...string) {
+	t.Helper()
+	Need(t, "php")
+	out, err := exec.Command("php", "-m").Output()
+	if err != nil {
+		t.Fatalf("php -m: %v", err)
+	}
+	for _, mod := range mods {
+		if !strings.Contains(string(out), "\n"+mod+"\n") {
+			pkg := "php-mysql"
+			if mod == "memcached" {
+				pkg = "php-memcached"
+			}
+			t.Fatalf("php has no %s: install the Debian package %s (apt-get install -y %s), or run `make test`", mod, pkg, pkg)
+		}
 	}
 }
 
