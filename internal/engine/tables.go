@@ -52,7 +52,7 @@ type Table struct {
 	C        *container.Container
 	Policies container.Policies
 	Behind   *writebehind.Queue // write = "async": the sets not yet in the table; nil for sync
-	// Group is the backend group the table lives on ("" in tests: no gate).
+	// Group is the backend group the table lives on ("" in tests: no gate); the dashboard labels it so.
 	Group string
 
 	rows  *rowcache.Cache // the copies of rows the local store keeps (caching); see package rowcache

@@ -32,19 +32,11 @@ func (s *Server) adminSamples() []stats.Sample {
 		add(stats.BackendPoolMaxConnections, "The most connections one pool of the group may open (groups.max_open).",
 			g.Name(), float64(s.cfg.Groups[i].MaxOpen))
 	}
-	groupOf := map[string]string{} // container → group; the rest come from the innodb_memcache import
-	for _, c := range s.cfg.Containers {
-		groupOf[c.Name] = c.Group
-	}
 	for _, t := range s.containers.tables {
 		st := t.Status()
-		group, ok := groupOf[t.Name]
-		if !ok {
-			group = s.cfg.Migrate.InnodbMemcache
-		}
 		c := [2]string{"container", t.Name}
 		add(stats.ContainerInfo, "A container's table, group, policies and write mode, as labels; always 1.", "", 1,
-			c, [2]string{"table", st.Table}, [2]string{"group", group},
+			c, [2]string{"table", st.Table}, [2]string{"group", t.Group},
 			[2]string{"get", st.Get.String()}, [2]string{"set", st.Set.String()},
 			[2]string{"delete", st.Delete.String()}, [2]string{"flush", st.Flush.String()},
 			[2]string{"write", st.Write})
