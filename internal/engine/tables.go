@@ -242,13 +242,11 @@ func (e *Engine) queued(t *Table, row []byte) (it store.Item, ok, waiting bool, 
 	if err != nil || !waiting {
 		return store.Item{}, false, false, err
 	}
-	if expired(r.Exptime, e.st.Now()) {
+	if rowcache.Expired(r.Exptime, e.st.Now()) {
 		return store.Item{}, false, true, nil
 	}
 	return rowcache.FromRow(r), true, true, nil
 }
-
-func expired(exptime, now int64) bool { return exptime != 0 && exptime <= now }
 
 // writeBehind acknowledges a plain set on an async container once it is
 // checked against the table's columns, queued (journaled) and cached; the

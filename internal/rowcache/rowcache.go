@@ -187,7 +187,7 @@ func (c *Cache) readOnce(row, sk []byte) *fill {
 	if it, ok, err := c.queuedRow(row); err != nil {
 		f.err = err // the container is not checked: the table must not be asked (see writebehind)
 	} else if ok {
-		f.it, f.ok = it, !expired(it.Exptime, time.Now().Unix())
+		f.it, f.ok = it, !Expired(it.Exptime, time.Now().Unix())
 	} else {
 		ctx, cancel := context.WithTimeout(context.Background(), tableTimeout)
 		f.it, f.ok, f.err = c.c.Get(ctx, row)
@@ -254,7 +254,7 @@ func (c *Cache) ReadMany(idx []int, rows [][]byte, items []store.Item, found []b
 	}
 	now := c.st.Now()
 	for k, it := range queued {
-		if !expired(it.Exptime, now) {
+		if !Expired(it.Exptime, now) {
 			rowsFound[k] = it
 		}
 	}
@@ -274,7 +274,8 @@ func (c *Cache) ReadMany(idx []int, rows [][]byte, items []store.Item, found []b
 	return err
 }
 
-func expired(exptime, now int64) bool { return exptime != 0 && exptime <= now }
+// Expired reports whether a row whose expiry column holds exptime (Unix seconds, 0: never) has expired at now.
+func Expired(exptime, now int64) bool { return exptime != 0 && exptime <= now }
 
 // FromRow is a row as the local store keeps it.
 func FromRow(it container.Item) store.Item {
