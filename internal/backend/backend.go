@@ -112,8 +112,14 @@ type PoolStats struct {
 	Group, Address, User string
 	Caps, ExtCaps        uint32
 	Collation            uint8
-	Open, Idle, InUse    int
+	Open, Idle, InUse    int // InUse: borrowed by a statement or held by a pinned session
 	Waits, Errors        int64
+	// Waiting are the borrowers waiting now; Gets the connections handed out (one per unpinned statement);
+	// Fixups the commands sent to bring a borrowed connection in line with its session; WaitTime the time
+	// borrowers spent waiting.
+	Waiting      int
+	Gets, Fixups int64
+	WaitTime     time.Duration
 }
 
 // Member is one server of a group, where keyway dials it.
@@ -135,6 +141,8 @@ type GroupOptions struct {
 	IdleTimeout    time.Duration // idle connections above MinIdle close after this
 	HealthInterval time.Duration // how often the monitor checks the primary
 	ConnectTimeout time.Duration // dialing and handshake
+	// PoolWait is the longest a borrower waits for a pool's connection when all are in use (0: ConnectTimeout).
+	PoolWait time.Duration
 	// TLS is how every connection keyway opens to the group uses TLS: TLSOff, TLSPreferred (the default),
 	// TLSRequired or TLSVerify. TLSCA is a PEM file of CAs for TLSVerify ("" = the system roots) and TLSServerName
 	// the name the certificate must carry ("" = the primary's host).
@@ -155,6 +163,9 @@ func (o *GroupOptions) ensureDefaults() {
 	}
 	if o.ConnectTimeout <= 0 {
 		o.ConnectTimeout = DefaultConnectTimeout
+	}
+	if o.PoolWait <= 0 {
+		o.PoolWait = o.ConnectTimeout
 	}
 	if o.Primary.Network == "" {
 		o.Primary.Network = "tcp"
@@ -240,7 +251,8 @@ func (g *Group) Healthy() (bool, error) {
 
 // Pool returns the pool for key, creating it (empty) on first use. password is the backend password for key.User.
 func (g *Group) Pool(key PoolKey, password string) *Pool {
-	key.Caps &= mysqlwire.ProtocolCaps
+	// Every pooled connection tracks session state (state.go), whether the client asked for the tracking or not.
+	key.Caps = (key.Caps | mysqlwire.ClientSessionTrack) & mysqlwire.ProtocolCaps
 	key.ExtCaps &= mysqlwire.ExtProtocolCaps
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -543,7 +555,7 @@ func (g *Group) connect(ctx context.Context, user, password string, caps, ext ui
 		return nil, g.tlsFailure(err)
 	}
 	_ = nc.SetDeadline(time.Time{})
-	return &Conn{Conn: mc, Info: info, DBKnown: true, Status: info.Status}, nil
+	return &Conn{Conn: mc, Info: info, Status: info.Status}, nil
 }
 
 // failed records a failed dial or health check: the group is down and dials fail fast for a growing backoff. Going
@@ -743,22 +755,32 @@ const (
 type Conn struct {
 	*mysqlwire.Conn
 	Info *mysqlwire.ServerInfo
-	// DB is the default database keyway knows the connection has ("" = none); DBKnown is false once a statement
-	// may have changed it (the session sets it so).
-	DB      string
+	// State is the session state keyway knows the connection has (state.go): its default database, the tracked
+	// variables, LAST_INSERT_ID(). DBKnown is false once a statement may have changed the database unreported (a
+	// connection without session tracking: the health monitor's).
+	State   State
 	DBKnown bool
 	// Status is the last status flags seen from the backend.
 	Status uint16
 
 	pool      *Pool
 	broken    bool
+	dirty     bool // state keyway does not carry: reset before it is pooled again
 	idleSince time.Time
+	// rereadCollation: a statement changed the connection's character set without reporting its collation
+	// (Settle reads it).
+	rereadCollation bool
 }
 
 // MarkBroken says the connection is in an unknown state (mid-result, after an I/O error): Release closes it.
 func (c *Conn) MarkBroken() { c.broken = true }
 
-// Release returns the connection to its pool: reset and kept, or closed when broken or the reset fails.
+// MarkDirty says the connection holds session state keyway does not carry (user variables, temporary tables,
+// locks, untracked variables…): Release resets it (COM_RESET_CONNECTION) before it serves another session.
+func (c *Conn) MarkDirty() { c.dirty = true }
+
+// Release returns the connection to its pool with its state (recorded in State), or reset when marked dirty, or
+// closed when broken or the reset fails.
 func (c *Conn) Release() {
 	if c.pool == nil {
 		c.Close()
@@ -775,7 +797,7 @@ func (c *Conn) InitDB(db string) error {
 		var st uint16
 		st, err = c.ReadOK()
 		if err == nil {
-			c.Status, c.DB, c.DBKnown = st, db, true
+			c.Status, c.State.DB, c.DBKnown = st, db, true
 			return nil
 		}
 	}
@@ -834,9 +856,22 @@ func (c *Conn) peek(wait bool) (readable bool, err error) {
 	return readable, err
 }
 
-// queryInt runs a text query whose first row's first column is an integer, and returns it. The whole result is
-// read, so the connection stays usable; an I/O or protocol error marks it broken.
+// queryInt runs a text query whose first row's first column is an integer, and returns it (see queryStrings).
 func (c *Conn) queryInt(q string) (int, error) {
+	vals, err := c.queryStrings(q)
+	if err != nil {
+		return 0, err
+	}
+	if vals[0] == "" {
+		return 0, fmt.Errorf("%s: no value", q)
+	}
+	return strconv.Atoi(vals[0])
+}
+
+// queryStrings runs a text query that returns one row and returns its columns' values (NULL as ""). The whole
+// result is read, so the connection stays usable; an I/O or protocol error marks it broken, an ERR is a
+// *mysqlwire.Error.
+func (c *Conn) queryStrings(q string) ([]string, error) {
 	err := c.WriteCommand(comQuery, []byte(q))
 	p, rerr := c.ReadPacket()
 	if err == nil {
@@ -844,10 +879,10 @@ func (c *Conn) queryInt(q string) (int, error) {
 	}
 	if err != nil {
 		c.broken = true
-		return 0, err
+		return nil, err
 	}
 	if p[0] == mysqlwire.HeaderERR {
-		return 0, mysqlwire.ParseError(p)
+		return nil, mysqlwire.ParseError(p)
 	}
 	cols, defs, _ := mysqlwire.ReadColumnCount(p, c.ExtCapabilities)
 	skip := int(cols)
@@ -860,33 +895,84 @@ func (c *Conn) queryInt(q string) (int, error) {
 	for range skip {
 		if _, err := c.ReadPacket(); err != nil {
 			c.broken = true
-			return 0, err
+			return nil, err
 		}
 	}
-	val, found := "", false
+	var vals []string
 	for {
 		p, err := c.ReadPacket()
 		if err != nil {
 			c.broken = true
-			return 0, err
+			return nil, err
 		}
 		if p[0] == mysqlwire.HeaderEOF && len(p) < 0xffffff {
+			if st, ok := terminatorStatus(p, c.Capabilities); ok {
+				c.Status = st
+			}
 			break
 		}
 		if p[0] == mysqlwire.HeaderERR {
-			return 0, mysqlwire.ParseError(p)
+			return nil, mysqlwire.ParseError(p)
 		}
-		if !found && p[0] != 0xfb {
-			n, k, _ := mysqlwire.ReadLenEnc(p)
-			if k+int(n) <= len(p) {
-				val, found = string(p[k:k+int(n)]), true
+		if vals != nil {
+			continue
+		}
+		vals = make([]string, 0, cols)
+		for rest := p; len(rest) > 0 && len(vals) < int(cols); {
+			if rest[0] == 0xfb { // NULL
+				vals, rest = append(vals, ""), rest[1:]
+				continue
 			}
+			n, k, ok := mysqlwire.ReadLenEnc(rest)
+			if !ok || k+int(n) > len(rest) {
+				c.broken = true
+				return nil, fmt.Errorf("%s: malformed row", q)
+			}
+			vals, rest = append(vals, string(rest[k:k+int(n)])), rest[k+int(n):]
 		}
 	}
-	if !found {
-		return 0, fmt.Errorf("%s: no value", q)
+	if len(vals) == 0 || len(vals) != int(cols) {
+		return nil, fmt.Errorf("%s: no row", q)
 	}
-	return strconv.Atoi(val)
+	return vals, nil
+}
+
+// terminatorStatus reads the status flags of the packet that ends a result set: an EOF, or an OK with the EOF
+// header under CLIENT_DEPRECATE_EOF.
+func terminatorStatus(p []byte, caps uint32) (uint16, bool) {
+	if caps&mysqlwire.ClientDeprecateEOF != 0 {
+		return mysqlwire.OKStatus(p)
+	}
+	return mysqlwire.EOFStatus(p)
+}
+
+// exec runs a text statement whose reply is one OK (a SET) and records the state it reports. An ERR is a
+// *mysqlwire.Error and leaves c usable; an I/O or protocol error marks c broken.
+func (c *Conn) exec(q string) error {
+	err := c.WriteCommand(comQuery, []byte(q))
+	p, rerr := c.ReadPacket()
+	if err == nil {
+		err = rerr
+	}
+	if err != nil {
+		c.broken = true
+		return err
+	}
+	switch {
+	case p[0] == mysqlwire.HeaderERR:
+		return mysqlwire.ParseError(p)
+	case p[0] != mysqlwire.HeaderOK:
+		c.broken = true
+		return fmt.Errorf("%w: %s: reply 0x%02x is not an OK", mysqlwire.ErrMalformed, q, p[0])
+	}
+	ok, err := mysqlwire.ParseOK(p, c.Capabilities)
+	if err != nil {
+		c.broken = true
+		return err
+	}
+	c.Status = ok.Status
+	_, err = c.noteOK(&ok)
+	return err
 }
 
 // quit says goodbye to the server on c and closes it.

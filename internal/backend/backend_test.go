@@ -94,8 +94,20 @@ func TestPoolResetAndReuse(t *testing.T) {
 		t.Fatal("DEPRECATE_EOF not negotiated")
 	}
 	id := query(t, c, "SELECT CONNECTION_ID()")
+	// A clean connection goes back with its state (the SQL door records it: state.go) and no reset.
+	query(t, c, "SET @y = 6")
+	c.Release()
+	c, err = p.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := query(t, c, "SELECT @y"); got != "6" {
+		t.Fatalf("a clean connection was reset: @y = %s", got)
+	}
+	// A dirty one (state keyway does not carry) is reset before it serves again, and tracks state again.
 	query(t, c, "SET @x = 5")
 	query(t, c, "BEGIN")
+	c.MarkDirty()
 	c.Release()
 	st := p.Stats()
 	if st.Open != 1 || st.Idle != 1 || st.InUse != 0 {
@@ -113,6 +125,9 @@ func TestPoolResetAndReuse(t *testing.T) {
 	}
 	if got := query(t, c, "SELECT @@in_transaction"); got != "0" {
 		t.Fatalf("transaction survived the reset: %s", got)
+	}
+	if got := query(t, c, "SELECT @@session_track_system_variables"); got != "*" {
+		t.Fatalf("session tracking after the reset: %s", got)
 	}
 	// A broken connection is closed, not pooled.
 	c.MarkBroken()

@@ -5,16 +5,25 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/keywaydb/keyway/internal/mysqlwire"
 )
 
-// Pool holds the connections of one PoolKey in a group.
+// Pool holds the connections of one PoolKey in a group. The SQL door borrows them per statement (Lease): a
+// connection comes back with the session state it has (state.go), recorded in Conn.State, and is reset only when a
+// session left state on it that keyway does not carry (MarkDirty).
 type Pool struct {
 	g        *Group
 	key      PoolKey
 	password string
+
+	// Counters for metrics: connections handed out, fix-up commands sent to bring a borrowed connection in line
+	// with its session, and the time borrowers spent waiting (nanoseconds).
+	gets, fixups, waitNanos atomic.Int64
+	// baseline is the state of a new connection of the pool (read at its first dial): what a session starts with.
+	baseline atomic.Pointer[State]
 
 	mu struct {
 		sync.Mutex
@@ -32,10 +41,15 @@ type Pool struct {
 func (p *Pool) Key() PoolKey { return p.key }
 
 // Get checks out a connection: an idle one that still answers, else a new one while fewer than MaxOpen are open
-// and the group's budget allows, else it waits for a release until ctx ends or ConnectTimeout passes. When the
-// budget is what is used up, an idle connection of another pool is closed to make room, now or when one comes
-// back. The caller must Release it.
-func (p *Pool) Get(ctx context.Context) (*Conn, error) {
+// and the group's budget allows, else it waits for a release until ctx ends or PoolWait passes. When the budget is
+// what is used up, an idle connection of another pool is closed to make room, now or when one comes back. The
+// caller must Release it.
+func (p *Pool) Get(ctx context.Context) (*Conn, error) { return p.get(ctx, nil) }
+
+// get is Get preferring, among idle connections, the most recent one whose default database is *db (saving a
+// COM_INIT_DB); for *db == "" it takes only one without a database, since none can be unselected, and otherwise
+// closes an idle one to dial a new one in its place.
+func (p *Pool) get(ctx context.Context, db *string) (*Conn, error) {
 	cfg := &p.g.cfg
 	var waitUntil time.Time
 	for {
@@ -44,12 +58,31 @@ func (p *Pool) Get(ctx context.Context) (*Conn, error) {
 			p.mu.Unlock()
 			return nil, fmt.Errorf("keyway: backend group %s is shutting down", cfg.Name)
 		}
+		if db != nil && *db == "" && len(p.mu.idle) > 0 && p.idleWithDBLocked(*db) < 0 {
+			// Every idle connection has a database: close the oldest, so the dial below has room.
+			c := p.mu.idle[0]
+			p.mu.idle = p.mu.idle[1:]
+			p.mu.open--
+			p.mu.Unlock()
+			quit(c)
+			p.g.returnBudget(1)
+			p.mu.Lock()
+		}
 		for len(p.mu.idle) > 0 {
-			c := p.mu.idle[len(p.mu.idle)-1]
-			p.mu.idle = p.mu.idle[:len(p.mu.idle)-1]
+			i := len(p.mu.idle) - 1
+			if db != nil {
+				if j := p.idleWithDBLocked(*db); j >= 0 {
+					i = j
+				} else if *db == "" {
+					break
+				}
+			}
+			c := p.mu.idle[i]
+			p.mu.idle = append(p.mu.idle[:i], p.mu.idle[i+1:]...)
 			p.mu.inUse++
 			p.mu.Unlock()
 			if c.Alive() {
+				p.gotAfter(waitUntil)
 				return c, nil
 			}
 			c.Close()
@@ -76,7 +109,15 @@ func (p *Pool) Get(ctx context.Context) (*Conn, error) {
 					return nil, err
 				}
 				p.g.learnBudget(c)
+				if err := c.readState(); err != nil {
+					c.broken = true
+					c.pool = p
+					c.Release()
+					return nil, fmt.Errorf("keyway: backend group %s (%s): setting up session tracking on a new connection: %w", cfg.Name, cfg.Primary.Address, err)
+				}
 				c.pool = p
+				p.noteBaseline(c)
+				p.gotAfter(waitUntil)
 				return c, nil
 			}
 			p.mu.Unlock()
@@ -88,7 +129,7 @@ func (p *Pool) Get(ctx context.Context) (*Conn, error) {
 		}
 		// Exhausted: wait for a release in this pool or, over budget, for a connection of any pool to close.
 		if waitUntil.IsZero() {
-			waitUntil = time.Now().Add(cfg.ConnectTimeout)
+			waitUntil = time.Now().Add(cfg.PoolWait)
 			p.mu.waits++
 		}
 		ch := make(chan struct{})
@@ -129,6 +170,7 @@ func (p *Pool) Get(ctx context.Context) (*Conn, error) {
 		}
 		p.mu.errors++
 		p.mu.Unlock()
+		p.gotAfter(waitUntil)
 		err := ctx.Err()
 		if err == nil {
 			err = errors.New("timed out")
@@ -140,8 +182,36 @@ func (p *Pool) Get(ctx context.Context) (*Conn, error) {
 					"too many connections: all %d connections keyway may open to the server (its budget below max_connections) are in use and none was released in time (%v): raise max_connections in [[groups]] and on the server, or lower the client concurrency",
 					p.g.MaxConnections(), err)}}
 		}
-		return nil, fmt.Errorf("keyway: backend group %s (%s): all %d connections for user '%s' are in use (max_open) and none was released in time (%w): raise max_open in [[groups]] or lower the client concurrency",
-			cfg.Name, cfg.Primary.Address, cfg.MaxOpen, p.key.User, err)
+		return nil, &BusyError{Group: cfg.Name, Addr: cfg.Primary.Address, Err: &mysqlwire.Error{
+			Code: mysqlwire.ERConCount, State: "08004", Message: fmt.Sprintf(
+				"all %d connections of the pool for user '%s' are in use (max_open) and none came free within pool_wait (%v): raise max_open or pool_wait in [[groups]], or lower the client concurrency",
+				cfg.MaxOpen, p.key.User, cfg.PoolWait)}}
+	}
+}
+
+// noteBaseline records the state of c, just dialed, as the pool's baseline, once.
+func (p *Pool) noteBaseline(c *Conn) {
+	if p.baseline.Load() == nil {
+		p.baseline.CompareAndSwap(nil, &State{Vars: c.State.Vars})
+	}
+}
+
+// idleWithDBLocked is the index of the most recently idle connection with default database db, or -1.
+func (p *Pool) idleWithDBLocked(db string) int {
+	for i := len(p.mu.idle) - 1; i >= 0; i-- {
+		if c := p.mu.idle[i]; c.DBKnown && c.State.DB == db {
+			return i
+		}
+	}
+	return -1
+}
+
+// gotAfter counts a checkout, and the time it waited when it had to (waitUntil set: it waited from
+// waitUntil - PoolWait).
+func (p *Pool) gotAfter(waitUntil time.Time) {
+	p.gets.Add(1)
+	if !waitUntil.IsZero() {
+		p.waitNanos.Add(int64(time.Since(waitUntil.Add(-p.g.cfg.PoolWait))))
 	}
 }
 
@@ -165,17 +235,21 @@ func (p *Pool) removeWaiterLocked(ch chan struct{}) {
 	p.wakeLocked()
 }
 
-// put resets c and keeps it idle, or closes it (broken, reset failed, pool closed).
+// put keeps c idle with its state, or reset first when it is dirty, or closes it (broken, reset failed, pool
+// closed).
 func (p *Pool) put(c *Conn) {
 	ok := !c.broken && c.Buffered() == 0
-	if ok {
+	if ok && c.dirty {
 		_ = c.SetDeadline(time.Now().Add(resetTimeout))
 		err := c.WriteCommand(comResetConnection, nil)
 		if err == nil {
 			c.Status, err = c.ReadOK()
 		}
+		if err == nil {
+			err = c.readState() // the reset turned session tracking off with the rest
+		}
 		_ = c.SetDeadline(time.Time{})
-		ok = err == nil
+		ok, c.dirty = err == nil, false
 		if err != nil {
 			p.g.log.Debug("backend connection reset failed; closing it", "err", err)
 		}
@@ -251,6 +325,18 @@ func (p *Pool) fill(n int) {
 			p.g.returnBudget(1)
 			return
 		}
+		p.mu.Unlock()
+		if err := c.readState(); err != nil {
+			p.mu.Lock()
+			p.mu.open--
+			p.mu.errors++
+			p.mu.Unlock()
+			c.Close()
+			p.g.returnBudget(1)
+			return
+		}
+		p.noteBaseline(c)
+		p.mu.Lock()
 		c.pool = p
 		c.idleSince = time.Now()
 		p.mu.idle = append(p.mu.idle, c)
@@ -279,5 +365,6 @@ func (p *Pool) Stats() PoolStats {
 		Group: p.g.cfg.Name, Address: p.g.cfg.Primary.Address, User: p.key.User, Caps: p.key.Caps, ExtCaps: p.key.ExtCaps,
 		Collation: p.key.Collation,
 		Open:      p.mu.open, Idle: len(p.mu.idle), InUse: p.mu.inUse, Waits: p.mu.waits, Errors: p.mu.errors,
+		Waiting: len(p.mu.waiters), Gets: p.gets.Load(), Fixups: p.fixups.Load(), WaitTime: time.Duration(p.waitNanos.Load()),
 	}
 }

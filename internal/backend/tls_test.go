@@ -115,8 +115,8 @@ func TestTLSEncryptsEveryRoad(t *testing.T) {
 			g := newGroup(t, tc.primary, func(o *GroupOptions) {
 				o.Primary.Network, o.TLS, o.TLSCA = tc.network, tc.mode, tc.ca
 			})
-			const caps = mysqlwire.ClientDeprecateEOF | mysqlwire.ClientMultiResults
-			p := g.Pool(PoolKey{User: "app", Caps: caps}, "secret")
+			const caps = mysqlwire.ClientDeprecateEOF | mysqlwire.ClientMultiResults | mysqlwire.ClientSessionTrack // pools always track
+			p := g.Pool(PoolKey{User: "app", Caps: caps &^ mysqlwire.ClientSessionTrack}, "secret")
 			c, err := p.Get(context.Background())
 			if err != nil {
 				t.Fatal(err)

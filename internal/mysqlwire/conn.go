@@ -456,6 +456,9 @@ func (c *Conn) StopCapture() (captured []byte, ok bool) {
 	return append([]byte(nil), c.capture.buf...), true
 }
 
+// SpoilCapture says a packet of the reply was read past the capture (ReadPacket): the capture is not kept.
+func (c *Conn) SpoilCapture() { c.capture.over = true }
+
 func (c *Conn) captureHeader(k int) {
 	if !c.capture.on || c.capture.over {
 		return

@@ -202,6 +202,9 @@ func visitEntry(typ byte, data []byte, fn func(SessionChange) bool) error {
 		return nil // unknown: skipped by its length
 	}
 	value, rest, fine := readLenEncString(data)
+	if typ == SessionTrackStateChange && (!fine || len(rest) != 0) {
+		value, fine, rest = data, true, nil // MariaDB writes the flag ("1") bare, without a length
+	}
 	if !fine || len(rest) != 0 {
 		return fmt.Errorf("%w: session-state entry of type %d", ErrMalformedOK, typ)
 	}

@@ -10,9 +10,10 @@ package sqlproxy
 // and the entry survives changes of other rows.
 //
 // The key holds everything the reply bytes depend on: the statement text (or the prepared statement's text,
-// parameter types and values), the default database, the user (privileges), the connection's collation
-// (character_set_results) and the negotiated capabilities (CLIENT_DEPRECATE_EOF changes the framing). Session
-// state that changes results (SET time_zone, sql_mode, …) pins the session, so it never reaches the cache.
+// parameter types and values), the default database, the user (privileges), the handshake's collation, the
+// negotiated capabilities (CLIENT_DEPRECATE_EOF changes the framing), and the session variables keyway carries
+// that change a reply (backend.ResultVars: character sets and collations, sql_mode, time_zone…). Session state
+// keyway does not carry pins the session, so it never reaches the cache.
 
 import (
 	"encoding/binary"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/pingcap/tidb/pkg/parser/mysql"
 
+	"github.com/keywaydb/keyway/internal/backend"
 	"github.com/keywaydb/keyway/internal/mysqlwire"
 	"github.com/keywaydb/keyway/internal/qcache"
 )
@@ -29,7 +31,15 @@ import (
 func (ss *session) cacheKey(kind byte, text string, params []byte) string {
 	var b strings.Builder
 	group := ss.user.group.Name()
-	b.Grow(len(ss.hs.User) + len(group) + len(ss.db) + len(text) + len(params) + 9)
+	st := &ss.state
+	if ss.be != nil {
+		st = &ss.be.State
+	}
+	vars := 0
+	for _, i := range backend.ResultVars {
+		vars += len(st.Vars[i]) + 1
+	}
+	b.Grow(len(ss.hs.User) + len(group) + len(ss.db) + len(text) + len(params) + vars + 9)
 	// The negotiated flags that change the reply's framing (CLIENT_DEPRECATE_EOF, MariaDB's metadata cache…), and
 	// only those: whether TLS or CLIENT_MYSQL was negotiated makes no difference to a reply.
 	caps, ext := ss.c.Capabilities&mysqlwire.ProtocolCaps, ss.c.ExtCapabilities
@@ -44,6 +54,10 @@ func (ss *session) cacheKey(kind byte, text string, params []byte) string {
 	b.WriteByte(0)
 	b.WriteString(ss.db)
 	b.WriteByte(0)
+	for _, i := range backend.ResultVars {
+		b.WriteString(st.Vars[i])
+		b.WriteByte(0)
+	}
 	b.WriteString(text)
 	b.WriteByte(0)
 	b.Write(params)
@@ -112,11 +126,21 @@ func (ss *session) fillingExchange(p []byte, plan *Plan, key string, ks keySourc
 	if deps == nil {
 		deps = c.Begin(ids)
 	}
-	ss.be.StartCapture(qcache.MaxReply)
+	if e, err := ss.lease(plan); err != nil || e != nil { // exchange would; the capture needs the connection first
+		if err != nil {
+			return 0, true, err
+		}
+		if err := ss.c.WriteError(e); err != nil {
+			return 0, true, err
+		}
+		return 0, true, ss.c.Flush()
+	}
+	be := ss.be
+	be.StartCapture(qcache.MaxReply)
 	rows, failed, err := ss.exchange(p, plan, relay, toClient)
-	reply, kept := ss.be.StopCapture()
+	reply, kept := be.StopCapture()
 	if err == nil && !failed && kept && !ss.warned {
-		if pinned, _ := ss.pinned(); !pinned {
+		if ss.pins()&^connectionPins == 0 {
 			c.Put(key, reply, rows, deps, ttl)
 		}
 	}

@@ -68,7 +68,7 @@ func (ss *session) armWatch() bool {
 	if ss.be == nil {
 		return false
 	}
-	if pinned, _ := ss.pinned(); !pinned && len(ss.stmts) == 0 {
+	if pinned, _ := ss.pinned(); !pinned { // prepared statements pin too (PinStatements)
 		return false
 	}
 	w := &ss.watch

@@ -53,6 +53,14 @@ func (ss *session) kill(p []byte, plan *Plan) error {
 	if t == nil {
 		return ss.reply(errNoSuchThread(id))
 	}
+	// The connection the KILL runs on is borrowed before the target is locked: a borrow may wait for the pool, and
+	// the target may be about to give its own connection back (which takes its killMu).
+	if e, err := ss.lease(nil); err != nil || e != nil {
+		if err != nil {
+			return err
+		}
+		return ss.reply(e)
+	}
 	t.killMu.Lock()
 	defer t.killMu.Unlock()
 	if t.killUser == "" || t.killUser != ss.hs.User {
@@ -83,7 +91,7 @@ func (ss *session) kill(p []byte, plan *Plan) error {
 // reply answers the command in flight with e, or with OK when e is nil.
 func (ss *session) reply(e *mysqlwire.Error) error {
 	if e == nil {
-		return ss.c.WriteOK(ss.be.Status)
+		return ss.c.WriteOK(ss.status)
 	}
 	return ss.c.WriteError(e)
 }

@@ -39,9 +39,10 @@ const (
 	PinTransaction    PinReason = iota // the backend's status flags say a transaction is open
 	PinAutocommitOff                   // the backend's status flags say autocommit is off
 	PinSetTransaction                  // SET TRANSACTION …
-	PinVariable                        // SET of a session variable keyway does not track
+	PinVariable                        // SET of a session variable keyway does not carry (backend.State)
+	PinSessionState                    // the server reported a state change it names no variable for
 	PinUserVariable                    // SET @v, SELECT @v := …, SELECT … INTO @v
-	PinDatabase                        // USE (and USE inside a multi-statement)
+	PinLastInsertID                    // LAST_INSERT_ID(expr)
 	PinTemporaryTable                  // CREATE/DROP TEMPORARY TABLE
 	PinTableLock                       // LOCK TABLES, FLUSH TABLES t FOR EXPORT
 	PinGlobalReadLock                  // FLUSH TABLES [t] WITH READ LOCK
@@ -52,6 +53,7 @@ const (
 	PinConnectionID                    // CONNECTION_ID()
 	PinLongData                        // COM_STMT_SEND_LONG_DATA
 	PinCursor                          // COM_STMT_EXECUTE that opens a cursor, COM_STMT_FETCH
+	PinStatements                      // COM_STMT_PREPARE: statements prepared on the connection
 	numPinReasons
 )
 
@@ -67,9 +69,10 @@ var pinTable = [numPinReasons]struct {
 	PinTransaction:    {"transaction", "inside a transaction", "COMMIT / ROLLBACK (read from the status flags)"},
 	PinAutocommitOff:  {"autocommit_off", "autocommit is off", "SET autocommit = 1 (read from the status flags)"},
 	PinSetTransaction: {"set_transaction", "SET TRANSACTION set the next transaction's characteristics", "kept: SET SESSION TRANSACTION lasts"},
-	PinVariable:       {"variable", "a session variable keyway does not track was SET", "kept (keyway tracks none yet but autocommit; SET GLOBAL does not pin)"},
+	PinVariable:       {"variable", "a session variable keyway does not carry was SET (the server reported it)", "kept (SET GLOBAL does not pin; see backend's trackedVars for those carried)"},
+	PinSessionState:   {"session_state", "the server reported a change of session state that keyway cannot carry (user variables, temporary tables, PREPARE…)", "kept"},
 	PinUserVariable:   {"user_variable", "a user variable was set (SET @v, @v := …, SELECT … INTO @v)", "kept"},
-	PinDatabase:       {"database", "USE changed the default database", "kept"},
+	PinLastInsertID:   {"last_insert_id", "LAST_INSERT_ID(expr) set the session's value where keyway does not see it", "kept"},
 	PinTemporaryTable: {"temporary_table", "temporary tables", "kept (DROP TEMPORARY TABLE may leave others)"},
 	PinTableLock:      {"table_lock", "LOCK TABLES holds table locks", "UNLOCK TABLES"},
 	PinGlobalReadLock: {"global_read_lock", "FLUSH TABLES WITH READ LOCK holds the read lock", "UNLOCK TABLES"},
@@ -80,6 +83,7 @@ var pinTable = [numPinReasons]struct {
 	PinConnectionID:   {"connection_id", "CONNECTION_ID() named the backend connection", "kept"},
 	PinLongData:       {"long_data", "COM_STMT_SEND_LONG_DATA parameters wait for their execute", "COM_STMT_EXECUTE, COM_STMT_RESET or COM_STMT_CLOSE of that statement"},
 	PinCursor:         {"cursor", "a cursor is open (COM_STMT_FETCH reads it)", "the statement's next execute without a cursor, COM_STMT_RESET or COM_STMT_CLOSE"},
+	PinStatements:     {"prepared_statements", "statements prepared with COM_STMT_PREPARE live on the connection (keyway does not yet prepare them again on another)", "COM_STMT_CLOSE of the last one"},
 }
 
 // String is the reason's short name.
@@ -145,16 +149,27 @@ func (p *pinState) note(plan *Plan, failed bool) {
 	p.set |= plan.Pins
 }
 
-// pins returns every reason the session is pinned now: the status flags' and pinState's.
+// pins returns every reason the session is pinned now: the status flags', pinState's and its prepared statements'.
 func (ss *session) pins() PinSet {
 	s := ss.pin.set
-	if st := ss.be.Status; st&mysqlwire.StatusInTrans != 0 {
+	if len(ss.stmts) > 0 {
+		s |= pinSet(PinStatements)
+	}
+	st := ss.status
+	if ss.be != nil {
+		st = ss.be.Status
+	}
+	if st&mysqlwire.StatusInTrans != 0 {
 		s |= pinSet(PinTransaction)
 	} else if st&mysqlwire.StatusAutocommit == 0 {
 		s |= pinSet(PinAutocommitOff)
 	}
 	return s
 }
+
+// connectionPins are the reasons that tie a session to its connection's statement handles, not to state a reply
+// depends on: the result cache still answers such a session.
+const connectionPins = PinSet(1<<PinStatements | 1<<PinLongData | 1<<PinCursor)
 
 // pinned reports whether the session's statements must stay on its backend connection, and why (the first reason
 // in pinTable order). A transaction is read from the backend's own status flags after the last reply (in a
@@ -201,7 +216,7 @@ func (ss *session) route(plan *Plan, h hint) target {
 	if c == nil || plan == nil || !plan.Cacheable || h.nocache || (plan.Key == nil && !h.cache) {
 		return toSession
 	}
-	if pinned, _ := ss.pinned(); pinned {
+	if ss.pins()&^connectionPins != 0 {
 		c.Bypassed(qcache.Pinned)
 		return toSession
 	}

@@ -65,14 +65,16 @@ func TestPlanPins(t *testing.T) {
 		{"SET GLOBAL max_connections = 10", 0, 0},
 		{"SET TRANSACTION ISOLATION LEVEL READ COMMITTED", pinSet(PinSetTransaction), 0},
 		{"SET TRANSACTION READ ONLY", pinSet(PinSetTransaction), 0},
-		{"SET NAMES utf8mb4", pinSet(PinVariable), 0},
-		{"SET SESSION sql_mode = ''", pinSet(PinVariable), 0},
+		{"SET NAMES utf8mb4", 0, 0},         // carried: the server reports what it set
+		{"SET SESSION sql_mode = ''", 0, 0}, // carried (an untracked variable pins when the server reports it)
+		{"SELECT LAST_INSERT_ID(5)", pinSet(PinLastInsertID), 0},
+		{"SELECT LAST_INSERT_ID()", 0, 0},
 		{"SET @v = 1", pinSet(PinUserVariable), 0},
 		{"SELECT @v := 1", pinSet(PinUserVariable), 0},
 		{"SELECT 1 INTO @v", pinSet(PinUserVariable), 0},
 		{"SELECT a FROM t WHERE id = 1 INTO @v", pinSet(PinUserVariable), 0},
 		{"SELECT a FROM t INTO OUTFILE '/tmp/x'", 0, 0},
-		{"USE db", pinSet(PinDatabase), 0},
+		{"USE db", 0, 0}, // carried: the server reports the database
 		{"CREATE TEMPORARY TABLE tmp (a int)", pinSet(PinTemporaryTable), 0},
 		{"LOCK TABLES t READ", pinSet(PinTableLock), 0},
 		{"UNLOCK TABLES", 0, pinSet(PinTableLock, PinGlobalReadLock)},

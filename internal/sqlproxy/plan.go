@@ -126,6 +126,14 @@ type Plan struct {
 	// Pins are the reasons this statement pins its session once it succeeded; Unpins those it ends (UNLOCK
 	// TABLES, RELEASE_ALL_LOCKS()). A statement that does both keeps the pin. See pinTable (pipeline.go).
 	Pins, Unpins PinSet
+	// ReadsLastInsertID: the statement calls LAST_INSERT_ID(), which must return the session's value on whatever
+	// connection runs it. ReadsDiagnostics: it may read the previous statement's diagnostics (SHOW WARNINGS/ERRORS,
+	// @@warning_count, @@error_count, ROW_COUNT(), FOUND_ROWS()). KeepNext: the session's next statement runs on
+	// this one's connection, where those diagnostics are: writes (ROW_COUNT()), SELECT SQL_CALC_FOUND_ROWS
+	// (FOUND_ROWS()) and SET STATEMENT … FOR (the server reports its variable's restore with the next statement).
+	// Found from the normalized text's words, so a column named row_count costs a needless fix-up, never a wrong
+	// answer.
+	ReadsLastInsertID, ReadsDiagnostics, KeepNext bool
 	// Kill is set for a KILL statement: the id it names is one of keyway's session ids, which the session maps to
 	// that session's backend thread (kill.go) instead of relaying it.
 	Kill KillKind
@@ -288,6 +296,7 @@ func (pc *PlanCache) build(sql, normalized, digest string, fp uint64) (p *Plan) 
 			p.ParseError = "empty statement"
 		}
 		guessFromKeywords(p)
+		noteDiagnostics(p)
 		return p
 	}
 	var tc sqlnames.Collector
@@ -309,6 +318,7 @@ func (pc *PlanCache) build(sql, normalized, digest string, fp uint64) (p *Plan) 
 	if p.Kill != KillNone && len(stmts) > 1 {
 		p.Kill = KillRefused
 	}
+	noteDiagnostics(p)
 	p.Tables = tc.Tables()
 	shape(stmts, p)
 	p.keyToken = keyToken(sql, stmts) + 1
@@ -418,8 +428,7 @@ func classify(st ast.StmtNode, p *Plan) Class {
 			}
 		}
 		return ClassSession
-	case *ast.UseStmt:
-		p.Pins |= pinSet(PinDatabase)
+	case *ast.UseStmt: // the default database is carried (the server reports it)
 		return ClassSession
 	case *ast.LockTablesStmt:
 		p.Pins |= pinSet(PinTableLock)
@@ -597,23 +606,30 @@ func boolInt(b bool) int {
 	return 0
 }
 
-// setPins is what one SET assignment pins (pinTable): autocommit is read from the status flags and a global
-// variable is not the session's, so neither pins by itself.
+// noteDiagnostics sets the plan's ReadsLastInsertID, ReadsDiagnostics and KeepNext from its class and the words
+// of its normalized text.
+func noteDiagnostics(p *Plan) {
+	n := p.Normalized
+	p.ReadsLastInsertID = strings.Contains(n, "last_insert_id")
+	p.ReadsDiagnostics = strings.Contains(n, "warnings") || strings.Contains(n, "errors") ||
+		strings.Contains(n, "warning_count") || strings.Contains(n, "error_count") ||
+		strings.Contains(n, "row_count") || strings.Contains(n, "found_rows")
+	p.KeepNext = p.Class == ClassWrite || strings.Contains(n, "sql_calc_found_rows") ||
+		strings.HasPrefix(n, "set statement ")
+}
+
+// setPins is what one SET assignment pins by its text (pinTable): user variables and SET TRANSACTION.
 func setPins(v *ast.VariableAssignment) PinSet {
 	switch {
-	case v.Name == ast.SetNames || v.Name == ast.SetCharset: // SET NAMES, SET CHARACTER SET
-		return pinSet(PinVariable)
-	case !v.IsSystem:
+	case !v.IsSystem && v.Name != ast.SetNames && v.Name != ast.SetCharset:
 		return pinSet(PinUserVariable)
-	case v.IsGlobal:
-		return 0
-	case strings.EqualFold(v.Name, "autocommit"):
-		return 0
 	case strings.EqualFold(v.Name, "tx_isolation_one_shot"), strings.EqualFold(v.Name, "tx_read_only"):
 		// SET TRANSACTION …, which the grammar gives these names (also SET SESSION TRANSACTION READ ONLY)
 		return pinSet(PinSetTransaction)
 	}
-	return pinSet(PinVariable)
+	// A session variable, SET NAMES or SET CHARACTER SET: the server reports what it set, and the session is
+	// pinned then only if keyway does not carry that variable (backend.State, session.noteState).
+	return 0
 }
 
 // pinFuncs are the functions whose call pins the session (pinTable), found anywhere in a statement.
@@ -634,6 +650,8 @@ func (f *pinFinder) Enter(n ast.Node) (ast.Node, bool) {
 	case *ast.FuncCallExpr:
 		if r, ok := pinFuncs[x.FnName.L]; ok {
 			f.pins |= pinSet(r)
+		} else if x.FnName.L == "last_insert_id" && len(x.Args) > 0 {
+			f.pins |= pinSet(PinLastInsertID) // LAST_INSERT_ID(expr) sets the value, and a SELECT reports it nowhere
 		} else if x.FnName.L == "release_all_locks" {
 			f.unpins |= pinSet(PinUserLock)
 		}
@@ -759,13 +777,11 @@ func guessOne(p *Plan, words []string) Class {
 	case "set", "use", "lock", "unlock", "prepare", "execute", "deallocate", "handler":
 		p.SessionChange = true
 		switch words[0] {
-		case "set": // unparsed: any variable, perhaps user variables
-			p.Pins |= pinSet(PinVariable)
+		case "set": // unparsed: the server reports the system variables it set (SET STATEMENT: see KeepNext)
 			if anyUserVariable(words) {
 				p.Pins |= pinSet(PinUserVariable)
 			}
 		case "use":
-			p.Pins |= pinSet(PinDatabase)
 		case "lock":
 			p.Pins |= pinSet(PinTableLock)
 		case "unlock":

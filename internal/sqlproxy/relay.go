@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 
+	"github.com/keywaydb/keyway/internal/backend"
 	"github.com/keywaydb/keyway/internal/mysqlwire"
 )
 
@@ -15,13 +16,10 @@ import (
 // pkt relays one packet from the backend to ss.dst and returns its length and leading bytes. Before blocking on
 // the backend it flushes what the client has not yet received, so a slow result still streams.
 func (ss *session) pkt() (int, []byte, error) {
-	be := ss.be
-	if ss.dst != nil && be.Buffered() < 4 && ss.dst.Pending() > 0 {
-		if err := ss.dst.Flush(); err != nil {
-			return 0, nil, &mysqlwire.WriteError{Err: err}
-		}
+	if err := ss.flushBeforeWait(); err != nil {
+		return 0, nil, err
 	}
-	n, h, err := be.RelayPacket(ss.dst, ss.head[:])
+	n, h, err := ss.be.RelayPacket(ss.dst, ss.head[:])
 	if err != nil {
 		return n, nil, err
 	}
@@ -29,6 +27,80 @@ func (ss *session) pkt() (int, []byte, error) {
 		return 0, nil, nil
 	}
 	return n, ss.head[:h], nil
+}
+
+// flushBeforeWait flushes what the client has not yet received when the backend's next packet is not buffered.
+func (ss *session) flushBeforeWait() error {
+	if ss.dst != nil && ss.be.Buffered() < 4 && ss.dst.Pending() > 0 {
+		if err := ss.dst.Flush(); err != nil {
+			return &mysqlwire.WriteError{Err: err}
+		}
+	}
+	return nil
+}
+
+// okHead is enough of an OK packet's leading bytes for its status flags: header, two length-encoded counts, status.
+const okHead = 1 + 9 + 9 + 2
+
+// pktOK relays the next packet where an OK packet may come: a reply's first packet (okHeader HeaderOK) or, under
+// CLIENT_DEPRECATE_EOF, the packet that ends a result set's rows (HeaderEOF). An OK's session-state changes (the
+// backend connection always tracks them, state.go in package backend) are recorded on the connection and in the
+// session's pins (noteState), and left out for a client that did not negotiate session tracking; its insert id
+// becomes the session's LAST_INSERT_ID(). Any other packet is relayed as pkt does.
+func (ss *session) pktOK(okHeader byte) (int, []byte, error) {
+	if err := ss.flushBeforeWait(); err != nil {
+		return 0, nil, err
+	}
+	be := ss.be
+	n, hd, err := be.PeekHead(okHead)
+	if err != nil {
+		return 0, nil, err
+	}
+	if len(hd) == 0 || hd[0] != okHeader || n >= mysqlwire.MaxPayload {
+		return ss.pkt()
+	}
+	if st, ok := mysqlwire.OKStatus(hd); !ok || st&mysqlwire.StatusSessionStateChanged == 0 {
+		n, first, err := ss.pkt()
+		if err == nil {
+			if ok, perr := mysqlwire.ParseOK(first, 0); perr == nil && ok.LastInsertID != 0 {
+				be.State.LastInsertID = ok.LastInsertID
+			}
+		}
+		return n, first, err
+	}
+	p, err := be.ReadPacket()
+	if err != nil {
+		return 0, nil, err
+	}
+	be.SpoilCapture() // read whole, not relayed: a reply that changes the session is not one to cache anyway
+	note, err := be.NoteOK(p)
+	if err != nil {
+		return 0, nil, err
+	}
+	ss.noteState(note)
+	if ss.c.Capabilities&mysqlwire.ClientSessionTrack == 0 {
+		if p, err = mysqlwire.StripSessionState(p); err != nil {
+			return 0, nil, err
+		}
+	}
+	h := copy(ss.head[:], p)
+	if ss.dst != nil {
+		if err := ss.dst.WritePacket(p); err != nil {
+			return 0, nil, &mysqlwire.WriteError{Err: err}
+		}
+	}
+	return len(p), ss.head[:h], nil
+}
+
+// noteState pins the session for state the server reported that keyway cannot carry to another connection.
+func (ss *session) noteState(n backend.Note) {
+	if n.Untracked != "" {
+		ss.s.log.Debug("sql: a session variable keyway does not carry was set; the session is pinned", "session", ss.id, "variable", n.Untracked)
+		ss.pin.set |= pinSet(PinVariable)
+	}
+	if n.Unexplained {
+		ss.pin.set |= pinSet(PinSessionState)
+	}
 }
 
 // isTerminator tells the EOF packet (or, under CLIENT_DEPRECATE_EOF, the OK packet with an 0xfe header) that ends
@@ -57,7 +129,7 @@ func (ss *session) terminatorStatus(first []byte) uint16 {
 
 // relayOne relays a one-packet reply (OK, ERR, EOF or a string).
 func (ss *session) relayOne() (int64, bool, error) {
-	n, first, err := ss.pkt()
+	n, first, err := ss.pktOK(mysqlwire.HeaderOK)
 	if err != nil {
 		return 0, false, err
 	}
@@ -94,7 +166,7 @@ func (ss *session) relayResults(query bool) (rows int64, failed bool, err error)
 				continue // the statement's OK or ERR follows
 			}
 		}
-		n, first, err := ss.pkt()
+		n, first, err := ss.pktOK(mysqlwire.HeaderOK)
 		if err != nil {
 			return rows, failed, err
 		}
@@ -160,7 +232,13 @@ func (ss *session) relayResults(query bool) (rows int64, failed bool, err error)
 // relayRowsToEnd relays rows until the terminator (returning its status) or an ERR (bad).
 func (ss *session) relayRowsToEnd() (rows int64, status uint16, bad bool, err error) {
 	for {
-		n, first, err := ss.pkt()
+		var n int
+		var first []byte
+		if ss.deprecateEOF {
+			n, first, err = ss.pktOK(mysqlwire.HeaderEOF) // the terminator is an OK
+		} else {
+			n, first, err = ss.pkt()
+		}
 		if err != nil {
 			return rows, 0, false, err
 		}

@@ -10,7 +10,6 @@ import (
 	"net"
 	"runtime/debug"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -39,7 +38,9 @@ const (
 	comResetConnection  = 0x1f
 )
 
-// session is one client connection and the backend connection it owns.
+// session is one client connection. Between its statements it holds no backend connection unless it is pinned
+// (pipeline.go): each statement borrows one from pool (lease) and gives it back when its reply has been relayed
+// (release, after the command).
 type session struct {
 	s  *Server
 	nc net.Conn
@@ -51,10 +52,19 @@ type session struct {
 	// accounts is the user table the session last authenticated against (login, COM_CHANGE_USER).
 	accounts *accounts
 	remote   string
-	be       *backend.Conn        // owned for the session's life; nil while switching
-	db       string               // current default database as far as keyway knows
+	pool     *backend.Pool        // where the session's statements borrow their connection
+	be       *backend.Conn        // the connection held now: during a command, and between commands while pinned
+	db       string               // current default database as far as keyway knows (state.DB, kept apart for speed)
 	stmts    map[uint32]*prepared // client statement id → where it was prepared (pipeline.go)
 	beUsed   time.Time            // when be was checked out or last sent a command (see freshBackend)
+	// state is the session state a connection must have to run the session's next statement (backend.State): the
+	// state of the connection its last statement ran on, as the server reported it. status is the status flags of
+	// the last reply (a transaction open, autocommit).
+	state  backend.State
+	status uint16
+	// holdNext keeps the connection for the session's next statement: the previous statement's diagnostics
+	// (warnings, ROW_COUNT(), FOUND_ROWS()) are on it (see Plan.KeepNext).
+	holdNext bool
 
 	deprecateEOF bool
 	// warned is set when the last reply relayResults passed ended with a warning count above zero: a reply the
@@ -131,7 +141,7 @@ func (ss *session) run() {
 	if err := ss.attach(hs.DB); err != nil {
 		return
 	}
-	if err := ss.c.WriteOK(ss.be.Status); err != nil {
+	if err := ss.c.WriteOK(ss.status); err != nil {
 		return
 	}
 	_ = ss.nc.SetDeadline(time.Time{})
@@ -191,63 +201,123 @@ func (ss *session) setKillUser() {
 	ss.killMu.Unlock()
 }
 
-// attach checks out a backend connection for the session's user and selects db on it. On failure the client has
-// been sent an ERR and the returned error ends the session.
+// attach sets the session up for its user: its pool and the state of a new connection there, with db as the
+// default database. The login borrows a connection (checking that the backend is up, and db exists, as a direct
+// login would) and gives it back at once; it costs no round trip when an idle connection already has db. On failure
+// the client has been sent an ERR and the returned error ends the session.
 func (ss *session) attach(db string) error {
 	u := ss.user
 	key := backend.PoolKey{User: u.backendUser, Caps: ss.hs.Capabilities, ExtCaps: ss.hs.ExtCapabilities, Collation: ss.hs.Collation}
-	pool := u.group.Pool(key, u.backendPassword)
+	ss.pool = u.group.Pool(key, u.backendPassword)
 	ctx, cancel := context.WithTimeout(context.Background(), backendCheckoutTimeout)
 	defer cancel()
-	for attempt := 0; ; attempt++ {
-		be, err := pool.Get(ctx)
-		if err != nil {
-			ss.sendErr(backendError(err))
-			return errSessionEnd
-		}
-		// The connection must not carry a previous session's default database into this one.
-		if db == "" && (!be.DBKnown || be.DB != "") && attempt < 3 {
-			be.MarkBroken()
-			be.Release()
-			continue
-		}
-		if db != "" && (!be.DBKnown || be.DB != db) {
-			if err := be.InitDB(db); err != nil {
-				be.Release()
-				var me *mysqlwire.Error
-				if errors.As(err, &me) {
-					ss.sendErr(me)
-				} else {
-					ss.sendErr(lostBackend(u.group, err))
-				}
-				return errSessionEnd
-			}
-		}
-		ss.be, ss.db = be, db
-		ss.beUsed = time.Now() // checked out alive (the pool looks at idle connections before it hands them out)
-		ss.killMu.Lock()
-		ss.killBE = be
-		ss.killMu.Unlock()
-		return nil
+	be, err := ss.pool.Get(ctx)
+	if err != nil {
+		ss.sendErr(backendError(err))
+		return errSessionEnd
 	}
+	ss.state = be.Baseline()
+	ss.state.DB = db
+	if err := be.Align(&ss.state, backend.Needs{}); err != nil {
+		be.Release()
+		ss.sendErr(clientError(u.group, err))
+		return errSessionEnd
+	}
+	ss.db, ss.status = db, be.Status
+	ss.holdNext = false
+	be.Release()
+	return nil
 }
 
-// releaseBackend returns the session's backend connection: reset and pooled when it is in a known state, else
-// discarded.
+// lease gives the session a backend connection for the statement of plan (nil for commands that are not
+// statements) in ss.be: the one it holds (pinned, or kept for this statement), else one borrowed from its pool and
+// brought in line with the session's state. A failure the client must hear of is returned as an ERR for it (the
+// session goes on); the error ends the session.
+func (ss *session) lease(plan *Plan) (*mysqlwire.Error, error) {
+	if ss.be != nil {
+		if usable, err := ss.freshBackend(time.Now()); usable || err != nil {
+			return nil, err
+		}
+	}
+	var needs backend.Needs
+	if plan != nil {
+		needs = backend.Needs{LastInsertID: plan.ReadsLastInsertID && ss.state.LastInsertID != 0, FreshDiagnostics: plan.ReadsDiagnostics}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), backendCheckoutTimeout)
+	be, err := ss.pool.Lease(ctx, &ss.state, needs)
+	cancel()
+	if err != nil {
+		return clientError(ss.user.group, err), nil
+	}
+	ss.be = be
+	ss.beUsed = time.Now() // checked out alive (the pool looks at idle connections before it hands them out)
+	ss.killMu.Lock()
+	ss.killBE = be
+	ss.killMu.Unlock()
+	return nil, nil
+}
+
+// release ends the command's lease: the session gives its connection back, with the state it recorded, unless it
+// is pinned or keeps it for its next statement. Called after every command.
+func (ss *session) release() {
+	be := ss.be
+	if be == nil {
+		return
+	}
+	ss.status = be.Status
+	if ss.holdNext {
+		return
+	}
+	if pinned, _ := ss.pinned(); pinned {
+		return
+	}
+	if err := be.Settle(); err != nil {
+		ss.s.log.Debug("sql: reading a backend connection's state failed; closing it", "session", ss.id, "err", err)
+	}
+	ss.state = be.State
+	ss.detach()
+	be.Release()
+}
+
+// detach forgets the connection the session holds, once no KILL aimed at it runs (see kill.go).
+func (ss *session) detach() {
+	ss.be = nil
+	ss.killMu.Lock() // waits for a KILL aimed at be to finish: after Release be may serve another session
+	ss.killBE = nil
+	ss.killMu.Unlock()
+}
+
+// releaseBackend gives back the connection the session holds as it ends (or changes user): with its state when
+// keyway carries all of it, reset when the session left state keyway does not carry, discarded when unknown.
 func (ss *session) releaseBackend() {
 	be := ss.be
 	if be == nil {
 		return
 	}
-	ss.be = nil
-	ss.killMu.Lock() // waits for a KILL aimed at be to finish: after Release be may serve another session
-	ss.killBE = nil
-	ss.killMu.Unlock()
+	ss.detach()
+	if pinned, _ := ss.pinned(); pinned {
+		be.MarkDirty()
+	}
 	if !ss.quit && be.Status&mysqlwire.StatusInTrans != 0 {
 		// The client vanished inside a transaction: do not trust a reset to clean up after it.
 		be.MarkBroken()
 	}
 	be.Release()
+}
+
+// clientError is the ERR a client gets for a failed lease: the server's own refusal (a dropped database) as it
+// is, a checkout failure as backendError says.
+func clientError(g *backend.Group, err error) *mysqlwire.Error {
+	var ue *backend.UnavailableError
+	var be *backend.BusyError
+	var le *backend.LoginError
+	if errors.As(err, &ue) || errors.As(err, &be) || errors.As(err, &le) {
+		return backendError(err)
+	}
+	if me, ok := errors.AsType[*mysqlwire.Error](err); ok {
+		return me
+	}
+	return lostBackend(g, err)
 }
 
 // backendError turns a checkout failure into the ERR a client gets.
@@ -319,6 +389,18 @@ func (ss *session) command() error {
 		ss.sendErr(mysqlwire.NewError(mysqlwire.ERMalformedPacket, "08S01", "Malformed communication packet: empty command"))
 		return errSessionEnd
 	}
+	// A connection kept for this command (holdNext) serves it; whether it is kept longer, this command decides.
+	ss.holdNext = false
+	if err := ss.dispatch(p); err != nil {
+		return err
+	}
+	ss.release()
+	return nil
+}
+
+// dispatch runs one command.
+func (ss *session) dispatch(p []byte) error {
+	c := ss.c
 	switch p[0] {
 	case comQuit:
 		ss.quit = true
@@ -365,7 +447,7 @@ func (ss *session) command() error {
 		return ss.forward(p, func() (int64, bool, error) {
 			_, failed, err := ss.relayOne()
 			if err == nil && !failed {
-				ss.db, ss.be.DB, ss.be.DBKnown = db, db, true
+				ss.be.State.DB, ss.be.DBKnown = db, true
 			}
 			return 0, failed, err
 		})
@@ -379,11 +461,14 @@ func (ss *session) command() error {
 			ss.notePreparedPins()
 		}
 		return ss.forward(p, ss.relayOne)
-	case comPing, comSetOption, comStatistics:
+	case comSetOption:
+		// Multi-statements on or off: state of the connection that keyway does not carry.
+		ss.pin.set |= pinSet(PinVariable)
+		return ss.forward(p, ss.relayOne)
+	case comPing, comStatistics:
 		return ss.forward(p, ss.relayOne)
 	case comResetConnection:
-		ss.stmts, ss.pin = nil, pinState{}
-		return ss.forward(p, ss.relayOne)
+		return ss.resetConnection()
 	case comChangeUser:
 		return ss.changeUser(p)
 	}
@@ -394,34 +479,35 @@ func (ss *session) command() error {
 	return nil
 }
 
-// freshBackend makes sure a backend connection that sat idle is still there before a command goes out on it. The
-// server may have closed it meanwhile (wait_timeout, a restart). A session with no state on it (see pinned, and no
-// prepared statements) gets a new connection from the pool, with its default database, and never notices, as
-// ProxySQL does. A session with state cannot have it back: keyway closes the client's connection without a word,
-// as the server's close would look to a client connected directly, so the driver's own reconnect logic takes over.
-// For a session with state the idle watch (idlewatch.go) has usually done so already, as soon as the server
-// closed the connection; this check is what a session without state relies on.
-func (ss *session) freshBackend(now time.Time) error {
+// freshBackend makes sure the backend connection the session holds, when it sat idle, is still there before a
+// command goes out on it. The server may have closed it meanwhile (wait_timeout, a restart). A session with no state
+// on it (not pinned) drops it and borrows another at once (lease), and never notices, as ProxySQL does. A session
+// with state cannot have it back: keyway closes the client's connection without a word, as the server's close would
+// look to a client connected directly, so the driver's own reconnect logic takes over. For a session with state the
+// idle watch (idlewatch.go) has usually done so already, as soon as the server closed the connection. It reports
+// whether the session still holds a usable connection.
+func (ss *session) freshBackend(now time.Time) (bool, error) {
 	if now.Sub(ss.beUsed) < staleAfter || ss.be.Alive() {
-		return nil
+		return true, nil
 	}
-	pinned, why := ss.pinned()
-	if !pinned && len(ss.stmts) > 0 {
-		pinned, why = true, "it has prepared statements"
-	}
-	ss.be.MarkBroken()
-	if pinned {
+	be := ss.be
+	be.MarkBroken()
+	if pinned, why := ss.pinned(); pinned {
 		ss.s.log.Info("backend connection closed by the server while the session was idle; the session had state, so its client connection is closed too",
 			"session", ss.id, "user", ss.hs.User, "state", why)
-		return errSessionEnd
+		return false, errSessionEnd
 	}
-	ss.releaseBackend()
-	ss.s.log.Debug("backend connection closed by the server while the session was idle; reconnected", "session", ss.id, "user", ss.hs.User)
-	return ss.attach(ss.db)
+	ss.detach()
+	be.Release()
+	ss.s.log.Debug("backend connection closed by the server while the session was idle; borrowing another", "session", ss.id, "user", ss.hs.User)
+	return false, nil
 }
 
 // send relays a command that has no reply.
 func (ss *session) send(p []byte) error {
+	if e, err := ss.lease(nil); e != nil || err != nil {
+		return err // no reply to carry e: the command is dropped, as a dead connection would
+	}
 	return ss.writeCommand(p, false)
 }
 
@@ -429,16 +515,13 @@ func (ss *session) send(p []byte) error {
 // dropped it (wait_timeout is at least a second, and a restart drops every connection).
 const staleAfter = time.Second
 
-// writeCommand sends command p to the backend as a new exchange (sequence 0). With replyNext, the caller reads the
-// reply next and nothing else before it: the command goes out with that read (FlushBeforeReply), and a failure to
-// send it is the read's. A failure breaks the backend connection, tells the client, and ends the session.
+// writeCommand sends command p to the backend connection the session holds (lease) as a new exchange (sequence 0).
+// With replyNext, the caller reads the reply next and nothing else before it: the command goes out with that read
+// (FlushBeforeReply), and a failure to send it is the read's. A failure breaks the backend connection, tells the
+// client, and ends the session.
 func (ss *session) writeCommand(p []byte, replyNext bool) error {
-	now := time.Now()
-	if err := ss.freshBackend(now); err != nil {
-		return err
-	}
 	be := ss.be
-	ss.beUsed = now
+	ss.beUsed = time.Now()
 	be.ResetSeq()
 	err := be.WritePacket(p)
 	switch {
@@ -471,7 +554,14 @@ func (ss *session) exchange(p []byte, plan *Plan, relay func() (int64, bool, err
 	saved := ss.dst
 	ss.dst = to.conn(ss)
 	defer func() { ss.dst = saved }()
-	if e := ss.settle(plan); e != nil {
+	e := ss.settle(plan)
+	if e == nil {
+		var err error
+		if e, err = ss.lease(plan); err != nil {
+			return 0, true, err
+		}
+	}
+	if e != nil {
 		if err := ss.c.WriteError(e); err != nil {
 			return 0, true, err
 		}
@@ -481,8 +571,13 @@ func (ss *session) exchange(p []byte, plan *Plan, relay func() (int64, bool, err
 		return 0, true, err
 	}
 	be := ss.be
+	ss.warned = false
 	rows, failed, err := relay()
 	if err == nil {
+		ss.status, ss.db = be.Status, be.State.DB
+		if failed || ss.warned || (plan != nil && plan.KeepNext) {
+			ss.holdNext = true // the next statement may read this one's diagnostics (Plan.KeepNext)
+		}
 		ss.invalidateWritten(plan, failed)
 		ss.pin.note(plan, failed)
 		err = ss.c.Flush()
@@ -516,42 +611,8 @@ func (ss *session) query(p []byte) error {
 		return ss.queryThroughCache(p, plan, h.ttl, start)
 	}
 	rows, failed, err := ss.exchange(p, plan, ss.relayQueryResults, toClient)
-	if err == nil && !failed {
-		ss.noteSessionChange(plan, sql)
-	}
 	ss.record(plan, rows, time.Since(start), failed || err != nil)
 	return err
-}
-
-// noteSessionChange tracks the default database after USE, and marks the backend connection's database unknown
-// after any other session statement that might have changed it (USE inside a multi-statement, for example).
-func (ss *session) noteSessionChange(plan *Plan, sql string) {
-	// SessionChange also catches "USE db; INSERT …", whose class is write.
-	if !plan.SessionChange && plan.Class != ClassOther {
-		return
-	}
-	if db, ok := parseUse(sql); ok {
-		ss.db, ss.be.DB, ss.be.DBKnown = db, db, true
-		return
-	}
-	ss.be.DBKnown = false
-}
-
-// parseUse recognises a lone "USE db" and returns db.
-func parseUse(sql string) (string, bool) {
-	t := strings.TrimSpace(sql)
-	t = strings.TrimSuffix(t, ";")
-	if len(t) < 4 || !strings.EqualFold(t[:3], "use") || (t[3] != ' ' && t[3] != '\t' && t[3] != '\n' && t[3] != '`') {
-		return "", false
-	}
-	db := strings.TrimSpace(t[3:])
-	if strings.HasPrefix(db, "`") && strings.HasSuffix(db, "`") && len(db) >= 2 {
-		return strings.ReplaceAll(db[1:len(db)-1], "``", "`"), true
-	}
-	if db == "" || strings.ContainsAny(db, " \t\n;`'\"") {
-		return "", false
-	}
-	return db, true
 }
 
 func (ss *session) record(plan *Plan, rows int64, latency time.Duration, failed bool) {
@@ -677,7 +738,7 @@ func (ss *session) changeUser(p []byte) error {
 	if err != nil {
 		return errSessionEnd // refused: ERR sent; MySQL also closes the connection
 	}
-	ss.quit = true // a clean hand-over: the old connection is reset and pooled
+	ss.quit = true // a clean hand-over: the old connection is pooled (reset if it holds state keyway does not carry)
 	ss.releaseBackend()
 	ss.quit = false
 	ss.hs.User, ss.hs.Account, ss.hs.Collation = acct.User, acct, collation
@@ -687,7 +748,24 @@ func (ss *session) changeUser(p []byte) error {
 		return err
 	}
 	ss.setKillUser()
-	return ss.c.WriteOK(ss.be.Status)
+	return ss.c.WriteOK(ss.status)
+}
+
+// resetConnection answers COM_RESET_CONNECTION: the session goes back to the state of a new login with its default
+// database (as MariaDB keeps it), without prepared statements or pins. The connection it held, if any, is reset
+// before it serves anyone else (MarkDirty). No round trip: nothing of the session is left on a backend connection.
+func (ss *session) resetConnection() error {
+	if be := ss.be; be != nil {
+		ss.detach()
+		be.MarkDirty()
+		be.Release()
+	}
+	ss.stmts, ss.pin, ss.txTables, ss.txSeen = nil, pinState{}, ss.txTables[:0], false
+	db := ss.state.DB
+	ss.state = ss.pool.Baseline()
+	ss.state.DB = db
+	ss.status = mysqlwire.StatusAutocommit
+	return ss.c.WriteOK(ss.status)
 }
 
 func cutNul(p []byte) (s, rest []byte, ok bool) {

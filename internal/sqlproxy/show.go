@@ -30,7 +30,7 @@ func showKeyway(sql string) (string, bool) {
 
 // answerShowKeyway answers a SHOW KEYWAY statement from keyway itself.
 func (ss *session) answerShowKeyway(what string) error {
-	status := ss.be.Status
+	status := ss.status
 	switch what {
 	case "CACHE":
 		var rows [][]*string
