@@ -770,6 +770,7 @@ type Conn struct {
 	// rereadCollation: a statement changed the connection's character set without reporting its collation
 	// (Settle reads it).
 	rereadCollation bool
+	insertIDs       uint64 // see InsertIDs
 }
 
 // MarkBroken says the connection is in an unknown state (mid-result, after an I/O error): Release closes it.

@@ -32,7 +32,9 @@ type Pool struct {
 		inUse   int
 		waits   int64
 		errors  int64
-		waiters []chan struct{}
+		// waiters are the Gets waiting, first come first served: put hands a connection to the first directly
+		// (so a newcomer cannot take it first), and wakeLocked closes the first's channel to make it retry.
+		waiters []chan *Conn
 		closed  bool
 	}
 }
@@ -132,7 +134,7 @@ func (p *Pool) get(ctx context.Context, db *string) (*Conn, error) {
 			waitUntil = time.Now().Add(cfg.PoolWait)
 			p.mu.waits++
 		}
-		ch := make(chan struct{})
+		ch := make(chan *Conn, 1)
 		p.mu.waiters = append(p.mu.waiters, ch)
 		p.mu.Unlock()
 		var budgetCh chan struct{} // nil (never ready) unless waiting for budget
@@ -142,15 +144,19 @@ func (p *Pool) get(ctx context.Context, db *string) (*Conn, error) {
 			if p.g.evictIdle(p) {
 				p.g.stopWaitingBudget(budgetCh)
 				p.mu.Lock()
-				p.removeWaiterLocked(ch)
+				c := p.removeWaiterLocked(ch)
 				p.mu.Unlock()
+				if c != nil {
+					return p.handedOver(c, db, waitUntil)
+				}
 				continue
 			}
 		}
 		t := time.NewTimer(time.Until(waitUntil))
 		woken := false
+		var handed *Conn
 		select {
-		case <-ch:
+		case handed = <-ch:
 			t.Stop()
 			woken = true
 		case <-budgetCh:
@@ -163,7 +169,16 @@ func (p *Pool) get(ctx context.Context, db *string) (*Conn, error) {
 			p.g.stopWaitingBudget(budgetCh)
 		}
 		p.mu.Lock()
-		p.removeWaiterLocked(ch)
+		if handed == nil {
+			handed = p.removeWaiterLocked(ch)
+		}
+		if handed != nil {
+			p.mu.Unlock()
+			if c, err := p.handedOver(handed, db, waitUntil); c != nil || err != nil {
+				return c, err
+			}
+			continue
+		}
 		if woken {
 			p.mu.Unlock()
 			continue
@@ -215,6 +230,18 @@ func (p *Pool) gotAfter(waitUntil time.Time) {
 	}
 }
 
+// handedOver takes a connection put handed to a waiting get: it is the caller's, unless the caller needs one
+// without a database and this one has one (nil, nil: it was closed, and the caller tries again).
+func (p *Pool) handedOver(c *Conn, db *string, waitUntil time.Time) (*Conn, error) {
+	if db != nil && *db == "" && c.State.DB != "" {
+		c.broken = true
+		c.Release()
+		return nil, nil
+	}
+	p.gotAfter(waitUntil)
+	return c, nil
+}
+
 // wakeLocked lets one waiter retry.
 func (p *Pool) wakeLocked() {
 	if len(p.mu.waiters) == 0 {
@@ -224,15 +251,20 @@ func (p *Pool) wakeLocked() {
 	p.mu.waiters = p.mu.waiters[1:]
 }
 
-func (p *Pool) removeWaiterLocked(ch chan struct{}) {
+// removeWaiterLocked takes ch out of the waiters. When it was out already, it was handed a connection (returned:
+// the caller's now) or woken (the wake-up is passed on, so a release is not lost).
+func (p *Pool) removeWaiterLocked(ch chan *Conn) *Conn {
 	for i, w := range p.mu.waiters {
 		if w == ch {
 			p.mu.waiters = append(p.mu.waiters[:i], p.mu.waiters[i+1:]...)
-			return
+			return nil
 		}
 	}
-	// Already woken: pass the wake-up on, so a release is not lost.
+	if c := <-ch; c != nil { // handed (buffered) or closed: either is ready
+		return c
+	}
 	p.wakeLocked()
+	return nil
 }
 
 // put keeps c idle with its state, or reset first when it is dirty, or closes it (broken, reset failed, pool
@@ -270,9 +302,16 @@ func (p *Pool) put(c *Conn) {
 		p.g.returnBudget(1)
 		return
 	}
+	if len(p.mu.waiters) > 0 { // hand it to the first waiter, still in use
+		w := p.mu.waiters[0]
+		p.mu.waiters = p.mu.waiters[1:]
+		p.mu.inUse++
+		p.mu.Unlock()
+		w <- c
+		return
+	}
 	c.idleSince = time.Now()
 	p.mu.idle = append(p.mu.idle, c)
-	p.wakeLocked()
 	p.mu.Unlock()
 }
 

@@ -132,9 +132,7 @@ func (c *Conn) NoteOK(p []byte) (Note, error) {
 
 func (c *Conn) noteOK(ok *mysqlwire.OK) (Note, error) {
 	var n Note
-	if ok.LastInsertID != 0 {
-		c.State.LastInsertID = ok.LastInsertID
-	}
+	c.NoteInsertID(ok.LastInsertID)
 	if ok.Status&mysqlwire.StatusSessionStateChanged == 0 {
 		return n, nil
 	}
@@ -162,6 +160,7 @@ func (c *Conn) noteOK(ok *mysqlwire.OK) (Note, error) {
 			case "last_insert_id":
 				if v, err := strconv.ParseUint(string(sc.Value), 10, 64); err == nil {
 					c.State.LastInsertID = v
+					c.insertIDs++
 				}
 				return true
 			case "last_gtid":
@@ -182,6 +181,20 @@ func (c *Conn) noteOK(ok *mysqlwire.OK) (Note, error) {
 	n.Unexplained = !explained
 	return n, err
 }
+
+// NoteInsertID records the insert id of an OK packet read on c: a statement that generated one sets
+// LAST_INSERT_ID() (0: it generated none, and LAST_INSERT_ID() keeps its value).
+func (c *Conn) NoteInsertID(id uint64) {
+	if id != 0 {
+		c.State.LastInsertID = id
+		c.insertIDs++
+	}
+}
+
+// InsertIDs counts the statements on c that set LAST_INSERT_ID(): a session that borrowed c takes c's value as
+// its own only when the count moved while it held c. (The value alone cannot tell: a borrowed connection keeps
+// another session's value unless the statement reads it, Needs.LastInsertID.)
+func (c *Conn) InsertIDs() uint64 { return c.insertIDs }
 
 // Settle reads back what NoteOK could not learn from the OK packets (the collation after SET NAMES), so that
 // c.State is whole before another statement runs on c. A failure marks c broken.
@@ -227,16 +240,6 @@ func (c *Conn) readState() error {
 	return nil
 }
 
-// Baseline is the state of a new connection of c's pool, with no default database: where a session starts.
-func (c *Conn) Baseline() State {
-	if c.pool != nil {
-		if b := c.pool.baseline.Load(); b != nil {
-			return *b
-		}
-	}
-	return State{Vars: c.State.Vars}
-}
-
 // Baseline is the state of a new connection of the pool, with no default database (the zero State before the
 // pool's first dial).
 func (p *Pool) Baseline() State {
@@ -271,6 +274,23 @@ func (p *Pool) Lease(ctx context.Context, want *State, needs Needs) (*Conn, erro
 		return nil, err
 	}
 	return c, nil
+}
+
+// Login borrows a connection for a new session whose default database is db, brings it to the state of a new
+// connection of the pool (Baseline) with db selected, and returns it with that state, the session's first. A
+// refusal by the server (no such database) is a *mysqlwire.Error; the connection went back to the pool.
+func (p *Pool) Login(ctx context.Context, db string) (*Conn, State, error) {
+	c, err := p.get(ctx, &db)
+	if err != nil {
+		return nil, State{}, err
+	}
+	st := p.Baseline() // known now: set at the pool's first dial, before any connection was handed out
+	st.DB = db
+	if err := c.Align(&st, Needs{}); err != nil {
+		c.Release()
+		return nil, State{}, err
+	}
+	return c, st, nil
 }
 
 // Align brings c's state in line with want: the default database (COM_INIT_DB), the tracked variables (one SET),

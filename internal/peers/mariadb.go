@@ -52,6 +52,8 @@ type MariaDBOptions struct {
 	// NoBinlog starts the server as Debian's package does, with log_bin off (no --log-bin): what a binlog
 	// follower cannot follow.
 	NoBinlog bool
+	// MaxConnections, when set, is the server's max_connections (MariaDB's default is 151).
+	MaxConnections int
 }
 
 const (
@@ -195,6 +197,9 @@ func (m *MariaDB) start(ctx context.Context, mariadbd, runUser string) error {
 		}
 		if !m.opts.NoBinlog {
 			args = append(args, "--log-bin")
+		}
+		if m.opts.MaxConnections > 0 {
+			args = append(args, "--max-connections="+strconv.Itoa(m.opts.MaxConnections))
 		}
 		if m.opts.SSLCert != "" {
 			args = append(args, "--ssl-cert="+m.opts.SSLCert, "--ssl-key="+m.opts.SSLKey)

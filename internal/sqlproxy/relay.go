@@ -62,8 +62,8 @@ func (ss *session) pktOK(okHeader byte) (int, []byte, error) {
 	if st, ok := mysqlwire.OKStatus(hd); !ok || st&mysqlwire.StatusSessionStateChanged == 0 {
 		n, first, err := ss.pkt()
 		if err == nil {
-			if ok, perr := mysqlwire.ParseOK(first, 0); perr == nil && ok.LastInsertID != 0 {
-				be.State.LastInsertID = ok.LastInsertID
+			if ok, perr := mysqlwire.ParseOK(first, 0); perr == nil {
+				be.NoteInsertID(ok.LastInsertID)
 			}
 		}
 		return n, first, err

@@ -62,6 +62,8 @@ type session struct {
 	// the last reply (a transaction open, autocommit).
 	state  backend.State
 	status uint16
+	// insertIDs is be.InsertIDs() when the session borrowed be: whether its statements set LAST_INSERT_ID().
+	insertIDs uint64
 	// holdNext keeps the connection for the session's next statement: the previous statement's diagnostics
 	// (warnings, ROW_COUNT(), FOUND_ROWS()) are on it (see Plan.KeepNext).
 	holdNext bool
@@ -211,19 +213,12 @@ func (ss *session) attach(db string) error {
 	ss.pool = u.group.Pool(key, u.backendPassword)
 	ctx, cancel := context.WithTimeout(context.Background(), backendCheckoutTimeout)
 	defer cancel()
-	be, err := ss.pool.Get(ctx)
+	be, state, err := ss.pool.Login(ctx, db)
 	if err != nil {
-		ss.sendErr(backendError(err))
-		return errSessionEnd
-	}
-	ss.state = be.Baseline()
-	ss.state.DB = db
-	if err := be.Align(&ss.state, backend.Needs{}); err != nil {
-		be.Release()
 		ss.sendErr(clientError(u.group, err))
 		return errSessionEnd
 	}
-	ss.db, ss.status = db, be.Status
+	ss.state, ss.db, ss.status = state, db, be.Status
 	ss.holdNext = false
 	be.Release()
 	return nil
@@ -249,7 +244,7 @@ func (ss *session) lease(plan *Plan) (*mysqlwire.Error, error) {
 	if err != nil {
 		return clientError(ss.user.group, err), nil
 	}
-	ss.be = be
+	ss.be, ss.insertIDs = be, be.InsertIDs()
 	ss.beUsed = time.Now() // checked out alive (the pool looks at idle connections before it hands them out)
 	ss.killMu.Lock()
 	ss.killBE = be
@@ -274,7 +269,12 @@ func (ss *session) release() {
 	if err := be.Settle(); err != nil {
 		ss.s.log.Debug("sql: reading a backend connection's state failed; closing it", "session", ss.id, "err", err)
 	}
+	lastID := ss.state.LastInsertID
+	if be.InsertIDs() != ss.insertIDs { // a statement of this lease set it
+		lastID = be.State.LastInsertID
+	}
 	ss.state = be.State
+	ss.state.LastInsertID = lastID
 	ss.detach()
 	be.Release()
 }
