@@ -190,6 +190,7 @@ type Group struct {
 	IdleTimeout    time.Duration // "idle_timeout": idle connections above min_idle close after this (default 60s)
 	HealthInterval time.Duration // "health_interval": how often the monitor pings the primary (default 2s)
 	ConnectTimeout time.Duration // "connect_timeout": dialing and handshake (default 5s)
+	PoolWait       time.Duration // "pool_wait": the longest a statement waits for a pooled connection (default 0: connect_timeout)
 	// "tls": how keyway's own connections to the group (the SQL door's pools, the health check, the containers'
 	// pools) use TLS, after MySQL's ssl-mode: TLSOff, TLSPreferred (the default), TLSRequired or TLSVerify.
 	TLS string
@@ -831,6 +832,9 @@ func (g *Group) validate(key string, p *problems) {
 		if d.v <= 0 {
 			p.add(key+d.name, strconv.Quote(d.v.String()), wantPoolDuration)
 		}
+	}
+	if g.PoolWait < 0 {
+		p.add(key+"pool_wait", strconv.Quote(g.PoolWait.String()), wantPoolDuration)
 	}
 	switch g.TLS {
 	case TLSOff, TLSPreferred, TLSRequired, TLSVerify:

@@ -98,6 +98,7 @@ type groupFile struct {
 	IdleTimeout    any `toml:"idle_timeout"`
 	HealthInterval any `toml:"health_interval"`
 	ConnectTimeout any `toml:"connect_timeout"`
+	PoolWait       any `toml:"pool_wait"`
 	TLS            any `toml:"tls"`
 	TLSCA          any `toml:"tls_ca"`
 	TLSServerName  any `toml:"tls_server_name"`
@@ -269,6 +270,7 @@ func (f *groupFile) applyTo(g *Group, key string, d *decoder) {
 	d.duration(key+"idle_timeout", f.IdleTimeout, wantPoolDuration, &g.IdleTimeout)
 	d.duration(key+"health_interval", f.HealthInterval, wantPoolDuration, &g.HealthInterval)
 	d.duration(key+"connect_timeout", f.ConnectTimeout, wantPoolDuration, &g.ConnectTimeout)
+	d.duration(key+"pool_wait", f.PoolWait, wantPoolDuration, &g.PoolWait)
 	d.str(key+"tls", f.TLS, wantGroupTLS, &g.TLS)
 	d.str(key+"tls_ca", f.TLSCA, wantTLSCA, &g.TLSCA)
 	d.str(key+"tls_server_name", f.TLSServerName, wantServerName, &g.TLSServerName)

@@ -232,6 +232,7 @@ func groupOptions(cfg config.Config, log *slog.Logger) []backend.GroupOptions {
 			IdleTimeout:    g.IdleTimeout,
 			HealthInterval: g.HealthInterval,
 			ConnectTimeout: g.ConnectTimeout,
+			PoolWait:       g.PoolWait,
 			TLS:            g.TLS, // config.TLS* and backend.TLS* share their values
 			TLSCA:          g.TLSCA,
 			TLSServerName:  g.TLSServerName,
