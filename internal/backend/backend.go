@@ -771,6 +771,9 @@ type Conn struct {
 	// (Settle reads it).
 	rereadCollation bool
 	insertIDs       uint64 // see InsertIDs
+	// stmts are the statements prepared on the connection (stmts.go); stmtUses counts their uses, for eviction.
+	stmts    map[StmtKey]*Stmt
+	stmtUses uint64
 }
 
 // MarkBroken says the connection is in an unknown state (mid-result, after an I/O error): Release closes it.

@@ -27,11 +27,11 @@ type Pool struct {
 
 	mu struct {
 		sync.Mutex
-		idle    []*Conn // LIFO: the most recently used first out, so surplus ones idle out
-		open    int     // idle + in use + dials in progress
-		inUse   int
-		waits   int64
-		errors  int64
+		idle   []*Conn // LIFO: the most recently used first out, so surplus ones idle out
+		open   int     // idle + in use + dials in progress
+		inUse  int
+		waits  int64
+		errors int64
 		// waiters are the Gets waiting, first come first served: put hands a connection to the first directly
 		// (so a newcomer cannot take it first), and wakeLocked closes the first's channel to make it retry.
 		waiters []chan *Conn
@@ -278,6 +278,7 @@ func (p *Pool) put(c *Conn) {
 			c.Status, err = c.ReadOK()
 		}
 		if err == nil {
+			c.ForgetStmts()     // the reset closed them
 			err = c.readState() // the reset turned session tracking off with the rest
 		}
 		_ = c.SetDeadline(time.Time{})

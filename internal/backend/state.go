@@ -69,6 +69,7 @@ var trackedVars = [...]trackedVar{
 const (
 	varCharsetConnection   = 2
 	varCollationConnection = 3
+	varSQLMode             = 4
 	// NumTrackedVars is len(trackedVars).
 	NumTrackedVars = len(trackedVars)
 )

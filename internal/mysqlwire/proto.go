@@ -101,6 +101,8 @@ const (
 	ERHostIsBlocked        = mysql.ER_HOST_IS_BLOCKED          // 1129
 	ERNotSupportedYet      = mysql.ER_NOT_SUPPORTED_YET        // 1235
 	ERUnknownStmtHandler   = mysql.ER_UNKNOWN_STMT_HANDLER     // 1243
+	ERStmtHasNoOpenCursor  = mysql.ER_STMT_HAS_NO_OPEN_CURSOR  // 1421
+	ERMaxPreparedStmtCount = mysql.ER_MAX_PREPARED_STMT_COUNT_REACHED // 1461
 	ERUnsupportedPS        = mysql.ER_UNSUPPORTED_PS           // 1295
 	ERMalformedPacket      = mysql.ER_MALFORMED_PACKET         // 1835
 	ERParseError           = mysql.ER_PARSE_ERROR              // 1064

@@ -70,7 +70,7 @@ const fillWait = time.Second
 
 // throughCache answers from the result cache, or runs p on the backend (with send, the packet as the backend
 // must get it) and fills the cache with the reply. Concurrent misses of one key wait for one fill.
-func (ss *session) throughCache(p []byte, plan *Plan, key string, ks keySource, ttl time.Duration, relay func() (int64, bool, error), send func([]byte) []byte) (int64, bool, error) {
+func (ss *session) throughCache(p []byte, plan *Plan, st *prepared, key string, ks keySource, ttl time.Duration, relay func() (int64, bool, error)) (int64, bool, error) {
 	c := ss.s.opts.Cache
 	if ttl == 0 {
 		ttl = ss.s.opts.TTLOnly[ss.user.group.Name()] // 0 for a group the binlog follower watches: no expiry
@@ -90,7 +90,7 @@ func (ss *session) throughCache(p []byte, plan *Plan, key string, ks keySource, 
 		case <-time.After(fillWait):
 		}
 	}
-	return ss.fillingExchange(send(p), plan, key, ks, ttl, relay)
+	return ss.fillingExchange(p, plan, st, key, ks, ttl, relay)
 }
 
 // replayCached answers from the result cache when a valid entry is under key; hit is false otherwise.
@@ -107,17 +107,17 @@ func (ss *session) replayCached(key string) (rows int64, hit bool, err error) {
 
 // fillingExchange is exchange for a cache miss: the statement runs on the backend, and its reply fills the entry
 // under key if it succeeded without warnings, the session stays unpinned, and no table it read changed meanwhile.
-func (ss *session) fillingExchange(p []byte, plan *Plan, key string, ks keySource, ttl time.Duration, relay func() (int64, bool, error)) (int64, bool, error) {
+func (ss *session) fillingExchange(p []byte, plan *Plan, st *prepared, key string, ks keySource, ttl time.Duration, relay func() (int64, bool, error)) (int64, bool, error) {
 	ids := plan.TableIDs(ss.db)
 	for _, id := range ids {
 		if id.Schema == "" { // no default database: the server refuses it, and there is no table to depend on
-			return ss.exchange(p, plan, relay, toClient)
+			return ss.exchange(p, plan, st, relay, toClient)
 		}
 	}
 	c := ss.s.opts.Cache
 	if ttl == 0 && !c.Trusted(ids) { // a view: no invalidation would reach the reply, and it has no ttl
 		c.Bypassed(qcache.Untrusted)
-		return ss.exchange(p, plan, relay, toClient)
+		return ss.exchange(p, plan, st, relay, toClient)
 	}
 	var deps []qcache.Dep
 	if vs, ok := ks.values(ss.s.plans, plan); ok && len(ids) == 1 {
@@ -137,7 +137,7 @@ func (ss *session) fillingExchange(p []byte, plan *Plan, key string, ks keySourc
 	}
 	be := ss.be
 	be.StartCapture(qcache.MaxReply)
-	rows, failed, err := ss.exchange(p, plan, relay, toClient)
+	rows, failed, err := ss.exchange(p, plan, st, relay, toClient)
 	reply, kept := be.StopCapture()
 	if err == nil && !failed && kept && !ss.warned {
 		if ss.pins()&^connectionPins == 0 {
@@ -150,7 +150,7 @@ func (ss *session) fillingExchange(p []byte, plan *Plan, key string, ks keySourc
 // queryThroughCache runs a COM_QUERY that route sent to the cache; ttl, when not 0, bounds the entry's life.
 func (ss *session) queryThroughCache(p []byte, plan *Plan, ttl time.Duration, start time.Time) error {
 	key := ss.cacheKey('Q', string(p[1:]), nil)
-	rows, failed, err := ss.throughCache(p, plan, key, keySource{text: p[1:]}, ttl, ss.relayQueryResults, func(p []byte) []byte { return p })
+	rows, failed, err := ss.throughCache(p, plan, nil, key, keySource{text: p[1:]}, ttl, ss.relayQueryResults)
 	ss.record(plan, rows, time.Since(start), failed || err != nil)
 	return err
 }
@@ -310,27 +310,4 @@ func executeParams(st *prepared, p []byte) (params []byte, ok bool) {
 	}
 	params = make([]byte, 0, len(nulls)+len(st.types)+len(values))
 	return append(append(append(params, nulls...), st.types...), values...), true
-}
-
-// forBackend returns the execute p as the backend must get it. A client binds parameter types once (the first
-// execute) and omits them after; when the execute that carried them was answered from the cache, the backend has
-// never seen them, and the first execute it does see gets them added (new-params-bound set, types inserted).
-func (st *prepared) forBackend(p []byte) []byte {
-	if st.params == 0 {
-		return p
-	}
-	off := 10 + (st.params+7)/8 // cmd, id, flags, iterations, null bitmap: then the new-params-bound flag
-	switch {
-	case len(p) <= off:
-		return p
-	case p[off] == 1:
-		st.backendTyped = true
-		return p
-	case st.backendTyped || st.types == nil:
-		return p
-	}
-	q := make([]byte, 0, len(p)+len(st.types))
-	q = append(append(append(append(q, p[:off]...), 1), st.types...), p[off+1:]...)
-	st.backendTyped = true
-	return q
 }

@@ -18,13 +18,11 @@ package sqlproxy
 // each statement does, once per digest; the pin state lives on the session.
 
 import (
-	"encoding/binary"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/keywaydb/keyway/internal/backend"
 	"github.com/keywaydb/keyway/internal/mysqlwire"
 	"github.com/keywaydb/keyway/internal/qcache"
 	"github.com/keywaydb/keyway/internal/validity"
@@ -53,7 +51,6 @@ const (
 	PinConnectionID                    // CONNECTION_ID()
 	PinLongData                        // COM_STMT_SEND_LONG_DATA
 	PinCursor                          // COM_STMT_EXECUTE that opens a cursor, COM_STMT_FETCH
-	PinStatements                      // COM_STMT_PREPARE: statements prepared on the connection
 	numPinReasons
 )
 
@@ -83,7 +80,6 @@ var pinTable = [numPinReasons]struct {
 	PinConnectionID:   {"connection_id", "CONNECTION_ID() named the backend connection", "kept"},
 	PinLongData:       {"long_data", "COM_STMT_SEND_LONG_DATA parameters wait for their execute", "COM_STMT_EXECUTE, COM_STMT_RESET or COM_STMT_CLOSE of that statement"},
 	PinCursor:         {"cursor", "a cursor is open (COM_STMT_FETCH reads it)", "the statement's next execute without a cursor, COM_STMT_RESET or COM_STMT_CLOSE"},
-	PinStatements:     {"prepared_statements", "statements prepared with COM_STMT_PREPARE live on the connection (keyway does not yet prepare them again on another)", "COM_STMT_CLOSE of the last one"},
 }
 
 // String is the reason's short name.
@@ -149,12 +145,9 @@ func (p *pinState) note(plan *Plan, failed bool) {
 	p.set |= plan.Pins
 }
 
-// pins returns every reason the session is pinned now: the status flags', pinState's and its prepared statements'.
+// pins returns every reason the session is pinned now: the status flags' and pinState's.
 func (ss *session) pins() PinSet {
 	s := ss.pin.set
-	if len(ss.stmts) > 0 {
-		s |= pinSet(PinStatements)
-	}
 	st := ss.status
 	if ss.be != nil {
 		st = ss.be.Status
@@ -167,9 +160,9 @@ func (ss *session) pins() PinSet {
 	return s
 }
 
-// connectionPins are the reasons that tie a session to its connection's statement handles, not to state a reply
-// depends on: the result cache still answers such a session.
-const connectionPins = PinSet(1<<PinStatements | 1<<PinLongData | 1<<PinCursor)
+// connectionPins are the reasons that tie a session to a statement's state on its connection (long data, a cursor),
+// not to state a reply depends on: the result cache still answers such a session.
+const connectionPins = PinSet(1<<PinLongData | 1<<PinCursor)
 
 // pinned reports whether the session's statements must stay on its backend connection, and why (the first reason
 // in pinTable order). A transaction is read from the backend's own status flags after the last reply (in a
@@ -336,48 +329,4 @@ func (s sink) conn(ss *session) *mysqlwire.Conn {
 		return ss.c
 	}
 	return nil
-}
-
-// prepared is a client's prepared statement: the backend connection it was prepared on and its id there. Client
-// ids are the backend ids of the statement's connection (so replies pass unchanged); every use goes through this
-// map, so a statement whose connection is no longer the session's (a reconnect, later another member) is refused
-// with ER_UNKNOWN_STMT_HANDLER instead of naming whatever that id means on the new connection.
-type prepared struct {
-	be        *backend.Conn
-	backendID uint32
-	plan      *Plan
-	query     string // the statement text, as prepared (a cache key holds it)
-	params    int    // its parameter count
-	// types are the parameter types the client bound last (an execute may omit them); longData is set while
-	// parameters were sent with COM_STMT_SEND_LONG_DATA since the last execute. Both decide cacheability.
-	// backendTyped: the backend has been sent types for this statement (see forBackend). cursor: its last execute
-	// asked for a cursor. longData and cursor pin the session (notePreparedPins).
-	types        []byte
-	longData     bool
-	cursor       bool
-	backendTyped bool
-}
-
-// stmt finds the prepared statement a COM_STMT_* packet names and rewrites p to carry its backend id. ok is false
-// when the id is known but its connection is gone (the client has been answered for commands with a reply); an
-// unknown id is passed through unchanged for the server to refuse as it would.
-func (ss *session) stmt(p []byte, answer string) (st *prepared, ok bool, err error) {
-	if len(p) < 5 {
-		return nil, true, nil
-	}
-	id := binary.LittleEndian.Uint32(p[1:])
-	st = ss.stmts[id]
-	if st == nil {
-		return nil, true, nil
-	}
-	if st.be != ss.be {
-		delete(ss.stmts, id)
-		if answer == "" {
-			return nil, false, nil
-		}
-		return nil, false, ss.reply(mysqlwire.NewError(mysqlwire.ERUnknownStmtHandler, "HY000",
-			"Unknown prepared statement handler (%d) given to %s: keyway's backend connection changed since it was prepared; prepare it again", id, answer))
-	}
-	binary.LittleEndian.PutUint32(p[1:], st.backendID)
-	return st, true, nil
 }

@@ -1,7 +1,6 @@
 package sqlproxy
 
 import (
-	"encoding/binary"
 	"errors"
 
 	"github.com/keywaydb/keyway/internal/backend"
@@ -166,37 +165,45 @@ func (ss *session) relayResults(query bool) (rows int64, failed bool, err error)
 				continue // the statement's OK or ERR follows
 			}
 		}
-		n, first, err := ss.pktOK(mysqlwire.HeaderOK)
-		if err != nil {
-			return rows, failed, err
-		}
-		if len(first) == 0 {
-			return rows, failed, errUnexpected("as a result header", first)
-		}
-		switch {
-		case first[0] == mysqlwire.HeaderOK:
-			st, _ := mysqlwire.OKStatus(first)
-			if w, _ := mysqlwire.OKWarnings(first); w > 0 {
-				ss.warned = true
-			}
-			ss.be.Status = st
-			if st&mysqlwire.StatusMoreResultsExists != 0 {
-				continue
-			}
-			return rows, failed, nil
-		case isErr(n, first):
-			return rows, true, nil
-		}
-		cols, defs, ok := mysqlwire.ReadColumnCount(first, ss.c.ExtCapabilities)
-		if !ok || cols == 0 {
-			return rows, failed, errUnexpected("as a column count", first)
-		}
-		if !defs {
-			cols = 0 // the client has them (MariaDB's metadata cache): none follow
-		}
-		for i := uint64(0); i < cols; i++ {
-			if _, _, err := ss.pkt(); err != nil {
+		relayed := false // the column count and definitions, by relayExecuteColumns
+		if !query && ss.exec.bs != nil && ss.cachesMetadata() {
+			if relayed, err = ss.relayExecuteColumns(); err != nil {
 				return rows, failed, err
+			}
+		}
+		if !relayed {
+			n, first, err := ss.pktOK(mysqlwire.HeaderOK)
+			if err != nil {
+				return rows, failed, err
+			}
+			if len(first) == 0 {
+				return rows, failed, errUnexpected("as a result header", first)
+			}
+			switch {
+			case first[0] == mysqlwire.HeaderOK:
+				st, _ := mysqlwire.OKStatus(first)
+				if w, _ := mysqlwire.OKWarnings(first); w > 0 {
+					ss.warned = true
+				}
+				ss.be.Status = st
+				if st&mysqlwire.StatusMoreResultsExists != 0 {
+					continue
+				}
+				return rows, failed, nil
+			case isErr(n, first):
+				return rows, true, nil
+			}
+			cols, defs, ok := mysqlwire.ReadColumnCount(first, ss.c.ExtCapabilities)
+			if !ok || cols == 0 {
+				return rows, failed, errUnexpected("as a column count", first)
+			}
+			if !defs {
+				cols = 0 // the client has them (MariaDB's metadata cache): none follow
+			}
+			for i := uint64(0); i < cols; i++ {
+				if _, _, err := ss.pkt(); err != nil {
+					return rows, failed, err
+				}
 			}
 		}
 		if !ss.deprecateEOF {
@@ -275,38 +282,6 @@ func (ss *session) relayFieldList() (int64, bool, error) {
 			return 0, true, nil
 		}
 	}
-}
-
-// relayPrepare relays the reply to COM_STMT_PREPARE and returns the statement id (0 after an ERR) and its
-// parameter count.
-func (ss *session) relayPrepare() (uint32, int, error) {
-	n, first, err := ss.pkt()
-	if err != nil {
-		return 0, 0, err
-	}
-	if isErr(n, first) {
-		return 0, 0, nil
-	}
-	if len(first) < 9 || first[0] != mysqlwire.HeaderOK {
-		return 0, 0, errUnexpected("as COM_STMT_PREPARE_OK", first)
-	}
-	id := binary.LittleEndian.Uint32(first[1:])
-	cols := int(binary.LittleEndian.Uint16(first[5:]))
-	params := int(binary.LittleEndian.Uint16(first[7:]))
-	for _, k := range [2]int{params, cols} {
-		if k == 0 {
-			continue
-		}
-		if !ss.deprecateEOF {
-			k++ // the EOF after the definitions
-		}
-		for range k {
-			if _, _, err := ss.pkt(); err != nil {
-				return 0, 0, err
-			}
-		}
-	}
-	return id, params, nil
 }
 
 // localInfile handles the backend's LOCAL INFILE request (0xfb + file name). Allowed, the request goes to the

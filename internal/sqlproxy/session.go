@@ -3,7 +3,6 @@ package sqlproxy
 import (
 	"cmp"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -55,7 +54,9 @@ type session struct {
 	pool     *backend.Pool        // where the session's statements borrow their connection
 	be       *backend.Conn        // the connection held now: during a command, and between commands while pinned
 	db       string               // current default database as far as keyway knows (state.DB, kept apart for speed)
-	stmts    map[uint32]*prepared // client statement id → where it was prepared (pipeline.go)
+	stmts    map[uint32]*prepared // keyway's statement id → the client's prepared statement (prepared.go)
+	nextStmt uint32               // the last statement id given
+	exec     execState            // the statement of the execute being relayed (prepared.go)
 	beUsed   time.Time            // when be was checked out or last sent a command (see freshBackend)
 	// state is the session state a connection must have to run the session's next statement (backend.State): the
 	// state of the connection its last statement ran on, as the server reported it. status is the status flags of
@@ -407,39 +408,8 @@ func (ss *session) dispatch(p []byte) error {
 		return errSessionEnd
 	case comQuery:
 		return ss.query(p)
-	case comStmtPrepare:
-		if plan := ss.s.plans.Plan(string(p[1:])); plan.Kill != KillNone {
-			return ss.reply(mysqlwire.NewError(mysqlwire.ERUnsupportedPS, "HY000",
-				"keyway: KILL cannot be prepared: send it as a text query so keyway can map its connection id"))
-		}
-		return ss.prepare(p)
-	case comStmtExecute:
-		return ss.execute(p)
-	case comStmtFetch:
-		if _, ok, err := ss.stmt(p, "mysqld_stmt_fetch"); !ok {
-			return err
-		}
-		return ss.forward(p, ss.relayRows)
-	case comStmtSendLongData:
-		st, ok, _ := ss.stmt(p, "")
-		if !ok {
-			return nil // no reply: the execute that follows is refused
-		}
-		if st != nil {
-			st.longData = true
-			ss.pin.set |= pinSet(PinLongData)
-		}
-		return ss.send(p)
-	case comStmtClose:
-		st, ok, _ := ss.stmt(p, "")
-		if !ok {
-			return nil
-		}
-		delete(ss.stmts, binary.LittleEndian.Uint32(p[1:])) // p carries the backend id, which is the client's
-		if st != nil && (st.longData || st.cursor) {
-			ss.notePreparedPins()
-		}
-		return ss.send(p)
+	case comStmtPrepare, comStmtExecute, comStmtFetch, comStmtSendLongData, comStmtClose, comStmtReset:
+		return ss.stmtCommand(p) // prepared.go
 	case comFieldList:
 		return ss.forward(p, ss.relayFieldList)
 	case comInitDB:
@@ -451,16 +421,6 @@ func (ss *session) dispatch(p []byte) error {
 			}
 			return 0, failed, err
 		})
-	case comStmtReset:
-		st, ok, err := ss.stmt(p, "mysqld_stmt_reset")
-		if !ok {
-			return err
-		}
-		if st != nil && (st.longData || st.cursor) {
-			st.longData, st.cursor = false, false
-			ss.notePreparedPins()
-		}
-		return ss.forward(p, ss.relayOne)
 	case comSetOption:
 		// Multi-statements on or off: state of the connection that keyway does not carry.
 		ss.pin.set |= pinSet(PinVariable)
@@ -542,15 +502,17 @@ func (ss *session) writeCommand(p []byte, replyNext bool) error {
 // forward sends command p to the backend and streams the reply to the client with relay. It reports relay's
 // outcome; an error from either side ends the session (the client has been told when it can be).
 func (ss *session) forward(p []byte, relay func() (int64, bool, error)) error {
-	_, _, err := ss.exchange(p, nil, relay, toClient)
+	_, _, err := ss.exchange(p, nil, nil, relay, toClient)
 	return err
 }
 
 // exchange is the pipeline's third step (pipeline.go): command p, with its plan (nil for commands that are not
-// statements), goes to the session's backend connection, and relay streams the reply to sink. The tables the
+// statements), goes to the connection the session borrows for it (lease), and relay streams the reply to sink. A
+// COM_STMT_* command names its prepared statement st: p then gets the id of the statement on that connection
+// (onConnection). The tables the
 // plan names are settled before it is sent, and those it writes are invalidated before the reply is flushed to
 // the client. It returns the row count and whether the reply was an ERR.
-func (ss *session) exchange(p []byte, plan *Plan, relay func() (int64, bool, error), to sink) (int64, bool, error) {
+func (ss *session) exchange(p []byte, plan *Plan, st *prepared, relay func() (int64, bool, error), to sink) (int64, bool, error) {
 	saved := ss.dst
 	ss.dst = to.conn(ss)
 	defer func() { ss.dst = saved }()
@@ -560,6 +522,13 @@ func (ss *session) exchange(p []byte, plan *Plan, relay func() (int64, bool, err
 		if e, err = ss.lease(plan); err != nil {
 			return 0, true, err
 		}
+	}
+	if e == nil && st != nil {
+		var err error
+		if p, e, err = ss.onConnection(st, p); err != nil {
+			return 0, true, err
+		}
+		defer func() { ss.exec = execState{} }()
 	}
 	if e != nil {
 		if err := ss.c.WriteError(e); err != nil {
@@ -610,7 +579,7 @@ func (ss *session) query(p []byte) error {
 	if h := ss.hintFor(sql, plan); ss.route(plan, h) == toCache {
 		return ss.queryThroughCache(p, plan, h.ttl, start)
 	}
-	rows, failed, err := ss.exchange(p, plan, ss.relayQueryResults, toClient)
+	rows, failed, err := ss.exchange(p, plan, nil, ss.relayQueryResults, toClient)
 	ss.record(plan, rows, time.Since(start), failed || err != nil)
 	return err
 }
@@ -624,67 +593,6 @@ func (ss *session) record(plan *Plan, rows int64, latency time.Duration, failed 
 	if m := ss.s.opts.Metrics; m != nil {
 		m.ObserveQuery(class, latency, failed)
 	}
-}
-
-// prepare runs COM_STMT_PREPARE and remembers the statement's plan under the backend's statement id.
-func (ss *session) prepare(p []byte) error {
-	query := string(p[1:])
-	plan := ss.s.plans.Plan(query)
-	var id uint32
-	var params int
-	_, failed, err := ss.exchange(p, nil, func() (int64, bool, error) {
-		var e error
-		id, params, e = ss.relayPrepare()
-		return 0, id == 0 && e == nil, e
-	}, toClient)
-	if err == nil && !failed {
-		if ss.stmts == nil {
-			ss.stmts = make(map[uint32]*prepared)
-		}
-		ss.stmts[id] = &prepared{be: ss.be, backendID: id, plan: plan, query: query, params: params}
-	}
-	return err
-}
-
-// execute runs COM_STMT_EXECUTE, counted under the prepared statement's digest.
-func (ss *session) execute(p []byte) error {
-	start := time.Now()
-	st, ok, err := ss.stmt(p, "mysqld_stmt_execute")
-	if !ok {
-		return err
-	}
-	var plan *Plan
-	if st != nil {
-		plan = st.plan
-		if ss.s.opts.Cache != nil {
-			st.noteTypes(p)
-			if h := ss.hintFor(st.query, plan); ss.route(plan, h) == toCache {
-				if params, ok := executeParams(st, p); ok {
-					st.longData = false
-					key := ss.cacheKey('E', st.query, params)
-					rows, failed, err := ss.throughCache(p, plan, key, keySource{st: st, params: params}, h.ttl, ss.relayExecuteResults, st.forBackend)
-					ss.record(plan, rows, time.Since(start), failed || err != nil)
-					return err
-				}
-			}
-			p = st.forBackend(p)
-		}
-		st.longData = false
-	}
-	rows, failed, err := ss.exchange(p, plan, ss.relayExecuteResults, toClient)
-	if st != nil {
-		// The execute consumed the long data; a cursor it opened stays open for COM_STMT_FETCH (an execute's flags
-		// byte follows the statement id).
-		cursor := err == nil && !failed && len(p) > 5 && p[5] != 0
-		if cursor != st.cursor || ss.pin.set.Has(PinLongData) {
-			st.cursor = cursor
-			ss.notePreparedPins()
-		}
-	}
-	if plan != nil {
-		ss.record(plan, rows, time.Since(start), failed || err != nil)
-	}
-	return err
 }
 
 // changeUser runs COM_CHANGE_USER: authenticate the new user against keyway's users, then switch to a backend
