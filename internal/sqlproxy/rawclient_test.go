@@ -17,6 +17,8 @@ type rawClient struct {
 	info *mysqlwire.ServerInfo // keyway's handshake: ConnectionID is the session's keyway id
 	// lastDefs says whether the last result set read came with its column definitions (see MariaCacheMetadata).
 	lastDefs bool
+	// lastCols is the column count of the last result set read.
+	lastCols int
 }
 
 func newRawClient(t *testing.T, addr, user, password string, caps uint32) *rawClient {
@@ -74,7 +76,7 @@ func (rc *rawClient) readResult(binaryRows bool) ([]string, error) {
 	if !ok {
 		return nil, errors.New("bad column count")
 	}
-	rc.lastDefs = defs
+	rc.lastDefs, rc.lastCols = defs, int(cols)
 	if !defs {
 		cols = 0
 	}
