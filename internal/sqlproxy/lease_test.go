@@ -313,3 +313,47 @@ func TestDiagnosticsAcrossLeases(t *testing.T) {
 		t.Errorf("SHOW WARNINGS after SELECT 1/0: %d rows, want 1", n)
 	}
 }
+
+// TestSysbenchOnSmallPool: sysbench (libmariadb, server-side prepared statements) runs oltp_point_select at 64
+// threads and oltp_read_write at 8 through keyway on a pool of 8 connections without an error: statements of 64
+// sessions run on 8 connections, each prepared where it runs.
+func TestSysbenchOnSmallPool(t *testing.T) {
+	testenv.Need(t, "sysbench")
+	m := mariadb(t)
+	direct := open(t, "app", "secret", m.Addr, "")
+	mustExec(t, direct, "CREATE DATABASE IF NOT EXISTS lease_sb")
+	cfg := testConfig(m.Addr)
+	cfg.Groups[0].MaxOpen = 8
+	s, addr := startProxy(t, cfg)
+	host, port, _ := net.SplitHostPort(addr)
+	common := []string{"--db-driver=mysql", "--mysql-host=" + host, "--mysql-port=" + port, "--mysql-user=app",
+		"--mysql-password=secret", "--mysql-db=lease_sb", "--tables=4", "--table-size=10000", "--db-ps-mode=auto"}
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command("sysbench", append(args, common...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("sysbench %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	run("oltp_common", "cleanup")
+	run("oltp_common", "prepare")
+	for _, c := range []struct {
+		workload string
+		threads  int
+	}{{"oltp_point_select", 64}, {"oltp_read_write", 8}} {
+		// Any error but a deadlock (which concurrent writers meet connected directly too) fails the run.
+		out := run(c.workload, "--threads="+strconv.Itoa(c.threads), "--time=3", "--report-interval=0", "--mysql-ignore-errors=1213", "run")
+		if strings.Contains(out, "FATAL") {
+			t.Errorf("%s at %d threads on a pool of 8:\n%s", c.workload, c.threads, out)
+		}
+		if !strings.Contains(out, "transactions:") {
+			t.Errorf("%s: no transactions reported:\n%s", c.workload, out)
+		}
+	}
+	for _, st := range s.opts.Topology.Stats() {
+		if st.Open > 8 {
+			t.Errorf("pool %s/%x: %d connections open, max_open 8", st.User, st.Caps, st.Open)
+		}
+	}
+}
