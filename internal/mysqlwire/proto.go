@@ -88,27 +88,30 @@ const (
 // (MariaDB's 1927 and 4151, MySQL's 3118) are numbers here.
 const (
 	// Sent by keyway.
-	ERConCount             = mysql.ER_CON_COUNT_ERROR          // 1040
-	ERHandshake            = mysql.ER_HANDSHAKE_ERROR          // 1043
-	ERAccessDenied         = mysql.ER_ACCESS_DENIED_ERROR      // 1045
-	ERNoSuchThread         = mysql.ER_NO_SUCH_THREAD           // 1094
-	ERUnknownCom           = mysql.ER_UNKNOWN_COM_ERROR        // 1047
-	ERUnknownError         = mysql.ER_UNKNOWN_ERROR            // 1105
-	ERNotAllowedCommand    = mysql.ER_NOT_ALLOWED_COMMAND      // 1148
-	ERNetPacketTooLarge    = mysql.ER_NET_PACKET_TOO_LARGE     // 1153
-	ERNetPacketsOutOfOrder = mysql.ER_NET_PACKETS_OUT_OF_ORDER // 1156
-	ERNetReadInterrupted   = mysql.ER_NET_READ_INTERRUPTED     // 1159
-	ERHostIsBlocked        = mysql.ER_HOST_IS_BLOCKED          // 1129
-	ERNotSupportedYet      = mysql.ER_NOT_SUPPORTED_YET        // 1235
-	ERUnknownStmtHandler   = mysql.ER_UNKNOWN_STMT_HANDLER     // 1243
-	ERStmtHasNoOpenCursor  = mysql.ER_STMT_HAS_NO_OPEN_CURSOR  // 1421
+	ERConCount             = mysql.ER_CON_COUNT_ERROR                 // 1040
+	ERHandshake            = mysql.ER_HANDSHAKE_ERROR                 // 1043
+	ERAccessDenied         = mysql.ER_ACCESS_DENIED_ERROR             // 1045
+	ERNoSuchThread         = mysql.ER_NO_SUCH_THREAD                  // 1094
+	ERUnknownCom           = mysql.ER_UNKNOWN_COM_ERROR               // 1047
+	ERUnknownError         = mysql.ER_UNKNOWN_ERROR                   // 1105
+	ERNotAllowedCommand    = mysql.ER_NOT_ALLOWED_COMMAND             // 1148
+	ERNetPacketTooLarge    = mysql.ER_NET_PACKET_TOO_LARGE            // 1153
+	ERNetPacketsOutOfOrder = mysql.ER_NET_PACKETS_OUT_OF_ORDER        // 1156
+	ERNetReadInterrupted   = mysql.ER_NET_READ_INTERRUPTED            // 1159
+	ERHostIsBlocked        = mysql.ER_HOST_IS_BLOCKED                 // 1129
+	ERNotSupportedYet      = mysql.ER_NOT_SUPPORTED_YET               // 1235
+	ERUnknownStmtHandler   = mysql.ER_UNKNOWN_STMT_HANDLER            // 1243
+	ERStmtHasNoOpenCursor  = mysql.ER_STMT_HAS_NO_OPEN_CURSOR         // 1421
 	ERMaxPreparedStmtCount = mysql.ER_MAX_PREPARED_STMT_COUNT_REACHED // 1461
-	ERUnsupportedPS        = mysql.ER_UNSUPPORTED_PS           // 1295
-	ERMalformedPacket      = mysql.ER_MALFORMED_PACKET         // 1835
-	ERParseError           = mysql.ER_PARSE_ERROR              // 1064
+	ERUnsupportedPS        = mysql.ER_UNSUPPORTED_PS                  // 1295
+	ERMalformedPacket      = mysql.ER_MALFORMED_PACKET                // 1835
+	ERParseError           = mysql.ER_PARSE_ERROR                     // 1064
 	// ERConnectionKilled is MariaDB's "Connection was killed" (1927, SQLSTATE 70100): keyway sends it when a
 	// session's backend connection is lost in the middle of a command.
 	ERConnectionKilled = 1927
+	// CRServerLost is the client library's "Lost connection to server during query" (2013): keyway sends it, as
+	// an ERR, when the connection a statement ran on died before its reply ended.
+	CRServerLost = 2013
 
 	// A server refusing an account (check's login problems).
 	ERAccessDeniedNoPassword  = mysql.ER_ACCESS_DENIED_NO_PASSWORD_ERROR // 1698

@@ -139,7 +139,7 @@ func (ss *session) fillingExchange(p []byte, plan *Plan, st *prepared, key strin
 	be.StartCapture(qcache.MaxReply)
 	rows, failed, err := ss.exchange(p, plan, st, relay, toClient)
 	reply, kept := be.StopCapture()
-	if err == nil && !failed && kept && !ss.warned {
+	if err == nil && !failed && kept && !ss.warned && !ss.retried { // a retry's reply was not captured
 		if ss.pins()&^connectionPins == 0 {
 			c.Put(key, reply, rows, deps, ttl)
 		}

@@ -357,3 +357,45 @@ func TestSysbenchOnSmallPool(t *testing.T) {
 		}
 	}
 }
+
+// TestBackendLostMidStatement: the connection a statement runs on dies before its reply (the server goes away and
+// comes back). A read of an unpinned session runs again on another connection, and the client never notices; a
+// write is never sent twice: the client gets error 2013, and its session goes on with its next statement.
+func TestBackendLostMidStatement(t *testing.T) {
+	m := mariadb(t)
+	direct := open(t, "app", "secret", m.Addr, "")
+	mustExec(t, direct, "DROP TABLE IF EXISTS lease_lost")
+	mustExec(t, direct, "CREATE TABLE lease_lost (id INT PRIMARY KEY, c INT)")
+	mustExec(t, direct, "INSERT INTO lease_lost VALUES (1, 0)")
+	relay := testenv.NewRelay(t, m.Addr)
+	relay.Up(t)
+	_, addr := startProxy(t, testConfig(relay.Addr))
+	a := newRawClient(t, addr, "app", "secret", 0)
+	cut := func(q string) string {
+		t.Helper()
+		res := queryAsync(a, q)
+		waitRunning(t, q)
+		relay.Down()
+		relay.Up(t)
+		return <-res
+	}
+
+	const read = "SELECT SLEEP(1) + 41 + 1"
+	if got := cut(read); got != "42" {
+		t.Fatalf("read cut off mid-statement: %q, want 42 (run again on another connection)", got)
+	}
+	const write = "UPDATE lease_lost SET c = c + 1 WHERE id = 1 AND SLEEP(1) = 0"
+	if got := cut(write); !strings.Contains(got, "2013") {
+		t.Fatalf("write cut off mid-statement: %q, want error 2013", got)
+	}
+	var c int
+	waitFor(t, func() bool { // the server finishes the statement it was running
+		return direct.QueryRow("SELECT c FROM lease_lost WHERE id = 1").Scan(&c) == nil && c >= 0
+	})
+	if got, err := a.query("SELECT 'still here'"); err != nil || len(got) != 1 || got[0] != "still here" {
+		t.Fatalf("the session after error 2013: %q %v", got, err)
+	}
+	if err := direct.QueryRow("SELECT c FROM lease_lost WHERE id = 1").Scan(&c); err != nil || c > 1 {
+		t.Fatalf("the write applied %d times (%v): at most once", c, err)
+	}
+}

@@ -309,6 +309,7 @@ func (ss *session) relayExecuteColumns() (bool, error) {
 
 // writeClient writes one packet to where relayed replies go (nowhere while draining).
 func (ss *session) writeClient(p []byte) error {
+	ss.relayedPkts++
 	if ss.dst == nil {
 		return nil
 	}

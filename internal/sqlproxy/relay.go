@@ -18,6 +18,7 @@ func (ss *session) pkt() (int, []byte, error) {
 	if err := ss.flushBeforeWait(); err != nil {
 		return 0, nil, err
 	}
+	ss.relayedPkts++
 	n, h, err := ss.be.RelayPacket(ss.dst, ss.head[:])
 	if err != nil {
 		return n, nil, err
@@ -83,6 +84,7 @@ func (ss *session) pktOK(okHeader byte) (int, []byte, error) {
 		}
 	}
 	h := copy(ss.head[:], p)
+	ss.relayedPkts++
 	if ss.dst != nil {
 		if err := ss.dst.WritePacket(p); err != nil {
 			return 0, nil, &mysqlwire.WriteError{Err: err}

@@ -65,6 +65,10 @@ type session struct {
 	status uint16
 	// insertIDs is be.InsertIDs() when the session borrowed be: whether its statements set LAST_INSERT_ID().
 	insertIDs uint64
+	// relayedPkts counts the packets of the reply being relayed that went the client's way; retried is set once a
+	// statement ran again on another connection after its first one failed before it replied (exchange).
+	relayedPkts int
+	retried     bool
 	// holdNext keeps the connection for the session's next statement: the previous statement's diagnostics
 	// (warnings, ROW_COUNT(), FOUND_ROWS()) are on it (see Plan.KeepNext).
 	holdNext bool
@@ -391,7 +395,7 @@ func (ss *session) command() error {
 		return errSessionEnd
 	}
 	// A connection kept for this command (holdNext) serves it; whether it is kept longer, this command decides.
-	ss.holdNext = false
+	ss.holdNext, ss.retried = false, false
 	if err := ss.dispatch(p); err != nil {
 		return err
 	}
@@ -540,7 +544,7 @@ func (ss *session) exchange(p []byte, plan *Plan, st *prepared, relay func() (in
 		return 0, true, err
 	}
 	be := ss.be
-	ss.warned = false
+	ss.warned, ss.relayedPkts = false, 0
 	rows, failed, err := relay()
 	if err == nil {
 		ss.status, ss.db = be.Status, be.State.DB
@@ -560,9 +564,31 @@ func (ss *session) exchange(p []byte, plan *Plan, st *prepared, relay func() (in
 	if errors.As(err, &we) || errors.Is(err, errSessionEnd) {
 		return rows, true, err // the client is gone, or has been told
 	}
-	// The backend failed mid-reply: an ERR is legal at any point of a reply, and the client must not wait.
-	ss.sendErr(lostBackend(ss.user.group, err))
-	return rows, true, errSessionEnd
+	// The backend failed mid-reply. A read with no side effects of an unpinned session, of whose reply the client
+	// has seen nothing, runs again on another connection, once; anything else is never sent again.
+	pinned, _ := ss.pinned()
+	ss.detach()
+	be.Release() // closed: broken
+	if !pinned && !ss.retried && ss.relayedPkts == 0 && retrySafe(plan) {
+		ss.retried = true
+		ss.s.log.Debug("sql: backend connection lost before the reply; the read runs again on another connection",
+			"session", ss.id, "err", err)
+		return ss.exchange(p, plan, st, relay, to)
+	}
+	// An ERR is legal at any point of a reply, and the client must not wait.
+	ss.sendErr(mysqlwire.NewError(mysqlwire.CRServerLost, "HY000",
+		"Lost connection to server during query (keyway: the connection to backend group %s (%s) failed: %v; the statement was not sent again, since it may have taken effect)",
+		ss.user.group.Name(), ss.user.group.Addr(), err))
+	if pinned {
+		return rows, true, errSessionEnd // the session's state was on that connection
+	}
+	return rows, true, nil // its state is keyway's: the session goes on with its next statement
+}
+
+// retrySafe reports whether plan may run twice: one autocommit read without side effects (no pin: no locks,
+// sequences or variables; not a multi-statement; not KILL).
+func retrySafe(plan *Plan) bool {
+	return plan != nil && plan.Class == ClassRead && plan.Pins == 0 && !plan.multi && plan.Kill == KillNone
 }
 
 // query runs COM_QUERY: plan, relay, statistics.
