@@ -194,3 +194,26 @@ func TestSessionIDsUnique(t *testing.T) {
 		t.Fatalf("ids %v, want [4294967295 1 2]", ids)
 	}
 }
+
+// TestKillFollowsTheLease: KILL QUERY of a session that runs no statement touches no backend connection, even the
+// one its last statement ran on, which another session now runs a statement on.
+func TestKillFollowsTheLease(t *testing.T) {
+	m := mariadb(t)
+	s, addr := startProxy(t, testConfig(m.Addr))
+	idle := newRawClient(t, addr, "app", "secret", 0)
+	if _, err := idle.query("SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+	waitAllIdle(t, s)
+	busy := newRawClient(t, addr, "app", "secret", 0) // the same pool: it borrows the connection idle used last
+	const q = "SELECT SLEEP(1) + 7"
+	res := queryAsync(busy, q)
+	waitRunning(t, q)
+	killer := newRawClient(t, addr, "app", "secret", 0)
+	if _, err := killer.query(fmt.Sprintf("KILL QUERY %d", idle.info.ConnectionID)); err != nil {
+		t.Fatalf("KILL QUERY of an idle session: %v", err)
+	}
+	if got := <-res; got != "7" {
+		t.Fatalf("another session's statement on the connection the idle one used last: %q, want 7 (not killed)", got)
+	}
+}
