@@ -53,6 +53,9 @@ type GroupRow struct {
 	PoolInUse   float64  `json:"pool_in_use"`
 	PoolOpen    float64  `json:"pool_open"`
 	PoolMax     float64  `json:"pool_max"` // per pool (one pool per user and capability set)
+	// PoolWaiting are the statements waiting for a connection; Pinned the SQL sessions that keep theirs.
+	PoolWaiting float64 `json:"pool_waiting"`
+	Pinned      float64 `json:"pinned"`
 	LagSeconds  *float64 `json:"lag_seconds,omitempty"`
 	BinlogState string   `json:"binlog,omitempty"` // "following" or "not following"; "" without a follower
 	// Cache is the group's cached copies (keyway_cache_fresh): "fresh" while a follower vouches for them, else
@@ -275,6 +278,13 @@ func groupRows(g *gathered) []GroupRow {
 			rows[i].PoolOpen += v
 		}
 	})
+	g.each("keyway_backend_pool_waiting", func(l map[string]string, v float64) {
+		if i, ok := idx[[2]string{l["group"], l["address"]}]; ok {
+			rows[i].PoolWaiting += v
+		}
+	})
+	pinned := map[string]float64{}
+	g.each("keyway_sql_pinned_sessions", func(l map[string]string, v float64) { pinned[l["group"]] += v })
 	lag := map[string]float64{}
 	g.each("keyway_binlog_lag_seconds", func(l map[string]string, v float64) { lag[l["group"]] = v })
 	following := map[string]float64{}
@@ -284,6 +294,9 @@ func groupRows(g *gathered) []GroupRow {
 	for i := range rows {
 		r := &rows[i]
 		r.PoolMax = maxOpen[r.Group]
+		if r.Role == "primary" || r.Role == "" {
+			r.Pinned = pinned[r.Group]
+		}
 		r.Cache = cache[r.Group]
 		if r.Role == "primary" || r.Role == "" {
 			if v, ok := lag[r.Group]; ok {

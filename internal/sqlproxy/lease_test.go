@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/keywaydb/keyway/internal/qcache"
+	"github.com/keywaydb/keyway/internal/stats"
 	"github.com/keywaydb/keyway/internal/testenv"
 	"github.com/keywaydb/keyway/internal/validity"
 )
@@ -398,4 +399,67 @@ func TestBackendLostMidStatement(t *testing.T) {
 	if err := direct.QueryRow("SELECT c FROM lease_lost WHERE id = 1").Scan(&c); err != nil || c > 1 {
 		t.Fatalf("the write applied %d times (%v): at most once", c, err)
 	}
+}
+
+// TestLeaseMetrics: /metrics counts per pool the connections borrowed, the fix-ups that aligned them and the
+// borrowers waiting, and per group the pinned sessions by reason.
+func TestLeaseMetrics(t *testing.T) {
+	m := mariadb(t)
+	metrics := stats.NewMetrics()
+	_, addr := startProxyOpts(t, testConfig(m.Addr).with(t, func(o *Options) { o.Metrics = metrics }))
+	a := newRawClient(t, addr, "app", "secret", 0)
+	b := newRawClient(t, addr, "app", "secret", 0)
+	for _, q := range []string{"SET time_zone = '+01:00'", "SELECT 1", "BEGIN"} {
+		if _, err := a.query(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.query("SELECT 2"); err != nil { // on a connection with another time_zone, or a new one
+		t.Fatal(err)
+	}
+	values := map[string]float64{}
+	mfs, err := metrics.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, mt := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, l := range mt.GetLabel() {
+				if l.GetName() == "reason" {
+					name += "/" + l.GetValue()
+				}
+			}
+			v := mt.GetGauge().GetValue() + mt.GetCounter().GetValue()
+			values[name] += v
+		}
+	}
+	if values["keyway_sql_pinned_sessions/transaction"] != 1 {
+		t.Errorf("pinned sessions in a transaction: %v, want 1", values["keyway_sql_pinned_sessions/transaction"])
+	}
+	if values["keyway_backend_pool_borrows_total"] < 4 {
+		t.Errorf("borrows: %v, want at least one per statement and login", values["keyway_backend_pool_borrows_total"])
+	}
+	if _, ok := values["keyway_backend_pool_waiting"]; !ok {
+		t.Error("no keyway_backend_pool_waiting")
+	}
+	if _, ok := values["keyway_backend_pool_fixups_total"]; !ok {
+		t.Error("no keyway_backend_pool_fixups_total")
+	}
+	if _, err := a.query("COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		mfs, _ := metrics.Registry().Gather()
+		for _, mf := range mfs {
+			if mf.GetName() == "keyway_sql_pinned_sessions" {
+				for _, mt := range mf.GetMetric() {
+					if mt.GetGauge().GetValue() != 0 {
+						return false
+					}
+				}
+			}
+		}
+		return true
+	})
 }

@@ -19,12 +19,14 @@ package sqlproxy
 
 import (
 	"regexp"
+	"sync"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/keywaydb/keyway/internal/mysqlwire"
 	"github.com/keywaydb/keyway/internal/qcache"
+	"github.com/keywaydb/keyway/internal/stats"
 	"github.com/keywaydb/keyway/internal/validity"
 )
 
@@ -173,6 +175,65 @@ func (ss *session) pinned() (bool, string) {
 		return false, ""
 	}
 	return true, pinTable[s.Reasons()[0]].why
+}
+
+// pinCounts counts the pinned sessions by group and reason, for /metrics: a session publishes its pins after each
+// command when they changed (publishPins) and takes them back when it ends.
+type pinCounts struct {
+	mu sync.Mutex
+	n  map[string]*[numPinReasons]int
+}
+
+func (c *pinCounts) change(group string, from, to PinSet) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = make(map[string]*[numPinReasons]int)
+	}
+	n := c.n[group]
+	if n == nil {
+		n = new([numPinReasons]int)
+		c.n[group] = n
+	}
+	for r := PinReason(0); r < numPinReasons; r++ {
+		if from.Has(r) {
+			n[r]--
+		}
+		if to.Has(r) {
+			n[r]++
+		}
+	}
+}
+
+func (c *pinCounts) stats() []stats.PinnedStat {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []stats.PinnedStat
+	for g, n := range c.n {
+		for r, k := range n {
+			out = append(out, stats.PinnedStat{Group: g, Reason: PinReason(r).String(), Sessions: k})
+		}
+	}
+	return out
+}
+
+// publishPins updates the server's pinned-session counts with the session's pins now (none once it ended).
+func (ss *session) publishPins(ended bool) {
+	var now PinSet
+	group := ""
+	if !ended && ss.user != nil {
+		now, group = ss.pins(), ss.user.group.Name()
+	}
+	if now == ss.published.set && group == ss.published.group {
+		return
+	}
+	if ss.published.set != 0 {
+		ss.s.pinned.change(ss.published.group, ss.published.set, 0)
+	}
+	if now != 0 {
+		ss.s.pinned.change(group, 0, now)
+	}
+	ss.published.set, ss.published.group = now, group
 }
 
 // notePreparedPins recomputes the pins COM_STMT_* commands set (long data, cursors) from the session's prepared

@@ -163,6 +163,8 @@ type Server struct {
 	groups   []*backend.Group
 	tls      *tls.Config
 
+	pinned pinCounts // pinned sessions by group and reason, for /metrics
+
 	maxConns int64
 	conns    atomic.Int64
 	// maxHandshakes bounds handshakes, the connections not yet authenticated (session.run).
@@ -236,6 +238,7 @@ func New(o Options) (*Server, error) {
 	s.SetCacheRules(o.CacheRules)
 	if o.Metrics != nil {
 		o.Metrics.SetPoolStatsFunc(s.poolStats)
+		o.Metrics.SetPinnedFunc(s.pinned.stats)
 	}
 	return s, nil
 }
@@ -308,7 +311,8 @@ func (s *Server) poolStats() []stats.PoolStat {
 	out := make([]stats.PoolStat, len(ps))
 	for i, p := range ps {
 		out[i] = stats.PoolStat{Group: p.Group, Address: p.Address, User: p.User, Open: p.Open, Idle: p.Idle,
-			InUse: p.InUse, Waits: p.Waits, Errors: p.Errors}
+			InUse: p.InUse, Waits: p.Waits, Errors: p.Errors, Waiting: p.Waiting, Borrows: p.Gets, Fixups: p.Fixups,
+			WaitSeconds: p.WaitTime.Seconds()}
 	}
 	return out
 }

@@ -92,6 +92,11 @@ type session struct {
 	// every COMMIT starts the next transaction implicitly, so the tables written are remembered from then on.
 	txSeen bool
 	pin    pinState // see pipeline.go
+	// published are the pins the session last counted in the server's pinned-session counts (publishPins).
+	published struct {
+		set   PinSet
+		group string
+	}
 	// watch closes the client's connection when the server closes a stateful session's backend connection while
 	// the session waits for its client (idlewatch.go).
 	watch idleWatch
@@ -125,6 +130,7 @@ func (ss *session) run() {
 		return
 	}
 	defer s.conns.Add(-1)
+	defer ss.publishPins(true)
 	defer ss.releaseBackend()
 	defer func() {
 		// A bug met by one statement costs its session, not the server; the
@@ -400,6 +406,7 @@ func (ss *session) command() error {
 		return err
 	}
 	ss.release()
+	ss.publishPins(false)
 	return nil
 }
 

@@ -21,8 +21,17 @@ import (
 // PoolStat is one backend connection pool's state, as reported at scrape time.
 type PoolStat struct {
 	Group, Address, User string
-	Open, Idle, InUse    int
+	Open, Idle, InUse    int   // InUse: borrowed by a statement or held by a pinned session
 	Waits, Errors        int64 // cumulative: waits for a free connection, failed connects/health checks
+	Waiting              int   // borrowers waiting now
+	Borrows, Fixups      int64 // cumulative: connections handed out; commands that aligned one with its session
+	WaitSeconds          float64
+}
+
+// PinnedStat is how many SQL sessions of a group are pinned to their connection for one reason.
+type PinnedStat struct {
+	Group, Reason string
+	Sessions      int
 }
 
 // queryClasses are the SQL door's statement classes (sqlproxy.Class.String()); their Prometheus children are
@@ -43,6 +52,7 @@ type Metrics struct {
 	perClass [len(queryClasses)]classObservers
 
 	pools    atomic.Pointer[func() []PoolStat]
+	pinned   atomic.Pointer[func() []PinnedStat]
 	memcache atomic.Pointer[func() map[string]int64]
 	samples  atomic.Pointer[func() []Sample]
 }
@@ -148,6 +158,15 @@ func (m *Metrics) ObserveQuery(class string, latency time.Duration, failed bool)
 // replies.
 func (m *Metrics) ObserveMemcache(latency time.Duration) { m.mcDuration.Observe(latency.Seconds()) }
 
+// SetPinnedFunc installs the function called at each scrape to export the pinned SQL sessions. nil removes it.
+func (m *Metrics) SetPinnedFunc(f func() []PinnedStat) {
+	if f == nil {
+		m.pinned.Store(nil)
+		return
+	}
+	m.pinned.Store(&f)
+}
+
 // SetPoolStatsFunc installs the function called at each scrape to export backend pool state. nil removes it.
 func (m *Metrics) SetPoolStatsFunc(f func() []PoolStat) {
 	if f == nil {
@@ -217,17 +236,44 @@ var (
 	poolErrorsDesc = prometheus.NewDesc("keyway_backend_pool_errors_total",
 		"Failed backend connects and health checks.",
 		[]string{"group", "address", "user"}, nil)
+	poolWaitingDesc = prometheus.NewDesc("keyway_backend_pool_waiting",
+		"Statements waiting now for one of the pool's connections.",
+		[]string{"group", "address", "user"}, nil)
+	poolBorrowsDesc = prometheus.NewDesc("keyway_backend_pool_borrows_total",
+		"Connections handed out: one per statement of an unpinned SQL session (divide by open for statements per connection).",
+		[]string{"group", "address", "user"}, nil)
+	poolFixupsDesc = prometheus.NewDesc("keyway_backend_pool_fixups_total",
+		"Commands keyway sent to bring a borrowed connection in line with its session (SET, COM_INIT_DB).",
+		[]string{"group", "address", "user"}, nil)
+	poolWaitSecondsDesc = prometheus.NewDesc("keyway_backend_pool_wait_seconds_total",
+		"Time statements spent waiting for one of the pool's connections.",
+		[]string{"group", "address", "user"}, nil)
+	pinnedDesc = prometheus.NewDesc("keyway_sql_pinned_sessions",
+		"SQL sessions that keep their backend connection between statements, by group and reason (a session may have several).",
+		[]string{"group", "reason"}, nil)
 )
 
 type poolCollector struct{ m *Metrics }
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- poolConnsDesc
+	ch <- poolWaitingDesc
+	ch <- poolBorrowsDesc
+	ch <- poolFixupsDesc
+	ch <- poolWaitSecondsDesc
+	ch <- pinnedDesc
 	ch <- poolWaitsDesc
 	ch <- poolErrorsDesc
 }
 
 func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	if fp := c.m.pinned.Load(); fp != nil {
+		for _, p := range (*fp)() {
+			if mt, err := prometheus.NewConstMetric(pinnedDesc, prometheus.GaugeValue, float64(p.Sessions), p.Group, p.Reason); err == nil {
+				ch <- mt
+			}
+		}
+	}
 	fp := c.m.pools.Load()
 	if fp == nil {
 		return
@@ -244,6 +290,10 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 			s.InUse += p.InUse
 			s.Waits += p.Waits
 			s.Errors += p.Errors
+			s.Waiting += p.Waiting
+			s.Borrows += p.Borrows
+			s.Fixups += p.Fixups
+			s.WaitSeconds += p.WaitSeconds
 			continue
 		}
 		merged[k] = &p
@@ -261,6 +311,10 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 		send(poolConnsDesc, prometheus.GaugeValue, float64(p.InUse), k.g, k.a, k.u, "in_use")
 		send(poolWaitsDesc, prometheus.CounterValue, float64(p.Waits), k.g, k.a, k.u)
 		send(poolErrorsDesc, prometheus.CounterValue, float64(p.Errors), k.g, k.a, k.u)
+		send(poolWaitingDesc, prometheus.GaugeValue, float64(p.Waiting), k.g, k.a, k.u)
+		send(poolBorrowsDesc, prometheus.CounterValue, float64(p.Borrows), k.g, k.a, k.u)
+		send(poolFixupsDesc, prometheus.CounterValue, float64(p.Fixups), k.g, k.a, k.u)
+		send(poolWaitSecondsDesc, prometheus.CounterValue, p.WaitSeconds, k.g, k.a, k.u)
 	}
 }
 
