@@ -46,16 +46,16 @@ type Dashboard struct {
 
 // GroupRow is one member of a backend group.
 type GroupRow struct {
-	Group       string   `json:"group"`
-	Address     string   `json:"address"`
-	Role        string   `json:"role"`  // "primary" (replicas when they exist)
-	State       string   `json:"state"` // "up" or "down"
-	PoolInUse   float64  `json:"pool_in_use"`
-	PoolOpen    float64  `json:"pool_open"`
-	PoolMax     float64  `json:"pool_max"` // per pool (one pool per user and capability set)
+	Group     string  `json:"group"`
+	Address   string  `json:"address"`
+	Role      string  `json:"role"`  // "primary" (replicas when they exist)
+	State     string  `json:"state"` // "up" or "down"
+	PoolInUse float64 `json:"pool_in_use"`
+	PoolOpen  float64 `json:"pool_open"`
+	PoolMax   float64 `json:"pool_max"` // per pool (one pool per user and capability set)
 	// PoolWaiting are the statements waiting for a connection; Pinned the SQL sessions that keep theirs.
-	PoolWaiting float64 `json:"pool_waiting"`
-	Pinned      float64 `json:"pinned"`
+	PoolWaiting float64  `json:"pool_waiting"`
+	Pinned      float64  `json:"pinned"`
 	LagSeconds  *float64 `json:"lag_seconds,omitempty"`
 	BinlogState string   `json:"binlog,omitempty"` // "following" or "not following"; "" without a follower
 	// Cache is the group's cached copies (keyway_cache_fresh): "fresh" while a follower vouches for them, else

@@ -19,9 +19,9 @@ package sqlproxy
 
 import (
 	"regexp"
-	"sync"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/keywaydb/keyway/internal/mysqlwire"
