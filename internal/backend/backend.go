@@ -6,10 +6,14 @@
 // is decided here alone, and all of them see the same "backend down".
 //
 // Invariants:
-//   - A pooled connection is clean: it went through COM_RESET_CONNECTION after its last user and answered OK. A
-//     connection in an unknown state (mid-result, an I/O error, a failed reset, marked broken) is closed, never
+//   - A pooled connection's session state is known: it tracks it (CLIENT_SESSION_TRACK, every variable) and
+//     Conn.State records what the server reported, so a borrower is brought in line with one SET or COM_INIT_DB
+//     (state.go); one left with state keyway does not carry (MarkDirty) went through COM_RESET_CONNECTION first.
+//     A connection in an unknown state (mid-result, an I/O error, a failed reset, marked broken) is closed, never
 //     pooled.
-//   - A connection in a pool with key K negotiated exactly K.Caps of mysqlwire.ProtocolCaps and K.ExtCaps of
+//   - Borrowers that wait are served first come first served: a released connection goes to the first waiter.
+//   - A connection in a pool with key K negotiated exactly K.Caps of mysqlwire.ProtocolCaps (always with
+//     CLIENT_SESSION_TRACK, which keyway strips from OK packets for a client that did not ask for it) and K.ExtCaps of
 //     mysqlwire.ExtProtocolCaps (MariaDB's extended capabilities) with the backend, so it can serve any client that
 //     negotiated the same flags with keyway: their packets are the same.
 //   - At most Group.MaxOpen connections per pool exist (open counts dials in progress), and at most the group's

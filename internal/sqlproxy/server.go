@@ -3,20 +3,29 @@
 // goes through the plan cache (plan.go) and is counted in the digest statistics.
 //
 // Invariants:
-//   - A client session owns one backend connection, from its user's pool, for its whole life (until COM_QUIT,
-//     disconnect or COM_CHANGE_USER). Transactions, SET, USE, temporary tables, locks, user variables and prepared
-//     statement ids therefore work unchanged: the backend connection is the client's own.
+//   - A client session holds no backend connection between its statements unless it is pinned (pipeline.go's
+//     pinTable: a transaction, locks, temporary tables, user variables, an untracked variable…). Each statement
+//     borrows a connection from its user's pool, and gives it back once its reply has been relayed to the end (the
+//     next statement too, when it may read this one's diagnostics: Plan.KeepNext). A pinned session keeps its
+//     connection until it unpins or ends.
+//   - What a session's statements depend on travels with the session, not the connection: the default database,
+//     the tracked session variables and LAST_INSERT_ID() are recorded from what the server reports (session
+//     tracking, backend.State) and a borrowed connection is brought in line before the statement runs; keyway never
+//     evaluates a SET. Prepared statement ids are keyway's; each statement is prepared on the connection that runs
+//     it (prepared.go).
 //   - The backend connection negotiated the same protocol-changing capability flags as the client (the pool key), and
 //     the same MariaDB extended ones (the metadata cache, offered only once every group's server is known to have
 //     it), so packets pass unchanged; only sequence ids are rewritten, from each side's own counter.
 //   - A reply streams through a bounded buffer: keyway reads only each packet's leading bytes to know where the
 //     reply ends (OK/ERR/EOF, column counts, SERVER_MORE_RESULTS_EXISTS) and counts rows without decoding them.
-//   - A session whose backend connection holds state has its client connection closed at once when the server
-//     closes that connection while the session waits for its client (idlewatch.go), as a direct connection
-//     would be; a stateless session takes a new backend connection at its next command (freshBackend).
+//   - A pinned session whose connection the server closes while the session waits for its client has its client
+//     connection closed at once (idlewatch.go), as a direct connection would be; an unpinned one holds none.
 //   - A backend connection whose state is unknown (the client vanished mid-reply, an I/O error, a transaction left
-//     open by a vanished client) is discarded, never pooled. Otherwise it is reset (COM_RESET_CONNECTION) and
-//     pooled.
+//     open by a vanished client) is discarded, never pooled. A connection a pinned session leaves is reset
+//     (COM_RESET_CONNECTION) before anyone else borrows it; any other goes back with the state keyway recorded.
+//   - A statement whose connection died before its reply ended is never sent again, unless it is a read without
+//     side effects of an unpinned session of whose reply the client has seen nothing; otherwise the client gets
+//     error 2013, and an unpinned session goes on.
 //   - Every failure a client can be told about reaches it as a protocol-correct ERR; bad input from one client ends
 //     only that client's session.
 //   - Strangers are bounded: at most Options.MaxHandshakes connections are in their handshake at once (past that,
