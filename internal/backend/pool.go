@@ -39,6 +39,9 @@ type Pool struct {
 	}
 }
 
+// recentIdle: see get.
+const recentIdle = time.Second
+
 // Key returns the pool's key.
 func (p *Pool) Key() PoolKey { return p.key }
 
@@ -83,7 +86,10 @@ func (p *Pool) get(ctx context.Context, db *string) (*Conn, error) {
 			p.mu.idle = append(p.mu.idle[:i], p.mu.idle[i+1:]...)
 			p.mu.inUse++
 			p.mu.Unlock()
-			if c.Alive() {
+			// A connection given back within recentIdle has not had time to be closed by wait_timeout: the look (a
+			// system call) is spared on the path every statement takes. A server that went away meanwhile fails the
+			// statement, which the SQL door runs again when that is safe (a read) and reports otherwise.
+			if time.Since(c.idleSince) < recentIdle || c.Alive() {
 				p.gotAfter(waitUntil)
 				return c, nil
 			}

@@ -83,3 +83,14 @@ func (r *Relay) Down() {
 	}
 	clear(r.conns)
 }
+
+// Cut closes every relayed connection and keeps listening: what the clients see when the server drops their
+// connections (a KILL, a network blip) and takes new ones at once.
+func (r *Relay) Cut() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for c := range r.conns {
+		c.Close()
+	}
+	clear(r.conns)
+}
