@@ -351,9 +351,6 @@ func newSQLCase(workload string, threads int, results []Result) SQLCase {
 // min, median and max queries/s and median p95 of each target, keyway's
 // median over direct's and the p95 latency keyway adds.
 func (r *SQLReport) WriteText(w io.Writer) {
-	if r.Load != "" {
-		fmt.Fprintf(w, "load: %s\n", r.Load)
-	}
 	if r.Server != "" {
 		fmt.Fprintf(w, "server: %s\n", r.Server)
 	}
@@ -367,7 +364,10 @@ func (r *SQLReport) WriteText(w io.Writer) {
 	}
 	defer r.writeClientCases(w)
 	if len(sysbenchCases) == 0 {
-		return
+		return // the client cases say what their load is
+	}
+	if r.Load != "" {
+		fmt.Fprintf(w, "load: %s\n", r.Load)
 	}
 	fmt.Fprintf(w, "%-*s  %7s  %-10s  %4s  %10s  %10s  %10s  %9s  %13s  %9s\n", ww, "workload", "threads", "target", "runs",
 		"min qps", "median qps", "max qps", "p95 ms", "keyway/direct", "p95 added")
