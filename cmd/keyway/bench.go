@@ -32,9 +32,14 @@ side under memcaslap and prints ops/s min/median/max and the ratios to
 memcached.
 
 sql: runs sysbench (oltp_point_select and oltp_read_only at 1, 4 and 8
-threads) against a private MariaDB, direct and through keyway's SQL door
-with the result cache on and off, alternating, and prints queries/s
-min/median/max, the ratios to direct and the p95 latency keyway adds.
+threads) against a private MariaDB, direct, through haproxy and through
+keyway's SQL door with the result cache on and off, alternating, and prints
+queries/s min/median/max, the ratios to direct and the p95 latency keyway
+adds. Then the same targets under two client cases: many_clients (2,000
+connections, each one point select a second, MariaDB at max_connections
+151: selects answered, p50/p99, 1040 and other errors, MariaDB's peak
+connections) and connect_only (PHP mysqli connect + close in a loop:
+connects/s). --workloads many_clients,connect_only runs those alone.
 
 kv: the InnoDB memcached plugin's experiment side by side: loads 10,000
 pairs with single-row autocommit INSERTs direct to a private MariaDB vs
@@ -127,12 +132,14 @@ func sqlFlags(fs *flag.FlagSet) suiteRun {
 	fs.DurationVar(&o.Duration, "duration", 0, "`length` of each run, whole seconds (default 10s)")
 	fs.IntVar(&o.Repetitions, "reps", 0, "`runs` per target, alternating between targets (default 3)")
 	fs.Func("threads", "comma-separated sysbench thread `counts`, one case each (default 1,4,8)", intList(&o.Threads))
-	fs.Func("workloads", "comma-separated sysbench `scripts` (default oltp_point_select,oltp_read_only)", func(s string) error {
+	fs.Func("workloads", "comma-separated `workloads`: sysbench scripts, and many_clients and connect_only (default oltp_point_select,oltp_read_only,many_clients,connect_only)", func(s string) error {
 		for _, f := range strings.Split(s, ",") {
 			o.Workloads = append(o.Workloads, strings.TrimSpace(f))
 		}
 		return nil
 	})
+	fs.IntVar(&o.Clients, "clients", 0, "many_clients: client `connections`, each one point select a second (default 2000)")
+	fs.IntVar(&o.Pool, "pool", 0, "many_clients: keyway's backend `connections`, [[groups]] max_open (default 64)")
 	fs.IntVar(&o.Tables, "tables", 0, "`number` of sysbench tables, --tables (default 4)")
 	fs.IntVar(&o.TableSize, "table-size", 0, "sysbench --table-size, `rows` per table (default 10000)")
 	fs.BoolVar(&o.BackendTCP, "backend-tcp", false, "keyway reaches MariaDB over loopback TCP instead of its unix socket")

@@ -1,7 +1,8 @@
 // Package bench runs the load generators behind `keyway bench` and reports
 // the results side by side with the real peers: memcached 1.6 for the memcache
 // door (memcache: memcaslap), MariaDB direct and haproxy as a plain relay for
-// the SQL door (sql: sysbench), MariaDB and memcached for the containers (kv),
+// the SQL door (sql: sysbench, then many clients of one select a second each
+// and PHP's connect + close), MariaDB and memcached for the containers (kv),
 // and the consistent cache against what it replaces (cache, staleness).
 //
 // Invariants:
@@ -61,6 +62,11 @@ type sample struct {
 	p95    float64 // 95th-percentile latency in ms, if hasP95
 	hasP95 bool    // the load generator reports latency (sysbench does, memcaslap does not)
 	note   string  // a short note for the progress line
+	// p50 and p99 latency in ms, if hasP50P99 (many_clients measures each select)
+	p50, p99  float64
+	hasP50P99 bool
+	errs      *runErrors     // the failures, where the load counts them (many_clients, connect_only); else nil
+	clients   *clientsSample // many_clients' connections; else nil
 	// CPU per operation by process, and the CPUs' busy share, over the run (nil when not measured)
 	cpu  []procCPU
 	busy float64

@@ -215,12 +215,12 @@ func RunCache(ctx context.Context, o CacheOptions) (*CacheReport, error) {
 		return nil, err
 	}
 	defer os.Remove(php)
-	cfg, err := writeKeywaySQLConfig(m.Socket, true)
+	cfg, err := writeKeywaySQLConfig(m.Socket, true, keywayLimits{})
 	if err != nil {
 		return nil, err
 	}
 	defer os.Remove(cfg)
-	nocache, err := writeKeywaySQLConfig(m.Socket, false)
+	nocache, err := writeKeywaySQLConfig(m.Socket, false, keywayLimits{})
 	if err != nil {
 		return nil, err
 	}

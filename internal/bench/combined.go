@@ -221,7 +221,8 @@ func (r *Report) Scenarios() []Scenario {
 	return out
 }
 
-// sqlScenarios is one scenario per workload of a sysbench report; id and title prefix them.
+// sqlScenarios is one scenario per workload of a sysbench report (and per client case: many_clients,
+// connect_only); id and title prefix them.
 func sqlScenarios(s *SQLReport, id, title string) []Scenario {
 	var out []Scenario
 	byWorkload := map[string]int{}
@@ -230,16 +231,39 @@ func sqlScenarios(s *SQLReport, id, title string) []Scenario {
 		if !ok {
 			i = len(out)
 			byWorkload[c.Workload] = i
-			out = append(out, Scenario{
+			sc := Scenario{
 				ID: id + c.Workload, Title: title + c.Workload, Load: s.Load, Unit: "queries/s",
 				Clients: "threads", Baseline: directTarget,
 				LatencyNote: "sysbench reports one latency percentile here, the 95th: p95 is charted; p50 and p99 were not measured.",
-			})
+			}
+			switch c.Workload {
+			case manyClientsWorkload:
+				sc.Title = fmt.Sprintf("SQL door: many clients, each one point select a second (MariaDB max_connections %d, keyway's pool %d)",
+					c.ServerMaxConnections, c.Pool)
+				sc.Load = fmt.Sprintf("Go clients (go-sql-driver), one connection each held for the run, %s once a second each", manyClientsQuery)
+				sc.Unit, sc.Clients = "queries/s", "clients"
+				sc.LatencyNote = "p50 and p99 of the selects that were answered (refused and failed ones are counted as errors, not timed)."
+			case connectWorkload:
+				sc.Title = "SQL door: PHP mysqli connect + close, one process"
+				sc.Load = "php: mysqli_connect(HOST, 'app', 'secret', 'test', PORT); mysqli_close(); in a loop"
+				sc.Unit, sc.Clients = "connects/s", "clients"
+				sc.LatencyNote = "the loop counts connects: no latency percentiles."
+			}
+			out = append(out, sc)
 		}
 		k := Case{Concurrency: c.Threads, Results: c.Results}
 		for _, res := range c.Results {
-			if res.P95 != nil {
-				k.Latency = append(k.Latency, Latency{Target: res.Target, Percentiles: []Percentile{{"p95", *res.P95}}})
+			var ps []Percentile
+			for _, p := range []struct {
+				name string
+				s    *Series
+			}{{"p50", res.P50}, {"p95", res.P95}, {"p99", res.P99}} {
+				if p.s != nil {
+					ps = append(ps, Percentile{p.name, *p.s})
+				}
+			}
+			if len(ps) > 0 {
+				k.Latency = append(k.Latency, Latency{Target: res.Target, Percentiles: ps})
 			}
 		}
 		out[i].Cases = append(out[i].Cases, k)

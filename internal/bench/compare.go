@@ -43,6 +43,15 @@ func figures(r *Report) []figure {
 			at := fmt.Sprintf("%s %s=%d", s.ID, s.Clients, c.Concurrency)
 			for _, res := range c.Results {
 				out = append(out, figure{at + " " + res.Target + " " + s.Unit, res.Series, true})
+				// Counts where the load keeps them (the SQL client cases): fewer is better.
+				if e := res.Errors; e != nil {
+					out = append(out, figure{at + " " + res.Target + " 1040 errors", e.TooMany, false},
+						figure{at + " " + res.Target + " timeouts", e.Timeouts, false},
+						figure{at + " " + res.Target + " other errors", e.Other, false})
+				}
+				if b := res.BackendConns; b != nil {
+					out = append(out, figure{at + " " + res.Target + " MariaDB connections", *b, false})
+				}
 			}
 			for _, l := range c.Latency {
 				for _, p := range l.Percentiles {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/keywaydb/keyway/internal/chart"
 )
@@ -39,6 +40,7 @@ type htmlScenario struct {
 	Throughput template.HTML   // the ops/s chart
 	Latency    []template.HTML // one chart per percentile
 	Rows       []htmlRow
+	HasCounts  bool // a row has Counts: the table shows their column
 }
 
 // htmlRow is one target at one concurrency in a scenario's table.
@@ -49,6 +51,7 @@ type htmlRow struct {
 	Result      Result
 	Ratio       string // median over the baseline's, "" for the baseline
 	Latency     string // median percentiles, "p50 0.12 · p99 0.40"
+	Counts      string // median failures and connections where the load counts them, "1040 errors 9240 · timeouts 0 · other errors 0 · MariaDB connections 151"
 }
 
 // WriteHTML writes the report as one HTML page.
@@ -119,6 +122,8 @@ func drawScenario(s Scenario) (htmlScenario, error) {
 					row.Latency += p.Name + " " + fmtFigure(p.Median)
 				}
 			}
+			row.Counts = countsText(r)
+			hs.HasCounts = hs.HasCounts || row.Counts != ""
 			hs.Rows = append(hs.Rows, row)
 		}
 		groups = append(groups, g)
@@ -150,6 +155,26 @@ func drawScenario(s Scenario) (htmlScenario, error) {
 		hs.Latency = append(hs.Latency, inlineSVG(svg))
 	}
 	return hs, nil
+}
+
+// countsText is a result's median failures, connected clients and MariaDB connections, where measured.
+func countsText(r Result) string {
+	var parts []string
+	if r.Connected != nil {
+		parts = append(parts, "connected "+fmtFigure(r.Connected.Median))
+	}
+	if e := r.Errors; e != nil {
+		parts = append(parts, "1040 errors "+fmtFigure(e.TooMany.Median), "timeouts "+fmtFigure(e.Timeouts.Median),
+			"other errors "+fmtFigure(e.Other.Median))
+	}
+	if b := r.BackendConns; b != nil {
+		own := ""
+		if r.IdleConns != nil && r.IdleConns.Median > 0 {
+			own = " (" + fmtFigure(r.IdleConns.Median) + " before the clients)"
+		}
+		parts = append(parts, "MariaDB connections "+fmtFigure(b.Median)+own)
+	}
+	return strings.Join(parts, " · ")
 }
 
 // inlineSVG drops what precedes the <svg> element (an XML declaration), which has no place inside HTML.

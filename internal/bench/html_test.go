@@ -91,6 +91,23 @@ func TestReportFromSuiteFiles(t *testing.T) {
 	if find(doc, func(n *html.Node) bool { return n.Data == "section" && attr(n, "id") == "staleness" }) == nil {
 		t.Error("no staleness section")
 	}
+	// The SQL client cases: many_clients charts p50 and p99 and shows each target's failures and MariaDB's
+	// connections; connect_only has no latency.
+	many := find(doc, func(n *html.Node) bool { return n.Data == "section" && attr(n, "id") == "sql/many_clients" })
+	if many == nil {
+		t.Fatal("no section for sql/many_clients")
+	}
+	if lat := findAll(many, hasClass("latency")); len(lat) != 2 || !strings.Contains(textOf(lat[0]), "p50") || !strings.Contains(textOf(lat[1]), "p99") {
+		t.Errorf("many_clients must chart p50 and p99; latency charts: %d", len(lat))
+	}
+	if counts := findAll(many, hasClass("counts")); len(counts) != 4 || !strings.Contains(textOf(counts[0]), "1040 errors") ||
+		!strings.Contains(textOf(counts[0]), "MariaDB connections") {
+		t.Errorf("many_clients rows lack their errors and connections: %d cells", len(counts))
+	}
+	connect := find(doc, func(n *html.Node) bool { return n.Data == "section" && attr(n, "id") == "sql/connect_only" })
+	if connect == nil || len(findAll(connect, hasClass("latency"))) != 0 {
+		t.Error("connect_only: no section, or a latency chart it did not measure")
+	}
 
 	// The same suite twice is refused, not silently dropped.
 	if _, err := ReadReports(files[0], files[0]); err == nil || !strings.Contains(err.Error(), "both hold") {

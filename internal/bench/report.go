@@ -37,6 +37,17 @@ type Result struct {
 	// P95 is the 95th-percentile latency in ms per repetition, where the load generator reports one (sysbench);
 	// nil otherwise (memcaslap).
 	P95 *Series `json:",omitempty"`
+	// P50 and P99 are latency percentiles in ms per repetition, where the load measures every operation's
+	// (many_clients: the selects that were answered); nil otherwise.
+	P50, P99 *Series `json:",omitempty"`
+	// Errors counts what failed per repetition, where the load counts failures (many_clients, connect_only).
+	Errors *ErrorCounts `json:",omitempty"`
+	// Connected is how many clients held a connection when each timed run began, BackendConns the most
+	// connections MariaDB had at once during it, and IdleConns those it had before the clients logged in: the
+	// target's own, keyway's health check and binlog follower (many_clients).
+	Connected    *Series `json:",omitempty"`
+	BackendConns *Series `json:",omitempty"`
+	IdleConns    *Series `json:",omitempty"`
 	// CPU is what the runs cost the processes that served and sent them, where measured.
 	CPU *CPU `json:",omitempty"`
 }
@@ -49,6 +60,21 @@ func (r *Result) add(s sample) {
 			r.P95 = &Series{}
 		}
 		r.P95.Runs = append(r.P95.Runs, s.p95)
+	}
+	if s.hasP50P99 {
+		r.P50 = appendRun(r.P50, s.p50)
+		r.P99 = appendRun(r.P99, s.p99)
+	}
+	if s.errs != nil {
+		if r.Errors == nil {
+			r.Errors = &ErrorCounts{}
+		}
+		r.Errors.add(s.errs)
+	}
+	if s.clients != nil {
+		r.Connected = appendRun(r.Connected, float64(s.clients.connected))
+		r.BackendConns = appendRun(r.BackendConns, float64(s.clients.backendConns))
+		r.IdleConns = appendRun(r.IdleConns, float64(s.clients.idleConns))
 	}
 	if s.cpu != nil {
 		if r.CPU == nil {
@@ -64,9 +90,23 @@ func (r *Result) summarize() {
 	if r.CPU != nil {
 		r.CPU.summarize()
 	}
-	if r.P95 != nil {
-		r.P95.summarize()
+	for _, s := range []*Series{r.P95, r.P50, r.P99, r.Connected, r.BackendConns, r.IdleConns} {
+		if s != nil {
+			s.summarize()
+		}
 	}
+	if r.Errors != nil {
+		r.Errors.summarize()
+	}
+}
+
+// appendRun adds a run to s, making s when it is nil.
+func appendRun(s *Series, v float64) *Series {
+	if s == nil {
+		s = &Series{}
+	}
+	s.Runs = append(s.Runs, v)
+	return s
 }
 
 // ratios divides every target's median by the baseline's median. A key is the

@@ -27,9 +27,14 @@ type SQLOptions struct {
 	Duration     time.Duration // per run, whole seconds (sysbench's unit); default 10s
 	Repetitions  int           // default 3
 	Threads      []int         // sysbench --threads, one case each; default 1, 4, 8
-	Workloads    []string      // sysbench scripts, one case each; default oltp_point_select, oltp_read_only
-	Tables       int           // sysbench --tables; default 4
-	TableSize    int           // sysbench --table-size, rows per table; default 10000
+	// Workloads are sysbench scripts, one case per thread count each, and the client cases many_clients and
+	// connect_only (sqlclients.go), one case each; default oltp_point_select, oltp_read_only, many_clients,
+	// connect_only.
+	Workloads []string
+	Clients   int // many_clients: client connections; default 2000
+	Pool      int // many_clients: keyway's backend connections per pool ([[groups]] max_open); default 64
+	Tables    int // sysbench --tables; default 4
+	TableSize int // sysbench --table-size, rows per table; default 10000
 	// BackendTCP makes keyway reach MariaDB over loopback TCP instead of its
 	// unix socket. The socket is the default: keyway is meant to sit beside
 	// the server, and a socket hop costs less CPU than a TCP one.
@@ -40,10 +45,17 @@ type SQLOptions struct {
 	Progress *Progress // the terminal's status line, or nil; the caller plans it with Plan
 }
 
-// Plan is how many runs RunSQL makes and the time sysbench runs in all.
+// Plan is how many runs RunSQL makes and the time their loads run in all.
 func (o SQLOptions) Plan() (runs int, hint time.Duration) {
 	o.EnsureDefaults()
-	runs = len(o.Workloads) * len(o.Threads) * o.Repetitions * len(o.Targets)
+	for _, w := range o.Workloads {
+		if isClientWorkload(w) {
+			runs++
+		} else {
+			runs += len(o.Threads)
+		}
+	}
+	runs *= o.Repetitions * len(o.Targets)
 	return runs, time.Duration(runs) * o.Duration
 }
 
@@ -82,7 +94,13 @@ func (o *SQLOptions) EnsureDefaults() {
 		o.Threads = []int{1, 4, 8}
 	}
 	if len(o.Workloads) == 0 {
-		o.Workloads = []string{"oltp_point_select", "oltp_read_only"}
+		o.Workloads = []string{"oltp_point_select", "oltp_read_only", manyClientsWorkload, connectWorkload}
+	}
+	if o.Clients == 0 {
+		o.Clients = defaultClients
+	}
+	if o.Pool == 0 {
+		o.Pool = defaultPool
 	}
 	if o.Tables == 0 {
 		o.Tables = 4
@@ -116,9 +134,15 @@ func (o *SQLOptions) Validate() error {
 		}
 	}
 	for _, w := range o.Workloads {
-		if !slices.Contains(sysbenchWorkloads, w) {
-			errs = append(errs, fmt.Errorf("workload %q: use one of %s", w, strings.Join(sysbenchWorkloads, ", ")))
+		if !slices.Contains(sysbenchWorkloads, w) && !isClientWorkload(w) {
+			errs = append(errs, fmt.Errorf("workload %q: use one of %s", w, strings.Join(slices.Concat(sysbenchWorkloads, clientWorkloads), ", ")))
 		}
+	}
+	if o.Clients < 1 || o.Clients > 100000 {
+		errs = append(errs, fmt.Errorf("clients %d: use 1 to 100000", o.Clients))
+	}
+	if o.Pool < 1 || o.Pool > manyClientsServerMax {
+		errs = append(errs, fmt.Errorf("pool %d: use 1 to %d, MariaDB's max_connections in many_clients", o.Pool, manyClientsServerMax))
 	}
 	if o.Tables < 1 {
 		errs = append(errs, fmt.Errorf("tables %d: use 1 or more", o.Tables))
@@ -149,9 +173,16 @@ type SQLReport struct {
 // SQLOptions.Targets picks (direct, haproxy, keyway, kw-nocache).
 type SQLCase struct {
 	Workload string
-	Threads  int
-	// Results are the targets' queries/s and P95 latency in ms, in run order.
+	// Threads is sysbench's --threads; for many_clients the client connections, for connect_only 1 (one PHP
+	// process).
+	Threads int
+	// Results are the targets' queries/s (connect_only: connects/s) and latency in ms, in run order: sysbench's
+	// P95; many_clients' P50 and P99, with its failures, connected clients and MariaDB's peak connections.
 	Results []Result
+	// many_clients: keyway's pool ([[groups]] max_open), MariaDB's max_connections, keyway's [sql] max_connections.
+	Pool                 int `json:",omitempty"`
+	ServerMaxConnections int `json:",omitempty"`
+	KeywayMaxConnections int `json:",omitempty"`
 	// Ratio is keyway's median queries/s over direct's; Ratios has it for every target but direct.
 	Ratio  float64
 	Ratios map[string]float64
@@ -175,9 +206,17 @@ func RunSQL(ctx context.Context, o SQLOptions) (*SQLReport, error) {
 	if slices.Contains(o.Targets, haproxyTarget) {
 		commands = append(commands, "haproxy")
 	}
+	if slices.Contains(o.Workloads, connectWorkload) {
+		commands = append(commands, "php")
+	}
 	bin, err := prepare(o.KeywayBinary, commands...)
 	if err != nil {
 		return nil, err
+	}
+	if slices.Contains(o.Workloads, connectWorkload) {
+		if err := checkMysqli(ctx); err != nil {
+			return nil, err
+		}
 	}
 	sb, err := newSysbench(o)
 	if err != nil {
@@ -194,32 +233,26 @@ func RunSQL(ctx context.Context, o SQLOptions) (*SQLReport, error) {
 	if err := sb.prepare(ctx, m.Addr); err != nil {
 		return nil, err
 	}
-	primary := m.Socket
+	e := &sqlEnv{o: o, bin: bin, m: m, primary: m.Socket}
 	if o.BackendTCP {
-		primary = m.Addr
+		e.primary = m.Addr
 	}
-	cfg, err := writeKeywaySQLConfig(primary, true)
+	targets, cleanup, err := e.targets(keywayLimits{})
 	if err != nil {
 		return nil, err
 	}
-	defer os.Remove(cfg)
-	nocache, err := writeKeywaySQLConfig(primary, false)
-	if err != nil {
-		return nil, err
-	}
-	defer os.Remove(nocache)
-
-	all := map[string]target{directTarget: directStarter(m.Addr), haproxyTarget: haproxyStarter(primary),
-		keywayTarget: keywaySQLStarter(keywayTarget, bin, cfg), nocacheTarget: keywaySQLStarter(nocacheTarget, bin, nocache)}
-	var targets []target
-	for _, t := range sqlTargets { // run order, whatever order they were asked in
-		if slices.Contains(o.Targets, t) {
-			targets = append(targets, all[t])
-		}
-	}
+	defer cleanup()
 	rep := &SQLReport{Load: sb.describe(), Server: "MariaDB " + version}
 	fmt.Fprintf(o.Out, "sql bench: %s\n", rep.Load)
 	for _, w := range o.Workloads {
+		if isClientWorkload(w) {
+			c, err := e.runClientCase(ctx, w)
+			if err != nil {
+				return nil, err
+			}
+			rep.Cases = append(rep.Cases, c)
+			continue
+		}
 		for _, n := range o.Threads {
 			fmt.Fprintf(o.Out, "%s, %d threads:\n", w, n)
 			results, err := runTargets(ctx, targets, o.Repetitions, sb.load(w, n),
@@ -232,6 +265,56 @@ func RunSQL(ctx context.Context, o SQLOptions) (*SQLReport, error) {
 		}
 	}
 	return rep, nil
+}
+
+// sqlEnv is what RunSQL's cases share: the options, the keyway binary and the one MariaDB every target reaches
+// (keyway and haproxy at primary, its socket unless BackendTCP).
+type sqlEnv struct {
+	o       SQLOptions
+	bin     string
+	m       *peers.MariaDB
+	primary string
+}
+
+// keywayLimits are the limits a case serves keyway with; zero fields keep keyway's defaults.
+type keywayLimits struct {
+	maxClients int // [sql] max_connections
+	pool       int // [[groups]] max_open
+}
+
+// targets are the targets the options pick, in run order, keyway's configured with l; cleanup removes the
+// configuration files.
+func (e *sqlEnv) targets(l keywayLimits) (_ []target, cleanup func(), err error) {
+	var files []string
+	cleanup = func() {
+		for _, f := range files {
+			os.Remove(f)
+		}
+	}
+	defer func() {
+		if err != nil {
+			cleanup()
+		}
+	}()
+	cfg, err := writeKeywaySQLConfig(e.primary, true, l)
+	if err != nil {
+		return nil, nil, err
+	}
+	files = append(files, cfg)
+	nocache, err := writeKeywaySQLConfig(e.primary, false, l)
+	if err != nil {
+		return nil, nil, err
+	}
+	files = append(files, nocache)
+	all := map[string]target{directTarget: directStarter(e.m.Addr), haproxyTarget: haproxyStarter(e.primary),
+		keywayTarget: keywaySQLStarter(keywayTarget, e.bin, cfg), nocacheTarget: keywaySQLStarter(nocacheTarget, e.bin, nocache)}
+	var targets []target
+	for _, t := range sqlTargets { // run order, whatever order they were asked in
+		if slices.Contains(e.o.Targets, t) {
+			targets = append(targets, all[t])
+		}
+	}
+	return targets, cleanup, nil
 }
 
 // newSQLCase compares keyway with direct in results.
@@ -268,19 +351,27 @@ func newSQLCase(workload string, threads int, results []Result) SQLCase {
 // min, median and max queries/s and median p95 of each target, keyway's
 // median over direct's and the p95 latency keyway adds.
 func (r *SQLReport) WriteText(w io.Writer) {
-	if r.Load != "" {
-		fmt.Fprintf(w, "load: %s\n", r.Load)
-	}
 	if r.Server != "" {
 		fmt.Fprintf(w, "server: %s\n", r.Server)
 	}
 	ww := len("workload")
+	var sysbenchCases []SQLCase
 	for _, c := range r.Cases {
-		ww = max(ww, len(c.Workload))
+		if !isClientWorkload(c.Workload) {
+			sysbenchCases = append(sysbenchCases, c)
+			ww = max(ww, len(c.Workload))
+		}
+	}
+	defer r.writeClientCases(w)
+	if len(sysbenchCases) == 0 {
+		return // the client cases say what their load is
+	}
+	if r.Load != "" {
+		fmt.Fprintf(w, "load: %s\n", r.Load)
 	}
 	fmt.Fprintf(w, "%-*s  %7s  %-10s  %4s  %10s  %10s  %10s  %9s  %13s  %9s\n", ww, "workload", "threads", "target", "runs",
 		"min qps", "median qps", "max qps", "p95 ms", "keyway/direct", "p95 added")
-	for _, c := range r.Cases {
+	for _, c := range sysbenchCases {
 		for _, res := range c.Results {
 			p95, ratio, added := "-", "", ""
 			if res.P95 != nil {
@@ -358,12 +449,24 @@ func haproxyStarter(backend string) target {
 // and libmariadb speaks without TLS) relayed to the backend primary as the
 // same account. It has no sql.listen: the caller passes --sql-listen. With cache false the result cache is off.
 func KeywaySQLConfig(primary string, cache bool) string {
+	return keywaySQLConfig(primary, cache, keywayLimits{})
+}
+
+// keywaySQLConfig is KeywaySQLConfig with the limits l sets ([sql] max_connections, the group's max_open).
+func keywaySQLConfig(primary string, cache bool, l keywayLimits) string {
+	var sqlLimits, groupLimits string
+	if l.maxClients > 0 {
+		sqlLimits = fmt.Sprintf("max_connections = %d\n", l.maxClients)
+	}
+	if l.pool > 0 {
+		groupLimits = fmt.Sprintf("max_open = %d\n", l.pool)
+	}
 	return fmt.Sprintf(`# keyway bench sql: the SQL door in front of one MariaDB.
 [cache]
 enabled = %[4]t
 
 [sql]
-
+%[5]s
 [[sql.users]]
 name = %[1]q
 password = %[2]q
@@ -374,17 +477,17 @@ name = "main"
 primary = %[3]q
 user = %[1]q
 password = %[2]q
-`, sqlUser, sqlPassword, primary, cache)
+%[6]s`, sqlUser, sqlPassword, primary, cache, sqlLimits, groupLimits)
 }
 
-// writeKeywaySQLConfig writes KeywaySQLConfig(primary, cache) to a temporary file
+// writeKeywaySQLConfig writes keywaySQLConfig(primary, cache, l) to a temporary file
 // and returns its path; the caller removes it.
-func writeKeywaySQLConfig(primary string, cache bool) (string, error) {
+func writeKeywaySQLConfig(primary string, cache bool, l keywayLimits) (string, error) {
 	f, err := os.CreateTemp("", "keyway-bench-sql-*.toml")
 	if err != nil {
 		return "", fmt.Errorf("bench: keyway config: %w", err)
 	}
-	_, werr := f.WriteString(KeywaySQLConfig(primary, cache))
+	_, werr := f.WriteString(keywaySQLConfig(primary, cache, l))
 	if err := errors.Join(werr, f.Close()); err != nil {
 		_ = os.Remove(f.Name())
 		return "", fmt.Errorf("bench: keyway config: %w", err)

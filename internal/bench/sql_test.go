@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -79,7 +80,7 @@ func TestSQLOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	if o.Duration != 10*time.Second || o.Repetitions != 3 || len(o.Threads) != 3 || o.Threads[2] != 8 ||
-		len(o.Workloads) != 2 || o.Workloads[0] != "oltp_point_select" || o.Workloads[1] != "oltp_read_only" {
+		!slices.Equal(o.Workloads, []string{"oltp_point_select", "oltp_read_only", "many_clients", "connect_only"}) {
 		t.Fatalf("defaults = %+v", o)
 	}
 	o = SQLOptions{Duration: 1500 * time.Millisecond, Repetitions: -1, Threads: []int{0, 4}, Workloads: []string{"oltp_bogus"}, TableSize: -5}

@@ -86,7 +86,7 @@ func RunStaleness(ctx context.Context, o StalenessOptions) (*StalenessReport, er
 			return nil, fmt.Errorf("bench: %s: %w", q, err)
 		}
 	}
-	cfg, err := writeKeywaySQLConfig(m.Socket, true)
+	cfg, err := writeKeywaySQLConfig(m.Socket, true, keywayLimits{})
 	if err != nil {
 		return nil, err
 	}
