@@ -880,13 +880,8 @@ func (c *Conn) queryInt(q string) (int, error) {
 // result is read, so the connection stays usable; an I/O or protocol error marks it broken, an ERR is a
 // *mysqlwire.Error.
 func (c *Conn) queryStrings(q string) ([]string, error) {
-	err := c.WriteCommand(comQuery, []byte(q))
-	p, rerr := c.ReadPacket()
-	if err == nil {
-		err = rerr
-	}
+	p, err := c.roundTrip(q)
 	if err != nil {
-		c.broken = true
 		return nil, err
 	}
 	if p[0] == mysqlwire.HeaderERR {
@@ -954,9 +949,8 @@ func terminatorStatus(p []byte, caps uint32) (uint16, bool) {
 	return mysqlwire.EOFStatus(p)
 }
 
-// exec runs a text statement whose reply is one OK (a SET) and records the state it reports. An ERR is a
-// *mysqlwire.Error and leaves c usable; an I/O or protocol error marks c broken.
-func (c *Conn) exec(q string) error {
+// roundTrip sends text query q and reads the first packet of its reply; an I/O error marks c broken.
+func (c *Conn) roundTrip(q string) ([]byte, error) {
 	err := c.WriteCommand(comQuery, []byte(q))
 	p, rerr := c.ReadPacket()
 	if err == nil {
@@ -964,6 +958,15 @@ func (c *Conn) exec(q string) error {
 	}
 	if err != nil {
 		c.broken = true
+	}
+	return p, err
+}
+
+// exec runs a text statement whose reply is one OK (a SET) and records the state it reports. An ERR is a
+// *mysqlwire.Error and leaves c usable; an I/O or protocol error marks c broken.
+func (c *Conn) exec(q string) error {
+	p, err := c.roundTrip(q)
+	if err != nil {
 		return err
 	}
 	switch {
