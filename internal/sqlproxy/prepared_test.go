@@ -1,10 +1,13 @@
 package sqlproxy
 
 import (
+	"net"
+	"os/exec"
 	"strings"
 	"testing"
 
 	"github.com/keywaydb/keyway/internal/mysqlwire"
+	"github.com/keywaydb/keyway/internal/testenv"
 )
 
 // holdOne makes one of a pool's connections busy: a session that opened a transaction keeps its connection. The
@@ -105,3 +108,57 @@ func TestPreparedOnAnotherConnection(t *testing.T) {
 		}
 	})
 }
+
+// TestPHPPreparedAcrossConnections: PHP's PDO (emulation off) and mysqli prepare statements, send long data and
+// execute them while other sessions take turns on a pool of 2 connections, so executes keep landing on connections
+// that never saw the prepare; every answer is right.
+func TestPHPPreparedAcrossConnections(t *testing.T) {
+	testenv.NeedPHPModules(t, "mysqli", "pdo_mysql")
+	m := mariadb(t)
+	direct := open(t, "app", "secret", m.Addr, "")
+	mustExec(t, direct, "DROP TABLE IF EXISTS ps_php")
+	mustExec(t, direct, "CREATE TABLE ps_php (id INT PRIMARY KEY, c VARCHAR(20), blobby BLOB)")
+	mustExec(t, direct, "INSERT INTO ps_php SELECT seq, CONCAT('row ', seq), NULL FROM seq_1_to_50")
+	cfg := testConfig(m.Addr)
+	cfg.Groups[0].MaxOpen = 2
+	_, addr := startProxy(t, cfg)
+	host, port, _ := net.SplitHostPort(addr)
+	out, err := exec.Command("php", "-r", phpPrepared, host, port).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "ok 30") {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}
+
+// phpPrepared (host port as arguments) prints "ok N" after N rounds that all answered right.
+const phpPrepared = `
+[$host, $port] = [$argv[1], (int)$argv[2]];
+mysqli_report(MYSQLI_REPORT_ERROR | MYSQLI_REPORT_STRICT);
+$dsn = "mysql:host=$host;port=$port;dbname=test";
+$opts = [PDO::ATTR_EMULATE_PREPARES => false, PDO::ATTR_ERRMODE => PDO::ERRMODE_EXCEPTION];
+$pdo = new PDO($dsn, "app", "secret", $opts);
+$other = new PDO($dsn, "app", "secret", $opts);
+$my = new mysqli($host, "app", "secret", "test", $port);
+$sel = $pdo->prepare("SELECT c FROM ps_php WHERE id = ?");
+$upd = $my->prepare("UPDATE ps_php SET blobby = ? WHERE id = ?");
+$get = $my->prepare("SELECT LENGTH(blobby), c FROM ps_php WHERE id = ?");
+$ok = 0;
+for ($i = 1; $i <= 30; $i++) {
+	$other->query("SELECT $i")->fetchAll();          // another session between prepare and each execute
+	$sel->execute([$i]);
+	$c = $sel->fetchColumn();
+	$sel->closeCursor();
+	$other->beginTransaction();                       // holds a connection while the others execute
+	$null = null;
+	$upd->bind_param("bi", $null, $i);
+	$upd->send_long_data(0, str_repeat("x", 1000 + $i));
+	$upd->execute();
+	$get->bind_param("i", $i);
+	$get->execute();
+	$get->bind_result($len, $c2);
+	$get->fetch();
+	$get->free_result();
+	$other->commit();
+	if ($c === "row $i" && $len === 1000 + $i && $c2 === "row $i") { $ok++; } else { echo "round $i: $c $len $c2\n"; }
+}
+echo "ok $ok\n";
+`
