@@ -249,9 +249,8 @@ func (ss *session) lease(plan *Plan) (*mysqlwire.Error, error) {
 	if plan != nil {
 		needs = backend.Needs{LastInsertID: plan.ReadsLastInsertID && ss.state.LastInsertID != 0, FreshDiagnostics: plan.ReadsDiagnostics}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), backendCheckoutTimeout)
-	be, err := ss.pool.Lease(ctx, &ss.state, needs)
-	cancel()
+	// No deadline of its own: the pool bounds a wait by pool_wait and a dial by connect_timeout.
+	be, err := ss.pool.Lease(context.Background(), &ss.state, needs)
 	if err != nil {
 		return clientError(ss.user.group, err), nil
 	}
