@@ -774,6 +774,7 @@ type Conn struct {
 	// rereadCollation: a statement changed the connection's character set without reporting its collation
 	// (Settle reads it).
 	rereadCollation bool
+	namesCollation  bool   // and the collation read back is character_set_results' too (State.ResultsCollation)
 	insertIDs       uint64 // see InsertIDs
 	// stmts are the statements prepared on the connection (stmts.go); stmtUses counts their uses, for eviction.
 	stmts    map[StmtKey]*Stmt

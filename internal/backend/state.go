@@ -67,6 +67,7 @@ var trackedVars = [...]trackedVar{
 
 // Indexes of the variables keyway reads itself (see State and NoteOK).
 const (
+	varCharsetResults      = 1
 	varCharsetConnection   = 2
 	varCollationConnection = 3
 	varSQLMode             = 4
@@ -104,6 +105,10 @@ type State struct {
 	Vars [NumTrackedVars]string
 	// LastInsertID is what LAST_INSERT_ID() returns: the last value an OK packet reported (or SET last_insert_id).
 	LastInsertID uint64
+	// ResultsCollation is the collation character_set_results has when it is not its character set's default:
+	// after SET NAMES cs COLLATE co, or a handshake's collation (it decides the character set number of every
+	// column definition). "" means the default.
+	ResultsCollation string
 	// LastGTID is the GTID of the session's last write as MariaDB reports it (last_gtid): not set on another
 	// connection, only recorded, for reads that must see that write.
 	LastGTID string
@@ -139,6 +144,7 @@ func (c *Conn) noteOK(ok *mysqlwire.OK) (Note, error) {
 	}
 	explained := false
 	charsetOnly := false // character_set_connection changed and collation_connection was not reported with it
+	var charsets [3]bool // which of character_set_client, _results and _connection the packet reports
 	err := ok.SessionChanges(func(sc mysqlwire.SessionChange) bool {
 		switch sc.Type {
 		case mysqlwire.SessionTrackSchema:
@@ -149,6 +155,9 @@ func (c *Conn) noteOK(ok *mysqlwire.OK) (Note, error) {
 			name := string(sc.Name)
 			if i, ok := trackedIndex[name]; ok {
 				c.State.Vars[i] = string(sc.Value)
+				if i < len(charsets) {
+					charsets[i] = true
+				}
 				switch i {
 				case varCharsetConnection:
 					charsetOnly = true
@@ -178,6 +187,13 @@ func (c *Conn) noteOK(ok *mysqlwire.OK) (Note, error) {
 		// SET NAMES cs [COLLATE co] and SET CHARACTER SET report the character sets, not the collation they set:
 		// read it (before the connection serves anything else).
 		c.rereadCollation = true
+	}
+	if charsets[varCharsetResults] {
+		// SET NAMES cs COLLATE co gives character_set_results collation co too (the column definitions' character
+		// set): the collation read back is it when the three were set alike; else results has cs's default.
+		v := c.State.Vars
+		c.State.ResultsCollation = ""
+		c.namesCollation = charsets == [3]bool{true, true, true} && v[0] == v[1] && v[1] == v[2] && charsetOnly
 	}
 	n.Unexplained = !explained
 	return n, err
@@ -210,6 +226,9 @@ func (c *Conn) Settle() error {
 		return err
 	}
 	c.State.Vars[varCollationConnection] = v[0]
+	if c.namesCollation {
+		c.State.ResultsCollation, c.namesCollation = v[0], false
+	}
 	return nil
 }
 
@@ -237,6 +256,8 @@ func (c *Conn) readState() error {
 	}
 	c.State = State{DB: vals[0]}
 	copy(c.State.Vars[:], vals[1:])
+	// The handshake's collation is every character set's, results included.
+	c.State.ResultsCollation = c.State.Vars[varCollationConnection]
 	c.DBKnown = true
 	return nil
 }
@@ -316,11 +337,11 @@ func (c *Conn) Align(want *State, needs Needs) error {
 		return err
 	}
 	// What want says, now true of c (the OK reported it too).
-	c.State.Vars = want.Vars
+	c.State.Vars, c.State.ResultsCollation = want.Vars, want.ResultsCollation
 	if needs.LastInsertID {
 		c.State.LastInsertID = want.LastInsertID
 	}
-	c.rereadCollation = false
+	c.rereadCollation, c.namesCollation = false, false
 	return nil
 }
 
@@ -343,22 +364,41 @@ var errNoDatabase = errors.New("keyway: the connection has a default database, t
 // setFor is the SET statement that brings c's variables to want's ("" when they agree).
 func (c *Conn) setFor(want *State, lastInsertID bool) string {
 	var b strings.Builder
-	for i := range trackedVars {
+	have := &c.State
+	first := 0
+	if charsetsDiffer(have, want) {
+		wv := &want.Vars
+		if wv[0] == wv[1] && wv[1] == wv[varCharsetConnection] && want.ResultsCollation != "" &&
+			want.ResultsCollation == wv[varCollationConnection] {
+			// The three alike, with one collation: what SET NAMES cs COLLATE co (or a handshake) makes.
+			b.WriteString("SET NAMES '")
+			b.WriteString(quoteEscaper.Replace(wv[0]))
+			b.WriteString("' COLLATE '")
+			b.WriteString(quoteEscaper.Replace(wv[varCollationConnection]))
+			b.WriteString("'")
+			first = varCollationConnection + 1
+		}
+	}
+	for i := first; i < len(trackedVars); i++ {
 		w := want.Vars[i]
-		if w == c.State.Vars[i] {
+		same := w == have.Vars[i]
+		if i == varCharsetResults && first == 0 && want.ResultsCollation != have.ResultsCollation {
+			same = false // set again: character_set_results takes its character set's default collation
+		}
+		if same {
 			continue
 		}
 		if i == varCollationConnection && w == "" {
 			// want has the default collation of its character set. A SET of the character set resets it: that is
 			// already in the statement when the character sets differ, else it is set again for that.
-			if want.Vars[varCharsetConnection] == c.State.Vars[varCharsetConnection] {
+			if want.Vars[varCharsetConnection] == have.Vars[varCharsetConnection] {
 				appendSet(&b, trackedVars[varCharsetConnection], want.Vars[varCharsetConnection])
 			}
 			continue
 		}
 		appendSet(&b, trackedVars[i], w)
 	}
-	if lastInsertID && want.LastInsertID != c.State.LastInsertID {
+	if lastInsertID && want.LastInsertID != have.LastInsertID {
 		if b.Len() == 0 {
 			b.WriteString("SET SESSION ")
 		} else {
@@ -368,6 +408,11 @@ func (c *Conn) setFor(want *State, lastInsertID bool) string {
 		b.WriteString(strconv.FormatUint(want.LastInsertID, 10))
 	}
 	return b.String()
+}
+
+// charsetsDiffer reports whether the character sets and collations of a and b differ.
+func charsetsDiffer(a, b *State) bool {
+	return a.ResultsCollation != b.ResultsCollation || [4]string(a.Vars[:4]) != [4]string(b.Vars[:4])
 }
 
 // appendSet appends "name = value" to a SET statement being built in b.

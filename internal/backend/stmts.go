@@ -25,9 +25,10 @@ const (
 )
 
 // StmtKey is what a prepared statement depends on besides its text: the default database names its tables,
-// sql_mode and the character sets decide how the text is read.
+// sql_mode and the character sets decide how the text is read, and the results' how its columns are described.
 type StmtKey struct {
 	Text, DB, SQLMode, Charset, Collation string
+	Results                               string // character_set_results and its collation: the definitions' character set
 }
 
 // Stmt is a statement prepared on one backend connection.
@@ -48,7 +49,8 @@ type Stmt struct {
 // stmtKey is the key of text in c's current state.
 func (c *Conn) stmtKey(text string) StmtKey {
 	return StmtKey{Text: text, DB: c.State.DB, SQLMode: c.State.Vars[varSQLMode],
-		Charset: c.State.Vars[0], Collation: c.State.Vars[varCollationConnection]}
+		Charset: c.State.Vars[0], Collation: c.State.Vars[varCollationConnection],
+		Results: c.State.Vars[varCharsetResults] + "/" + c.State.ResultsCollation}
 }
 
 // Stmt returns the statement prepared on c for text in c's current state, or nil.

@@ -35,7 +35,7 @@ func (ss *session) cacheKey(kind byte, text string, params []byte) string {
 	if ss.be != nil {
 		st = &ss.be.State
 	}
-	vars := 0
+	vars := len(st.ResultsCollation) + 1
 	for _, i := range backend.ResultVars {
 		vars += len(st.Vars[i]) + 1
 	}
@@ -58,6 +58,8 @@ func (ss *session) cacheKey(kind byte, text string, params []byte) string {
 		b.WriteString(st.Vars[i])
 		b.WriteByte(0)
 	}
+	b.WriteString(st.ResultsCollation) // the column definitions' character set
+	b.WriteByte(0)
 	b.WriteString(text)
 	b.WriteByte(0)
 	b.Write(params)

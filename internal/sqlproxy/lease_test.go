@@ -122,15 +122,15 @@ echo "ok $ok\n";
 
 // stateClient is one client session of TestStateAcrossConnections: how it sets itself up, on keyway and direct.
 type stateClient struct {
-	name  string
-	setup []string
-	proxy *sql.Conn
-	dir   *sql.Conn
+	name       string
+	setup      []string
+	proxy, dir *rawClient
 }
 
 // TestStateAcrossConnections: clients with different default databases, character sets, time zones and sql_modes
 // (one set with CONCAT(@@sql_mode, …), which keyway must not evaluate) interleave their statements on a pool of 2
-// connections, and every reply is what the same client gets connected directly, with the result cache off and on.
+// connections, and every reply is byte for byte what the same client gets connected directly (every packet:
+// column definitions, rows, status flags, errors), with the result cache off and on.
 func TestStateAcrossConnections(t *testing.T) {
 	m := mariadb(t)
 	direct := open(t, "app", "secret", m.Addr, "")
@@ -159,8 +159,6 @@ func TestStateAcrossConnections(t *testing.T) {
 				o.Validity, o.Cache = reg, cache
 			}
 			_, addr := startProxyOpts(t, o)
-			proxy := open(t, "app", "secret", addr, "")
-			ctx := context.Background()
 			clients := []*stateClient{
 				{name: "latin1 in lease_other", setup: []string{"USE lease_other", "SET NAMES latin1"}},
 				{name: "utf8mb4 at +05:00", setup: []string{"SET NAMES utf8mb4 COLLATE utf8mb4_unicode_ci", "SET time_zone = '+05:00'"}},
@@ -169,29 +167,23 @@ func TestStateAcrossConnections(t *testing.T) {
 				{name: "as connected", setup: nil},
 			}
 			for _, c := range clients {
-				var err error
-				if c.proxy, err = proxy.Conn(ctx); err != nil {
-					t.Fatal(err)
-				}
-				if c.dir, err = direct.Conn(ctx); err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { c.proxy.Close(); c.dir.Close() })
+				c.proxy = newRawClient(t, addr, "app", "secret", 0)
+				c.dir = newRawClient(t, m.Addr, "app", "secret", 0)
 				for _, q := range c.setup {
-					if _, err := c.proxy.ExecContext(ctx, q); err != nil {
-						t.Fatalf("%s: %s through keyway: %v", c.name, q, err)
-					}
-					if _, err := c.dir.ExecContext(ctx, q); err != nil {
-						t.Fatalf("%s: %s direct: %v", c.name, q, err)
+					got, err := c.proxy.queryRaw(q)
+					want, derr := c.dir.queryRaw(q)
+					if err != nil || derr != nil || !bytes.Equal(got, want) {
+						t.Fatalf("%s: %s: keyway %q %v, direct %q %v", c.name, q, got, err, want, derr)
 					}
 				}
 			}
 			for round := range 3 {
 				for _, q := range probes {
 					for _, c := range clients { // each probe from each client in turn: the pool of 2 is shared
-						got, want := rawRows(ctx, c.proxy, q), rawRows(ctx, c.dir, q)
-						if got != want {
-							t.Errorf("round %d, %s, %s:\n keyway %q\n direct %q", round, c.name, q, got, want)
+						got, err := c.proxy.queryRaw(q)
+						want, derr := c.dir.queryRaw(q)
+						if err != nil || derr != nil || !bytes.Equal(got, want) {
+							t.Errorf("round %d, %s, %s:\n keyway %q %v\n direct %q %v", round, c.name, q, got, err, want, derr)
 						}
 					}
 				}
@@ -201,35 +193,6 @@ func TestStateAcrossConnections(t *testing.T) {
 			}
 		})
 	}
-}
-
-// rawRows runs q on c and returns its rows' raw bytes (or its error) as one comparable string.
-func rawRows(ctx context.Context, c *sql.Conn, q string) string {
-	rows, err := c.QueryContext(ctx, q)
-	if err != nil {
-		return "error: " + err.Error()
-	}
-	defer rows.Close()
-	cols, _ := rows.Columns()
-	var b bytes.Buffer
-	vals := make([]sql.RawBytes, len(cols))
-	ptrs := make([]any, len(cols))
-	for i := range vals {
-		ptrs[i] = &vals[i]
-	}
-	for rows.Next() {
-		if err := rows.Scan(ptrs...); err != nil {
-			return "error: " + err.Error()
-		}
-		for _, v := range vals {
-			fmt.Fprintf(&b, "%q|", []byte(v))
-		}
-		b.WriteByte('\n')
-	}
-	if err := rows.Err(); err != nil {
-		return "error: " + err.Error()
-	}
-	return b.String()
 }
 
 // TestDiagnosticsAcrossLeases: LAST_INSERT_ID() several statements after the insert, FOUND_ROWS(), ROW_COUNT() and

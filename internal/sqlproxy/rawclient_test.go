@@ -123,6 +123,40 @@ func (rc *rawClient) readRows(binaryRows bool) ([]string, error) {
 	}
 }
 
+// queryRaw runs a text query and returns every packet of its reply, as the client received them (one result:
+// an OK, an ERR, or a result set read to its terminator; the client negotiated no CLIENT_DEPRECATE_EOF).
+func (rc *rawClient) queryRaw(q string) ([]byte, error) {
+	c := rc.c
+	if err := c.WriteCommand(0x03, []byte(q)); err != nil {
+		return nil, err
+	}
+	var out []byte
+	next := func() ([]byte, error) {
+		p, err := c.ReadPacket()
+		if err == nil {
+			out = append(append(out, '|'), p...)
+		}
+		return p, err
+	}
+	p, err := next()
+	if err != nil || p[0] == mysqlwire.HeaderOK || p[0] == mysqlwire.HeaderERR {
+		return out, err
+	}
+	for eofs := 0; eofs < 2; { // the definitions' EOF, then the rows' (or an ERR)
+		p, err := next()
+		if err != nil {
+			return out, err
+		}
+		if p[0] == mysqlwire.HeaderERR {
+			break
+		}
+		if p[0] == mysqlwire.HeaderEOF && len(p) < 9 {
+			eofs++
+		}
+	}
+	return out, nil
+}
+
 func listenLoopback() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
 
 // stmtExecute builds a COM_STMT_EXECUTE payload without parameters.
