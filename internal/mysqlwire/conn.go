@@ -39,6 +39,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/keywaydb/keyway/internal/sockio"
@@ -119,10 +120,38 @@ type Conn struct {
 // calls (sockio), which the SQL door's relay, a read and a write per packet batch on each side, needs cheap.
 func NewConn(nc net.Conn) *Conn {
 	nc = sockio.Wrap(nc)
-	c := &Conn{nc: nc, src: nc, w: nc, wbuf: make([]byte, 0, bufSize)}
+	c := &Conn{nc: nc, src: nc, w: nc}
 	c.raw, _ = nc.(*sockio.Conn)
-	c.br = bufio.NewReaderSize(connReader{c}, bufSize)
+	if b, ok := buffers.Get().(*connBuffers); ok {
+		c.wbuf = b.w[:0]
+		c.br = b.r
+		c.br.Reset(connReader{c})
+	} else {
+		c.wbuf = make([]byte, 0, bufSize)
+		c.br = bufio.NewReaderSize(connReader{c}, bufSize)
+	}
 	return c
+}
+
+// connBuffers are a Conn's read and write buffers, kept for the next connection (Recycle): a client that connects
+// for every request (PHP) would otherwise allocate and clear 32 KiB each time.
+type connBuffers struct {
+	r *bufio.Reader
+	w []byte
+}
+
+var buffers sync.Pool
+
+// Recycle closes the connection and gives its buffers to the next NewConn. c must not be used after it, by any
+// goroutine.
+func (c *Conn) Recycle() {
+	_ = c.Close()
+	if c.br == nil || cap(c.wbuf) != bufSize || c.br.Size() != bufSize {
+		return // a buffer grown for a large packet goes with the connection
+	}
+	c.br.Reset(nil)
+	buffers.Put(&connBuffers{r: c.br, w: c.wbuf[:0]})
+	c.br, c.wbuf = nil, nil
 }
 
 // NewConnRW builds a Conn over a plain reader and writer, for tests and fuzzing: deadlines and TLS are unavailable.

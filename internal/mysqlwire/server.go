@@ -123,7 +123,7 @@ func ServerHandshake(c *Conn, cfg *ServerConfig) (*Handshake, error) {
 	if err := c.Finish(b); err != nil {
 		return nil, err
 	}
-	if err := c.Flush(); err != nil {
+	if err := c.FlushBeforeReply(); err != nil { // the greeting goes out with the read of the client's answer
 		return nil, err
 	}
 
@@ -293,7 +293,7 @@ func authenticate(c *Conn, cfg *ServerConfig, acct Account, user string, scrambl
 		if err := c.Finish(b); err != nil {
 			return Account{}, err
 		}
-		if err := c.Flush(); err != nil {
+		if err := c.FlushBeforeReply(); err != nil {
 			return Account{}, err
 		}
 		p, err := c.readAuthPacket()

@@ -114,7 +114,13 @@ var errSessionEnd = errors.New("session ends")
 
 func (ss *session) run() {
 	s := ss.s
-	defer ss.nc.Close()
+	defer func() {
+		if ss.c != nil {
+			ss.c.Recycle() // closes nc, and keeps the buffers for the next client
+		} else {
+			ss.nc.Close()
+		}
+	}()
 	if m := s.opts.Metrics; m != nil {
 		m.SQLConnectionOpened()
 		defer m.SQLConnectionClosed()
