@@ -72,7 +72,7 @@ const fillWait = time.Second
 
 // throughCache answers from the result cache, or runs p on the backend (with send, the packet as the backend
 // must get it) and fills the cache with the reply. Concurrent misses of one key wait for one fill.
-func (ss *session) throughCache(p []byte, plan *Plan, st *prepared, key string, ks keySource, ttl time.Duration, relay func() (int64, bool, error)) (int64, bool, error) {
+func (ss *session) throughCache(p []byte, plan *Plan, st *prepared, key string, ks keySource, ttl time.Duration, fn func(relay) (int64, bool, error)) (int64, bool, error) {
 	c := ss.s.opts.Cache
 	if ttl == 0 {
 		ttl = ss.s.opts.TTLOnly[ss.user.group.Name()] // 0 for a group the binlog follower watches: no expiry
@@ -92,7 +92,7 @@ func (ss *session) throughCache(p []byte, plan *Plan, st *prepared, key string, 
 		case <-time.After(fillWait):
 		}
 	}
-	return ss.fillingExchange(p, plan, st, key, ks, ttl, relay)
+	return ss.fillingExchange(p, plan, st, key, ks, ttl, fn)
 }
 
 // replayCached answers from the result cache when a valid entry is under key; hit is false otherwise.
@@ -109,17 +109,17 @@ func (ss *session) replayCached(key string) (rows int64, hit bool, err error) {
 
 // fillingExchange is exchange for a cache miss: the statement runs on the backend, and its reply fills the entry
 // under key if it succeeded without warnings, the session stays unpinned, and no table it read changed meanwhile.
-func (ss *session) fillingExchange(p []byte, plan *Plan, st *prepared, key string, ks keySource, ttl time.Duration, relay func() (int64, bool, error)) (int64, bool, error) {
+func (ss *session) fillingExchange(p []byte, plan *Plan, st *prepared, key string, ks keySource, ttl time.Duration, fn func(relay) (int64, bool, error)) (int64, bool, error) {
 	ids := plan.TableIDs(ss.db)
 	for _, id := range ids {
 		if id.Schema == "" { // no default database: the server refuses it, and there is no table to depend on
-			return ss.exchange(p, plan, st, relay, toClient)
+			return ss.exchange(p, plan, st, fn, toClient)
 		}
 	}
 	c := ss.s.opts.Cache
 	if ttl == 0 && !c.Trusted(ids) { // a view: no invalidation would reach the reply, and it has no ttl
 		c.Bypassed(qcache.Untrusted)
-		return ss.exchange(p, plan, st, relay, toClient)
+		return ss.exchange(p, plan, st, fn, toClient)
 	}
 	var deps []qcache.Dep
 	if vs, ok := ks.values(ss.s.plans, plan); ok && len(ids) == 1 {
@@ -139,7 +139,7 @@ func (ss *session) fillingExchange(p []byte, plan *Plan, st *prepared, key strin
 	}
 	be := ss.be
 	be.StartCapture(qcache.MaxReply)
-	rows, failed, err := ss.exchange(p, plan, st, relay, toClient)
+	rows, failed, err := ss.exchange(p, plan, st, fn, toClient)
 	reply, kept := be.StopCapture()
 	if err == nil && !failed && kept && !ss.warned && !ss.retried { // a retry's reply was not captured
 		if ss.pins()&^connectionPins == 0 {
@@ -152,7 +152,7 @@ func (ss *session) fillingExchange(p []byte, plan *Plan, st *prepared, key strin
 // queryThroughCache runs a COM_QUERY that route sent to the cache; ttl, when not 0, bounds the entry's life.
 func (ss *session) queryThroughCache(p []byte, plan *Plan, ttl time.Duration, start time.Time) error {
 	key := ss.cacheKey('Q', string(p[1:]), nil)
-	rows, failed, err := ss.throughCache(p, plan, nil, key, keySource{text: p[1:]}, ttl, ss.relayQueryResults)
+	rows, failed, err := ss.throughCache(p, plan, nil, key, keySource{text: p[1:]}, ttl, relay.queryResults)
 	ss.record(plan, rows, time.Since(start), failed || err != nil)
 	return err
 }

@@ -84,7 +84,7 @@ func (ss *session) kill(p []byte, plan *Plan) error {
 		q = "KILL QUERY "
 	}
 	cmd := strconv.AppendUint(append([]byte{comQuery}, q...), uint64(tbe.Info.ConnectionID), 10)
-	_, _, err := ss.exchange(cmd, nil, nil, ss.relayQueryResults, toClient)
+	_, _, err := ss.exchange(cmd, nil, nil, relay.queryResults, toClient)
 	return err
 }
 

@@ -14,7 +14,7 @@ package sqlproxy
 //     leaves them out of an execute's reply while they are what it last sent for that statement, which may not be
 //     what this client holds (DDL between the client's prepare and a prepare on another connection). keyway
 //     compares the two, and where they differ sends the client the definitions with the metadata-follows flag set,
-//     as MariaDB does after a re-prepare (relayExecuteColumns).
+//     as MariaDB does after a re-prepare (relay.executeColumns).
 //   - COM_STMT_SEND_LONG_DATA and cursors live on one connection: they pin the session until the execute
 //     (long data) or until the statement is reset, closed or executed without a cursor (pipeline.go's pinTable).
 
@@ -70,7 +70,7 @@ func (ss *session) stmtCommand(p []byte) error {
 			return ss.reply(mysqlwire.NewError(mysqlwire.ERStmtHasNoOpenCursor, "HY000",
 				"The statement (%d) has no open cursor.", binary.LittleEndian.Uint32(p[1:])))
 		}
-		_, _, err := ss.exchange(p, nil, st, ss.relayRows, toClient)
+		_, _, err := ss.exchange(p, nil, st, relay.rows, toClient)
 		return err
 	case comStmtSendLongData:
 		st.longData = true
@@ -90,7 +90,7 @@ func (ss *session) stmtCommand(p []byte) error {
 		if !held || ss.be == nil || ss.be.Stmt(st.query) == nil {
 			return ss.reply(nil) // nothing of it on a connection: nothing to reset
 		}
-		_, _, err := ss.exchange(p, nil, st, ss.relayOne, toClient)
+		_, _, err := ss.exchange(p, nil, st, relay.one, toClient)
 		return err
 	case comStmtClose:
 		// The connections keep their statement for other sessions (backend.Conn's cache); only the client's
@@ -197,7 +197,7 @@ func (ss *session) execute(p []byte, st *prepared) error {
 			if params, ok := executeParams(st, p); ok {
 				st.longData = false
 				key := ss.cacheKey('E', st.query, params)
-				rows, failed, err := ss.throughCache(p, plan, st, key, keySource{st: st, params: params}, h.ttl, ss.relayExecuteResults)
+				rows, failed, err := ss.throughCache(p, plan, st, key, keySource{st: st, params: params}, h.ttl, relay.executeResults)
 				ss.record(plan, rows, time.Since(start), failed || err != nil)
 				return err
 			}
@@ -205,7 +205,7 @@ func (ss *session) execute(p []byte, st *prepared) error {
 	}
 	longData := st.longData
 	st.longData = false
-	rows, failed, err := ss.exchange(p, plan, st, ss.relayExecuteResults, toClient)
+	rows, failed, err := ss.exchange(p, plan, st, relay.executeResults, toClient)
 	// The execute consumed the long data; a cursor it opened stays open for COM_STMT_FETCH (an execute's flags
 	// byte follows the statement id).
 	cursor := err == nil && !failed && len(p) > 5 && p[5] != 0
@@ -254,20 +254,21 @@ type execState struct {
 	sendDefs bool
 }
 
-// relayExecuteColumns relays the column count of an execute's result set for a client with MariaDB's metadata
+// executeColumns relays the column count of an execute's result set for a client with MariaDB's metadata
 // cache, when keyway must step in: the server leaves out definitions the client does not hold (they are sent, and
 // the metadata-follows flag set), or sends new ones (they are kept as the statement's and the client's). It
 // reports whether it relayed the column count and definitions (the caller goes on with the EOF or rows), and
 // the column count packet's leading bytes.
-func (ss *session) relayExecuteColumns() (bool, error) {
-	be, x := ss.be, ss.exec
+func (r relay) executeColumns() (bool, error) {
+	ss := r.ss
+	be, x := r.be, ss.exec
 	st := x.st
 	n, hd, err := be.PeekHead(okHead)
 	if err != nil || x.bs == nil || len(hd) == 0 || n >= mysqlwire.MaxPayload ||
 		hd[0] == mysqlwire.HeaderOK || hd[0] == mysqlwire.HeaderERR {
 		return false, err
 	}
-	cols, defs, ok := mysqlwire.ReadColumnCount(hd, ss.c.ExtCapabilities)
+	cols, defs, ok := mysqlwire.ReadColumnCount(hd, r.ss.c.ExtCapabilities)
 	if !ok || (!defs && !x.sendDefs) {
 		return false, nil // the usual case: relayed as any packet
 	}
@@ -279,16 +280,16 @@ func (ss *session) relayExecuteColumns() (bool, error) {
 	if !defs {
 		_, k, _ := mysqlwire.ReadLenEnc(p)
 		p[k] = 1 // metadata follows
-		if err := ss.writeClient(p); err != nil {
+		if err := r.ss.writeClient(p); err != nil {
 			return false, err
 		}
-		if err := backend.Payloads(x.bs.Defs, func(d []byte) bool { err = ss.writeClient(d); return err == nil }); err != nil {
+		if err := backend.Payloads(x.bs.Defs, func(d []byte) bool { err = r.ss.writeClient(d); return err == nil }); err != nil {
 			return false, err
 		}
 		st.defs = x.bs.Defs
 		return true, err
 	}
-	if err := ss.writeClient(p); err != nil {
+	if err := r.ss.writeClient(p); err != nil {
 		return false, err
 	}
 	var fresh []byte
@@ -298,7 +299,7 @@ func (ss *session) relayExecuteColumns() (bool, error) {
 			return false, err
 		}
 		fresh = append(append(fresh, byte(len(d)), byte(len(d)>>8), byte(len(d)>>16)), d...)
-		if err := ss.writeClient(d); err != nil {
+		if err := r.ss.writeClient(d); err != nil {
 			return false, err
 		}
 	}

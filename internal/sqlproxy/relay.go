@@ -7,32 +7,39 @@ import (
 	"github.com/keywaydb/keyway/internal/mysqlwire"
 )
 
-// This file streams backend replies to the client. Each function reads exactly one reply of the kind its command
+// This file streams backend replies to the client: a relay reads one reply from the backend connection it was given
+// (the one the statement borrowed) and writes it where the session's replies go. Each function reads exactly one reply of the kind its command
 // produces and stops at its last packet, so the next command starts on a clean stream. They return the rows passed
 // (counted, not decoded), whether the reply was an ERR, and an I/O or protocol error (a *mysqlwire.WriteError when
 // the client side failed).
 
+// relay streams one reply from be, the backend connection the command ran on, for session ss.
+type relay struct {
+	ss *session
+	be *backend.Conn
+}
+
 // pkt relays one packet from the backend to ss.dst and returns its length and leading bytes. Before blocking on
 // the backend it flushes what the client has not yet received, so a slow result still streams.
-func (ss *session) pkt() (int, []byte, error) {
-	if err := ss.flushBeforeWait(); err != nil {
+func (r relay) pkt() (int, []byte, error) {
+	if err := r.flushBeforeWait(); err != nil {
 		return 0, nil, err
 	}
-	ss.relayedPkts++
-	n, h, err := ss.be.RelayPacket(ss.dst, ss.head[:])
+	r.ss.relayedPkts++
+	n, h, err := r.be.RelayPacket(r.ss.dst, r.ss.head[:])
 	if err != nil {
 		return n, nil, err
 	}
 	if n == 0 {
 		return 0, nil, nil
 	}
-	return n, ss.head[:h], nil
+	return n, r.ss.head[:h], nil
 }
 
 // flushBeforeWait flushes what the client has not yet received when the backend's next packet is not buffered.
-func (ss *session) flushBeforeWait() error {
-	if ss.dst != nil && ss.be.Buffered() < 4 && ss.dst.Pending() > 0 {
-		if err := ss.dst.Flush(); err != nil {
+func (r relay) flushBeforeWait() error {
+	if r.ss.dst != nil && r.be.Buffered() < 4 && r.ss.dst.Pending() > 0 {
+		if err := r.ss.dst.Flush(); err != nil {
 			return &mysqlwire.WriteError{Err: err}
 		}
 	}
@@ -47,20 +54,20 @@ const okHead = 1 + 9 + 9 + 2
 // backend connection always tracks them, state.go in package backend) are recorded on the connection and in the
 // session's pins (noteState), and left out for a client that did not negotiate session tracking; its insert id
 // becomes the session's LAST_INSERT_ID(). Any other packet is relayed as pkt does.
-func (ss *session) pktOK(okHeader byte) (int, []byte, error) {
-	if err := ss.flushBeforeWait(); err != nil {
+func (r relay) pktOK(okHeader byte) (int, []byte, error) {
+	if err := r.flushBeforeWait(); err != nil {
 		return 0, nil, err
 	}
-	be := ss.be
+	be := r.be
 	n, hd, err := be.PeekHead(okHead)
 	if err != nil {
 		return 0, nil, err
 	}
 	if len(hd) == 0 || hd[0] != okHeader || n >= mysqlwire.MaxPayload {
-		return ss.pkt()
+		return r.pkt()
 	}
 	if st, ok := mysqlwire.OKStatus(hd); !ok || st&mysqlwire.StatusSessionStateChanged == 0 {
-		n, first, err := ss.pkt()
+		n, first, err := r.pkt()
 		if err == nil {
 			if ok, perr := mysqlwire.ParseOK(first, 0); perr == nil {
 				be.NoteInsertID(ok.LastInsertID)
@@ -77,20 +84,20 @@ func (ss *session) pktOK(okHeader byte) (int, []byte, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	ss.noteState(note)
-	if ss.c.Capabilities&mysqlwire.ClientSessionTrack == 0 {
+	r.ss.noteState(note)
+	if r.ss.c.Capabilities&mysqlwire.ClientSessionTrack == 0 {
 		if p, err = mysqlwire.StripSessionState(p); err != nil {
 			return 0, nil, err
 		}
 	}
-	h := copy(ss.head[:], p)
-	ss.relayedPkts++
-	if ss.dst != nil {
-		if err := ss.dst.WritePacket(p); err != nil {
+	h := copy(r.ss.head[:], p)
+	r.ss.relayedPkts++
+	if r.ss.dst != nil {
+		if err := r.ss.dst.WritePacket(p); err != nil {
 			return 0, nil, &mysqlwire.WriteError{Err: err}
 		}
 	}
-	return len(p), ss.head[:h], nil
+	return len(p), r.ss.head[:h], nil
 }
 
 // noteState pins the session for state the server reported that keyway cannot carry to another connection.
@@ -115,22 +122,22 @@ func isErr(n int, first []byte) bool {
 }
 
 // terminatorStatus reads the status flags of a terminator, and notes whether it carries warnings.
-func (ss *session) terminatorStatus(first []byte) uint16 {
+func (r relay) terminatorStatus(first []byte) uint16 {
 	var st, w uint16
-	if ss.deprecateEOF {
+	if r.ss.deprecateEOF {
 		st, _ = mysqlwire.OKStatus(first)
 		w, _ = mysqlwire.OKWarnings(first)
 	} else {
 		st, _ = mysqlwire.EOFStatus(first)
 		w, _ = mysqlwire.EOFWarnings(first)
 	}
-	ss.warned = ss.warned || w > 0
+	r.ss.warned = r.ss.warned || w > 0
 	return st
 }
 
-// relayOne relays a one-packet reply (OK, ERR, EOF or a string).
-func (ss *session) relayOne() (int64, bool, error) {
-	n, first, err := ss.pktOK(mysqlwire.HeaderOK)
+// one relays a one-packet reply (OK, ERR, EOF or a string).
+func (r relay) one() (int64, bool, error) {
+	n, first, err := r.pktOK(mysqlwire.HeaderOK)
 	if err != nil {
 		return 0, false, err
 	}
@@ -138,43 +145,43 @@ func (ss *session) relayOne() (int64, bool, error) {
 	case isErr(n, first):
 		return 0, true, nil
 	case len(first) > 0 && first[0] == mysqlwire.HeaderOK:
-		ss.be.Status, _ = mysqlwire.OKStatus(first)
+		r.be.Status, _ = mysqlwire.OKStatus(first)
 	case isTerminator(n, first) && len(first) >= 5:
-		ss.be.Status, _ = mysqlwire.EOFStatus(first)
+		r.be.Status, _ = mysqlwire.EOFStatus(first)
 	}
 	return 0, false, nil
 }
 
-// relayQueryResults relays the reply to COM_QUERY: one or more results (OK, ERR, result set, LOCAL INFILE).
-func (ss *session) relayQueryResults() (int64, bool, error) { return ss.relayResults(true) }
+// queryResults relays the reply to COM_QUERY: one or more results (OK, ERR, result set, LOCAL INFILE).
+func (r relay) queryResults() (int64, bool, error) { return r.results(true) }
 
-// relayExecuteResults relays the reply to COM_STMT_EXECUTE: binary result sets; a cursor's reply has no rows.
-func (ss *session) relayExecuteResults() (int64, bool, error) { return ss.relayResults(false) }
+// executeResults relays the reply to COM_STMT_EXECUTE: binary result sets; a cursor's reply has no rows.
+func (r relay) executeResults() (int64, bool, error) { return r.results(false) }
 
-func (ss *session) relayResults(query bool) (rows int64, failed bool, err error) {
-	ss.warned = false
+func (r relay) results(query bool) (rows int64, failed bool, err error) {
+	r.ss.warned = false
 	for {
 		if query {
-			n, hd, err := ss.be.PeekHead(1)
+			n, hd, err := r.be.PeekHead(1)
 			if err != nil {
 				return rows, failed, err
 			}
 			if n > 0 && hd[0] == mysqlwire.HeaderLocalInfile {
-				refused, err := ss.localInfile()
+				refused, err := r.localInfile()
 				if err != nil || refused {
 					return rows, true, err
 				}
 				continue // the statement's OK or ERR follows
 			}
 		}
-		relayed := false // the column count and definitions, by relayExecuteColumns
-		if !query && ss.exec.bs != nil && ss.cachesMetadata() {
-			if relayed, err = ss.relayExecuteColumns(); err != nil {
+		relayed := false // the column count and definitions, by relay.executeColumns
+		if !query && r.ss.exec.bs != nil && r.ss.cachesMetadata() {
+			if relayed, err = r.executeColumns(); err != nil {
 				return rows, failed, err
 			}
 		}
 		if !relayed {
-			n, first, err := ss.pktOK(mysqlwire.HeaderOK)
+			n, first, err := r.pktOK(mysqlwire.HeaderOK)
 			if err != nil {
 				return rows, failed, err
 			}
@@ -185,9 +192,9 @@ func (ss *session) relayResults(query bool) (rows int64, failed bool, err error)
 			case first[0] == mysqlwire.HeaderOK:
 				st, _ := mysqlwire.OKStatus(first)
 				if w, _ := mysqlwire.OKWarnings(first); w > 0 {
-					ss.warned = true
+					r.ss.warned = true
 				}
-				ss.be.Status = st
+				r.be.Status = st
 				if st&mysqlwire.StatusMoreResultsExists != 0 {
 					continue
 				}
@@ -195,7 +202,7 @@ func (ss *session) relayResults(query bool) (rows int64, failed bool, err error)
 			case isErr(n, first):
 				return rows, true, nil
 			}
-			cols, defs, ok := mysqlwire.ReadColumnCount(first, ss.c.ExtCapabilities)
+			cols, defs, ok := mysqlwire.ReadColumnCount(first, r.ss.c.ExtCapabilities)
 			if !ok || cols == 0 {
 				return rows, failed, errUnexpected("as a column count", first)
 			}
@@ -203,56 +210,56 @@ func (ss *session) relayResults(query bool) (rows int64, failed bool, err error)
 				cols = 0 // the client has them (MariaDB's metadata cache): none follow
 			}
 			for i := uint64(0); i < cols; i++ {
-				if _, _, err := ss.pkt(); err != nil {
+				if _, _, err := r.pkt(); err != nil {
 					return rows, failed, err
 				}
 			}
 		}
-		if !ss.deprecateEOF {
-			n, first, err := ss.pkt()
+		if !r.ss.deprecateEOF {
+			n, first, err := r.pkt()
 			if err != nil {
 				return rows, failed, err
 			}
 			if !isTerminator(n, first) {
 				return rows, failed, errUnexpected("after column definitions (want EOF)", first)
 			}
-			st := ss.terminatorStatus(first)
+			st := r.terminatorStatus(first)
 			if st&mysqlwire.StatusCursorExists != 0 {
 				// A cursor was opened: the rows come with COM_STMT_FETCH.
-				ss.be.Status = st
+				r.be.Status = st
 				if st&mysqlwire.StatusMoreResultsExists != 0 {
 					continue
 				}
 				return rows, failed, nil
 			}
 		}
-		r, st, bad, err := ss.relayRowsToEnd()
-		rows += r
+		n, st, bad, err := r.rowsToEnd()
+		rows += n
 		if err != nil || bad {
 			return rows, bad, err
 		}
-		ss.be.Status = st
+		r.be.Status = st
 		if st&mysqlwire.StatusMoreResultsExists == 0 {
 			return rows, failed, nil
 		}
 	}
 }
 
-// relayRowsToEnd relays rows until the terminator (returning its status) or an ERR (bad).
-func (ss *session) relayRowsToEnd() (rows int64, status uint16, bad bool, err error) {
+// rowsToEnd relays rows until the terminator (returning its status) or an ERR (bad).
+func (r relay) rowsToEnd() (rows int64, status uint16, bad bool, err error) {
 	for {
 		var n int
 		var first []byte
-		if ss.deprecateEOF {
-			n, first, err = ss.pktOK(mysqlwire.HeaderEOF) // the terminator is an OK
+		if r.ss.deprecateEOF {
+			n, first, err = r.pktOK(mysqlwire.HeaderEOF) // the terminator is an OK
 		} else {
-			n, first, err = ss.pkt()
+			n, first, err = r.pkt()
 		}
 		if err != nil {
 			return rows, 0, false, err
 		}
 		if isTerminator(n, first) {
-			return rows, ss.terminatorStatus(first), false, nil
+			return rows, r.terminatorStatus(first), false, nil
 		}
 		if isErr(n, first) {
 			return rows, 0, true, nil
@@ -261,19 +268,19 @@ func (ss *session) relayRowsToEnd() (rows int64, status uint16, bad bool, err er
 	}
 }
 
-// relayRows relays the reply to COM_STMT_FETCH: rows, then a terminator (or an ERR).
-func (ss *session) relayRows() (int64, bool, error) {
-	rows, st, bad, err := ss.relayRowsToEnd()
+// rows relays the reply to COM_STMT_FETCH: rows, then a terminator (or an ERR).
+func (r relay) rows() (int64, bool, error) {
+	rows, st, bad, err := r.rowsToEnd()
 	if err == nil && !bad {
-		ss.be.Status = st
+		r.be.Status = st
 	}
 	return rows, bad, err
 }
 
-// relayFieldList relays the reply to COM_FIELD_LIST: column definitions, then EOF (or an ERR).
-func (ss *session) relayFieldList() (int64, bool, error) {
+// fieldList relays the reply to COM_FIELD_LIST: column definitions, then EOF (or an ERR).
+func (r relay) fieldList() (int64, bool, error) {
 	for {
-		n, first, err := ss.pkt()
+		n, first, err := r.pkt()
 		if err != nil {
 			return 0, false, err
 		}
@@ -290,18 +297,18 @@ func (ss *session) relayFieldList() (int64, bool, error) {
 // client and the file's packets back to the backend, ending with the client's empty packet; the statement's OK or
 // ERR then follows on the backend. Refused, keyway ends the transfer itself (an empty packet: "no data"), drains
 // whatever the backend still sends for this command, and answers the client with an ERR instead.
-func (ss *session) localInfile() (refused bool, err error) {
-	if ss.s.opts.AllowLocalInfile && ss.dst != nil {
-		if _, _, err := ss.pkt(); err != nil {
+func (r relay) localInfile() (refused bool, err error) {
+	if r.ss.s.opts.AllowLocalInfile && r.ss.dst != nil {
+		if _, _, err := r.pkt(); err != nil {
 			return false, err
 		}
-		if err := ss.c.Flush(); err != nil {
+		if err := r.ss.c.Flush(); err != nil {
 			return false, &mysqlwire.WriteError{Err: err}
 		}
 		for {
-			n, _, err := ss.c.RelayPacket(ss.be.Conn, nil) // client → backend
+			n, _, err := r.ss.c.RelayPacket(r.be.Conn, nil) // client → backend
 			if err != nil {
-				ss.be.MarkBroken()
+				r.be.MarkBroken()
 				var we *mysqlwire.WriteError
 				if errors.As(err, &we) {
 					return false, we.Err // the backend failed
@@ -312,27 +319,27 @@ func (ss *session) localInfile() (refused bool, err error) {
 				break
 			}
 		}
-		if err := ss.be.Flush(); err != nil {
+		if err := r.be.Flush(); err != nil {
 			return false, err
 		}
 		return false, nil
 	}
-	saved := ss.dst
-	ss.dst = discard.conn(ss) // the client must not see what the backend sends for the refused transfer
-	defer func() { ss.dst = saved }()
-	if _, _, err := ss.pkt(); err != nil { // consume the request
+	saved := r.ss.dst
+	r.ss.dst = discard.conn(r.ss) // the client must not see what the backend sends for the refused transfer
+	defer func() { r.ss.dst = saved }()
+	if _, _, err := r.pkt(); err != nil { // consume the request
 		return true, err
 	}
-	if err := ss.be.WritePacket(nil); err != nil {
+	if err := r.be.WritePacket(nil); err != nil {
 		return true, err
 	}
-	if err := ss.be.Flush(); err != nil {
+	if err := r.be.Flush(); err != nil {
 		return true, err
 	}
-	if _, _, err := ss.relayResults(true); err != nil {
+	if _, _, err := r.results(true); err != nil {
 		return true, err
 	}
-	ss.dst = saved
+	r.ss.dst = saved
 	if saved != nil {
 		if err := saved.Finish(mysqlwire.AppendError(saved.Begin(), mysqlwire.NewError(mysqlwire.ERNotAllowedCommand, "42000",
 			"keyway: LOAD DATA LOCAL INFILE is refused: set allow_local_infile = true in [sql] to let keyway relay it"))); err != nil {

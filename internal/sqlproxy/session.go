@@ -74,7 +74,7 @@ type session struct {
 	holdNext bool
 
 	deprecateEOF bool
-	// warned is set when the last reply relayResults passed ended with a warning count above zero: a reply the
+	// warned is set when the last reply relay.results passed ended with a warning count above zero: a reply the
 	// result cache must not keep, since a replay cannot give SHOW WARNINGS what the backend said.
 	warned bool
 	// dst is where relayed replies go: the client, or nil while draining a reply the client must not see.
@@ -427,22 +427,22 @@ func (ss *session) dispatch(p []byte) error {
 	case comStmtPrepare, comStmtExecute, comStmtFetch, comStmtSendLongData, comStmtClose, comStmtReset:
 		return ss.stmtCommand(p) // prepared.go
 	case comFieldList:
-		return ss.forward(p, ss.relayFieldList)
+		return ss.forward(p, relay.fieldList)
 	case comInitDB:
 		db := string(p[1:])
-		return ss.forward(p, func() (int64, bool, error) {
-			_, failed, err := ss.relayOne()
+		return ss.forward(p, func(r relay) (int64, bool, error) {
+			_, failed, err := r.one()
 			if err == nil && !failed {
-				ss.be.State.DB, ss.be.DBKnown = db, true
+				r.be.State.DB, r.be.DBKnown = db, true
 			}
 			return 0, failed, err
 		})
 	case comSetOption:
 		// Multi-statements on or off: state of the connection that keyway does not carry.
 		ss.pin.set |= pinSet(PinVariable)
-		return ss.forward(p, ss.relayOne)
+		return ss.forward(p, relay.one)
 	case comPing, comStatistics:
-		return ss.forward(p, ss.relayOne)
+		return ss.forward(p, relay.one)
 	case comResetConnection:
 		return ss.resetConnection()
 	case comChangeUser:
@@ -517,8 +517,8 @@ func (ss *session) writeCommand(p []byte, replyNext bool) error {
 
 // forward sends command p to the backend and streams the reply to the client with relay. It reports relay's
 // outcome; an error from either side ends the session (the client has been told when it can be).
-func (ss *session) forward(p []byte, relay func() (int64, bool, error)) error {
-	_, _, err := ss.exchange(p, nil, nil, relay, toClient)
+func (ss *session) forward(p []byte, fn func(relay) (int64, bool, error)) error {
+	_, _, err := ss.exchange(p, nil, nil, fn, toClient)
 	return err
 }
 
@@ -528,7 +528,7 @@ func (ss *session) forward(p []byte, relay func() (int64, bool, error)) error {
 // (onConnection). The tables the
 // plan names are settled before it is sent, and those it writes are invalidated before the reply is flushed to
 // the client. It returns the row count and whether the reply was an ERR.
-func (ss *session) exchange(p []byte, plan *Plan, st *prepared, relay func() (int64, bool, error), to sink) (int64, bool, error) {
+func (ss *session) exchange(p []byte, plan *Plan, st *prepared, fn func(relay) (int64, bool, error), to sink) (int64, bool, error) {
 	saved := ss.dst
 	ss.dst = to.conn(ss)
 	defer func() { ss.dst = saved }()
@@ -557,7 +557,7 @@ func (ss *session) exchange(p []byte, plan *Plan, st *prepared, relay func() (in
 	}
 	be := ss.be
 	ss.warned, ss.relayedPkts = false, 0
-	rows, failed, err := relay()
+	rows, failed, err := fn(relay{ss: ss, be: be})
 	if err == nil {
 		ss.status, ss.db = be.Status, be.State.DB
 		if failed || ss.warned || (plan != nil && plan.KeepNext) {
@@ -585,7 +585,7 @@ func (ss *session) exchange(p []byte, plan *Plan, st *prepared, relay func() (in
 		ss.retried = true
 		ss.s.log.Debug("sql: backend connection lost before the reply; the read runs again on another connection",
 			"session", ss.id, "err", err)
-		return ss.exchange(p, plan, st, relay, to)
+		return ss.exchange(p, plan, st, fn, to)
 	}
 	// An ERR is legal at any point of a reply, and the client must not wait.
 	ss.sendErr(mysqlwire.NewError(mysqlwire.CRServerLost, "HY000",
@@ -617,7 +617,7 @@ func (ss *session) query(p []byte) error {
 	if h := ss.hintFor(sql, plan); ss.route(plan, h) == toCache {
 		return ss.queryThroughCache(p, plan, h.ttl, start)
 	}
-	rows, failed, err := ss.exchange(p, plan, nil, ss.relayQueryResults, toClient)
+	rows, failed, err := ss.exchange(p, plan, nil, relay.queryResults, toClient)
 	ss.record(plan, rows, time.Since(start), failed || err != nil)
 	return err
 }
