@@ -46,6 +46,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -194,6 +195,10 @@ type Group struct {
 	stop chan struct{}
 	wg   sync.WaitGroup
 
+	// stmtsPerConn bounds the statements prepared on one pooled connection (stmts.go): MaxStmtsPerConn, or less so
+	// that the budget's connections together keep within half the server's max_prepared_stmt_count.
+	stmtsPerConn atomic.Int32
+
 	mu struct {
 		sync.Mutex
 		pools     map[PoolKey]*Pool
@@ -214,6 +219,7 @@ type Group struct {
 		budgetUsed    int
 		budgetWaiters []chan struct{}
 		budgetKnown   bool // budget is set (configured, or read from the server)
+		stmtsKnown    bool // stmtsPerConn was set from the server's max_prepared_stmt_count
 		// monitorRefused is the server's last refusal of the monitoring account ("" while it logs in), so the
 		// warning is logged once per distinct refusal, not every HealthInterval.
 		monitorRefused string
@@ -225,6 +231,7 @@ func NewGroup(o GroupOptions) *Group {
 	o.ensureDefaults()
 	g := &Group{cfg: o, log: o.Logger.With("group", o.Name, "addr", o.Primary.Address), stop: make(chan struct{})}
 	g.tls, g.tlsErr = o.tlsConfig()
+	g.stmtsPerConn.Store(MaxStmtsPerConn)
 	g.mu.pools = make(map[PoolKey]*Pool)
 	if o.MaxConnections != 0 {
 		g.mu.budget, g.mu.budgetKnown = max(o.MaxConnections, 0), true
@@ -287,22 +294,38 @@ func (g *Group) MaxConnections() int {
 // broke it (then c is marked broken).
 func (g *Group) learnBudget(c *Conn) {
 	g.mu.Lock()
-	known := g.mu.budgetKnown
+	known := g.mu.budgetKnown && g.mu.stmtsKnown
 	g.mu.Unlock()
 	if known {
 		return
 	}
 	_ = c.SetDeadline(time.Now().Add(g.cfg.ConnectTimeout))
-	v, err := c.queryInt("SELECT @@GLOBAL.max_connections")
+	vals, err := c.queryStrings("SELECT @@GLOBAL.max_connections, @@GLOBAL.max_prepared_stmt_count")
 	_ = c.SetDeadline(time.Time{})
+	var maxConns, maxStmts int
+	if err == nil {
+		maxConns, err = strconv.Atoi(vals[0])
+	}
+	if err == nil {
+		maxStmts, err = strconv.Atoi(vals[1])
+	}
 	if err != nil {
-		g.log.Debug("reading max_connections failed", "err", err)
+		g.log.Debug("reading max_connections and max_prepared_stmt_count failed", "err", err)
 		return
 	}
 	g.mu.Lock()
 	if !g.mu.budgetKnown {
-		g.mu.budget, g.mu.budgetKnown = budgetFor(v), true
-		g.log.Info("backend connection budget", "max_connections", v, "budget", g.mu.budget)
+		g.mu.budget, g.mu.budgetKnown = budgetFor(maxConns), true
+		g.log.Info("backend connection budget", "max_connections", maxConns, "budget", g.mu.budget)
+	}
+	if !g.mu.stmtsKnown {
+		conns := g.mu.budget
+		if conns <= 0 {
+			conns = g.cfg.MaxOpen
+		}
+		// Half the server's statements at most, so keyway's connections together never take them all.
+		g.stmtsPerConn.Store(int32(min(max(maxStmts/(2*conns), 1), MaxStmtsPerConn)))
+		g.mu.stmtsKnown = true
 	}
 	g.mu.Unlock()
 }
@@ -863,18 +886,6 @@ func (c *Conn) peek(wait bool) (readable bool, err error) {
 		return !wait // nothing yet: a look returns, a wait parks for readiness
 	})
 	return readable, err
-}
-
-// queryInt runs a text query whose first row's first column is an integer, and returns it (see queryStrings).
-func (c *Conn) queryInt(q string) (int, error) {
-	vals, err := c.queryStrings(q)
-	if err != nil {
-		return 0, err
-	}
-	if vals[0] == "" {
-		return 0, fmt.Errorf("%s: no value", q)
-	}
-	return strconv.Atoi(vals[0])
 }
 
 // queryStrings runs a text query that returns one row and returns its columns' values (NULL as ""). The whole

@@ -64,7 +64,7 @@ func TestNoteOK(t *testing.T) {
 		p := mysqlwire.AppendLenEnc(mysqlwire.AppendLenEnc([]byte{mysqlwire.HeaderOK}, 0), insertID)
 		p = binary.LittleEndian.AppendUint16(p, mysqlwire.StatusSessionStateChanged|mysqlwire.StatusAutocommit)
 		p = append(p, 0, 0) // warnings
-		p = append(p, 0) // empty info
+		p = append(p, 0)    // empty info
 		return append(mysqlwire.AppendLenEnc(p, uint64(len(state))), state...)
 	}
 	c := &Conn{State: baseState()}

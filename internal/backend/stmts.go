@@ -3,8 +3,9 @@ package backend
 // This file is the statements prepared on a backend connection. The SQL door gives its clients statement ids of its
 // own; a client's statement runs on whichever connection its session borrows, prepared there the first time
 // (Conn.Prepare) and kept in the connection's cache for every session that runs the same text in the same state
-// (StmtKey). The cache is bounded (MaxStmtsPerConn): past it the least recently used statement is closed on the
-// server (COM_STMT_CLOSE), so keyway's connections together stay below the server's max_prepared_stmt_count.
+// (StmtKey). The cache is bounded (MaxStmtsPerConn, less when the group's connection budget times it would pass half
+// the server's max_prepared_stmt_count: Group.stmtsPerConn): past it the least recently used statement is closed on
+// the server (COM_STMT_CLOSE), so keyway's connections together never take the server's last statements.
 
 import (
 	"encoding/binary"
@@ -14,9 +15,8 @@ import (
 	"github.com/keywaydb/keyway/internal/mysqlwire"
 )
 
-// MaxStmtsPerConn bounds the statements prepared on one connection. With the group's connection budget (136 for
-// MariaDB's default max_connections) it keeps keyway's statements well below the server's max_prepared_stmt_count
-// (16,382 by default): 136 × 60 = 8,160.
+// MaxStmtsPerConn bounds the statements prepared on one connection (lowered per group: see the file comment). With
+// MariaDB's defaults (a budget of 136 connections, max_prepared_stmt_count 16,382) it is the bound: 136 × 60 = 8,160.
 const MaxStmtsPerConn = 60
 
 const (
@@ -145,7 +145,11 @@ func (c *Conn) addStmt(k StmtKey, st *Stmt) {
 	if old := c.stmts[k]; old != nil {
 		c.closeStmt(old.ID)
 	}
-	if len(c.stmts) >= MaxStmtsPerConn {
+	limit := MaxStmtsPerConn
+	if c.pool != nil {
+		limit = int(c.pool.g.stmtsPerConn.Load())
+	}
+	if len(c.stmts) >= limit {
 		var lk StmtKey
 		var lru *Stmt
 		for k, s := range c.stmts {

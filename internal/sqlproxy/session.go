@@ -160,7 +160,12 @@ func (ss *session) run() {
 	if err := ss.attach(hs.DB); err != nil {
 		return
 	}
-	if err := ss.c.WriteOK(ss.status); err != nil {
+	// The login's OK goes out with the read of the client's first command (FlushBeforeReply): the client sends
+	// nothing before it has the OK, and a client that connects only to disconnect (PHP) saves keyway a read.
+	if err := ss.c.Finish(mysqlwire.AppendOK(ss.c.Begin(), ss.c.Capabilities, 0, 0, ss.status, 0)); err != nil {
+		return
+	}
+	if err := ss.c.FlushBeforeReply(); err != nil {
 		return
 	}
 	_ = ss.nc.SetDeadline(time.Time{})
