@@ -85,6 +85,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/keywaydb/keyway/internal/spin"
+
 	"github.com/keywaydb/keyway/internal/sockio"
 )
 
@@ -184,7 +186,7 @@ func newEventLoop(s *Server) (*eventLoop, error) {
 		l.closeDescriptors()
 		return nil, os.NewSyscallError("epoll_ctl", err)
 	}
-	l.wait = readyWait{epfd: epfd, events: make([]unix.EpollEvent, 128), spin: s.opts.LoopSpin}
+	l.wait = readyWait{epfd: epfd, events: make([]unix.EpollEvent, 128), spin: spin.Budget{Base: s.opts.LoopSpin}}
 	l.take = l.wait.take // a closure made per wait would be an allocation per wait
 	return l, nil
 }
@@ -475,23 +477,11 @@ type readyWait struct {
 	events []unix.EpollEvent
 	n      int // events ready, from the last take or block
 	errno  syscall.Errno
-	// The spin before a blocking wait (see spinWait): its base length (Options.LoopSpin) and its length now, the
-	// spins that found nothing in a row, and how many blocking waits go without a spin before the next is tried.
-	spin   time.Duration
-	budget time.Duration
-	misses int
-	skip   int
+	// spin is the spin before a blocking wait (package spin; its Base is Options.LoopSpin), and poll its look at
+	// the set, made once.
+	spin spin.Budget
+	poll func() bool
 }
-
-// Backoff of a loop whose spins find nothing (see spinWait): after spinMissesAllowed misses in a row, each further
-// one doubles the blocking waits that go without a spin, up to 2^(maxSpinMisses-spinMissesAllowed)-1, after which
-// the loop still spins before one wait in that many, to learn when its clients come back quicker. A spin's length
-// goes from the base (Options.LoopSpin) up to maxSpinTimes the base.
-const (
-	spinMissesAllowed = 8
-	maxSpinMisses     = 14
-	maxSpinTimes      = 3
-)
 
 // take is run's poller callback: it fills events with what the epoll set holds ready, without waiting (a raw
 // epoll_pwait with no timeout), and reports false, to wait in the poller, when nothing is.
@@ -507,11 +497,11 @@ func (w *readyWait) take(uintptr) bool {
 }
 
 // block waits in epoll_pwait, with no timeout, until the set holds something ready or the call fails: a blocking
-// system call, made on the thread runUntilLeft keeps (LoopThreads). With spin (the loop serves one connection) it
-// spins first (spinWait).
-func (w *readyWait) block(spin bool) {
+// system call, made on the thread runUntilLeft keeps (LoopThreads). With maySpin (the loop serves one connection)
+// it spins first (spinWait).
+func (w *readyWait) block(maySpin bool) {
 	spun := false
-	if spin && w.spin > 0 {
+	if maySpin {
 		var found bool
 		if found, spun = w.spinWait(); found {
 			return
@@ -529,57 +519,21 @@ func (w *readyWait) block(spin bool) {
 			break
 		}
 	}
-	if spun && time.Since(start) < lateBy*w.spin {
-		w.late()
+	if spun {
+		w.spin.Blocked(time.Since(start))
 	}
 }
 
-// lateBy, times the base spin, is how soon after a spin that found nothing a request must come to count as just
-// late (see late). The blocking wait that found it includes the loop's own wake-up, so it is generous.
-const lateBy = 4
-
-// late is told that a request came just after the spin gave up: the next spins are longer (up to maxSpinTimes the
-// base), and the spin does not count as a miss.
-func (w *readyWait) late() {
-	w.budget = min(max(w.budget, w.spin)+w.spin/2, maxSpinTimes*w.spin)
-	w.misses, w.skip = max(w.misses-1, 0), 0
-}
-
-// spinWait looks at the set, without waiting, again and again for up to the spin's length, and reports whether it
-// found something ready (or a failure) in time, and whether it spun at all (not while backing off).
-//
-// Why: a loop's thread that blocks leaves its CPU idle, and on a virtual machine waking an idle CPU is slow; a
-// client that sends its next request within microseconds of its reply (one sequential client: PHP, the seed's
-// loops) waits for that wake-up on every request. The spin's length follows the client: a fixed one missed every
-// request that a slower phase of the machine made the client send a little later.
-//
-// The length: it starts at the base (Options.LoopSpin); a request that comes just after a spin gave up (late) makes
-// the next spins half a base longer, up to maxSpinTimes the base; one found in the first half of a spin makes them a
-// quarter of a base shorter, down to the base. Only a loop with one connection spins (block's caller decides):
-// with several connections per loop, spins took CPU time their clients needed, and a loop with several connections
-// finds one ready without waiting more often anyway. A spin that finds nothing costs its CPU for nothing: after
-// spinMissesAllowed misses in a row (a client idle, or slower than the longest spin), each further miss doubles the
-// blocking waits that go without one, and a find makes the loop spin every time again.
+// spinWait looks at the set, without waiting, again and again for the spin's length (package spin says how long,
+// and when a loop backs off), and reports whether it found something ready (or a failure) in time, and whether it
+// spun at all. Only a loop with one connection spins (block's caller decides): with several connections per loop,
+// spins took CPU time their clients needed, and a loop with several connections finds one ready without waiting
+// more often anyway.
 func (w *readyWait) spinWait() (found, spun bool) {
-	if w.skip > 0 {
-		w.skip--
-		return false, false
+	if w.poll == nil {
+		w.poll = func() bool { return w.take(0) }
 	}
-	budget := max(w.budget, w.spin)
-	for start := time.Now(); time.Since(start) < budget; {
-		if w.take(0) {
-			w.misses = 0
-			if time.Since(start) < budget/2 { // in the first half: the spins may be shorter again, down to the base
-				w.budget = max(budget-w.spin/4, w.spin)
-			}
-			return true, true
-		}
-	}
-	w.misses = min(w.misses+1, maxSpinMisses)
-	if w.misses > spinMissesAllowed {
-		w.skip = 1<<(w.misses-spinMissesAllowed) - 1
-	}
-	return false, true
+	return w.spin.Wait(w.poll)
 }
 
 // shut closes every connection of a loop that is stopping, and the loop's own descriptors.

@@ -4,6 +4,7 @@ package memcache
 
 import (
 	"fmt"
+	spinpkg "github.com/keywaydb/keyway/internal/spin"
 	"testing"
 	"time"
 
@@ -25,7 +26,7 @@ func newSpinWait(t *testing.T, spin time.Duration) (w *readyWait, ready func(), 
 	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, efd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(efd)}); err != nil {
 		t.Fatal(err)
 	}
-	w = &readyWait{epfd: epfd, events: make([]unix.EpollEvent, 8), spin: spin}
+	w = &readyWait{epfd: epfd, events: make([]unix.EpollEvent, 8), spin: spinpkg.Budget{Base: spin}}
 	one := []byte{1, 0, 0, 0, 0, 0, 0, 0}
 	ready = func() {
 		if _, err := unix.Write(efd, one); err != nil {
@@ -43,7 +44,7 @@ func newSpinWait(t *testing.T, spin time.Duration) (w *readyWait, ready func(), 
 // clears any backoff.
 func TestLoopSpinFindsRequestWithin(t *testing.T) {
 	w, ready, _ := newSpinWait(t, 10*time.Second)
-	w.misses = 3
+	w.spin.SetState(0, 3, 0)
 	go func() {
 		time.Sleep(20 * time.Millisecond)
 		ready()
@@ -54,39 +55,8 @@ func TestLoopSpinFindsRequestWithin(t *testing.T) {
 	if w.n != 1 || w.errno != 0 {
 		t.Fatalf("the spin left %d events, errno %v; want the eventfd's one", w.n, w.errno)
 	}
-	if w.misses != 0 || w.skip != 0 {
-		t.Fatalf("after a find: misses %d, skip %d; want 0, 0", w.misses, w.skip)
-	}
-}
-
-// TestLoopSpinBacksOff: past spinMissesAllowed spins in a row that find nothing, each further one doubles the
-// blocking waits that go without one, up to a cap; a wait that goes without a spin reports nothing found (block then
-// waits as it would without), and a find ends the backoff.
-func TestLoopSpinBacksOff(t *testing.T) {
-	w, ready, reset := newSpinWait(t, 100*time.Microsecond)
-	for miss := 1; miss <= maxSpinMisses+1; miss++ {
-		if found, _ := w.spinWait(); found {
-			t.Fatal("a spin found something in an empty set")
-		}
-		m, want := min(miss, maxSpinMisses), 0
-		if m > spinMissesAllowed {
-			want = 1<<(m-spinMissesAllowed) - 1
-		}
-		if w.skip != want || w.misses != m {
-			t.Fatalf("after %d misses in a row: %d waits to go without a spin (misses %d), want %d", miss, w.skip, w.misses, want)
-		}
-		// The waits to be skipped do not look, so none finds even a ready set.
-		ready()
-		for n := want; n > 0; n-- {
-			if found, _ := w.spinWait(); found {
-				t.Fatalf("a wait to be skipped spun (after miss %d)", miss)
-			}
-		}
-		reset()
-	}
-	ready()
-	if found, _ := w.spinWait(); !found || w.misses != 0 || w.skip != 0 {
-		t.Fatalf("a spin over a ready set: misses %d, skip %d; want a find and no backoff", w.misses, w.skip)
+	if _, misses, skip := w.spin.State(); misses != 0 || skip != 0 {
+		t.Fatalf("after a find: misses %d, skip %d; want 0, 0", misses, skip)
 	}
 }
 
@@ -137,15 +107,17 @@ func TestEventLoopSpinServes(t *testing.T) {
 	c.expect("VALUE k3 0 2\r\nv3\r\nEND\r\n")
 }
 
-// TestLoopSpinLengthFollowsClient: a request that comes just after a spin gave up makes the next spins longer (half
-// a base each time, up to maxSpinTimes the base) and does not count as a miss; requests found early make them
-// shorter again, down to the base.
-func TestLoopSpinLengthFollowsClient(t *testing.T) {
+// TestLoopSpinLateRequest: a request that comes just after the loop's spin gave up (found by the blocking wait that
+// follows) makes the next spins longer (package spin's Blocked).
+func TestLoopSpinLateRequest(t *testing.T) {
 	const base = 20 * time.Millisecond
 	w, ready, reset := newSpinWait(t, base)
 	// The request is sent a base after the spin should have ended; a machine slow to start the spin may see it
-	// within the spin instead (no change then), so a few tries are allowed. Without late, none changes the length.
-	for try := 0; w.budget == 0; try++ {
+	// within the spin instead (no change then), so a few tries are allowed.
+	for try := 0; ; try++ {
+		if length, _, _ := w.spin.State(); length != 0 {
+			break
+		}
 		if try == 5 {
 			t.Fatal("no request sent just after a spin gave up lengthened the spins")
 		}
@@ -159,25 +131,7 @@ func TestLoopSpinLengthFollowsClient(t *testing.T) {
 		}
 		reset()
 	}
-	if w.budget != base+base/2 || w.misses != 0 {
-		t.Fatalf("after a request just late: spin length %v, misses %d; want %v, 0", w.budget, w.misses, base+base/2)
-	}
-	for range 2 * maxSpinTimes {
-		w.late()
-	}
-	if w.budget != maxSpinTimes*base {
-		t.Fatalf("spin length %v after many late requests, want the cap %v", w.budget, maxSpinTimes*base)
-	}
-	ready()
-	for want := maxSpinTimes*base - base/4; ; want = max(want-base/4, base) {
-		if found, _ := w.spinWait(); !found {
-			t.Fatal("a spin over a ready set found nothing")
-		}
-		if w.budget != want {
-			t.Fatalf("spin length %v after an early find, want %v", w.budget, want)
-		}
-		if want == base {
-			break
-		}
+	if length, misses, _ := w.spin.State(); length != base+base/2 || misses != 0 {
+		t.Fatalf("after a request just late: spin length %v, misses %d; want %v, 0", length, misses, base+base/2)
 	}
 }

@@ -176,6 +176,14 @@ func (r connReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// SetSpinner makes the connection's reads spin with s before they wait for data (sockio.Spinner; nil: never). A
+// connection without raw calls (TLS, not a socket) never spins.
+func (c *Conn) SetSpinner(s *sockio.Spinner) {
+	if c.raw != nil {
+		c.raw.SetSpinner(s)
+	}
+}
+
 // NetConn returns the underlying connection (nil for NewConnRW).
 func (c *Conn) NetConn() net.Conn { return c.nc }
 

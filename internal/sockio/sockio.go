@@ -29,6 +29,8 @@
 //     connection on systems other than Linux, is returned as it is.
 //   - A raw call never blocks: a socket in Go's poller is non-blocking, and a write copies at most what the socket
 //     buffer takes (the rest waits for writability in the poller).
+//   - A read spins (raw reads again and again, package spin) before it waits in the poller only when its connection
+//     has a Spinner whose Gate admits it: at most one spinner in the process at a time.
 //   - AcceptLoop never spins on a failing listener: a retried failure pauses 5 ms to 1 s before the next Accept.
 package sockio
 
@@ -38,6 +40,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
+
+	"github.com/keywaydb/keyway/internal/spin"
 )
 
 // Conn is a socket whose reads and writes are raw system calls (see the package comment).
@@ -70,6 +75,37 @@ type op struct {
 	wn         int
 	werrno     syscall.Errno
 	b          [1]byte // its scratch
+	// A read's spin before it waits in the poller (SetSpinner): the spinner, the descriptor its poll reads, and
+	// the poll, bound once.
+	spinner *Spinner
+	fd      uintptr
+	poll    func() bool
+}
+
+// Spinner is what a Conn's reads do before they wait in the poller for data due within microseconds (package spin):
+// spin with Budget while Gate admits it (at most MaxBusy statements in flight, one spinner at a time). A Spinner
+// belongs to one waiter (a session); a connection shared by several (a pooled backend connection) is given the
+// borrower's for the time it borrows it.
+type Spinner struct {
+	Budget  spin.Budget
+	Gate    *spin.Gate
+	MaxBusy int32
+	// waitedFrom is when a spin that found nothing handed over to the poller, zero otherwise: how long the wait
+	// after it took tells the budget whether the data came just late.
+	waitedFrom time.Time
+	// stopped ends spins for good (Stop).
+	stopped atomic.Bool
+}
+
+// Stop ends any spin under way and every later one, so that a read deadline set to interrupt the reader (a KILL, a
+// shutdown) takes effect at once: a spin reads with raw calls, which no deadline reaches. Safe from any goroutine.
+func (s *Spinner) Stop() { s.stopped.Store(true) }
+
+// SetSpinner makes c's reads spin with s before they wait (nil: never).
+func (c *Conn) SetSpinner(s *Spinner) {
+	c.rd.mu.Lock()
+	c.rd.spinner = s
+	c.rd.mu.Unlock()
 }
 
 // Wrap returns nc with raw-call reads and writes when it is a socket, or nc itself.

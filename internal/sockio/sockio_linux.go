@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -136,7 +137,7 @@ func (c *Conn) writeFirst(fd uintptr) bool {
 		o.werrno = errno
 		return true
 	}
-	return false
+	return o.spin(fd) // the reply cannot be there yet: wait for it, spinning first when the Spinner may
 }
 
 // bind sets the callbacks the poller calls, once per connection: a method value made per call would be an
@@ -144,6 +145,7 @@ func (c *Conn) writeFirst(fd uintptr) bool {
 func (c *Conn) bind() {
 	c.rd.fn, c.wr.fn = c.rd.readOnce, c.wr.writeOnce
 	c.rd.writeFirst = c.writeFirst
+	c.rd.poll = c.rd.pollOnce
 	c.wr.peek = c.wr.peekOnce
 }
 
@@ -179,9 +181,44 @@ func (o *op) peekOnce(fd uintptr) {
 	}
 }
 
-// readOnce is a read's callback: one raw read into o.p; false (wait in the poller) when there is nothing yet.
+// readOnce is a read's callback: one raw read into o.p; false (wait in the poller) when there is nothing yet, after
+// a spin when the connection has a Spinner that may.
 func (o *op) readOnce(fd uintptr) bool {
 	o.n, o.errno = ReadNow(int(fd), o.p)
+	if o.errno != syscall.EAGAIN {
+		if s := o.spinner; s != nil && !s.waitedFrom.IsZero() {
+			s.Budget.Blocked(time.Since(s.waitedFrom))
+			s.waitedFrom = time.Time{}
+		}
+		return true
+	}
+	return o.spin(fd)
+}
+
+// spin spins for the data a read waits for, when the op's Spinner may now, and reports whether it came (o.n and
+// o.errno are the read's then).
+func (o *op) spin(fd uintptr) bool {
+	s := o.spinner
+	if s == nil || s.Gate == nil || s.stopped.Load() || !s.Gate.TrySpin(s.MaxBusy) {
+		return false
+	}
+	o.fd = fd
+	found, spun := s.Budget.Wait(o.poll)
+	s.Gate.Done()
+	if spun && !found {
+		s.waitedFrom = time.Now()
+	}
+	return found && o.errno != syscall.EAGAIN // stopped: to the poller, which sees the deadline
+}
+
+// pollOnce is a spin's look: one raw read into o.p; true when it found data, end-of-file or an error, or the
+// Spinner was stopped.
+func (o *op) pollOnce() bool {
+	if o.spinner.stopped.Load() {
+		o.n, o.errno = 0, syscall.EAGAIN
+		return true
+	}
+	o.n, o.errno = ReadNow(int(o.fd), o.p)
 	return o.errno != syscall.EAGAIN
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/keywaydb/keyway/internal/spin"
 	"github.com/keywaydb/keyway/internal/testenv"
 )
 
@@ -482,5 +483,46 @@ func TestWriteThenReadWaitsFirst(t *testing.T) {
 	}
 	if fused > 1.2 {
 		t.Errorf("WriteThenRead made %.2f reads per exchange (Write and Read: %.2f), want 1", fused, plain)
+	}
+}
+
+// TestSpinnerFindsDataWithin: a read whose Spinner the gate admits finds data that arrives within its spin without
+// waiting in the poller, leaves the gate free after, and a read the gate refuses (a statement in flight elsewhere)
+// waits as any read does; both read the data right.
+func TestSpinnerFindsDataWithin(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("raw calls are Linux's")
+	}
+	wrapped, peer := pair(t, "tcp")
+	var gate spin.Gate
+	s := &Spinner{Budget: spin.Budget{Base: time.Second}, Gate: &gate, MaxBusy: 0}
+	wrapped.(*Conn).SetSpinner(s)
+	read := func(want string) {
+		t.Helper()
+		go func() {
+			time.Sleep(5 * time.Millisecond)
+			peer.Write([]byte(want))
+		}()
+		buf := make([]byte, 16)
+		n, err := wrapped.Read(buf)
+		if err != nil || string(buf[:n]) != want {
+			t.Fatalf("read %q %v, want %q", buf[:n], err, want)
+		}
+	}
+	read("spun")
+	// A find in the first half of a spin sets the spin's length (to the base, from nothing): the spin found it.
+	if length, misses, _ := s.Budget.State(); length != time.Second || misses != 0 {
+		t.Fatalf("a spin of a second and data sent 5 ms in: length %v, misses %d; want a find", length, misses)
+	}
+	s.Budget.SetState(0, 0, 0)
+	if !gate.TrySpin(0) {
+		t.Fatal("the gate was left taken after a spin")
+	}
+	gate.Done()
+	gate.Begin() // a statement in flight: this read may not spin
+	read("waited")
+	gate.End()
+	if length, misses, _ := s.Budget.State(); length != 0 || misses != 0 {
+		t.Fatalf("a read the gate refused spun: length %v, misses %d", length, misses)
 	}
 }

@@ -55,7 +55,9 @@ func (c testSetup) options(t testing.TB) Options {
 		t.Fatal(err)
 	}
 	t.Cleanup(topo.Close)
-	o := Options{Topology: topo, Users: c.SQL.Users, AllowLocalInfile: c.SQL.AllowLocalInfile, Logger: testLogger(t)}
+	// Sessions spin as keyway's on Linux do (internal/server sets it), so every test runs through the spins.
+	o := Options{Topology: topo, Users: c.SQL.Users, AllowLocalInfile: c.SQL.AllowLocalInfile, Logger: testLogger(t),
+		Spin: 20 * time.Microsecond}
 	if c.SQL.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(c.SQL.TLSCert, c.SQL.TLSKey)
 		if err != nil {

@@ -25,7 +25,6 @@ package sqlproxy
 
 import (
 	"strconv"
-	"time"
 
 	"github.com/keywaydb/keyway/internal/mysqlwire"
 )
@@ -69,7 +68,7 @@ func (ss *session) kill(p []byte, plan *Plan) error {
 	if plan.Kill == KillConnection {
 		// The target's next read of its client fails and its session ends (a command in flight finishes first:
 		// its backend thread is killed just below).
-		_ = t.nc.SetReadDeadline(time.Now())
+		t.interrupt()
 	}
 	tbe := t.killBE
 	if tbe == nil {

@@ -69,6 +69,7 @@ import (
 	"github.com/keywaydb/keyway/internal/mysqlwire"
 	"github.com/keywaydb/keyway/internal/qcache"
 	"github.com/keywaydb/keyway/internal/sockio"
+	"github.com/keywaydb/keyway/internal/spin"
 	"github.com/keywaydb/keyway/internal/stats"
 	"github.com/keywaydb/keyway/internal/validity"
 )
@@ -113,6 +114,9 @@ type Options struct {
 	HandshakeTimeout time.Duration
 	// RequireTLS refuses clients that do not switch to TLS in the handshake (ERR 1045). It needs TLS.
 	RequireTLS bool
+	// Spin is how long, at first, a session looks for its client's next command, or its backend's reply, without
+	// waiting, while no other session has a statement in flight (package spin; Linux, no TLS). 0: never.
+	Spin time.Duration
 	// MaxAuthFailures blocks a client address that failed this many logins within a minute: its new connections
 	// get ER_HOST_IS_BLOCKED until the failures age (throttle.go). 0 = unlimited.
 	MaxAuthFailures int
@@ -173,6 +177,8 @@ type Server struct {
 	tls      *tls.Config
 
 	pinned pinCounts // pinned sessions by group and reason, for /metrics
+	// spinGate admits sessions' spins (Options.Spin): while at most one statement is in flight, one at a time.
+	spinGate spin.Gate
 
 	maxConns int64
 	conns    atomic.Int64
@@ -405,7 +411,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	for sess := range s.mu.sessions {
 		// A session waiting for its next command wakes up and ends; one running a command ends after it.
-		_ = sess.nc.SetReadDeadline(time.Now())
+		sess.interrupt()
 	}
 	s.mu.Unlock()
 	done := make(chan struct{})

@@ -10,11 +10,14 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/keywaydb/keyway/internal/backend"
 	"github.com/keywaydb/keyway/internal/digests"
 	"github.com/keywaydb/keyway/internal/mysqlwire"
+	"github.com/keywaydb/keyway/internal/sockio"
+	"github.com/keywaydb/keyway/internal/spin"
 	"github.com/keywaydb/keyway/internal/validity"
 )
 
@@ -69,6 +72,9 @@ type session struct {
 	// statement ran again on another connection after its first one failed before it replied (exchange).
 	relayedPkts int
 	retried     bool
+	// clientSpin and backendSpin are the session's spins (Options.Spin) for its client's next command and for its
+	// backend's replies; backendSpin is lent to each connection the session borrows.
+	clientSpin, backendSpin sockio.Spinner
 	// holdNext keeps the connection for the session's next statement: the previous statement's diagnostics
 	// (warnings, ROW_COUNT(), FOUND_ROWS()) are on it (see Plan.KeepNext).
 	holdNext bool
@@ -107,6 +113,17 @@ type session struct {
 	killMu   sync.Mutex
 	killUser string
 	killBE   *backend.Conn
+	// interrupted is set by interrupt: the session ends at its next command.
+	interrupted atomic.Bool
+}
+
+// interrupt ends the session at its next read of its client (KILL CONNECTION, Shutdown); a command in flight
+// finishes first. Safe from any goroutine. The read deadline wakes a session waiting in the poller; the flag stops
+// one whose read ran without it (a spin reads with raw calls, which no deadline reaches) from running what it read.
+func (ss *session) interrupt() {
+	ss.interrupted.Store(true)
+	ss.clientSpin.Stop()
+	_ = ss.nc.SetReadDeadline(time.Now())
 }
 
 // errSessionEnd ends the command loop after the client has been told why (or has gone).
@@ -127,6 +144,11 @@ func (ss *session) run() {
 	}
 	ss.c = mysqlwire.NewConn(ss.nc)
 	ss.dst = ss.c
+	if s.opts.Spin > 0 {
+		ss.clientSpin = sockio.Spinner{Budget: spin.Budget{Base: s.opts.Spin}, Gate: &s.spinGate, MaxBusy: 0}
+		ss.backendSpin = sockio.Spinner{Budget: spin.Budget{Base: s.opts.Spin}, Gate: &s.spinGate, MaxBusy: 1}
+		ss.c.SetSpinner(&ss.clientSpin)
+	}
 	ss.remote = remoteHost(ss.nc)
 	if n := s.conns.Add(1); n > s.maxConns {
 		s.conns.Add(-1)
@@ -266,6 +288,9 @@ func (ss *session) lease(plan *Plan) (*mysqlwire.Error, error) {
 		return clientError(ss.user.group, err), nil
 	}
 	ss.be, ss.insertIDs = be, be.InsertIDs()
+	if ss.s.opts.Spin > 0 {
+		be.SetSpinner(&ss.backendSpin)
+	}
 	ss.beUsed = time.Now() // checked out alive (the pool looks at idle connections before it hands them out)
 	ss.killMu.Lock()
 	ss.killBE = be
@@ -302,6 +327,9 @@ func (ss *session) release() {
 
 // detach forgets the connection the session holds, once no KILL aimed at it runs (see kill.go).
 func (ss *session) detach() {
+	if ss.s.opts.Spin > 0 {
+		ss.be.SetSpinner(nil) // the connection goes to another session, or away
+	}
 	ss.be = nil
 	ss.killMu.Lock() // waits for a KILL aimed at be to finish: after Release be may serve another session
 	ss.killBE = nil
@@ -406,13 +434,21 @@ func (ss *session) command() error {
 		}
 		return err
 	}
+	if ss.interrupted.Load() {
+		return errSessionEnd // killed, or the server stops: what came after is not run
+	}
 	if len(p) == 0 {
 		ss.sendErr(mysqlwire.NewError(mysqlwire.ERMalformedPacket, "08S01", "Malformed communication packet: empty command"))
 		return errSessionEnd
 	}
 	// A connection kept for this command (holdNext) serves it; whether it is kept longer, this command decides.
 	ss.holdNext, ss.retried = false, false
-	if err := ss.dispatch(p); err != nil {
+	func() {
+		ss.s.spinGate.Begin() // a statement in flight: others' spins wait (see Options.Spin)
+		defer ss.s.spinGate.End()
+		err = ss.dispatch(p)
+	}()
+	if err != nil {
 		return err
 	}
 	ss.release()
