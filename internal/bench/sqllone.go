@@ -285,8 +285,9 @@ func fitLine(x, y []float64) (intercept, slope float64, ok bool) {
 }
 
 // statementCosts fits every target's time per page against the page sizes of cases (lone_client's, one per page
-// size), a line per repetition; nil with fewer than two page sizes. A repetition in which a target has no figure
-// for some size (or none above 0) is left out of that target's fit.
+// size), a line per repetition through the r-th run of each size; nil with fewer than two page sizes. A size in
+// which a target has no r-th run (or none above 0) is left out of that repetition's line, and a repetition left
+// with fewer than two sizes is not fitted.
 func statementCosts(cases []SQLCase) []StatementCost {
 	var sizes []int
 	for _, c := range cases {
