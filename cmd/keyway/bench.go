@@ -39,7 +39,11 @@ adds. Then the same targets under two client cases: many_clients (2,000
 connections, each one point select a second, MariaDB at max_connections
 151: selects answered, p50/p99, 1040 and other errors, MariaDB's peak
 connections) and connect_only (PHP mysqli connect + close in a loop:
-connects/s). --workloads many_clients,connect_only runs those alone.
+connects/s); and lone_client: one PHP mysqli process loading pages of 1, 5
+and 20 point selects one after another, a new connection per page (pages/s,
+CPU per page, the µs each path adds to a statement over direct, fitted from
+the page sizes, and the targets). --workloads many_clients,connect_only,lone_client
+runs those alone.
 
 kv: the InnoDB memcached plugin's experiment side by side: loads 10,000
 pairs with single-row autocommit INSERTs direct to a private MariaDB vs
@@ -132,7 +136,7 @@ func sqlFlags(fs *flag.FlagSet) suiteRun {
 	fs.DurationVar(&o.Duration, "duration", 0, "`length` of each run, whole seconds (default 10s)")
 	fs.IntVar(&o.Repetitions, "reps", 0, "`runs` per target, alternating between targets (default 3)")
 	fs.Func("threads", "comma-separated sysbench thread `counts`, one case each (default 1,4,8)", intList(&o.Threads))
-	fs.Func("workloads", "comma-separated `workloads`: sysbench scripts, and many_clients and connect_only (default oltp_point_select,oltp_read_only,many_clients,connect_only)", func(s string) error {
+	fs.Func("workloads", "comma-separated `workloads`: sysbench scripts, and many_clients, connect_only and lone_client (default oltp_point_select,oltp_read_only,many_clients,connect_only,lone_client)", func(s string) error {
 		for _, f := range strings.Split(s, ",") {
 			o.Workloads = append(o.Workloads, strings.TrimSpace(f))
 		}
@@ -140,6 +144,7 @@ func sqlFlags(fs *flag.FlagSet) suiteRun {
 	})
 	fs.IntVar(&o.Clients, "clients", 0, "many_clients: client `connections`, each one point select a second (default 2000)")
 	fs.IntVar(&o.Pool, "pool", 0, "many_clients: keyway's backend `connections`, [[groups]] max_open (default 64)")
+	fs.Func("page-sizes", "lone_client: comma-separated `selects` per page, one case each (default 1,5,20)", intList(&o.PageSizes))
 	fs.IntVar(&o.Tables, "tables", 0, "`number` of sysbench tables, --tables (default 4)")
 	fs.IntVar(&o.TableSize, "table-size", 0, "sysbench --table-size, `rows` per table (default 10000)")
 	fs.BoolVar(&o.BackendTCP, "backend-tcp", false, "keyway reaches MariaDB over loopback TCP instead of its unix socket")

@@ -1,8 +1,9 @@
 // Package bench runs the load generators behind `keyway bench` and reports
 // the results side by side with the real peers: memcached 1.6 for the memcache
 // door (memcache: memcaslap), MariaDB direct and haproxy as a plain relay for
-// the SQL door (sql: sysbench, then many clients of one select a second each
-// and PHP's connect + close), MariaDB and memcached for the containers (kv),
+// the SQL door (sql: sysbench, then many clients of one select a second each,
+// PHP's connect + close, and one PHP client's pages of point selects on a
+// connection each), MariaDB and memcached for the containers (kv),
 // and the consistent cache against what it replaces (cache, staleness).
 //
 // Invariants:
@@ -67,6 +68,9 @@ type sample struct {
 	hasP50P99 bool
 	errs      *runErrors     // the failures, where the load counts them (many_clients, connect_only); else nil
 	clients   *clientsSample // many_clients' connections; else nil
+	// the share of the statements keyway's result cache answered, if hasHits (lone_client, on keyway)
+	hits    float64
+	hasHits bool
 	// CPU per operation by process, and the CPUs' busy share, over the run (nil when not measured)
 	cpu  []procCPU
 	busy float64

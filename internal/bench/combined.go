@@ -146,6 +146,10 @@ type Scenario struct {
 	// LatencyNote says what latency the suite measures, truthfully: which percentiles, or why there are none.
 	LatencyNote string
 	Cases       []Case
+	// Fit is what each target's statements cost, fitted over the cases (lone_client: the concurrency is the
+	// selects per page); Targets are the lines that set the figures against their targets, met or not.
+	Fit     []StatementCost
+	Targets []string
 }
 
 // Case is one concurrency of a scenario.
@@ -248,10 +252,21 @@ func sqlScenarios(s *SQLReport, id, title string) []Scenario {
 				sc.Load = "php: mysqli_connect(HOST, 'app', 'secret', 'test', PORT); mysqli_close(); in a loop"
 				sc.Unit, sc.Clients = "connects/s", "clients"
 				sc.LatencyNote = "the loop counts connects: no latency percentiles."
+			case loneWorkload:
+				sc.Title = "SQL door: one PHP client, pages of point selects, a new connection per page"
+				sc.Load = "php: per page mysqli_connect(HOST, 'app', 'secret', 'test', PORT); N × mysqli_query('" + loneQuery +
+					"', random id); mysqli_close(); one page after another, every run warmed first (each row read once)"
+				sc.Unit, sc.Clients = "pages/s", "selects"
+				sc.LatencyNote = "the loop counts pages: no latency percentiles; the µs a page is the inverse of pages/s, and the fit below splits it into the connect's and the statements'."
+				sc.Fit = s.StatementCosts
 			}
 			out = append(out, sc)
 		}
 		k := Case{Concurrency: c.Threads, Results: c.Results}
+		if c.Workload == loneWorkload {
+			k.Concurrency = c.PageSize
+			out[i].Targets = append(out[i].Targets, loneVerdicts(c)...)
+		}
 		for _, res := range c.Results {
 			var ps []Percentile
 			for _, p := range []struct {

@@ -59,6 +59,14 @@ func figures(r *Report) []figure {
 				}
 			}
 		}
+		// The statement costs fitted over the cases (lone_client): fewer µs is better.
+		for _, f := range s.Fit {
+			out = append(out, figure{s.ID + " " + f.Target + " µs a statement", f.PerStatement, false},
+				figure{s.ID + " " + f.Target + " µs connect + close", f.Connect, false})
+			if f.Added != nil {
+				out = append(out, figure{s.ID + " " + f.Target + " µs added a statement", *f.Added, false})
+			}
+		}
 	}
 	if st := r.Staleness; st != nil {
 		// One measurement each: its band is the value itself.

@@ -26,6 +26,13 @@ var reportTemplate = template.Must(template.New("report").Funcs(template.FuncMap
 	"ratio":  func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) },
 	"share":  func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }, // a hit ratio
 	"color":  func(i int) template.CSS { return template.CSS(chart.ColorHex(i)) },
+	"micros": microsBand, // "95.1 [90.2–99.0]"
+	"added": func(s *Series) string { // "+90.0 [85.2–95.1]", "-" for none
+		if s == nil {
+			return "-"
+		}
+		return signedBand(*s)
+	},
 }).Parse(reportHTML))
 
 // Chart sizes in CSS pixels: wide enough for four targets at four concurrencies.
@@ -157,7 +164,8 @@ func drawScenario(s Scenario) (htmlScenario, error) {
 	return hs, nil
 }
 
-// countsText is a result's median failures, connected clients and MariaDB connections, where measured.
+// countsText is a result's median failures, connected clients, keyway's cache hits and MariaDB connections, where
+// measured.
 func countsText(r Result) string {
 	var parts []string
 	if r.Connected != nil {
@@ -166,6 +174,9 @@ func countsText(r Result) string {
 	if e := r.Errors; e != nil {
 		parts = append(parts, "1040 errors "+fmtFigure(e.TooMany.Median), "timeouts "+fmtFigure(e.Timeouts.Median),
 			"other errors "+fmtFigure(e.Other.Median))
+	}
+	if h := r.CacheHits; h != nil {
+		parts = append(parts, "cache hits "+strconv.FormatFloat(h.Median, 'f', 3, 64)+" of the statements")
 	}
 	if b := r.BackendConns; b != nil {
 		own := ""

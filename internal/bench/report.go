@@ -48,6 +48,9 @@ type Result struct {
 	Connected    *Series `json:",omitempty"`
 	BackendConns *Series `json:",omitempty"`
 	IdleConns    *Series `json:",omitempty"`
+	// CacheHits is the share of the statements keyway's result cache answered, per repetition, where the load
+	// reads keyway's hit counter (lone_client, on keyway with its cache on).
+	CacheHits *Series `json:",omitempty"`
 	// CPU is what the runs cost the processes that served and sent them, where measured.
 	CPU *CPU `json:",omitempty"`
 }
@@ -76,6 +79,9 @@ func (r *Result) add(s sample) {
 		r.BackendConns = appendRun(r.BackendConns, float64(s.clients.backendConns))
 		r.IdleConns = appendRun(r.IdleConns, float64(s.clients.idleConns))
 	}
+	if s.hasHits {
+		r.CacheHits = appendRun(r.CacheHits, s.hits)
+	}
 	if s.cpu != nil {
 		if r.CPU == nil {
 			r.CPU = &CPU{}
@@ -90,7 +96,7 @@ func (r *Result) summarize() {
 	if r.CPU != nil {
 		r.CPU.summarize()
 	}
-	for _, s := range []*Series{r.P95, r.P50, r.P99, r.Connected, r.BackendConns, r.IdleConns} {
+	for _, s := range []*Series{r.P95, r.P50, r.P99, r.Connected, r.BackendConns, r.IdleConns, r.CacheHits} {
 		if s != nil {
 			s.summarize()
 		}
@@ -157,14 +163,17 @@ func writeTable(w io.Writer, results []Result, baseline string, rs map[string]fl
 }
 
 // writeCPU prints the CPU figures of the results that have them (medians).
-func writeCPU(w io.Writer, results []Result) {
+func writeCPU(w io.Writer, results []Result) { writeCPUPer(w, results, "op") }
+
+// writeCPUPer is writeCPU for a load whose operation has a name of its own ("page").
+func writeCPUPer(w io.Writer, results []Result, op string) {
 	width := 0
 	for _, r := range results {
 		width = max(width, len(r.Target))
 	}
 	for _, r := range results {
 		if r.CPU != nil {
-			fmt.Fprintf(w, "  %-*s  CPU per op: %s (medians)\n", width, r.Target, r.CPU.text())
+			fmt.Fprintf(w, "  %-*s  CPU per %s: %s (medians)\n", width, r.Target, op, r.CPU.text())
 		}
 	}
 }

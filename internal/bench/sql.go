@@ -28,11 +28,14 @@ type SQLOptions struct {
 	Repetitions  int           // default 3
 	Threads      []int         // sysbench --threads, one case each; default 1, 4, 8
 	// Workloads are sysbench scripts, one case per thread count each, and the client cases many_clients and
-	// connect_only (sqlclients.go), one case each; default oltp_point_select, oltp_read_only, many_clients,
-	// connect_only.
+	// connect_only (sqlclients.go), one case each, and lone_client (sqllone.go), one case per page size; default
+	// oltp_point_select, oltp_read_only, many_clients, connect_only, lone_client.
 	Workloads []string
 	Clients   int // many_clients: client connections; default 2000
 	Pool      int // many_clients: keyway's backend connections per pool ([[groups]] max_open); default 64
+	// PageSizes are lone_client's selects per page, one case each; default 1, 5, 20. The statement costs are fitted
+	// from two sizes or more.
+	PageSizes []int
 	Tables    int // sysbench --tables; default 4
 	TableSize int // sysbench --table-size, rows per table; default 10000
 	// BackendTCP makes keyway reach MariaDB over loopback TCP instead of its
@@ -49,9 +52,12 @@ type SQLOptions struct {
 func (o SQLOptions) Plan() (runs int, hint time.Duration) {
 	o.EnsureDefaults()
 	for _, w := range o.Workloads {
-		if isClientWorkload(w) {
+		switch {
+		case w == loneWorkload:
+			runs += len(o.PageSizes)
+		case isClientWorkload(w):
 			runs++
-		} else {
+		default:
 			runs += len(o.Threads)
 		}
 	}
@@ -94,7 +100,10 @@ func (o *SQLOptions) EnsureDefaults() {
 		o.Threads = []int{1, 4, 8}
 	}
 	if len(o.Workloads) == 0 {
-		o.Workloads = []string{"oltp_point_select", "oltp_read_only", manyClientsWorkload, connectWorkload}
+		o.Workloads = []string{"oltp_point_select", "oltp_read_only", manyClientsWorkload, connectWorkload, loneWorkload}
+	}
+	if len(o.PageSizes) == 0 {
+		o.PageSizes = defaultPageSizes
 	}
 	if o.Clients == 0 {
 		o.Clients = defaultClients
@@ -144,6 +153,14 @@ func (o *SQLOptions) Validate() error {
 	if o.Pool < 1 || o.Pool > manyClientsServerMax {
 		errs = append(errs, fmt.Errorf("pool %d: use 1 to %d, MariaDB's max_connections in many_clients", o.Pool, manyClientsServerMax))
 	}
+	for i, n := range o.PageSizes {
+		switch {
+		case n < 1 || n > maxPageSize:
+			errs = append(errs, fmt.Errorf("page size %d: use 1 to %d selects a page", n, maxPageSize))
+		case slices.Contains(o.PageSizes[:i], n):
+			errs = append(errs, fmt.Errorf("page size %d given twice: give each once", n))
+		}
+	}
 	if o.Tables < 1 {
 		errs = append(errs, fmt.Errorf("tables %d: use 1 or more", o.Tables))
 	}
@@ -166,17 +183,22 @@ type SQLReport struct {
 	Command string    `json:",omitempty"` // the keyway command that made it, when the CLI ran it
 	Load    string    // the sysbench command line, for the record
 	Server  string    // the MariaDB both targets reach: its version()
-	Cases   []SQLCase // per workload, per thread count
+	Cases   []SQLCase // per workload, per thread count (lone_client: per page size)
+	// StatementCosts is lone_client's fit over its page sizes, per target: what a statement costs on each path and
+	// what it adds over direct.
+	StatementCosts []StatementCost `json:",omitempty"`
 }
 
 // SQLCase is one workload at one thread count, measured on every target
 // SQLOptions.Targets picks (direct, haproxy, keyway, kw-nocache).
 type SQLCase struct {
 	Workload string
-	// Threads is sysbench's --threads; for many_clients the client connections, for connect_only 1 (one PHP
-	// process).
+	// Threads is sysbench's --threads; for many_clients the client connections, for connect_only and lone_client 1
+	// (one PHP process).
 	Threads int
-	// Results are the targets' queries/s (connect_only: connects/s) and latency in ms, in run order: sysbench's
+	// PageSize is lone_client's selects per page, each page on a new connection.
+	PageSize int `json:",omitempty"`
+	// Results are the targets' queries/s (connect_only: connects/s; lone_client: pages/s) and latency in ms, in run order: sysbench's
 	// P95; many_clients' P50 and P99, with its failures, connected clients and MariaDB's peak connections.
 	Results []Result
 	// many_clients: keyway's pool ([[groups]] max_open), MariaDB's max_connections, keyway's [sql] max_connections.
@@ -206,14 +228,15 @@ func RunSQL(ctx context.Context, o SQLOptions) (*SQLReport, error) {
 	if slices.Contains(o.Targets, haproxyTarget) {
 		commands = append(commands, "haproxy")
 	}
-	if slices.Contains(o.Workloads, connectWorkload) {
+	needPHP := slices.Contains(o.Workloads, connectWorkload) || slices.Contains(o.Workloads, loneWorkload)
+	if needPHP {
 		commands = append(commands, "php")
 	}
 	bin, err := prepare(o.KeywayBinary, commands...)
 	if err != nil {
 		return nil, err
 	}
-	if slices.Contains(o.Workloads, connectWorkload) {
+	if needPHP {
 		if err := checkMysqli(ctx); err != nil {
 			return nil, err
 		}
@@ -245,6 +268,15 @@ func RunSQL(ctx context.Context, o SQLOptions) (*SQLReport, error) {
 	rep := &SQLReport{Load: sb.describe(), Server: "MariaDB " + version}
 	fmt.Fprintf(o.Out, "sql bench: %s\n", rep.Load)
 	for _, w := range o.Workloads {
+		if w == loneWorkload {
+			cases, costs, err := e.runLoneClient(ctx)
+			if err != nil {
+				return nil, err
+			}
+			rep.Cases = append(rep.Cases, cases...)
+			rep.StatementCosts = costs
+			continue
+		}
 		if isClientWorkload(w) {
 			c, err := e.runClientCase(ctx, w)
 			if err != nil {

@@ -80,7 +80,7 @@ func TestSQLOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	if o.Duration != 10*time.Second || o.Repetitions != 3 || len(o.Threads) != 3 || o.Threads[2] != 8 ||
-		!slices.Equal(o.Workloads, []string{"oltp_point_select", "oltp_read_only", "many_clients", "connect_only"}) {
+		!slices.Equal(o.Workloads, []string{"oltp_point_select", "oltp_read_only", "many_clients", "connect_only", "lone_client"}) || !slices.Equal(o.PageSizes, []int{1, 5, 20}) {
 		t.Fatalf("defaults = %+v", o)
 	}
 	o = SQLOptions{Duration: 1500 * time.Millisecond, Repetitions: -1, Threads: []int{0, 4}, Workloads: []string{"oltp_bogus"}, TableSize: -5}

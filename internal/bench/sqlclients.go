@@ -41,9 +41,10 @@ const (
 )
 
 // clientWorkloads are the SQL cases that are not sysbench scripts.
-var clientWorkloads = []string{manyClientsWorkload, connectWorkload}
+var clientWorkloads = []string{manyClientsWorkload, connectWorkload, loneWorkload}
 
-// isClientWorkload reports whether w is one of clientWorkloads: it runs once per target, not once per thread count.
+// isClientWorkload reports whether w is one of clientWorkloads: it runs once per target (lone_client once per page
+// size), not once per thread count.
 func isClientWorkload(w string) bool { return slices.Contains(clientWorkloads, w) }
 
 const (
@@ -601,14 +602,28 @@ const (
 	targetConnectRatio = 1.0 // keyway's connects/s over direct's
 )
 
-// writeClientCases prints the many_clients and connect_only cases of r, each as its own table.
+// writeClientCases prints the many_clients and connect_only cases of r, each as its own table, and lone_client's,
+// a table per page size and then the statement costs.
 func (r *SQLReport) writeClientCases(w io.Writer) {
-	for _, c := range r.Cases {
+	last := -1 // the last lone_client case: the statement costs follow it
+	for i, c := range r.Cases {
+		if c.Workload == loneWorkload {
+			last = i
+		}
+	}
+	var sizes []int
+	for i, c := range r.Cases {
 		switch c.Workload {
 		case manyClientsWorkload:
 			writeManyClients(w, c)
 		case connectWorkload:
 			writeConnectOnly(w, c)
+		case loneWorkload:
+			writeLoneClient(w, c, len(sizes) == 0)
+			sizes = append(sizes, c.PageSize)
+			if i == last {
+				writeStatementCosts(w, r.StatementCosts, sizes)
+			}
 		}
 	}
 }
