@@ -89,6 +89,7 @@ type op struct {
 type Spinner struct {
 	Budget  spin.Budget
 	Gate    *spin.Gate
+	Who     uint64 // the waiter, for the Gate
 	MaxBusy int32
 	// waitedFrom is when a spin that found nothing handed over to the poller, zero otherwise: how long the wait
 	// after it took tells the budget whether the data came just late.

@@ -199,7 +199,7 @@ func (o *op) readOnce(fd uintptr) bool {
 // o.errno are the read's then).
 func (o *op) spin(fd uintptr) bool {
 	s := o.spinner
-	if s == nil || s.Gate == nil || s.stopped.Load() || !s.Gate.TrySpin(s.MaxBusy) {
+	if s == nil || s.Gate == nil || s.stopped.Load() || !s.Gate.TrySpin(s.Who, s.MaxBusy) {
 		return false
 	}
 	o.fd = fd

@@ -495,7 +495,7 @@ func TestSpinnerFindsDataWithin(t *testing.T) {
 	}
 	wrapped, peer := pair(t, "tcp")
 	var gate spin.Gate
-	s := &Spinner{Budget: spin.Budget{Base: time.Second}, Gate: &gate, MaxBusy: 0}
+	s := &Spinner{Budget: spin.Budget{Base: time.Second}, Gate: &gate, Who: 1, MaxBusy: 0}
 	wrapped.(*Conn).SetSpinner(s)
 	read := func(want string) {
 		t.Helper()
@@ -515,11 +515,11 @@ func TestSpinnerFindsDataWithin(t *testing.T) {
 		t.Fatalf("a spin of a second and data sent 5 ms in: length %v, misses %d; want a find", length, misses)
 	}
 	s.Budget.SetState(0, 0, 0)
-	if !gate.TrySpin(0) {
+	if !gate.TrySpin(1, 0) {
 		t.Fatal("the gate was left taken after a spin")
 	}
 	gate.Done()
-	gate.Begin() // a statement in flight: this read may not spin
+	gate.Begin(1) // a statement in flight: this read may not spin
 	read("waited")
 	gate.End()
 	if length, misses, _ := s.Budget.State(); length != 0 || misses != 0 {

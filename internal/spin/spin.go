@@ -90,23 +90,42 @@ func (b *Budget) SetState(length time.Duration, misses, skip int) {
 	b.length, b.misses, b.skip = length, misses, skip
 }
 
-// Gate decides when a waiter may spin: while few enough statements are in flight (Begin, End: the SQL door counts
-// its sessions' commands), and never two spinners at once, since a spin holds one of the machine's CPUs (two here).
+// Gate decides when a waiter may spin: only while its client is alone, that is while few enough statements are in
+// flight (Begin, End: the SQL door counts its sessions' commands) and no other waiter began one within Quiet (with
+// several clients taking turns, the machine is busy with them even between their statements), and never two
+// spinners at once, since a spin holds one of the machine's CPUs (two here).
 type Gate struct {
-	busy     atomic.Int32 // statements in flight
-	spinning atomic.Int32 // 1 while a waiter spins
+	busy     atomic.Int32  // statements in flight
+	spinning atomic.Int32  // 1 while a waiter spins
+	lastWho  atomic.Uint64 // the waiter that began the last statement
+	lastAt   atomic.Int64  // when (UnixNano)
 }
 
-// Begin counts a statement in flight; End must follow.
-func (g *Gate) Begin() { g.busy.Add(1) }
+// Quiet is how long after another waiter's statement began a waiter may not spin.
+const Quiet = time.Millisecond
+
+// Begin counts a statement of waiter who in flight; End must follow.
+func (g *Gate) Begin(who uint64) {
+	g.busy.Add(1)
+	if g.lastWho.Load() != who {
+		g.lastWho.Store(who)
+	}
+	g.lastAt.Store(time.Now().UnixNano())
+}
 
 // End ends what Begin began.
 func (g *Gate) End() { g.busy.Add(-1) }
 
-// TrySpin admits a spin while at most maxBusy statements are in flight and nobody else spins; Done must follow an
-// admitted spin.
-func (g *Gate) TrySpin(maxBusy int32) bool {
-	return g.busy.Load() <= maxBusy && g.spinning.CompareAndSwap(0, 1)
+// TrySpin admits a spin of waiter who while at most maxBusy statements are in flight, no other waiter began one
+// within Quiet, and nobody else spins; Done must follow an admitted spin.
+func (g *Gate) TrySpin(who uint64, maxBusy int32) bool {
+	if g.busy.Load() > maxBusy {
+		return false
+	}
+	if g.lastWho.Load() != who && time.Now().UnixNano()-g.lastAt.Load() < int64(Quiet) {
+		return false
+	}
+	return g.spinning.CompareAndSwap(0, 1)
 }
 
 // Done ends a spin TrySpin admitted.

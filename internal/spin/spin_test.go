@@ -78,26 +78,39 @@ func TestNoBase(t *testing.T) {
 	}
 }
 
-// TestGate: a spin is admitted while few enough statements are in flight, and one at a time.
+// TestGate: a spin is admitted while few enough statements are in flight, no other waiter began one lately, and one
+// at a time.
 func TestGate(t *testing.T) {
 	var g Gate
-	if !g.TrySpin(0) {
+	if !g.TrySpin(1, 0) {
 		t.Fatal("an idle gate refused a spin")
 	}
-	if g.TrySpin(1) {
+	if g.TrySpin(1, 1) {
 		t.Fatal("a second spinner was admitted")
 	}
 	g.Done()
-	g.Begin()
-	if g.TrySpin(0) {
+	g.Begin(1)
+	if g.TrySpin(1, 0) {
 		t.Fatal("a spin for a client's next command was admitted with a statement in flight")
 	}
-	if !g.TrySpin(1) {
+	if !g.TrySpin(1, 1) {
 		t.Fatal("the one statement in flight may not spin for its reply")
 	}
 	g.Done()
-	g.Begin()
-	if g.TrySpin(1) {
+	g.End()
+	g.Begin(2)
+	g.End()
+	if g.TrySpin(1, 0) {
+		t.Fatal("a waiter spun just after another's statement")
+	}
+	time.Sleep(Quiet + time.Millisecond)
+	if !g.TrySpin(1, 0) {
+		t.Fatal("a waiter may not spin long after another's statement")
+	}
+	g.Done()
+	g.Begin(1)
+	g.Begin(2)
+	if g.TrySpin(1, 1) {
 		t.Fatal("a spin was admitted with two statements in flight")
 	}
 	g.End()

@@ -115,7 +115,8 @@ type Options struct {
 	// RequireTLS refuses clients that do not switch to TLS in the handshake (ERR 1045). It needs TLS.
 	RequireTLS bool
 	// Spin is how long, at first, a session looks for its client's next command, or its backend's reply, without
-	// waiting, while no other session has a statement in flight (package spin; Linux, no TLS). 0: never.
+	// waiting, while its client is alone (no other session ran a statement lately: spin.Gate; Linux, no TLS).
+	// 0: never.
 	Spin time.Duration
 	// MaxAuthFailures blocks a client address that failed this many logins within a minute: its new connections
 	// get ER_HOST_IS_BLOCKED until the failures age (throttle.go). 0 = unlimited.
@@ -177,7 +178,7 @@ type Server struct {
 	tls      *tls.Config
 
 	pinned pinCounts // pinned sessions by group and reason, for /metrics
-	// spinGate admits sessions' spins (Options.Spin): while at most one statement is in flight, one at a time.
+	// spinGate admits sessions' spins (Options.Spin): while one session alone runs statements, one spin at a time.
 	spinGate spin.Gate
 
 	maxConns int64

@@ -145,8 +145,8 @@ func (ss *session) run() {
 	ss.c = mysqlwire.NewConn(ss.nc)
 	ss.dst = ss.c
 	if s.opts.Spin > 0 {
-		ss.clientSpin = sockio.Spinner{Budget: spin.Budget{Base: s.opts.Spin}, Gate: &s.spinGate, MaxBusy: 0}
-		ss.backendSpin = sockio.Spinner{Budget: spin.Budget{Base: s.opts.Spin}, Gate: &s.spinGate, MaxBusy: 1}
+		ss.clientSpin = sockio.Spinner{Budget: spin.Budget{Base: s.opts.Spin}, Gate: &s.spinGate, Who: uint64(ss.id), MaxBusy: 0}
+		ss.backendSpin = sockio.Spinner{Budget: spin.Budget{Base: s.opts.Spin}, Gate: &s.spinGate, Who: uint64(ss.id), MaxBusy: 1}
 		ss.c.SetSpinner(&ss.clientSpin)
 	}
 	ss.remote = remoteHost(ss.nc)
@@ -444,7 +444,7 @@ func (ss *session) command() error {
 	// A connection kept for this command (holdNext) serves it; whether it is kept longer, this command decides.
 	ss.holdNext, ss.retried = false, false
 	func() {
-		ss.s.spinGate.Begin() // a statement in flight: others' spins wait (see Options.Spin)
+		ss.s.spinGate.Begin(uint64(ss.id)) // a statement in flight: others' spins wait (see Options.Spin)
 		defer ss.s.spinGate.End()
 		err = ss.dispatch(p)
 	}()
