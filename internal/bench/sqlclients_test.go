@@ -271,8 +271,9 @@ func TestSQLManyClientsDirect(t *testing.T) {
 	t.Logf("%s", s.note)
 	// 20 clients hold the server's 20 connections (the monitor has the one extra a SUPER account may take); the other
 	// 10 are refused at login, and again at each of their 2 seconds.
-	if s.clients.connected != 20 || s.clients.backendConns != 20 || s.clients.idleConns != 0 {
-		t.Errorf("connected %d, MariaDB's peak %d, before the clients %d; want 20, 20, 0", s.clients.connected, s.clients.backendConns, s.clients.idleConns)
+	// Before the clients, a connection the setup just closed may still be counted by the server for a moment.
+	if s.clients.connected != 20 || s.clients.backendConns != 20 || s.clients.idleConns > 1 {
+		t.Errorf("connected %d, MariaDB's peak %d, before the clients %d; want 20, 20, at most 1", s.clients.connected, s.clients.backendConns, s.clients.idleConns)
 	}
 	if s.n != 40 || s.errs.tooMany != 20 || s.errs.timeouts != 0 || s.errs.other != 0 {
 		t.Errorf("answered %d, 1040 %d, timeouts %d, other %d (%q); want 40, 20, 0, 0", s.n, s.errs.tooMany, s.errs.timeouts, s.errs.other, s.errs.samples)
