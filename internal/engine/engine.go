@@ -221,17 +221,25 @@ func (e *Engine) Get(key []byte) (store.Item, bool, error) { return e.GetTallied
 // GetTallied is Get counted in t (nil: in the engine's counters). If the answer needs MySQL, w (when not nil) is
 // told before the engine waits for it (see Waiter). The key is routed, and a held copy looked up, once.
 func (e *Engine) GetTallied(t *Tally, key []byte, w Waiter) (store.Item, bool, error) {
+	return e.GetTalliedInto(t, key, w, nil)
+}
+
+// GetTalliedInto is GetTallied with the value of an item from the local store appended to *buf (when buf is not
+// nil) instead of copied into a slice of its own (store.GetAppend): the memcache door passes a buffer it reuses
+// once the replies that refer to its values are written, so a get allocates nothing. The item's Value is then
+// within *buf; values from elsewhere (a container's table) are their own.
+func (e *Engine) GetTalliedInto(t *Tally, key []byte, w Waiter, buf *[]byte) (store.Item, bool, error) {
 	sp, k, err := e.space(key, classGet)
 	if err != nil {
 		e.countGet(t, false)
 		return store.Item{}, false, err
 	}
-	return e.getIn(t, sp, k, w)
+	return e.getIn(t, sp, k, w, buf)
 }
 
 // getIn is Get in a resolved key space, counted in t (nil: the engine's counters), telling w before it waits.
-func (e *Engine) getIn(t *Tally, sp keySpace, k []byte, w Waiter) (store.Item, bool, error) {
-	it, ok, err := sp.get(e, k, w)
+func (e *Engine) getIn(t *Tally, sp keySpace, k []byte, w Waiter, buf *[]byte) (store.Item, bool, error) {
+	it, ok, err := sp.get(e, k, w, buf)
 	e.countGet(t, ok)
 	return it, ok, err
 }

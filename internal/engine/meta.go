@@ -109,6 +109,10 @@ func (localSpace) metaGet(e *Engine, key []byte, r MetaGetRequest, res MetaGetRe
 	if res.Created {
 		res.Item = it
 		res.Item.Fetched, res.Item.LastAccess = false, res.Now
+	} else if res.Found {
+		// fn's copy of the item has the store's own bytes for a value, valid only under its lock; the value is
+		// unchanged, and it is Update's copy.
+		res.Item.Value = it.Value
 	}
 	if r.SetTTL {
 		e.counters.CmdTouch.Add(1)

@@ -98,6 +98,9 @@ type conn struct {
 	// is their total size, which flushIfFull bounds by maxReferenced.
 	large      []largeRef
 	largeBytes int
+	// vals holds the values of gets from the local store that replies still refer to (see getOne); values of
+	// earlier replies stay where they were when it grows, as the arrays they are in are not reused.
+	vals []byte
 	// bufs is scratch for the vectored write of out and large; writing is what of it a blocking write has yet to
 	// send (writeBlocking).
 	bufs, writing net.Buffers

@@ -528,8 +528,19 @@ func (c *conn) getMulti(keys [][]byte) ([]store.Item, []bool, error) {
 
 // getOne is engine.GetTallied of key as this connection routes it; like getMulti, it steps away from an event loop
 // only when the answer needs MySQL (WillWait).
+//
+// A value from the local store is copied into c.vals, not into a slice of its own (engine.GetTalliedInto): the
+// reply copies it into out, or refers to it there when it is large (appendData), so c.vals is reused once no
+// reply refers to it any more.
 func (c *conn) getOne(key []byte) (store.Item, bool, error) {
-	return c.eng.GetTallied(&c.tally, c.ekey(key), c)
+	if len(c.large) == 0 {
+		if cap(c.vals) > keepBuffer {
+			c.vals = nil
+		} else {
+			c.vals = c.vals[:0]
+		}
+	}
+	return c.eng.GetTalliedInto(&c.tally, c.ekey(key), c, &c.vals)
 }
 
 type itemView struct {

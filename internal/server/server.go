@@ -84,9 +84,10 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 	if cfg.Store.DataDir == "" {
 		durName = config.DurabilityNone
 	}
-	offHeap := int64(0)
+	// The store's items live in its arenas, outside Go's heap, within the memory limit (store.Stats.Arena).
+	offHeap := cfg.Memcache.MemoryLimit
 	if durName != config.DurabilityNone {
-		offHeap = store.DiskMemory
+		offHeap += store.DiskMemory
 	}
 	heapLimit := memoryLimit(cfg.Memcache.MemoryLimit+sqlCacheBudget(cfg), offHeap)
 	setMemoryLimit(heapLimit)
@@ -600,8 +601,8 @@ var durabilities = map[string]store.Durability{
 
 // memoryLimit is the bound Go's heap is given (see setMemoryLimit): items (the store's, and the SQL result cache's)
 // are charged with overhead already, and the rest covers connections, Pebble's caches and garbage between cycles.
-// offHeap is memory the process holds outside Go's heap (Pebble's cache and memtables, store.DiskMemory): the heap
-// gets that much less, so the whole process keeps to the same bound. The validity slots that containers' copies
+// offHeap is memory the process holds outside Go's heap (the store's arenas, up to its limit; Pebble's cache and
+// memtables, store.DiskMemory): the heap gets that much less, so the whole process keeps to the same bound. The validity slots that containers' copies
 // widen come on top as they grow (validity.Registry.OnSlotsGrown): up to an eighth of the items' limit per table,
 // they are not items' overhead, and a limit that left them out kept a full cache collecting back to back (see
 // docs/benchmarks.md).

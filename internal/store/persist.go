@@ -203,8 +203,9 @@ func (d *disk) checkFormat() error {
 	return nil
 }
 
-// load fills memory from the disk before the store is used. Expired items and
-// items that no longer fit under the memory limit are deleted from the disk.
+// load fills the arenas from the disk before the store is used. Expired items and
+// items that no longer fit under the memory limit are deleted from the disk. It
+// runs before any other use of the store: no lock is needed.
 func (d *disk) load() error {
 	s := d.s
 	now := s.now()
@@ -236,30 +237,33 @@ func (d *disk) load() error {
 			continue
 		}
 		item := Item{
-			Flags:   binary.LittleEndian.Uint32(v[1:5]),
-			Exptime: int64(binary.LittleEndian.Uint64(v[5:13])),
-			CAS:     binary.LittleEndian.Uint64(v[13:21]),
-			Value:   append([]byte(nil), v[itemHeaderLen:]...),
+			Flags:      binary.LittleEndian.Uint32(v[1:5]),
+			Exptime:    int64(binary.LittleEndian.Uint64(v[5:13])),
+			CAS:        binary.LittleEndian.Uint64(v[13:21]),
+			Value:      v[itemHeaderLen:], // copied into the arena
+			LastAccess: now,
 		}
 		key := k[1:]
-		idx, sh := s.shardFor(key)
-		if int(k[0]) != idx || item.Expired(now) || Size(len(key), len(item.Value)) > sh.limit {
+		idx, sh, h := s.locate(key)
+		if int(k[0]) != idx || item.Expired(now) || len(key) > MaxKeyLen || recLen(len(key), len(item.Value)) > sh.mu.a.end ||
+			!s.insertLocked(sh, key, h, &item) {
 			drop.Delete(k, nil)
 			dropped++
 			continue
 		}
-		for sh.mu.used+Size(len(key), len(item.Value)) > sh.limit && sh.mu.tail != nil {
-			victim := sh.mu.tail
-			s.unlinkLocked(sh, victim, false)
-			drop.Delete(diskKey(sh.index, victim.key), nil)
-			dropped++
-			loaded--
-		}
-		item.LastAccess = now
-		s.linkLocked(sh, &node{key: string(key), item: item})
 		maxCAS = max(maxCAS, item.CAS)
-		loaded++
 	}
+	// Items that did not fit under the limit were evicted as the arenas filled, oldest loaded first, and their
+	// deletes are pending for the disk: they count as dropped, not as evictions.
+	for i := range s.shards {
+		sh := &s.shards[i]
+		loaded += int(sh.mu.items)
+		for c := range sh.mu.classes {
+			cs := &sh.mu.classes[c]
+			cs.Evicted, cs.EvictedNonzero, cs.EvictedUnfetched, cs.EvictedTime, cs.evictedAt = 0, 0, 0, 0, 0
+		}
+	}
+	dropped += int(s.evictions.Swap(0))
 	err = it.Close()
 	if err == nil && drop.Count() > 0 {
 		err = drop.Commit(pebble.Sync)
