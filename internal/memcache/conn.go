@@ -98,8 +98,7 @@ type conn struct {
 	// is their total size, which flushIfFull bounds by maxReferenced.
 	large      []largeRef
 	largeBytes int
-	// vals holds the values of gets from the local store that replies still refer to (see getOne); values of
-	// earlier replies stay where they were when it grows, as the arrays they are in are not reused.
+	// vals is where a get from the local store copies a small value to, reused from get to get (see getOne).
 	vals []byte
 	// bufs is scratch for the vectored write of out and large; writing is what of it a blocking write has yet to
 	// send (writeBlocking).

@@ -142,6 +142,10 @@ const (
 	// DiskMemory is what a store with a disk holds outside Go's heap as a rule: the cache and two memtables (one
 	// filling, one flushing). The server gives Go's heap that much less (see debug.SetMemoryLimit).
 	DiskMemory = pebbleCache + 2*pebbleMemTable
+	// HeapMemory is what a store with a disk holds on Go's heap at most, beside a little bookkeeping: the changes
+	// not yet handed to Pebble (maxPendingBytes) and the batch being committed (maxBatchBytes). The items are in
+	// the arenas, outside the heap.
+	HeapMemory = maxPendingBytes + maxBatchBytes
 )
 
 func openDisk(s *Store, o Options) (*disk, error) {

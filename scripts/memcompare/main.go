@@ -26,6 +26,7 @@ func main() {
 	items := flag.Int("items", 1_000_000, "items to load")
 	valueSize := flag.Int("value", 100, "value bytes")
 	mb := flag.Int("m", 320, "memory limit in MiB for every server")
+	memoryOnly := flag.Bool("memory-only", false, "run keyway without a data_dir as well")
 	flag.Parse()
 	fmt.Printf("%d items, 13-byte keys, %d-byte values, memory limit %d MiB\n\n", *items, *valueSize, *mb)
 	fmt.Printf("%-22s %10s %10s %12s %10s %10s\n", "server", "RSS MiB", "HWM MiB", "items held", "load s", "B/item")
@@ -47,6 +48,12 @@ func main() {
 		report(label+" restarted", p, result{took: took}, *items)
 		stop(p)
 		os.RemoveAll(dir)
+		if *memoryOnly {
+			p = start(path, args[:len(args)-2], "")
+			r = load(p, *items, *valueSize)
+			report(label+" (memory)", p, r, *items)
+			stop(p)
+		}
 	}
 	if *memcached != "" {
 		args := []string{"-l", "127.0.0.1", "-m", strconv.Itoa(*mb), "-U", "0"}
