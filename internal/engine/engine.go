@@ -224,22 +224,22 @@ func (e *Engine) GetTallied(t *Tally, key []byte, w Waiter) (store.Item, bool, e
 	return e.GetTalliedInto(t, key, w, nil)
 }
 
-// GetTalliedInto is GetTallied with the value of an item from the local store appended to *buf (when buf is not
-// nil) instead of copied into a slice of its own (store.GetAppend): the memcache door passes a buffer it reuses
-// once the replies that refer to its values are written, so a get allocates nothing. The item's Value is then
-// within *buf; values from elsewhere (a container's table) are their own.
-func (e *Engine) GetTalliedInto(t *Tally, key []byte, w Waiter, buf *[]byte) (store.Item, bool, error) {
+// GetTalliedInto is GetTallied with the value of an item from the local store copied to memory dst gives (when
+// dst is not nil) instead of a slice of its own (store.GetInto): the memcache door gives memory it reuses once
+// the replies that refer to its values are written, so a get allocates nothing. Values from elsewhere (a
+// container's table) are their own.
+func (e *Engine) GetTalliedInto(t *Tally, key []byte, w Waiter, dst store.ValueBuf) (store.Item, bool, error) {
 	sp, k, err := e.space(key, classGet)
 	if err != nil {
 		e.countGet(t, false)
 		return store.Item{}, false, err
 	}
-	return e.getIn(t, sp, k, w, buf)
+	return e.getIn(t, sp, k, w, dst)
 }
 
 // getIn is Get in a resolved key space, counted in t (nil: the engine's counters), telling w before it waits.
-func (e *Engine) getIn(t *Tally, sp keySpace, k []byte, w Waiter, buf *[]byte) (store.Item, bool, error) {
-	it, ok, err := sp.get(e, k, w, buf)
+func (e *Engine) getIn(t *Tally, sp keySpace, k []byte, w Waiter, dst store.ValueBuf) (store.Item, bool, error) {
+	it, ok, err := sp.get(e, k, w, dst)
 	e.countGet(t, ok)
 	return it, ok, err
 }

@@ -529,17 +529,9 @@ func (c *conn) getMulti(keys [][]byte) ([]store.Item, []bool, error) {
 // getOne is engine.GetTallied of key as this connection routes it; like getMulti, it steps away from an event loop
 // only when the answer needs MySQL (WillWait).
 //
-// A value from the local store is copied into c.vals, not into a slice of its own (engine.GetTalliedInto), when it
-// is small: its reply copies it into out (appendData), so c.vals is free again for the next get and a get
-// allocates nothing. A large value gets an array of its own (append grows a small c.vals straight to its size),
-// which its reply refers to until it is written: c.vals lets it go.
+// A value from the local store is copied to memory of the connection's (Take), not to a slice of its own.
 func (c *conn) getOne(key []byte) (store.Item, bool, error) {
-	c.vals = c.vals[:0]
-	it, ok, err := c.eng.GetTalliedInto(&c.tally, c.ekey(key), c, &c.vals)
-	if cap(c.vals) >= largeValue {
-		c.vals = nil
-	}
-	return it, ok, err
+	return c.eng.GetTalliedInto(&c.tally, c.ekey(key), c, c)
 }
 
 type itemView struct {

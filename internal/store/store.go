@@ -377,15 +377,32 @@ func (s *Store) deadLocked(a *arena, off, now int64) bool {
 // Get returns a copy of the live item as it was before this access, and marks
 // it fetched and recently used.
 func (s *Store) Get(key []byte) (Item, bool) {
-	it, _, ok := s.GetAppend(key, nil)
-	return it, ok
+	return s.get(key, nil, nil)
+}
+
+// ValueBuf gives a reader of the store the memory a value is copied to
+// (GetInto): Take returns a slice of n bytes that is the reader's to keep. It
+// runs under the shard's lock: it must not block or call the store.
+type ValueBuf interface {
+	Take(n int) []byte
+}
+
+// GetInto is Get with the item's value copied to memory dst gives (nil dst:
+// a slice of its own): a reader that writes values out and then reuses that
+// memory saves each copy's allocation.
+func (s *Store) GetInto(key []byte, dst ValueBuf) (Item, bool) {
+	return s.get(key, dst, nil)
 }
 
 // GetAppend is Get with the item's value appended to buf (which may be nil),
-// which it returns extended: a caller that writes values out and then reuses
-// its buffer saves each copy's allocation. The item's Value is the appended
-// bytes (nil buf: a slice of its own).
+// which it returns extended; the item's Value is the appended bytes.
 func (s *Store) GetAppend(key, buf []byte) (Item, []byte, bool) {
+	it, ok := s.get(key, nil, &buf)
+	return it, buf, ok
+}
+
+// get is Get, GetInto (dst) and GetAppend (buf).
+func (s *Store) get(key []byte, dst ValueBuf, buf *[]byte) (Item, bool) {
 	now := s.now()
 	_, sh, h := s.locate(key)
 	sh.mu.Lock()
@@ -393,29 +410,41 @@ func (s *Store) GetAppend(key, buf []byte) (Item, []byte, bool) {
 		sh.mu.Unlock()
 		it, ok := s.visible(u, now)
 		if ok {
-			buf = append(buf, it.Value...)
-			it.Value = buf[len(buf)-len(it.Value):]
+			it.Value = copyOut(it.Value, dst, buf)
 		}
-		return it, buf, ok
+		return it, ok
 	}
 	a := &sh.mu.a
 	off, slot := a.find(key, h)
 	if off < 0 {
 		sh.mu.Unlock()
-		return Item{}, buf, false
+		return Item{}, false
 	}
 	if s.deadLocked(a, off, now) {
 		s.removeDeadLocked(sh, off, slot, now)
 		sh.mu.Unlock()
-		return Item{}, buf, false
+		return Item{}, false
 	}
 	it := a.item(off, false)
-	buf = append(buf, it.Value...)
-	it.Value = buf[len(buf)-len(it.Value) : len(buf) : len(buf)]
+	it.Value = copyOut(it.Value, dst, buf)
 	a.setBits(off, bVisited|bFetched)
 	a.setAccess(off, now)
 	sh.mu.Unlock()
-	return it, buf, true
+	return it, true
+}
+
+// copyOut copies v to memory of the reader's: dst's, the end of *buf, or a slice of its own.
+func copyOut(v []byte, dst ValueBuf, buf *[]byte) []byte {
+	switch {
+	case dst != nil:
+		b := dst.Take(len(v))
+		copy(b, v)
+		return b
+	case buf != nil:
+		*buf = append(*buf, v...)
+		return (*buf)[len(*buf)-len(v):]
+	}
+	return append([]byte(nil), v...)
 }
 
 // Peek returns a copy of the live item without marking it used.
@@ -479,11 +508,18 @@ func (s *Store) removeDeadLocked(sh *shard, off int64, slot int, now int64) {
 // stored (zero when none), its Value the caller's own, and, for a change that could not be stored or made
 // durable, an error. fn must not block and must not call the store.
 func (s *Store) Update(key []byte, fn func(cur *Item) (Action, Item)) (Item, error) {
-	return s.update(key, fn, true)
+	return s.update(key, fn, true, nil)
 }
 
-// update is Update; without withValue, the result of Keep and Save has no Value (nothing to copy).
-func (s *Store) update(key []byte, fn func(cur *Item) (Action, Item), withValue bool) (Item, error) {
+// UpdateInto is Update with the value of a result that fn kept (Keep, Save) copied to memory dst gives (see
+// GetInto) instead of a slice of its own.
+func (s *Store) UpdateInto(key []byte, fn func(cur *Item) (Action, Item), dst ValueBuf) (Item, error) {
+	return s.update(key, fn, true, dst)
+}
+
+// update is Update; without withValue, the result of Keep and Save has no Value (nothing to copy); with dst, it
+// is copied there.
+func (s *Store) update(key []byte, fn func(cur *Item) (Action, Item), withValue bool, dst ValueBuf) (Item, error) {
 	now := s.now()
 	idx, sh, h := s.locate(key)
 	sh.mu.Lock()
@@ -543,7 +579,7 @@ func (s *Store) update(key []byte, fn func(cur *Item) (Action, Item), withValue 
 			result = *cur
 			result.Value = nil
 			if withValue {
-				result.Value = append([]byte(nil), value...)
+				result.Value = copyOut(value, dst, nil)
 			}
 		}
 	case Save:
@@ -557,14 +593,15 @@ func (s *Store) update(key []byte, fn func(cur *Item) (Action, Item), withValue 
 		a.setMeta(off, cur)
 		result = *cur
 		result.Value = nil
-		if withValue || !cur.Ephemeral && s.disk != nil {
-			result.Value = append([]byte(nil), value...) // also what the disk gets: the ring may move it
-		}
-		if !result.Ephemeral {
+		if !cur.Ephemeral && s.disk != nil {
+			// What the disk gets must stay as it is until it has it: a slice of its own (the ring may move).
+			result.Value = append([]byte(nil), value...)
 			seq = s.logLocked(sh, idx, opPut, key, &result)
-		}
-		if !withValue {
-			result.Value = nil
+			if !withValue {
+				result.Value = nil
+			}
+		} else if withValue {
+			result.Value = copyOut(value, dst, nil)
 		}
 	case Remove:
 		if off < 0 {
@@ -691,7 +728,7 @@ func (s *Store) Touch(key []byte, exptime int64) (Item, bool, error) {
 		found = true
 		cur.Exptime = exptime
 		return Save, Item{}
-	}, false)
+	}, false, nil)
 	return it, found, err
 }
 
