@@ -14,12 +14,16 @@
 //   - Keys are split over a fixed number of shards by hash; every read and
 //     change of a key happens under its shard's mutex, so each Update is atomic.
 //   - An arena's bytes never leave its shard's lock: Get, Peek, Walk and
-//     Update's result hand out copies, so a caller may keep and write out the
-//     Value it was given after the lock is released, and nobody else ever
-//     modifies it. (Update's callback sees cur.Value in the arena itself: it
-//     may read it, and must copy it to keep it.) A Value handed to Update for
-//     Replace is copied into the arena, and with persistence kept until the
-//     disk has it: the caller must not modify it after.
+//     Update's result hand out copies (to a slice of their own, or to memory
+//     the caller gives: GetInto, UpdateInto), so a caller may keep and write
+//     out the Value it was given after the lock is released, and the store
+//     never modifies it. (Update's callback sees cur.Value in the arena
+//     itself: it may read it, and must copy it to keep it.) So a record's
+//     bytes may be overwritten as soon as its item is evicted or replaced,
+//     and an arena may be unmapped, with no reader to wait for. A Value
+//     handed to Update for Replace is copied into the arena, and with
+//     persistence kept until the disk has it: the caller must not modify it
+//     after.
 //   - A shard's memory is its ring and its index: the ring wraps at the
 //     shard's share of the limit less the index's size, so live records, the
 //     dead ones the tail has not reached and the index never take more than
@@ -177,6 +181,9 @@ type Stats struct {
 	// the live items take of it; the rest is records of removed items the
 	// rings' tails have not reached yet, and the index's free slots.
 	Arena int64
+	// IndexBytes and IndexSlots are the shards' indexes' size (part of Arena) and slots, summed (memcached's
+	// hash_bytes and hash_power_level).
+	IndexBytes, IndexSlots int64
 }
 
 // Store is the sharded in-memory item table. It is safe for concurrent use.
@@ -628,9 +635,10 @@ func (s *Store) update(key []byte, fn func(cur *Item) (Action, Item), withValue 
 			next.CAS = s.nextCAS.Add(1)
 		}
 		next.LastAccess = now
-		if !s.insertLocked(sh, key, h, &next) {
+		if !s.insertLocked(sh, key, h, &next, now) {
 			// Only an index that grew past what the shard has left can refuse it.
 			seq = s.lastSeqLocked(sh)
+			*cur = Item{}
 			sh.mu.Unlock()
 			s.waitDurable(seq)
 			return Item{}, ErrNoMemory
@@ -708,7 +716,7 @@ func (s *Store) forget(sh *shard, key []byte, cas uint64) {
 		}
 		delete(sh.mu.unsynced, string(key))
 		if u.priorOK && recLen(len(key), len(u.prior.Value)) <= a.end {
-			s.insertLocked(sh, key, h, &u.prior)
+			s.insertLocked(sh, key, h, &u.prior, s.now())
 		}
 		return
 	}
@@ -844,6 +852,8 @@ func (s *Store) Stats() Stats {
 		st.Bytes += sh.mu.used
 		st.Malloced += sh.mu.peak
 		st.Arena += a.memory()
+		st.IndexBytes += int64(len(a.tableMem))
+		st.IndexSlots += int64(len(a.table))
 		// The first live record from the tail; dead ones before it are few unless most items were just removed.
 		for off, n := a.first(), 0; off >= 0 && n < 1000; off, n = a.next(off), n+1 {
 			if a.live(off) {
@@ -899,8 +909,9 @@ func (s *Store) resizeLocked(sh *shard, limit int64) {
 		total += n
 		keep--
 	}
+	now := s.now()
 	for _, off := range offs[:keep] {
-		s.evictLocked(sh, off, old.slotOf(off))
+		s.evictLocked(sh, off, old.slotOf(off), now)
 	}
 	for _, off := range offs[keep:] {
 		n := old.size(off)
@@ -1003,14 +1014,14 @@ func (s *Store) dropCursorLocked(sh *shard, c *int64) {
 // making room first (freeTailLocked), and indexes it. It reports false, having
 // stored nothing, when the record cannot fit even in an empty ring (the
 // caller checked it against end; only the index's growth can move end under it).
-func (s *Store) insertLocked(sh *shard, key []byte, h uint64, it *Item) bool {
+func (s *Store) insertLocked(sh *shard, key []byte, h uint64, it *Item, now int64) bool {
 	a := &sh.mu.a
 	if (a.count+1)*4 > len(a.table)*3 {
 		a.grow()
 	}
 	n := recLen(len(key), len(it.Value))
 	for !a.fits(n) {
-		if !s.freeTailLocked(sh) {
+		if !s.freeTailLocked(sh, now) {
 			return false
 		}
 	}
@@ -1045,8 +1056,8 @@ func (s *Store) removeLocked(sh *shard, off int64, slot int, log bool) {
 // freeTailLocked moves the ring's tail past one record, the clock's step:
 // a dead record is dropped, an expired one removed as expired, a visited one
 // loses its bit and moves to the head, an unvisited live one is evicted. It
-// reports false when the ring holds nothing to free.
-func (s *Store) freeTailLocked(sh *shard) bool {
+// reports false when the ring holds nothing to free. now is the store's clock.
+func (s *Store) freeTailLocked(sh *shard, now int64) bool {
 	a := &sh.mu.a
 	if !a.wrapped {
 		return false // fits wraps a ring with records in it; an unwrapped one that does not fit is empty
@@ -1057,7 +1068,7 @@ func (s *Store) freeTailLocked(sh *shard) bool {
 	off := a.tail
 	n := a.size(off)
 	sh.passCursorsLocked(off)
-	switch now := s.now(); {
+	switch {
 	case !a.live(off):
 	case s.deadLocked(a, off, now):
 		s.removeDeadLocked(sh, off, a.slotOf(off), now)
@@ -1069,14 +1080,14 @@ func (s *Store) freeTailLocked(sh *shard) bool {
 		a.repoint(slot, to)
 		a.head += n
 	default:
-		s.evictLocked(sh, off, a.slotOf(off))
+		s.evictLocked(sh, off, a.slotOf(off), now)
 	}
 	a.tail += n
 	return true
 }
 
 // evictLocked removes the live record at off (index slot slot) to make room, and counts an eviction.
-func (s *Store) evictLocked(sh *shard, off int64, slot int) {
+func (s *Store) evictLocked(sh *shard, off int64, slot int, now int64) {
 	a := &sh.mu.a
 	s.evictions.Add(1)
 	c := &sh.mu.classes[a.cls(off)]
@@ -1087,7 +1098,7 @@ func (s *Store) evictLocked(sh *shard, off int64, slot int) {
 	if a.bits(off)&bFetched == 0 {
 		c.EvictedUnfetched++
 	}
-	c.evictedAt = s.now()
+	c.evictedAt = now
 	c.EvictedTime = max(0, c.evictedAt-a.access(off))
 	s.removeLocked(sh, off, slot, true)
 }
