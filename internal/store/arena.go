@@ -78,6 +78,10 @@ type arena struct {
 	wrapAt  int64
 	wrapped bool
 	touched int64 // buf[:touched] may be resident; above it, never written or given back
+	// headLog and tailLog count the record bytes the head has written and the tail has passed since the arena
+	// was made (logical positions, which do not wrap): a record's logical position tells whether it was written
+	// before a moment the head's count was read at (see logical; Walk).
+	headLog, tailLog int64
 
 	table    []uint64
 	tableMem []byte
@@ -241,7 +245,16 @@ func (a *arena) fits(n int64) bool {
 func (a *arena) alloc(n int64) int64 {
 	off := a.head
 	a.head += n
+	a.headLog += n
 	return off
+}
+
+// logical is the logical position (see headLog) of the record at off.
+func (a *arena) logical(off int64) int64 {
+	if a.wrapped && off < a.tail {
+		return a.tailLog + a.wrapAt - a.tail + off
+	}
+	return a.tailLog + off - a.tail
 }
 
 // tailWrap moves the tail to the ring's start when it has reached wrapAt, and gives back to the system the
@@ -301,6 +314,7 @@ func (a *arena) next(off int64) int64 {
 // reset empties the ring and the index, and gives their memory back.
 func (a *arena) reset() {
 	a.head, a.tail, a.wrapAt, a.wrapped = 0, 0, 0, false
+	a.tailLog = a.headLog
 	a.release(0)
 	if len(a.table) > minTable {
 		unmapBytes(a.tableMem)

@@ -38,9 +38,13 @@ func checkArenas(t *testing.T, s *Store) {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		a := &sh.mu.a
-		var items, used int64
+		var items, used, records int64
 		var classes [NumClasses]int64
 		for off := a.first(); off >= 0; off = a.next(off) {
+			if a.logical(off) != a.tailLog+records {
+				t.Errorf("shard %d: record at %d has logical position %d, want %d", i, off, a.logical(off), a.tailLog+records)
+			}
+			records += a.size(off)
 			if !a.live(off) {
 				continue
 			}
@@ -51,6 +55,9 @@ func checkArenas(t *testing.T, s *Store) {
 			if got, _ := a.find(key, a.hashOf(key)); got != off {
 				t.Errorf("shard %d: %q at %d found at %d", i, key, off, got)
 			}
+		}
+		if a.headLog-a.tailLog != records {
+			t.Errorf("shard %d: the head wrote %d bytes more than the tail passed, the ring holds %d", i, a.headLog-a.tailLog, records)
 		}
 		entries := 0
 		for _, e := range a.table {
@@ -387,4 +394,40 @@ func TestSetLimitRemakesArenas(t *testing.T) {
 	if st := s.Stats(); st.CurrItems <= full.CurrItems {
 		t.Fatalf("raised limit holds %d items, the first %d", st.CurrItems, full.CurrItems)
 	}
+}
+
+// TestWalkWhileRingMoves walks in small batches while fn stores enough to evict what the walk has not reached:
+// the tail passes the walk's cursor, which goes on from the tail, and every item the walk sees is one the store
+// held, whole.
+func TestWalkWhileRingMoves(t *testing.T) {
+	defer func(b int) { walkBatch = b }(walkBatch)
+	walkBatch = 2 << 10
+	s, err := Open(Options{MemoryLimit: 2 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i := range 10000 {
+		k := fmt.Sprintf("a%d", i)
+		setBytes(t, s, k, valueOf(k, 0, 150))
+	}
+	seen, w := 0, 0
+	s.Walk(func(key string, it Item) bool {
+		seen++
+		if !bytes.Equal(it.Value, valueOf(key, 0, 150)) {
+			t.Fatalf("walk saw %s holding %.30q", key, it.Value)
+		}
+		if seen%10 == 0 {
+			for range 1000 {
+				k := fmt.Sprintf("b%d", w)
+				w++
+				setBytes(t, s, k, valueOf(k, 0, 150))
+			}
+		}
+		return seen < 100000
+	})
+	if seen == 0 || seen >= 100000 || s.Stats().Evictions == 0 {
+		t.Fatalf("walk saw %d items (stopped at 100000), %d evictions", seen, s.Stats().Evictions)
+	}
+	checkArenas(t, s)
 }

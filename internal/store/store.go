@@ -913,6 +913,8 @@ func (s *Store) resizeLocked(sh *shard, limit int64) {
 	for _, off := range offs[:keep] {
 		s.evictLocked(sh, off, old.slotOf(off), now)
 	}
+	// The records keep their logical positions' order, and end where the old head's count was (see Walk).
+	na.headLog, na.tailLog = old.headLog-total, old.headLog-total
 	for _, off := range offs[keep:] {
 		n := old.size(off)
 		at := na.alloc(n)
@@ -929,7 +931,8 @@ func (s *Store) resizeLocked(sh *shard, limit int64) {
 // batch at a time: up to a few MiB of a shard's items are copied under its
 // lock and fn runs without it, so fn may block. It stops when fn returns
 // false. Items changed during the walk may be seen in either version, or
-// not at all, and an item the ring's clock moved meanwhile may be seen twice;
+// not at all, and an item the ring's clock moved meanwhile may be seen twice
+// or not at all;
 // with sync durability, a change may be seen before it is durable.
 func (s *Store) Walk(fn func(key string, it Item) bool) {
 	type entry struct {
@@ -937,19 +940,25 @@ func (s *Store) Walk(fn func(key string, it Item) bool) {
 		it  Item
 	}
 	var batch []entry
-	const batchBytes = 4 << 20
 	for i := range s.shards {
 		sh := &s.shards[i]
 		cursor := int64(cursorEnd)
 		sh.mu.Lock()
 		sh.mu.cursors = append(sh.mu.cursors, &cursor)
 		a := &sh.mu.a
+		// Records written after the walk reached the shard are not its to see: without this bound a walk that
+		// the tail keeps passing while clients write would go on as long as they do.
+		until := a.headLog
 		off := a.first()
 		for off >= 0 {
 			now := s.now()
 			batch = batch[:0]
 			size := 0
-			for ; off >= 0 && size < batchBytes; off = a.next(off) {
+			for ; off >= 0 && size < walkBatch; off = a.next(off) {
+				if a.logical(off) >= until {
+					off = cursorEnd
+					break
+				}
 				if a.live(off) && !s.deadLocked(a, off, now) {
 					batch = append(batch, entry{string(a.key(off)), a.item(off, true)})
 					size += int(a.size(off))
@@ -976,6 +985,9 @@ func (s *Store) Walk(fn func(key string, it Item) bool) {
 		sh.mu.Unlock()
 	}
 }
+
+// walkBatch bounds the bytes of items Walk copies under one hold of a shard's lock (a variable for tests).
+var walkBatch = 4 << 20
 
 // A scan's cursor (shard.mu.cursors) is a record's offset, cursorEnd when the scan has reached the newest record,
 // or cursorTail when the ring's tail passed the record it was at (or the ring was remade): the scan goes on from
@@ -1078,11 +1090,12 @@ func (s *Store) freeTailLocked(sh *shard, now int64) bool {
 		to := a.head
 		copy(a.buf[to:to+n], a.buf[off:off+n])
 		a.repoint(slot, to)
-		a.head += n
+		a.alloc(n)
 	default:
 		s.evictLocked(sh, off, a.slotOf(off), now)
 	}
 	a.tail += n
+	a.tailLog += n
 	return true
 }
 
