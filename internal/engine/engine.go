@@ -20,6 +20,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -288,7 +289,9 @@ func (r *StoreRequest) metaOnly() string {
 }
 
 // StoreValue runs a classic storage command. On Stored it returns the new item
-// (on a table, what was sent: the row is not read back).
+// (on a table, what was sent: the row is not read back). value stays the
+// caller's: what the engine keeps of it, it copies, so the caller may reuse it
+// once StoreValue returns (the memcache door passes its read buffer).
 func (e *Engine) StoreValue(key, value []byte, r StoreRequest) (Status, store.Item, error) {
 	return e.storeAs(classSet, r.Mode, key, value, r)
 }
@@ -316,6 +319,11 @@ func (e *Engine) storeAs(class opClass, dropMode Mode, key, value []byte, r Stor
 	}
 	if err != nil {
 		return Failed, store.Item{}, err
+	}
+	if _, local := sp.(localSpace); !local {
+		// The caller's value may be its read buffer (see StoreValue); a table keeps what it is given (a queued
+		// write, a row's copy), so it gets a slice of its own. The local store copies what it keeps.
+		value = bytes.Clone(value)
 	}
 	status, it, err := sp.store(e, k, value, r)
 	if r.Mode == CAS {

@@ -391,8 +391,7 @@ func (c *conn) metaSet(toks [][]byte, rest []byte) int {
 		c.out = append(c.out, replyBadChunk...)
 		return total
 	}
-	value := make([]byte, vlen)
-	copy(value, rest[:vlen])
+	value := rest[:vlen:vlen] // the engine copies what it keeps (MetaSet, as StoreValue)
 	r := engine.StoreRequest{
 		Mode:    mode,
 		Flags:   f.flags,

@@ -294,8 +294,7 @@ func (c *conn) storage(mode engine.Mode, toks [][]byte, rest []byte) int {
 		c.reply(quiet, replyBadChunk)
 		return total
 	}
-	value := make([]byte, vlen)
-	copy(value, rest[:vlen])
+	value := rest[:vlen:vlen] // the engine copies what it keeps (StoreValue)
 	status, _, err := c.eng.StoreValue(c.engineKey(key, storeAccess(mode)), value, engine.StoreRequest{Mode: mode, Flags: flags, TTL: exptime, CAS: casID, Tally: &c.tally})
 	c.storeReply(quiet, status, err)
 	return total

@@ -431,3 +431,34 @@ func TestWalkWhileRingMoves(t *testing.T) {
 	}
 	checkArenas(t, s)
 }
+
+// TestReplaceCopiesTheValue: the caller may reuse the value it handed to Update once Update returns; memory and
+// disk keep what it held then.
+func TestReplaceCopiesTheValue(t *testing.T) {
+	for _, d := range []Durability{DurabilityNone, DurabilityAsync, DurabilitySync} {
+		o := Options{MemoryLimit: 1 << 20, DataDir: t.TempDir(), Durability: d}
+		s, err := Open(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := []byte("first value")
+		setBytes(t, s, "k", buf)
+		copy(buf, "XXXXXXXXXXX")
+		if it, ok := s.Get([]byte("k")); !ok || string(it.Value) != "first value" {
+			t.Fatalf("durability %d: k reads %q after the caller reused its value", d, it.Value)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if d == DurabilityNone {
+			continue
+		}
+		if s, err = Open(o); err != nil {
+			t.Fatal(err)
+		}
+		if it, ok := s.Get([]byte("k")); !ok || string(it.Value) != "first value" {
+			t.Fatalf("durability %d: k reads %q after a restart", d, it.Value)
+		}
+		s.Close()
+	}
+}

@@ -21,9 +21,8 @@
 //     itself: it may read it, and must copy it to keep it.) So a record's
 //     bytes may be overwritten as soon as its item is evicted or replaced,
 //     and an arena may be unmapped, with no reader to wait for. A Value
-//     handed to Update for Replace is copied into the arena, and with
-//     persistence kept until the disk has it: the caller must not modify it
-//     after.
+//     handed to Update for Replace is copied into the arena (and, with
+//     persistence, for the disk): the caller may reuse it once Update returns.
 //   - A shard's memory is its ring and its index: the ring wraps at the
 //     shard's share of the limit less the index's size, so live records, the
 //     dead ones the tail has not reached and the index never take more than
@@ -645,8 +644,11 @@ func (s *Store) update(key []byte, fn func(cur *Item) (Action, Item), withValue 
 		}
 		s.totalItems.Add(1)
 		result = next
-		if !next.Ephemeral {
-			seq = s.logLocked(sh, idx, opPut, key, &next)
+		if !next.Ephemeral && s.disk != nil {
+			// What the disk gets must stay as it is until it has it; the caller may reuse its value.
+			rec := next
+			rec.Value = append([]byte(nil), next.Value...)
+			seq = s.logLocked(sh, idx, opPut, key, &rec)
 		}
 	}
 	if hidesChanges {
