@@ -102,6 +102,15 @@ func newArena(limit int64, hashMask uint64, tableSize int) arena {
 	return a
 }
 
+// closedArena is an empty arena of one page on Go's heap, what a closed store's shards keep (Store.freeArenas).
+func closedArena(hashMask uint64) arena {
+	a := arena{limit: pageSize, hashMask: hashMask, buf: make([]byte, pageSize)}
+	a.table = make([]uint64, minTable)
+	a.mask = minTable - 1
+	a.end = pageSize
+	return a
+}
+
 func (a *arena) setTable(size int) {
 	mem := mapBytes(size * 8)
 	a.tableMem = mem

@@ -462,3 +462,36 @@ func TestReplaceCopiesTheValue(t *testing.T) {
 		s.Close()
 	}
 }
+
+// TestUseAfterClose: a caller still running when the store closes (a connection the door's shutdown gave up on)
+// finds an empty store, not unmapped memory.
+func TestUseAfterClose(t *testing.T) {
+	s, err := Open(Options{MemoryLimit: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 1000 {
+		k := fmt.Sprintf("k%d", i)
+		setBytes(t, s, k, valueOf(k, 0, 100))
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.Get([]byte("k1")); ok {
+		t.Fatal("a closed store still holds k1")
+	}
+	for i := range 100 {
+		k := fmt.Sprintf("n%d", i)
+		s.Update([]byte(k), func(*Item) (Action, Item) { return Replace, Item{Value: valueOf(k, 0, 100)} })
+		s.Get([]byte(k))
+	}
+	s.Walk(func(string, Item) bool { return true })
+	s.FlushAll()
+	if err := s.SetLimit(2 << 20); err != ErrClosed {
+		t.Fatalf("SetLimit after Close: %v", err)
+	}
+	checkArenas(t, s)
+	if st := s.Stats(); st.CurrItems > 100 {
+		t.Fatalf("after close: %+v", st)
+	}
+}

@@ -216,6 +216,7 @@ type Store struct {
 
 	stop     chan struct{}
 	stopOnce sync.Once
+	closed   atomic.Bool // the arenas are given back (Close)
 	wg       sync.WaitGroup
 }
 
@@ -323,18 +324,24 @@ func open(o Options, hashMask uint64) (*Store, error) {
 	return s, nil
 }
 
+// freeArenas gives the arenas' memory back. Each shard is left an empty arena on Go's heap (closedArena), so a
+// caller still running after Close finds nothing, and stores almost nothing, instead of touching unmapped memory.
 func (s *Store) freeArenas() {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		sh.mu.a.free()
+		sh.mu.a = closedArena(s.hashMask)
+		sh.mu.items, sh.mu.used = 0, 0
+		clear(sh.mu.classes[:])
+		s.resetCursorsLocked(sh)
 		sh.mu.Unlock()
 	}
 }
 
 // Close stops background work and, with persistence, writes every pending
-// change and closes the disk. The arenas' memory is given back; the store
-// must not be used after.
+// change and closes the disk. The arenas' memory is given back: a store used
+// after Close holds nothing.
 func (s *Store) Close() error {
 	var err error
 	s.stopOnce.Do(func() {
@@ -345,6 +352,7 @@ func (s *Store) Close() error {
 		if s.disk != nil {
 			err = errors.Join(err, s.disk.close())
 		}
+		s.closed.Store(true)
 		s.freeArenas()
 	})
 	return err
@@ -876,6 +884,9 @@ func (s *Store) Stats() Stats {
 func (s *Store) SetLimit(limit int64) error {
 	if limit <= 0 {
 		return errors.New("store: MemoryLimit must be positive")
+	}
+	if s.closed.Load() {
+		return ErrClosed // no arena of the new size to make: Close gave them back
 	}
 	for i := range s.shards {
 		sh := &s.shards[i]
