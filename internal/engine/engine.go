@@ -20,6 +20,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -221,17 +222,25 @@ func (e *Engine) Get(key []byte) (store.Item, bool, error) { return e.GetTallied
 // GetTallied is Get counted in t (nil: in the engine's counters). If the answer needs MySQL, w (when not nil) is
 // told before the engine waits for it (see Waiter). The key is routed, and a held copy looked up, once.
 func (e *Engine) GetTallied(t *Tally, key []byte, w Waiter) (store.Item, bool, error) {
+	return e.GetTalliedInto(t, key, w, nil)
+}
+
+// GetTalliedInto is GetTallied with the value of an item from the local store copied to memory dst gives (when
+// dst is not nil) instead of a slice of its own (store.GetInto): the memcache door gives memory it reuses once
+// the replies that refer to its values are written, so a get allocates nothing. Values from elsewhere (a
+// container's table) are their own.
+func (e *Engine) GetTalliedInto(t *Tally, key []byte, w Waiter, dst store.ValueBuf) (store.Item, bool, error) {
 	sp, k, err := e.space(key, classGet)
 	if err != nil {
 		e.countGet(t, false)
 		return store.Item{}, false, err
 	}
-	return e.getIn(t, sp, k, w)
+	return e.getIn(t, sp, k, w, dst)
 }
 
 // getIn is Get in a resolved key space, counted in t (nil: the engine's counters), telling w before it waits.
-func (e *Engine) getIn(t *Tally, sp keySpace, k []byte, w Waiter) (store.Item, bool, error) {
-	it, ok, err := sp.get(e, k, w)
+func (e *Engine) getIn(t *Tally, sp keySpace, k []byte, w Waiter, dst store.ValueBuf) (store.Item, bool, error) {
+	it, ok, err := sp.get(e, k, w, dst)
 	e.countGet(t, ok)
 	return it, ok, err
 }
@@ -280,7 +289,9 @@ func (r *StoreRequest) metaOnly() string {
 }
 
 // StoreValue runs a classic storage command. On Stored it returns the new item
-// (on a table, what was sent: the row is not read back).
+// (on a table, what was sent: the row is not read back). value stays the
+// caller's: what the engine keeps of it, it copies, so the caller may reuse it
+// once StoreValue returns (the memcache door passes its read buffer).
 func (e *Engine) StoreValue(key, value []byte, r StoreRequest) (Status, store.Item, error) {
 	return e.storeAs(classSet, r.Mode, key, value, r)
 }
@@ -308,6 +319,11 @@ func (e *Engine) storeAs(class opClass, dropMode Mode, key, value []byte, r Stor
 	}
 	if err != nil {
 		return Failed, store.Item{}, err
+	}
+	if _, local := sp.(localSpace); !local {
+		// The caller's value may be its read buffer (see StoreValue); a table keeps what it is given (a queued
+		// write, a row's copy), so it gets a slice of its own. The local store copies what it keeps.
+		value = bytes.Clone(value)
 	}
 	status, it, err := sp.store(e, k, value, r)
 	if r.Mode == CAS {

@@ -38,8 +38,9 @@ import (
 //     cmd_touch) are the engine's; each space counts its hits and misses as
 //     memcached counts them for that command.
 type keySpace interface {
-	// get reads k, telling w (when not nil) before it waits on MySQL.
-	get(e *Engine, k []byte, w Waiter) (store.Item, bool, error)
+	// get reads k, telling w (when not nil) before it waits on MySQL. A value from the local store is copied to
+	// memory dst gives when dst is not nil (see Engine.GetTalliedInto).
+	get(e *Engine, k []byte, w Waiter, dst store.ValueBuf) (store.Item, bool, error)
 	// getMany answers keys[j] into items[idx[j]] and found[idx[j]] (a
 	// multi-get's share in this space), with as few round trips as it can,
 	// telling w (when not nil) once before it waits on MySQL.
@@ -119,8 +120,8 @@ type localSpace struct{}
 
 func (localSpace) localKey(k []byte) []byte { return k }
 
-func (localSpace) get(e *Engine, k []byte, _ Waiter) (store.Item, bool, error) {
-	it, ok := e.st.Get(k)
+func (localSpace) get(e *Engine, k []byte, _ Waiter, dst store.ValueBuf) (store.Item, bool, error) {
+	it, ok := e.st.GetInto(k, dst)
 	return it, ok, nil
 }
 
@@ -308,7 +309,7 @@ type tableSpace struct{ t *Table }
 
 func (s *tableSpace) localKey(row []byte) []byte { return s.t.rows.Key(row) }
 
-func (s *tableSpace) get(e *Engine, row []byte, w Waiter) (store.Item, bool, error) {
+func (s *tableSpace) get(e *Engine, row []byte, w Waiter, _ store.ValueBuf) (store.Item, bool, error) {
 	return e.tableGet(s.t, row, w)
 }
 

@@ -44,6 +44,8 @@ type MetaGetRequest struct {
 	Tally *Tally
 	// Waiter, when not nil, is told before a get (no T) waits on MySQL (see Waiter).
 	Waiter Waiter
+	// Into, when not nil, gives the memory a local item's value is copied to (see GetTalliedInto).
+	Into store.ValueBuf
 }
 
 // MetaGetResult is the item an mg found or created, and what to tell the client.
@@ -73,7 +75,7 @@ func (e *Engine) MetaGet(key []byte, r MetaGetRequest) (MetaGetResult, error) {
 
 func (localSpace) metaGet(e *Engine, key []byte, r MetaGetRequest, res MetaGetResult) (MetaGetResult, error) {
 	ttl, vivify, recache := e.Deadline(r.TTL), e.Deadline(r.VivifyTTL), e.Deadline(r.RecacheTTL)
-	it, err := e.st.Update(key, func(cur *store.Item) (store.Action, store.Item) {
+	it, err := e.st.UpdateInto(key, func(cur *store.Item) (store.Action, store.Item) {
 		if cur == nil {
 			if !r.Vivify {
 				return store.Keep, store.Item{}
@@ -105,10 +107,14 @@ func (localSpace) metaGet(e *Engine, key []byte, r MetaGetRequest, res MetaGetRe
 			cur.LastAccess = res.Now
 		}
 		return action, store.Item{}
-	})
+	}, r.Into)
 	if res.Created {
 		res.Item = it
 		res.Item.Fetched, res.Item.LastAccess = false, res.Now
+	} else if res.Found {
+		// fn's copy of the item has the store's own bytes for a value, valid only under its lock; the value is
+		// unchanged, and it is Update's copy.
+		res.Item.Value = it.Value
 	}
 	if r.SetTTL {
 		e.counters.CmdTouch.Add(1)

@@ -26,7 +26,7 @@ func (e *Engine) tableMetaGet(t *Table, row []byte, r MetaGetRequest, res MetaGe
 		res.Item, res.Found, err = sp.getAndTouch(e, k, r.TTL)
 	} else {
 		sp, k := t.spaceFor(classGet, row)
-		res.Item, res.Found, err = e.getIn(r.Tally, sp, k, r.Waiter)
+		res.Item, res.Found, err = e.getIn(r.Tally, sp, k, r.Waiter, nil)
 	}
 	// The exptime before a touch is not read back from the table, so an mg
 	// with t before T reports the new TTL, as after it.

@@ -449,8 +449,7 @@ func (c *conn) binStore(h binHeader, quiet bool, extras, key, value []byte) {
 		mode = engine.CAS
 	}
 	c.srv.prefixes.set(key)
-	v := make([]byte, len(value)) // owned by the store from here on
-	copy(v, value)
+	v := value[:len(value):len(value)] // the engine copies what it keeps (StoreValue)
 	status, it, err := c.eng.StoreValue(c.engineKey(key, storeAccess(mode)), v, engine.StoreRequest{Mode: mode, Flags: flags, TTL: exptime, CAS: h.cas, Tally: &c.tally})
 	c.binStoreReply(h, quiet, mode, status, it.CAS, err)
 }
@@ -462,8 +461,7 @@ func (c *conn) binConcat(h binHeader, quiet bool, key, value []byte) {
 		mode = engine.Prepend
 	}
 	c.srv.prefixes.set(key)
-	v := make([]byte, len(value))
-	copy(v, value)
+	v := value[:len(value):len(value)] // the engine copies what it keeps (StoreValue)
 	status, it, err := c.eng.StoreValue(c.engineKey(key, engine.AccessOther), v, engine.StoreRequest{Mode: mode, CAS: h.cas, Tally: &c.tally})
 	c.binStoreReply(h, quiet, mode, status, it.CAS, err)
 }

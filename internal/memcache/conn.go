@@ -3,9 +3,11 @@ package memcache
 import (
 	"bytes"
 	"errors"
+	"math/bits"
 	"net"
 	"os"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -98,6 +100,10 @@ type conn struct {
 	// is their total size, which flushIfFull bounds by maxReferenced.
 	large      []largeRef
 	largeBytes int
+	// vals is where a get from the local store copies a small value to, reused from get to get, and pooled the
+	// arrays of larger ones the replies refer to until they are written (see Take).
+	vals   []byte
+	pooled []*[]byte
 	// bufs is scratch for the vectored write of out and large; writing is what of it a blocking write has yet to
 	// send (writeBlocking).
 	bufs, writing net.Buffers
@@ -470,6 +476,7 @@ func (c *conn) process() error {
 // only itself, and only for that long. The connection's counts are
 // published first, so a client that has a reply finds its request in stats.
 func (c *conn) flush() error {
+	defer c.returnValues()
 	c.publish()
 	if !c.unsent() || c.werr != nil {
 		return c.werr
@@ -642,3 +649,50 @@ func storeAccess(mode engine.Mode) engine.Access {
 	}
 	return engine.AccessOther
 }
+
+// Take is store.ValueBuf for the gets of the local store (getOne): the memory a value is copied to out of the
+// store. A small value goes to vals, which its reply copies into out at once (appendData), so the next get reuses
+// it; a large one, which its reply refers to until it is written, to an array from valuePools that flush gives
+// back once it is.
+func (c *conn) Take(n int) []byte {
+	if n < largeValue {
+		if cap(c.vals) < n {
+			c.vals = make([]byte, max(n, 1<<10))
+		}
+		return c.vals[:n]
+	}
+	if n > maxPooledValue {
+		return make([]byte, n)
+	}
+	class := valueClass(n)
+	p, _ := valuePools[class].Get().(*[]byte)
+	if p == nil {
+		b := make([]byte, largeValue<<class)
+		p = &b
+	}
+	c.pooled = append(c.pooled, p)
+	return (*p)[:n]
+}
+
+// returnValues gives the arrays of the large values the replies referred to back to valuePools (flush: they are
+// written).
+func (c *conn) returnValues() {
+	for i, p := range c.pooled {
+		valuePools[valueClass(cap(*p))].Put(p)
+		c.pooled[i] = nil
+	}
+	c.pooled = c.pooled[:0]
+}
+
+// valuePools keep the arrays large values are copied to out of the store (Take), one pool per power of two from
+// largeValue to maxPooledValue; a value larger than that gets an array of its own. Without them a large get
+// would take fresh memory each time, which costs more than the copy.
+var valuePools [valueClasses]sync.Pool
+
+const (
+	maxPooledValue = 1 << 20
+	valueClasses   = 8 // largeValue (8 KiB) << 7 is maxPooledValue
+)
+
+// valueClass is the pool of arrays of at least n bytes (largeValue <= n <= maxPooledValue).
+func valueClass(n int) int { return bits.Len(uint(n-1)) - bits.Len(uint(largeValue-1)) }

@@ -250,6 +250,7 @@ func (c *conn) metaGet(toks [][]byte) {
 		Recache: f.recache, RecacheTTL: f.recacheTTL,
 		NewCAS: f.newCAS,
 		Tally:  &c.tally,
+		Into:   c, // the value is copied into out, or written out before Take's memory is reused (appendData)
 	}
 	var key []byte
 	if !f.setTTL && !f.vivify && !f.recache && f.newCAS == 0 {
@@ -390,8 +391,7 @@ func (c *conn) metaSet(toks [][]byte, rest []byte) int {
 		c.out = append(c.out, replyBadChunk...)
 		return total
 	}
-	value := make([]byte, vlen)
-	copy(value, rest[:vlen])
+	value := rest[:vlen:vlen] // the engine copies what it keeps (MetaSet, as StoreValue)
 	r := engine.StoreRequest{
 		Mode:    mode,
 		Flags:   f.flags,

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"crypto/tls"
 	"encoding/binary"
+	"math/bits"
 	"net"
 	"os"
 	"runtime"
@@ -157,8 +158,9 @@ func (s *Server) generalStats(w statWriter) {
 	w.int("time_in_listen_disabled_us", 0)
 	w.int("threads", int64(s.threads()))
 	w.int("conn_yields", 0)
-	w.int("hash_power_level", 0)
-	w.int("hash_bytes", 0)
+	// The store's indexes (one a shard): their slots, as a power of two, and their size.
+	w.int("hash_power_level", int64(bits.Len64(uint64(st.IndexSlots))-1))
+	w.int("hash_bytes", st.IndexBytes)
 	w.int("hash_is_expanding", 0)
 	for _, name := range noSlabStats {
 		w.int(name, 0)

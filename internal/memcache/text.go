@@ -294,8 +294,7 @@ func (c *conn) storage(mode engine.Mode, toks [][]byte, rest []byte) int {
 		c.reply(quiet, replyBadChunk)
 		return total
 	}
-	value := make([]byte, vlen)
-	copy(value, rest[:vlen])
+	value := rest[:vlen:vlen] // the engine copies what it keeps (StoreValue)
 	status, _, err := c.eng.StoreValue(c.engineKey(key, storeAccess(mode)), value, engine.StoreRequest{Mode: mode, Flags: flags, TTL: exptime, CAS: casID, Tally: &c.tally})
 	c.storeReply(quiet, status, err)
 	return total
@@ -528,8 +527,10 @@ func (c *conn) getMulti(keys [][]byte) ([]store.Item, []bool, error) {
 
 // getOne is engine.GetTallied of key as this connection routes it; like getMulti, it steps away from an event loop
 // only when the answer needs MySQL (WillWait).
+//
+// A value from the local store is copied to memory of the connection's (Take), not to a slice of its own.
 func (c *conn) getOne(key []byte) (store.Item, bool, error) {
-	return c.eng.GetTallied(&c.tally, c.ekey(key), c)
+	return c.eng.GetTalliedInto(&c.tally, c.ekey(key), c, c)
 }
 
 type itemView struct {

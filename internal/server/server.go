@@ -84,11 +84,13 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 	if cfg.Store.DataDir == "" {
 		durName = config.DurabilityNone
 	}
-	offHeap := int64(0)
+	// The store's items live in its arenas, outside Go's heap (within memory_limit: store.Stats.Arena); what it
+	// keeps on the heap is its changes on their way to the disk, store.HeapMemory at most.
+	offHeap, storeHeap := int64(0), int64(0)
 	if durName != config.DurabilityNone {
-		offHeap = store.DiskMemory
+		offHeap, storeHeap = store.DiskMemory, store.HeapMemory
 	}
-	heapLimit := memoryLimit(cfg.Memcache.MemoryLimit+sqlCacheBudget(cfg), offHeap)
+	heapLimit := memoryLimit(sqlCacheBudget(cfg), offHeap) + storeHeap
 	setMemoryLimit(heapLimit)
 	dur := durabilities[durName]
 	began := time.Now()
@@ -602,10 +604,11 @@ var durabilities = map[string]store.Durability{
 	config.DurabilitySync:  store.DurabilitySync,
 }
 
-// memoryLimit is the bound Go's heap is given (see setMemoryLimit): items (the store's, and the SQL result cache's)
-// are charged with overhead already, and the rest covers connections, Pebble's caches and garbage between cycles.
-// offHeap is memory the process holds outside Go's heap (Pebble's cache and memtables, store.DiskMemory): the heap
-// gets that much less, so the whole process keeps to the same bound. The validity slots that containers' copies
+// memoryLimit is the bound Go's heap is given (see setMemoryLimit): items on the heap (the SQL result cache's; the
+// store's are in its arenas, off the heap) are charged with overhead already, and the rest covers connections,
+// Pebble's caches and garbage between cycles. offHeap is memory the process holds outside Go's heap beside the
+// arenas (Pebble's cache and memtables, store.DiskMemory): the heap gets that much less, so the whole process
+// keeps to the same bound. The validity slots that containers' copies
 // widen come on top as they grow (validity.Registry.OnSlotsGrown): up to an eighth of the items' limit per table,
 // they are not items' overhead, and a limit that left them out kept a full cache collecting back to back (see
 // docs/benchmarks.md).

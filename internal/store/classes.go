@@ -97,16 +97,13 @@ type ClassStats struct {
 	evictedAt int64 // when the latest eviction was (store clock), to pick it among the shards
 }
 
-// classCountLocked counts n, just linked (d = 1) or unlinked (d = -1), in
-// its class. A node keeps the class it was counted in, so an item's
-// fields changed in place cannot move it.
-func (sh *shard) classCountLocked(n *node, d int64) {
-	if d > 0 {
-		n.cls = uint8(Class(len(n.key), len(n.item.Value), n.item.Flags) - 1)
-	}
-	c := &sh.mu.classes[n.cls]
+// classCountLocked counts an item of size (Size) in class cls (0-based), just
+// stored (d = 1) or removed (d = -1). A record keeps the class it was counted
+// in, so an item's fields changed in place cannot move it.
+func (sh *shard) classCountLocked(cls uint8, size, d int64) {
+	c := &sh.mu.classes[cls]
 	c.Items += d
-	c.Bytes += d * Size(len(n.key), len(n.item.Value))
+	c.Bytes += d * size
 }
 
 // ClassStats returns the counts of every class, index 0 being class 1.

@@ -142,6 +142,10 @@ const (
 	// DiskMemory is what a store with a disk holds outside Go's heap as a rule: the cache and two memtables (one
 	// filling, one flushing). The server gives Go's heap that much less (see debug.SetMemoryLimit).
 	DiskMemory = pebbleCache + 2*pebbleMemTable
+	// HeapMemory is what a store with a disk holds on Go's heap at most, beside a little bookkeeping: the changes
+	// not yet handed to Pebble (maxPendingBytes) and the batch being committed (maxBatchBytes). The items are in
+	// the arenas, outside the heap.
+	HeapMemory = maxPendingBytes + maxBatchBytes
 )
 
 func openDisk(s *Store, o Options) (*disk, error) {
@@ -203,8 +207,9 @@ func (d *disk) checkFormat() error {
 	return nil
 }
 
-// load fills memory from the disk before the store is used. Expired items and
-// items that no longer fit under the memory limit are deleted from the disk.
+// load fills the arenas from the disk before the store is used. Expired items and
+// items that no longer fit under the memory limit are deleted from the disk. It
+// runs before any other use of the store: no lock is needed.
 func (d *disk) load() error {
 	s := d.s
 	now := s.now()
@@ -236,30 +241,33 @@ func (d *disk) load() error {
 			continue
 		}
 		item := Item{
-			Flags:   binary.LittleEndian.Uint32(v[1:5]),
-			Exptime: int64(binary.LittleEndian.Uint64(v[5:13])),
-			CAS:     binary.LittleEndian.Uint64(v[13:21]),
-			Value:   append([]byte(nil), v[itemHeaderLen:]...),
+			Flags:      binary.LittleEndian.Uint32(v[1:5]),
+			Exptime:    int64(binary.LittleEndian.Uint64(v[5:13])),
+			CAS:        binary.LittleEndian.Uint64(v[13:21]),
+			Value:      v[itemHeaderLen:], // copied into the arena
+			LastAccess: now,
 		}
 		key := k[1:]
-		idx, sh := s.shardFor(key)
-		if int(k[0]) != idx || item.Expired(now) || Size(len(key), len(item.Value)) > sh.limit {
+		idx, sh, h := s.locate(key)
+		if int(k[0]) != idx || item.Expired(now) || len(key) > MaxKeyLen || recLen(len(key), len(item.Value)) > sh.mu.a.end ||
+			!s.insertLocked(sh, key, h, &item, now) {
 			drop.Delete(k, nil)
 			dropped++
 			continue
 		}
-		for sh.mu.used+Size(len(key), len(item.Value)) > sh.limit && sh.mu.tail != nil {
-			victim := sh.mu.tail
-			s.unlinkLocked(sh, victim, false)
-			drop.Delete(diskKey(sh.index, victim.key), nil)
-			dropped++
-			loaded--
-		}
-		item.LastAccess = now
-		s.linkLocked(sh, &node{key: string(key), item: item})
 		maxCAS = max(maxCAS, item.CAS)
-		loaded++
 	}
+	// Items that did not fit under the limit were evicted as the arenas filled, oldest loaded first, and their
+	// deletes are pending for the disk: they count as dropped, not as evictions.
+	for i := range s.shards {
+		sh := &s.shards[i]
+		loaded += int(sh.mu.items)
+		for c := range sh.mu.classes {
+			cs := &sh.mu.classes[c]
+			cs.Evicted, cs.EvictedNonzero, cs.EvictedUnfetched, cs.EvictedTime, cs.evictedAt = 0, 0, 0, 0, 0
+		}
+	}
+	dropped += int(s.evictions.Swap(0))
 	err = it.Close()
 	if err == nil && drop.Count() > 0 {
 		err = drop.Commit(pebble.Sync)

@@ -1,18 +1,38 @@
 // Package store is keyway's local tier: items in memory under a byte limit,
-// evicted with SIEVE, expired lazily and by a background crawler, each given a
+// evicted by a clock, expired lazily and by a background crawler, each given a
 // unique CAS id, and optionally persisted to Pebble so a restart comes back warm.
 // The same Pebble keeps two kinds of records for other packages beside the
 // items: the write-behind queue's journal (journal.go) and named aside blobs
 // such as the warm-restart snapshot (aside.go).
 //
+// Items live in arenas (arena.go): each shard keeps its items as records in a
+// ring of bytes, indexed by a table of offsets, with no Go pointer in either,
+// so a million items are a few large blocks to the garbage collector, not a
+// million objects, and an item costs its key, its value and 48 bytes.
+//
 // Invariants:
 //   - Keys are split over a fixed number of shards by hash; every read and
 //     change of a key happens under its shard's mutex, so each Update is atomic.
-//   - An Item's Value is never modified after it is stored: a change stores a
-//     new slice. Callers may therefore keep and write out a Value after the lock
-//     is released.
-//   - A shard's memory use (keys, values and a fixed per-item overhead) never
-//     exceeds its share of the limit after an Update returns.
+//   - An arena's bytes never leave its shard's lock: Get, Peek, Walk and
+//     Update's result hand out copies (to a slice of their own, or to memory
+//     the caller gives: GetInto, UpdateInto), so a caller may keep and write
+//     out the Value it was given after the lock is released, and the store
+//     never modifies it. (Update's callback sees cur.Value in the arena
+//     itself: it may read it, and must copy it to keep it.) So a record's
+//     bytes may be overwritten as soon as its item is evicted or replaced,
+//     and an arena may be unmapped, with no reader to wait for. A Value
+//     handed to Update for Replace is copied into the arena (and, with
+//     persistence, for the disk): the caller may reuse it once Update returns.
+//   - A shard's memory is its ring and its index: the ring wraps at the
+//     shard's share of the limit less the index's size, so live records, the
+//     dead ones the tail has not reached and the index never take more than
+//     the share after an Update returns — except that when the index doubles,
+//     the ring's pages above its new end are given back only once the tail
+//     has passed them (one lap of the ring).
+//   - Eviction is a clock over the ring (SIEVE's visited bit, FIFO order):
+//     making room at the head frees the record at the tail; a dead one goes,
+//     an expired one is removed as expired, a visited one has its bit cleared
+//     and moves to the head, the first unvisited live one is evicted.
 //   - With persistence on, every change of memory (set, delete, eviction, expiry,
 //     flush) is appended to the shard's pending log under the same lock that
 //     made it, so the disk sees each key's changes in the order memory did.
@@ -43,8 +63,8 @@ import (
 const numShards = 16
 
 // ItemOverhead is the bytes charged per item on top of its key and value:
-// the node, its map entry and allocator rounding, measured roughly.
-const ItemOverhead = 160
+// its record's header in the ring (hdrLen) and its entry in the index.
+const ItemOverhead = hdrLen + 8
 
 var (
 	// ErrNoMemory means the item cannot fit in its shard even after evicting everything.
@@ -55,20 +75,17 @@ var (
 	ErrClosed = errors.New("store is closed")
 )
 
-// Item is one stored value and its metadata.
-//
-// Its fields are ordered widest first, so the struct has no padding: 64 bytes, and a node (below) 104, which the
-// allocator rounds to its 112-byte class. With the bytes fields first and in declaration order the node took 128
-// bytes, a seventh more, and every item pays it (see TestNodeSizeClass).
+// Item is one stored value and its metadata, as the store hands it out and takes it in; in memory it is a record
+// in its shard's arena (arena.go).
 type Item struct {
-	Value   []byte // immutable once stored
+	Value   []byte // the caller's own: a copy out of the arena, or what it gives Update
 	Exptime int64  // absolute Unix seconds; 0 means never
 	CAS     uint64 // unique id of this version; 0 in a new item means "assign one"
 
 	// Volatile state for the meta protocol; not persisted.
 	// LastAccess also decides a delayed flush_all (see Store.FlushAt), as
 	// memcached's it->time does; an item loaded from disk counts as stored then.
-	LastAccess int64  // Unix seconds of the last fetch or store
+	LastAccess int64  // Unix seconds of the last fetch or store (kept in 32 bits: until 2106)
 	Tag        uint64 // opaque to the store: the engine marks rows cached from a table with its epoch
 	Flags      uint32 // client flags, opaque to keyway
 	Fetched    bool   // fetched at least once since stored
@@ -155,9 +172,17 @@ type Stats struct {
 	// memory already used, as memcached's slab pages keep its
 	// total_malloced, and never above Limit.
 	Malloced int64
-	// TailAccess is the oldest LastAccess among the items at the end of
-	// each shard's SIEVE queue, where eviction looks first (0: no items).
+	// TailAccess is the oldest LastAccess among the live items at each
+	// shard's ring tail, where eviction looks first (0: no items).
 	TailAccess int64
+	// Arena is the memory the arenas hold now: each ring's pages that may be
+	// resident (written and not given back) and each index. Bytes is what
+	// the live items take of it; the rest is records of removed items the
+	// rings' tails have not reached yet, and the index's free slots.
+	Arena int64
+	// IndexBytes and IndexSlots are the shards' indexes' size (part of Arena) and slots, summed (memcached's
+	// hash_bytes and hash_power_level).
+	IndexBytes, IndexSlots int64
 }
 
 // Store is the sharded in-memory item table. It is safe for concurrent use.
@@ -167,6 +192,10 @@ type Store struct {
 	nextCAS atomic.Uint64
 	now     func() int64
 	log     *slog.Logger
+
+	// hashMask is ANDed into a key's xxhash for the shards' indexes: all ones, except in tests that make keys
+	// collide. The shard of a key is always its xxhash: the disk layout depends on it.
+	hashMask uint64
 
 	totalItems atomic.Int64
 	evictions  atomic.Int64
@@ -187,20 +216,24 @@ type Store struct {
 
 	stop     chan struct{}
 	stopOnce sync.Once
+	closed   atomic.Bool // the arenas are given back (Close)
 	wg       sync.WaitGroup
 }
 
 type shard struct {
 	mu struct {
 		sync.Mutex
-		items map[string]*node
-		// SIEVE list: head is the newest item; the hand walks from tail to head.
-		head, tail, hand *node
-		crawl            *node // expiry crawler cursor
-		used             int64
-		peak             int64 // high-water mark of used (Stats.Malloced)
-		classes          [NumClasses]ClassStats
-		pending          []record // changes not yet handed to the disk
+		a     arena
+		cur   Item  // Update's callback's item (scratch)
+		items int64 // live records
+		used  int64 // their Size, summed
+		peak  int64 // high-water mark of used (Stats.Malloced)
+		// cursors are the positions in the ring of scans that let go of the lock between steps (the expiry
+		// crawler's, Walk's): see cursorTail.
+		cursors []*int64
+		crawl   int64 // the expiry crawler's cursor, one of cursors
+		classes [NumClasses]ClassStats
+		pending []record // changes not yet handed to the disk
 		// journalPending is the index in pending of each journal key's put waiting there (at most one: a later
 		// put of the key makes the earlier nothing), and journalOnDisk the journal keys whose last record handed
 		// to the disk is a put. With them a removal whose put is still pending cancels it, and is itself left out
@@ -220,7 +253,8 @@ type shard struct {
 // change (prior, or none when !priorOK). Later changes of the key before that
 // one is visible only raise seq, so readers go from prior straight to the
 // newest durable version, never back. An entry whose seq the disk has made
-// visible is stale and is dropped by whoever meets it.
+// visible is stale and is dropped by whoever meets it. prior's Value is a
+// copy of its own.
 type unsynced struct {
 	seq     uint64 // the key's latest change not yet known durable
 	prior   Item
@@ -236,16 +270,13 @@ func (sh *shard) pruneUnsyncedLocked(visible uint64) {
 	}
 }
 
-type node struct {
-	key        string
-	item       Item
-	prev, next *node // prev is towards the head (newer)
-	visited    bool
-	cls        uint8 // slab class - 1 the node is counted in (classCountLocked)
-}
-
 // Open creates a store and, with a DataDir, loads what the disk holds before returning.
 func Open(o Options) (*Store, error) {
+	return open(o, ^uint64(0))
+}
+
+// open is Open with the indexes' hash mask (see Store.hashMask), which tests narrow to make keys collide.
+func open(o Options, hashMask uint64) (*Store, error) {
 	if o.MemoryLimit <= 0 {
 		return nil, errors.New("store: MemoryLimit must be positive")
 	}
@@ -259,26 +290,31 @@ func Open(o Options) (*Store, error) {
 		o.FlushInterval = DefaultFlushInterval
 	}
 	s := &Store{
-		now:  o.Now,
-		log:  o.Logger,
-		stop: make(chan struct{}),
+		now:      o.Now,
+		log:      o.Logger,
+		hashMask: hashMask,
+		stop:     make(chan struct{}),
 	}
 	s.limit.Store(o.MemoryLimit)
 	for i := range s.shards {
 		sh := &s.shards[i]
-		sh.mu.items = make(map[string]*node)
-		sh.mu.journalPending, sh.mu.journalOnDisk = map[string]int{}, map[string]struct{}{}
 		sh.limit = o.MemoryLimit / numShards
+		sh.mu.a = newArena(sh.limit, hashMask, 0)
+		sh.mu.crawl = cursorTail
+		sh.mu.cursors = []*int64{&sh.mu.crawl}
+		sh.mu.journalPending, sh.mu.journalOnDisk = map[string]int{}, map[string]struct{}{}
 		sh.index = byte(i)
 	}
 	if o.DataDir != "" && o.Durability != DurabilityNone {
 		d, err := openDisk(s, o)
 		if err != nil {
+			s.freeArenas()
 			return nil, err
 		}
 		s.disk = d
 		if err := d.load(); err != nil {
 			d.db.Close()
+			s.freeArenas()
 			return nil, err
 		}
 		d.start()
@@ -288,8 +324,24 @@ func Open(o Options) (*Store, error) {
 	return s, nil
 }
 
+// freeArenas gives the arenas' memory back. Each shard is left an empty arena on Go's heap (closedArena), so a
+// caller still running after Close finds nothing, and stores almost nothing, instead of touching unmapped memory.
+func (s *Store) freeArenas() {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		sh.mu.a.free()
+		sh.mu.a = closedArena(s.hashMask)
+		sh.mu.items, sh.mu.used = 0, 0
+		clear(sh.mu.classes[:])
+		s.resetCursorsLocked(sh)
+		sh.mu.Unlock()
+	}
+}
+
 // Close stops background work and, with persistence, writes every pending
-// change and closes the disk.
+// change and closes the disk. The arenas' memory is given back: a store used
+// after Close holds nothing.
 func (s *Store) Close() error {
 	var err error
 	s.stopOnce.Do(func() {
@@ -300,6 +352,8 @@ func (s *Store) Close() error {
 		if s.disk != nil {
 			err = errors.Join(err, s.disk.close())
 		}
+		s.closed.Store(true)
+		s.freeArenas()
 	})
 	return err
 }
@@ -318,48 +372,110 @@ func (s *Store) shardFor(key []byte) (int, *shard) {
 	return i, &s.shards[i]
 }
 
+// locate is key's shard, its index there and its hash in the shard's index.
+func (s *Store) locate(key []byte) (int, *shard, uint64) {
+	h := xxhash.Sum64(key)
+	return int(h % numShards), &s.shards[int(h%numShards)], h & s.hashMask
+}
+
+// deadLocked reports whether the record at off is gone at now: expired, or
+// invalidated by a delayed flush_all whose deadline has come.
+func (s *Store) deadLocked(a *arena, off, now int64) bool {
+	if e := a.exptime(off); e != 0 && e <= now {
+		return true
+	}
+	at := s.flushAt.Load()
+	return at != 0 && at <= now && a.access(off) < at
+}
+
 // Get returns a copy of the live item as it was before this access, and marks
 // it fetched and recently used.
 func (s *Store) Get(key []byte) (Item, bool) {
+	return s.get(key, nil, nil)
+}
+
+// ValueBuf gives a reader of the store the memory a value is copied to
+// (GetInto): Take returns a slice of n bytes that is the reader's to keep. It
+// runs under the shard's lock: it must not block or call the store.
+type ValueBuf interface {
+	Take(n int) []byte
+}
+
+// GetInto is Get with the item's value copied to memory dst gives (nil dst:
+// a slice of its own): a reader that writes values out and then reuses that
+// memory saves each copy's allocation.
+func (s *Store) GetInto(key []byte, dst ValueBuf) (Item, bool) {
+	return s.get(key, dst, nil)
+}
+
+// GetAppend is Get with the item's value appended to buf (which may be nil),
+// which it returns extended; the item's Value is the appended bytes.
+func (s *Store) GetAppend(key, buf []byte) (Item, []byte, bool) {
+	it, ok := s.get(key, nil, &buf)
+	return it, buf, ok
+}
+
+// get is Get, GetInto (dst) and GetAppend (buf).
+func (s *Store) get(key []byte, dst ValueBuf, buf *[]byte) (Item, bool) {
 	now := s.now()
-	_, sh := s.shardFor(key)
+	_, sh, h := s.locate(key)
 	sh.mu.Lock()
 	if u := s.unsyncedLocked(sh, key); u != nil {
 		sh.mu.Unlock()
-		return s.visible(u, now)
+		it, ok := s.visible(u, now)
+		if ok {
+			it.Value = copyOut(it.Value, dst, buf)
+		}
+		return it, ok
 	}
-	n := sh.mu.items[string(key)]
-	if n == nil {
+	a := &sh.mu.a
+	off, slot := a.find(key, h)
+	if off < 0 {
 		sh.mu.Unlock()
 		return Item{}, false
 	}
-	if s.dead(&n.item, now) {
-		s.unlinkDeadLocked(sh, n, now)
+	if s.deadLocked(a, off, now) {
+		s.removeDeadLocked(sh, off, slot, now)
 		sh.mu.Unlock()
 		return Item{}, false
 	}
-	it := n.item
-	n.visited = true
-	n.item.Fetched = true
-	n.item.LastAccess = now
+	it := a.item(off, false)
+	it.Value = copyOut(it.Value, dst, buf)
+	a.setBits(off, bVisited|bFetched)
+	a.setAccess(off, now)
 	sh.mu.Unlock()
 	return it, true
+}
+
+// copyOut copies v to memory of the reader's: dst's, the end of *buf, or a slice of its own.
+func copyOut(v []byte, dst ValueBuf, buf *[]byte) []byte {
+	switch {
+	case dst != nil:
+		b := dst.Take(len(v))
+		copy(b, v)
+		return b
+	case buf != nil:
+		*buf = append(*buf, v...)
+		return (*buf)[len(*buf)-len(v):]
+	}
+	return append([]byte(nil), v...)
 }
 
 // Peek returns a copy of the live item without marking it used.
 func (s *Store) Peek(key []byte) (Item, bool) {
 	now := s.now()
-	_, sh := s.shardFor(key)
+	_, sh, h := s.locate(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if u := s.unsyncedLocked(sh, key); u != nil {
 		return s.visible(u, now)
 	}
-	n := sh.mu.items[string(key)]
-	if n == nil || s.dead(&n.item, now) {
+	a := &sh.mu.a
+	off, _ := a.find(key, h)
+	if off < 0 || s.deadLocked(a, off, now) {
 		return Item{}, false
 	}
-	return n.item, true
+	return a.item(off, true), true
 }
 
 // unsyncedLocked returns key's entry while a change of it is not yet durable
@@ -384,34 +500,56 @@ func (s *Store) visible(u *unsynced, now int64) (Item, bool) {
 	return u.prior, true
 }
 
-// unlinkDeadLocked removes n, which dead has found gone at now, and counts an expiry.
-func (s *Store) unlinkDeadLocked(sh *shard, n *node, now int64) {
-	s.unlinkLocked(sh, n, true)
-	if n.item.Expired(now) {
+// removeDeadLocked removes the record at off (index slot slot), which deadLocked has found gone at now, and
+// counts an expiry.
+func (s *Store) removeDeadLocked(sh *shard, off int64, slot int, now int64) {
+	a := &sh.mu.a
+	if e := a.exptime(off); e != 0 && e <= now {
 		s.expired.Add(1)
-		if !n.item.Fetched {
-			sh.mu.classes[n.cls].ExpiredUnfetched++
+		if a.bits(off)&bFetched == 0 {
+			sh.mu.classes[a.cls(off)].ExpiredUnfetched++
 		}
 	}
+	s.removeLocked(sh, off, slot, true)
 }
 
 // Update runs fn under the key's shard lock with the live item (nil when the key
 // is absent or expired). fn may change fields of cur in place and return Save,
-// or return Replace with a new item, Remove, or Keep. It returns the item now
-// stored (zero when none) and, for a change that could not be stored or made
+// or return Replace with a new item, Remove, or Keep (changes of cur's
+// volatile fields stay in memory with Keep too). cur.Value is the arena's own
+// memory: fn may read it but must copy it to keep it, and must not change it
+// (to store another value, return Replace). It returns the item now
+// stored (zero when none), its Value the caller's own, and, for a change that could not be stored or made
 // durable, an error. fn must not block and must not call the store.
 func (s *Store) Update(key []byte, fn func(cur *Item) (Action, Item)) (Item, error) {
+	return s.update(key, fn, true, nil)
+}
+
+// UpdateInto is Update with the value of a result that fn kept (Keep, Save) copied to memory dst gives (see
+// GetInto) instead of a slice of its own.
+func (s *Store) UpdateInto(key []byte, fn func(cur *Item) (Action, Item), dst ValueBuf) (Item, error) {
+	return s.update(key, fn, true, dst)
+}
+
+// update is Update; without withValue, the result of Keep and Save has no Value (nothing to copy); with dst, it
+// is copied there.
+func (s *Store) update(key []byte, fn func(cur *Item) (Action, Item), withValue bool, dst ValueBuf) (Item, error) {
 	now := s.now()
-	idx, sh := s.shardFor(key)
+	idx, sh, h := s.locate(key)
 	sh.mu.Lock()
-	n := sh.mu.items[string(key)]
-	if n != nil && s.dead(&n.item, now) {
-		s.unlinkDeadLocked(sh, n, now)
-		n = nil
+	a := &sh.mu.a
+	off, slot := a.find(key, h)
+	if off >= 0 && s.deadLocked(a, off, now) {
+		s.removeDeadLocked(sh, off, slot, now)
+		off, slot = -1, -1
 	}
 	var cur *Item
-	if n != nil {
-		cur = &n.item
+	wasEphemeral := false
+	if off >= 0 {
+		// The shard's own scratch Item: a local one would escape to the heap through fn on every call.
+		cur = &sh.mu.cur
+		*cur = a.item(off, false)
+		wasEphemeral = cur.Ephemeral
 	}
 	// With sync durability, readers must not see a change before it is
 	// durable: remember what they see now (the key's pending entry, or the
@@ -421,12 +559,21 @@ func (s *Store) Update(key []byte, fn func(cur *Item) (Action, Item)) (Item, err
 	hidesChanges := s.disk != nil && s.disk.durability == DurabilitySync
 	if hidesChanges {
 		pending = s.unsyncedLocked(sh, key)
-		if pending == nil && n != nil {
-			prior = n.item
+		if pending == nil && off >= 0 {
+			prior = *cur
+			prior.Value = append([]byte(nil), cur.Value...)
 		}
 	}
+	var value []byte // the live value, for a change that keeps it
+	if off >= 0 {
+		value = a.value(off)
+	}
 	action, next := fn(cur)
-	if s.disk != nil && touchesDisk(action, n, &next) {
+	if off >= 0 && action == Save && !sameBytes(cur.Value, value) {
+		// fn gave the item another value: that is a new version, stored as one.
+		action, next = Replace, *cur
+	}
+	if s.disk != nil && touchesDisk(action, off >= 0 && !wasEphemeral, &next) {
 		if err := s.disk.failure(); err != nil {
 			// The change cannot be made durable: refuse it rather than let
 			// memory and disk part ways.
@@ -434,64 +581,82 @@ func (s *Store) Update(key []byte, fn func(cur *Item) (Action, Item)) (Item, err
 			return Item{}, err
 		}
 	}
-	if n != nil && (action == Keep || action == Save) {
-		n.visited = true // a command that found the item counts as a use for SIEVE
+	if off >= 0 && (action == Keep || action == Save) {
+		a.setBits(off, bVisited) // a command that found the item counts as a use for the clock
 	}
 	var result Item
 	var seq uint64
 	switch action {
 	case Keep:
-		if n != nil {
-			result = n.item
+		if off >= 0 {
+			a.setMeta(off, cur)
+			result = *cur
+			result.Value = nil
+			if withValue {
+				result.Value = copyOut(value, dst, nil)
+			}
 		}
 	case Save:
-		if n == nil {
+		if off < 0 {
 			sh.mu.Unlock()
 			return Item{}, nil
 		}
-		if n.item.CAS == 0 {
-			n.item.CAS = s.nextCAS.Add(1)
+		if cur.CAS == 0 {
+			cur.CAS = s.nextCAS.Add(1)
 		}
-		result = n.item
-		if !n.item.Ephemeral {
-			seq = s.logLocked(sh, idx, opPut, n.key, &n.item)
+		a.setMeta(off, cur)
+		result = *cur
+		result.Value = nil
+		if !cur.Ephemeral && s.disk != nil {
+			// What the disk gets must stay as it is until it has it: a slice of its own (the ring may move).
+			result.Value = append([]byte(nil), value...)
+			seq = s.logLocked(sh, idx, opPut, key, &result)
+			if !withValue {
+				result.Value = nil
+			}
+		} else if withValue {
+			result.Value = copyOut(value, dst, nil)
 		}
 	case Remove:
-		if n == nil {
+		if off < 0 {
 			sh.mu.Unlock()
 			return Item{}, nil
 		}
-		s.unlinkLocked(sh, n, true)
-		if !n.item.Ephemeral {
+		s.removeLocked(sh, off, slot, true)
+		if !wasEphemeral {
 			seq = s.lastSeqLocked(sh)
 		}
 	case Replace:
-		size := Size(len(key), len(next.Value))
-		if size > sh.limit {
+		if len(key) > MaxKeyLen || recLen(len(key), len(next.Value)) > a.end {
 			sh.mu.Unlock()
 			return Item{}, ErrNoMemory
 		}
-		var k string
-		if n != nil {
-			k = n.key
-			// A persisted version replaced by an ephemeral one leaves the disk.
-			s.unlinkLocked(sh, n, next.Ephemeral)
-		} else {
-			k = string(key)
+		if a.owns(next.Value) {
+			next.Value = append([]byte(nil), next.Value...) // cur's value, which making room may move
 		}
-		for sh.mu.used+size > sh.limit && sh.mu.tail != nil {
-			s.evictLocked(sh)
+		if off >= 0 {
+			// A persisted version replaced by an ephemeral one leaves the disk.
+			s.removeLocked(sh, off, slot, next.Ephemeral)
 		}
 		if next.CAS == 0 {
 			next.CAS = s.nextCAS.Add(1)
 		}
 		next.LastAccess = now
-		nn := &node{key: k, item: next}
-		s.linkLocked(sh, nn)
+		if !s.insertLocked(sh, key, h, &next, now) {
+			// Only an index that grew past what the shard has left can refuse it.
+			seq = s.lastSeqLocked(sh)
+			*cur = Item{}
+			sh.mu.Unlock()
+			s.waitDurable(seq)
+			return Item{}, ErrNoMemory
+		}
 		s.totalItems.Add(1)
-		result = nn.item
-		if !next.Ephemeral {
-			seq = s.logLocked(sh, idx, opPut, nn.key, &nn.item)
+		result = next
+		if !next.Ephemeral && s.disk != nil {
+			// What the disk gets must stay as it is until it has it; the caller may reuse its value.
+			rec := next
+			rec.Value = append([]byte(nil), next.Value...)
+			seq = s.logLocked(sh, idx, opPut, key, &rec)
 		}
 	}
 	if hidesChanges {
@@ -502,7 +667,7 @@ func (s *Store) Update(key []byte, fn func(cur *Item) (Action, Item)) (Item, err
 			if sh.mu.unsynced == nil {
 				sh.mu.unsynced = make(map[string]*unsynced)
 			}
-			sh.mu.unsynced[string(key)] = &unsynced{seq: seq, prior: prior, priorOK: n != nil}
+			sh.mu.unsynced[string(key)] = &unsynced{seq: seq, prior: prior, priorOK: off >= 0}
 		case pending != nil && action == Replace && next.Ephemeral:
 			// An ephemeral copy is shown at once, as always; it still answers
 			// only once the change it replaced is durable (below).
@@ -514,6 +679,9 @@ func (s *Store) Update(key []byte, fn func(cur *Item) (Action, Item)) (Item, err
 			seq = max(seq, pending.seq)
 		}
 	}
+	if cur != nil {
+		*cur = Item{} // no reference to the arena or to fn's values stays behind
+	}
 	sh.mu.Unlock()
 	if err := s.waitDurable(seq); err != nil {
 		s.forget(sh, key, result.CAS)
@@ -522,12 +690,16 @@ func (s *Store) Update(key []byte, fn func(cur *Item) (Action, Item)) (Item, err
 	return result, nil
 }
 
-// touchesDisk reports whether action on the live node n (nil when none),
-// storing next for Replace, writes to the disk. Changes that only involve
+// sameBytes reports whether a and b are the same slice of memory.
+func sameBytes(a, b []byte) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// touchesDisk reports whether action on a live item (persisted: one that is
+// not ephemeral), storing next for Replace, writes to the disk. Changes that only involve
 // ephemeral items do not, so they go on when the disk has failed: dropping or
 // replacing a cached copy must never be refused.
-func touchesDisk(action Action, n *node, next *Item) bool {
-	persisted := n != nil && !n.item.Ephemeral
+func touchesDisk(action Action, persisted bool, next *Item) bool {
 	switch action {
 	case Keep:
 		return false
@@ -543,46 +715,45 @@ func touchesDisk(action Action, n *node, next *Item) bool {
 // become durable any more: a failure is sticky); otherwise the change is
 // dropped if it is still the live version.
 func (s *Store) forget(sh *shard, key []byte, cas uint64) {
+	_, _, h := s.locate(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	n := sh.mu.items[string(key)]
+	a := &sh.mu.a
+	off, slot := a.find(key, h)
 	if u := s.unsyncedLocked(sh, key); u != nil {
-		if n != nil {
-			s.unlinkLocked(sh, n, false)
+		if off >= 0 {
+			s.removeLocked(sh, off, slot, false)
 		}
 		delete(sh.mu.unsynced, string(key))
-		if u.priorOK && Size(len(key), len(u.prior.Value)) <= sh.limit {
-			size := Size(len(key), len(u.prior.Value))
-			for sh.mu.used+size > sh.limit && sh.mu.tail != nil {
-				s.evictLocked(sh)
-			}
-			s.linkLocked(sh, &node{key: string(key), item: u.prior})
+		if u.priorOK && recLen(len(key), len(u.prior.Value)) <= a.end {
+			s.insertLocked(sh, key, h, &u.prior, s.now())
 		}
 		return
 	}
-	if n != nil && n.item.CAS == cas {
-		s.unlinkLocked(sh, n, false)
+	if off >= 0 && a.cas(off) == cas {
+		s.removeLocked(sh, off, slot, false)
 	}
 }
 
-// Touch is a convenience for changing an item's expiry; it reports whether the key was live.
+// Touch is a convenience for changing an item's expiry; it reports whether the key was live. The item it returns
+// has no Value.
 func (s *Store) Touch(key []byte, exptime int64) (Item, bool, error) {
 	found := false
-	it, err := s.Update(key, func(cur *Item) (Action, Item) {
+	it, err := s.update(key, func(cur *Item) (Action, Item) {
 		if cur == nil {
 			return Keep, Item{}
 		}
 		found = true
 		cur.Exptime = exptime
 		return Save, Item{}
-	})
+	}, false, nil)
 	return it, found, err
 }
 
 // FlushAll removes every item and cancels a pending delayed flush (memcached:
 // a flush_all replaces oldest_live). On a failed disk it is refused and
 // changes nothing, as a set or delete is: emptying memory alone would let the
-// items come back at the next start.
+// items come back at the next start. The arenas give their memory back.
 func (s *Store) FlushAll() error {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
@@ -597,9 +768,9 @@ func (s *Store) FlushAll() error {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		sh.mu.unsynced = nil
-		sh.mu.items = make(map[string]*node)
-		sh.mu.head, sh.mu.tail, sh.mu.hand, sh.mu.crawl = nil, nil, nil, nil
-		sh.mu.used = 0
+		sh.mu.a.reset()
+		s.resetCursorsLocked(sh)
+		sh.mu.items, sh.mu.used = 0, 0
 		for c := range sh.mu.classes {
 			sh.mu.classes[c].Items, sh.mu.classes[c].Bytes = 0, 0
 		}
@@ -654,12 +825,11 @@ func (s *Store) sweepFlushed() error {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for n := sh.mu.tail; n != nil; {
-			prev := n.prev
-			if flushedBy(&n.item, at, now) {
-				s.unlinkLocked(sh, n, true)
+		a := &sh.mu.a
+		for off := a.first(); off >= 0; off = a.next(off) {
+			if a.live(off) && a.access(off) < at {
+				s.removeLocked(sh, off, a.slotOf(off), true)
 			}
-			n = prev
 		}
 		for _, u := range sh.mu.unsynced {
 			if u.priorOK && flushedBy(&u.prior, at, now) {
@@ -687,30 +857,42 @@ func (s *Store) Stats() Stats {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		st.CurrItems += int64(len(sh.mu.items))
+		a := &sh.mu.a
+		st.CurrItems += sh.mu.items
 		st.Bytes += sh.mu.used
 		st.Malloced += sh.mu.peak
-		if t := sh.mu.tail; t != nil && (st.TailAccess == 0 || t.item.LastAccess < st.TailAccess) {
-			st.TailAccess = t.item.LastAccess
+		st.Arena += a.memory()
+		st.IndexBytes += int64(len(a.tableMem))
+		st.IndexSlots += int64(len(a.table))
+		// The first live record from the tail; dead ones before it are few unless most items were just removed.
+		for off, n := a.first(), 0; off >= 0 && n < 1000; off, n = a.next(off), n+1 {
+			if a.live(off) {
+				if t := a.access(off); st.TailAccess == 0 || t < st.TailAccess {
+					st.TailAccess = t
+				}
+				break
+			}
 		}
 		sh.mu.Unlock()
 	}
 	return st
 }
 
-// SetLimit changes the memory limit (memcached's cache_memlimit). A lower
-// limit evicts at once, shard by shard, what no longer fits.
+// SetLimit changes the memory limit (memcached's cache_memlimit). Each shard's
+// arena is remade at the new size with its newest items that fit, oldest
+// first, at once; those that do not are evicted.
 func (s *Store) SetLimit(limit int64) error {
 	if limit <= 0 {
 		return errors.New("store: MemoryLimit must be positive")
+	}
+	if s.closed.Load() {
+		return ErrClosed // no arena of the new size to make: Close gave them back
 	}
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		sh.limit = limit / numShards
-		for sh.mu.used > sh.limit && sh.mu.tail != nil {
-			s.evictLocked(sh)
-		}
+		s.resizeLocked(sh, sh.limit)
 		sh.mu.peak = max(min(sh.mu.peak, sh.limit), sh.mu.used)
 		sh.mu.Unlock()
 	}
@@ -718,10 +900,52 @@ func (s *Store) SetLimit(limit int64) error {
 	return nil
 }
 
+// resizeLocked remakes the shard's arena for limit: the live records are
+// copied, oldest first, into a new ring after the older ones that would not
+// fit are evicted, and the old arena's memory is given back.
+func (s *Store) resizeLocked(sh *shard, limit int64) {
+	old := &sh.mu.a
+	var offs []int64
+	for off := old.first(); off >= 0; off = old.next(off) {
+		if old.live(off) {
+			offs = append(offs, off)
+		}
+	}
+	// The newest records that fit beside an index for them.
+	na := newArena(limit, s.hashMask, len(offs))
+	keep, total := len(offs), int64(0)
+	for keep > 0 {
+		n := old.size(offs[keep-1])
+		if total+n > na.end {
+			break
+		}
+		total += n
+		keep--
+	}
+	now := s.now()
+	for _, off := range offs[:keep] {
+		s.evictLocked(sh, off, old.slotOf(off), now)
+	}
+	// The records keep their logical positions' order, and end where the old head's count was (see Walk).
+	na.headLog, na.tailLog = old.headLog-total, old.headLog-total
+	for _, off := range offs[keep:] {
+		n := old.size(off)
+		at := na.alloc(n)
+		copy(na.buf[at:at+n], old.buf[off:off+n])
+		na.touched = max(na.touched, at+n)
+		na.index(old.hashOf(old.key(off)), at)
+	}
+	old.free()
+	sh.mu.a = na
+	s.resetCursorsLocked(sh)
+}
+
 // Walk calls fn with each live item (memcached's lru_crawler metadump), one
-// shard at a time: a shard's items are copied under its lock and fn runs
-// without it, so fn may block. It stops when fn returns false. Items
-// changed during the walk may be seen in either version, or not at all;
+// batch at a time: up to a few MiB of a shard's items are copied under its
+// lock and fn runs without it, so fn may block. It stops when fn returns
+// false. Items changed during the walk may be seen in either version, or
+// not at all, and an item the ring's clock moved meanwhile may be seen twice
+// or not at all;
 // with sync durability, a change may be seen before it is durable.
 func (s *Store) Walk(fn func(key string, it Item) bool) {
 	type entry struct {
@@ -731,103 +955,185 @@ func (s *Store) Walk(fn func(key string, it Item) bool) {
 	var batch []entry
 	for i := range s.shards {
 		sh := &s.shards[i]
-		now := s.now()
-		batch = batch[:0]
+		cursor := int64(cursorEnd)
 		sh.mu.Lock()
-		for n := sh.mu.tail; n != nil; n = n.prev {
-			if !s.dead(&n.item, now) {
-				batch = append(batch, entry{n.key, n.item})
+		sh.mu.cursors = append(sh.mu.cursors, &cursor)
+		a := &sh.mu.a
+		// Records written after the walk reached the shard are not its to see: without this bound a walk that
+		// the tail keeps passing while clients write would go on as long as they do.
+		until := a.headLog
+		off := a.first()
+		for off >= 0 {
+			now := s.now()
+			batch = batch[:0]
+			size := 0
+			for ; off >= 0 && size < walkBatch; off = a.next(off) {
+				if a.logical(off) >= until {
+					off = cursorEnd
+					break
+				}
+				if a.live(off) && !s.deadLocked(a, off, now) {
+					batch = append(batch, entry{string(a.key(off)), a.item(off, true)})
+					size += int(a.size(off))
+				}
+			}
+			cursor = off
+			sh.mu.Unlock()
+			for j := range batch {
+				if !fn(batch[j].key, batch[j].it) {
+					sh.mu.Lock()
+					s.dropCursorLocked(sh, &cursor)
+					sh.mu.Unlock()
+					return
+				}
+			}
+			clear(batch)
+			sh.mu.Lock()
+			a = &sh.mu.a
+			if off = cursor; off == cursorTail {
+				off = a.first()
 			}
 		}
+		s.dropCursorLocked(sh, &cursor)
 		sh.mu.Unlock()
-		for j := range batch {
-			if !fn(batch[j].key, batch[j].it) {
-				return
-			}
-		}
-		clear(batch)
 	}
 }
 
-// linkLocked puts n at the head of the SIEVE list.
-func (s *Store) linkLocked(sh *shard, n *node) {
-	sh.mu.items[n.key] = n
-	n.next = sh.mu.head
-	n.prev = nil
-	if sh.mu.head != nil {
-		sh.mu.head.prev = n
+// walkBatch bounds the bytes of items Walk copies under one hold of a shard's lock (a variable for tests).
+var walkBatch = 4 << 20
+
+// A scan's cursor (shard.mu.cursors) is a record's offset, cursorEnd when the scan has reached the newest record,
+// or cursorTail when the ring's tail passed the record it was at (or the ring was remade): the scan goes on from
+// the tail then.
+const (
+	cursorEnd  = -1
+	cursorTail = -2
+)
+
+// passCursorsLocked notes that the tail is about to pass the record at off.
+func (sh *shard) passCursorsLocked(off int64) {
+	for _, c := range sh.mu.cursors {
+		if *c == off {
+			*c = cursorTail
+		}
 	}
-	sh.mu.head = n
-	if sh.mu.tail == nil {
-		sh.mu.tail = n
+}
+
+// resetCursorsLocked sends every scan back to the tail: the ring was emptied or remade.
+func (s *Store) resetCursorsLocked(sh *shard) {
+	for _, c := range sh.mu.cursors {
+		*c = cursorTail
 	}
-	sh.mu.used += Size(len(n.key), len(n.item.Value))
+}
+
+func (s *Store) dropCursorLocked(sh *shard, c *int64) {
+	for i, p := range sh.mu.cursors {
+		if p == c {
+			sh.mu.cursors = append(sh.mu.cursors[:i], sh.mu.cursors[i+1:]...)
+			return
+		}
+	}
+}
+
+// insertLocked writes key and it as a new live record at the ring's head,
+// making room first (freeTailLocked), and indexes it. It reports false, having
+// stored nothing, when the record cannot fit even in an empty ring (the
+// caller checked it against end; only the index's growth can move end under it).
+func (s *Store) insertLocked(sh *shard, key []byte, h uint64, it *Item, now int64) bool {
+	a := &sh.mu.a
+	if (a.count+1)*4 > len(a.table)*3 {
+		a.grow()
+	}
+	n := recLen(len(key), len(it.Value))
+	for !a.fits(n) {
+		if !s.freeTailLocked(sh, now) {
+			return false
+		}
+	}
+	off := a.alloc(n)
+	cls := uint8(Class(len(key), len(it.Value), it.Flags) - 1)
+	a.write(off, key, it, cls)
+	a.index(h, off)
+	sh.mu.items++
+	size := Size(len(key), len(it.Value))
+	sh.mu.used += size
 	sh.mu.peak = max(sh.mu.peak, sh.mu.used)
-	sh.classCountLocked(n, 1)
+	sh.classCountLocked(cls, size, 1)
+	return true
 }
 
-// unlinkLocked removes n from the shard; log says whether the removal is a
-// change the disk must see (false when n is about to be replaced).
-func (s *Store) unlinkLocked(sh *shard, n *node, log bool) {
-	if sh.mu.hand == n {
-		sh.mu.hand = n.prev
-	}
-	if sh.mu.crawl == n {
-		sh.mu.crawl = n.prev
-	}
-	if n.prev != nil {
-		n.prev.next = n.next
-	} else {
-		sh.mu.head = n.next
-	}
-	if n.next != nil {
-		n.next.prev = n.prev
-	} else {
-		sh.mu.tail = n.prev
-	}
-	n.prev, n.next = nil, nil
-	delete(sh.mu.items, n.key)
-	sh.mu.used -= Size(len(n.key), len(n.item.Value))
-	sh.classCountLocked(n, -1)
-	if log && s.disk != nil && !n.item.Ephemeral {
-		s.disk.appendLocked(sh, record{op: opDelete, shard: sh.index, key: n.key})
+// removeLocked makes the live record at off (index slot slot) dead; log says
+// whether the removal is a change the disk must see (false when it is about
+// to be replaced). Its bytes stay in the ring until the tail reaches them.
+func (s *Store) removeLocked(sh *shard, off int64, slot int, log bool) {
+	a := &sh.mu.a
+	a.clearBits(off, bLive)
+	a.unindex(slot)
+	size := Size(a.klen(off), a.vlen(off))
+	sh.mu.items--
+	sh.mu.used -= size
+	sh.classCountLocked(a.cls(off), size, -1)
+	if log && s.disk != nil && a.bits(off)&bEphemeral == 0 {
+		s.disk.appendLocked(sh, record{op: opDelete, shard: sh.index, key: string(a.key(off))})
 	}
 }
 
-// evictLocked removes one item chosen by SIEVE: the hand skips (and clears)
-// visited items from the tail towards the head and evicts the first unvisited one.
-func (s *Store) evictLocked(sh *shard) {
-	h := sh.mu.hand
-	if h == nil {
-		h = sh.mu.tail
+// freeTailLocked moves the ring's tail past one record, the clock's step:
+// a dead record is dropped, an expired one removed as expired, a visited one
+// loses its bit and moves to the head, an unvisited live one is evicted. It
+// reports false when the ring holds nothing to free. now is the store's clock.
+func (s *Store) freeTailLocked(sh *shard, now int64) bool {
+	a := &sh.mu.a
+	if !a.wrapped {
+		return false // fits wraps a ring with records in it; an unwrapped one that does not fit is empty
 	}
-	for h.visited {
-		h.visited = false
-		h = h.prev
-		if h == nil {
-			h = sh.mu.tail
-		}
+	if a.tailWrap() {
+		return true
 	}
-	sh.mu.hand = h.prev
-	s.unlinkLocked(sh, h, true)
+	off := a.tail
+	n := a.size(off)
+	sh.passCursorsLocked(off)
+	switch {
+	case !a.live(off):
+	case s.deadLocked(a, off, now):
+		s.removeDeadLocked(sh, off, a.slotOf(off), now)
+	case a.bits(off)&bVisited != 0:
+		a.clearBits(off, bVisited)
+		slot := a.slotOf(off)
+		to := a.head
+		copy(a.buf[to:to+n], a.buf[off:off+n])
+		a.repoint(slot, to)
+		a.alloc(n)
+	default:
+		s.evictLocked(sh, off, a.slotOf(off), now)
+	}
+	a.tail += n
+	a.tailLog += n
+	return true
+}
+
+// evictLocked removes the live record at off (index slot slot) to make room, and counts an eviction.
+func (s *Store) evictLocked(sh *shard, off int64, slot int, now int64) {
+	a := &sh.mu.a
 	s.evictions.Add(1)
-	c := &sh.mu.classes[h.cls]
+	c := &sh.mu.classes[a.cls(off)]
 	c.Evicted++
-	if h.item.Exptime != 0 {
+	if a.exptime(off) != 0 {
 		c.EvictedNonzero++
 	}
-	if !h.item.Fetched {
+	if a.bits(off)&bFetched == 0 {
 		c.EvictedUnfetched++
 	}
-	c.evictedAt = s.now()
-	c.EvictedTime = max(0, c.evictedAt-h.item.LastAccess)
+	c.evictedAt = now
+	c.EvictedTime = max(0, c.evictedAt-a.access(off))
+	s.removeLocked(sh, off, slot, true)
 }
 
-func (s *Store) logLocked(sh *shard, idx int, op recordOp, key string, it *Item) uint64 {
+func (s *Store) logLocked(sh *shard, idx int, op recordOp, key []byte, it *Item) uint64 {
 	if s.disk == nil {
 		return 0
 	}
-	return s.disk.appendLocked(sh, record{op: op, shard: byte(idx), key: key, value: it.Value, flags: it.Flags, exptime: it.Exptime, cas: it.CAS})
+	return s.disk.appendLocked(sh, record{op: op, shard: byte(idx), key: string(key), value: it.Value, flags: it.Flags, exptime: it.Exptime, cas: it.CAS})
 }
 
 func (s *Store) lastSeqLocked(sh *shard) uint64 {
@@ -869,16 +1175,16 @@ func (s *Store) crawlLoop() {
 func (s *Store) crawlShard(sh *shard, now int64, budget int) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	n := sh.mu.crawl
-	if n == nil {
-		n = sh.mu.tail
+	a := &sh.mu.a
+	off := sh.mu.crawl
+	if off < 0 {
+		off = a.first()
 	}
-	for ; n != nil && budget > 0; budget-- {
-		prev := n.prev
-		if s.dead(&n.item, now) {
-			s.unlinkDeadLocked(sh, n, now)
+	for ; off >= 0 && budget > 0; budget-- {
+		if a.live(off) && s.deadLocked(a, off, now) {
+			s.removeDeadLocked(sh, off, a.slotOf(off), now)
 		}
-		n = prev
+		off = a.next(off)
 	}
-	sh.mu.crawl = n
+	sh.mu.crawl = off
 }

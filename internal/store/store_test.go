@@ -987,11 +987,13 @@ func TestDataDirInUse(t *testing.T) {
 	}
 }
 
-// TestNodeSizeClass guards the item's layout: every item the store holds is a node, and a field added or moved
-// that takes the node past 112 bytes puts every item in the allocator's 128-byte class, a seventh more heap for the
-// same cache (and a full cache collects that much more often). See Item.
-func TestNodeSizeClass(t *testing.T) {
-	if item, n := unsafe.Sizeof(Item{}), unsafe.Sizeof(node{}); item > 64 || n > 112 {
-		t.Errorf("Item is %d bytes (want ≤ 64, no padding) and node %d (want ≤ 112, one size class below 128)", item, n)
+// TestItemLayout guards the Item's layout (no padding: it is copied on every read) and the record header the
+// arenas charge every item (ItemOverhead).
+func TestItemLayout(t *testing.T) {
+	if item := unsafe.Sizeof(Item{}); item > 64 {
+		t.Errorf("Item is %d bytes (want ≤ 64, no padding)", item)
+	}
+	if hdrLen != hTag+8 || ItemOverhead != hdrLen+8 {
+		t.Errorf("record header %d bytes, ItemOverhead %d", hdrLen, ItemOverhead)
 	}
 }

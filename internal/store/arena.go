@@ -1,0 +1,453 @@
+package store
+
+// The arena: one shard's items as records in a ring of bytes, and an index
+// from a key's hash to a record's offset. Neither holds a Go pointer, and on
+// Linux both are mapped outside Go's heap (mmap.go), so the garbage collector
+// never walks the items and what they take is exactly what the process holds
+// for them.
+//
+// A record is a 40-byte header, the key and the value, contiguous:
+//
+//	0 value length (u32)   4 key length (u16)   6 bits (live, visited, ...)   7 slab class - 1
+//	8 flags (u32)          12 last access (u32, Unix seconds)
+//	16 exptime (i64)       24 CAS (u64)         32 tag (u64)                  40 key, then value
+//
+// Records are written at the head; the tail is the oldest record. A removed
+// item's record stays, dead, until the tail reaches it. The ring wraps at
+// wrapAt (where the head was when it did): while wrapped, the records are
+// [tail, wrapAt) then [0, head), and the head may not pass the tail; while
+// not, they are [tail, head) and the head may not pass end, the shard's limit
+// less the index's size. The store's eviction (evictForLocked in store.go)
+// makes room by moving the tail.
+//
+// The index is open addressing with linear probing over uint64 entries: the
+// record's offset + 1 in the low 40 bits, 24 bits of the key's hash above
+// (which also give the entry's home slot while the table has at most 2^24
+// slots); a lookup compares the stored key, so two keys with one hash are two
+// entries. Removal shifts the probe run back, so there are no tombstones. The
+// table doubles when it is three quarters full.
+
+import (
+	"bytes"
+	"encoding/binary"
+	"unsafe"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+const (
+	hdrLen = 40
+
+	hVlen   = 0
+	hKlen   = 4
+	hBits   = 6
+	hCls    = 7
+	hFlags  = 8
+	hAccess = 12
+	hExp    = 16
+	hCAS    = 24
+	hTag    = 32
+
+	// MaxKeyLen is the longest key the store holds (its header has 16 bits for it).
+	MaxKeyLen = 1<<16 - 1
+
+	offBits  = 40
+	offMask  = 1<<offBits - 1
+	tagBits  = 24
+	tagMask  = 1<<tagBits - 1
+	minTable = 64
+	pageSize = 4096
+)
+
+// Record bits.
+const (
+	bLive uint8 = 1 << iota
+	bVisited
+	bFetched
+	bStale
+	bWinSent
+	bEphemeral
+)
+
+type arena struct {
+	buf     []byte // the ring's mapping; its length is the shard's limit when it was made
+	limit   int64  // the shard's share of the memory limit
+	end     int64  // limit less the index: where the head wraps
+	head    int64
+	tail    int64
+	wrapAt  int64
+	wrapped bool
+	touched int64 // buf[:touched] may be resident; above it, never written or given back
+	// headLog and tailLog count the record bytes the head has written and the tail has passed since the arena
+	// was made (logical positions, which do not wrap): a record's logical position tells whether it was written
+	// before a moment the head's count was read at (see logical; Walk).
+	headLog, tailLog int64
+
+	table    []uint64
+	tableMem []byte
+	mask     uint64
+	count    int // live records (entries in table)
+
+	hashMask uint64 // see Store.hashMask
+}
+
+func newArena(limit int64, hashMask uint64, tableSize int) arena {
+	a := arena{limit: limit, hashMask: hashMask}
+	a.buf = mapBytes(int(max(pageSize, (limit+pageSize-1)/pageSize*pageSize)))
+	size := minTable
+	for size*3/4 < tableSize {
+		size *= 2
+	}
+	a.setTable(size)
+	return a
+}
+
+// closedArena is an empty arena of one page on Go's heap, what a closed store's shards keep (Store.freeArenas).
+func closedArena(hashMask uint64) arena {
+	a := arena{limit: pageSize, hashMask: hashMask, buf: make([]byte, pageSize)}
+	a.table = make([]uint64, minTable)
+	a.mask = minTable - 1
+	a.end = pageSize
+	return a
+}
+
+func (a *arena) setTable(size int) {
+	mem := mapBytes(size * 8)
+	a.tableMem = mem
+	a.table = unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(mem))), size)
+	a.mask = uint64(size - 1)
+	a.end = a.limit - int64(len(a.tableMem))
+}
+
+func (a *arena) free() {
+	unmapBytes(a.buf)
+	unmapBytes(a.tableMem)
+	*a = arena{}
+}
+
+// memory is what the arena holds: the ring's pages that may be resident and the index.
+func (a *arena) memory() int64 { return a.touched + int64(len(a.tableMem)) }
+
+func recLen(keyLen, valueLen int) int64 { return hdrLen + int64(keyLen) + int64(valueLen) }
+
+func (a *arena) klen(off int64) int             { return int(binary.LittleEndian.Uint16(a.buf[off+hKlen:])) }
+func (a *arena) vlen(off int64) int             { return int(binary.LittleEndian.Uint32(a.buf[off+hVlen:])) }
+func (a *arena) size(off int64) int64           { return recLen(a.klen(off), a.vlen(off)) }
+func (a *arena) bits(off int64) uint8           { return a.buf[off+hBits] }
+func (a *arena) cls(off int64) uint8            { return a.buf[off+hCls] }
+func (a *arena) live(off int64) bool            { return a.buf[off+hBits]&bLive != 0 }
+func (a *arena) setBits(off int64, set uint8)   { a.buf[off+hBits] |= set }
+func (a *arena) clearBits(off int64, clr uint8) { a.buf[off+hBits] &^= clr }
+
+func (a *arena) key(off int64) []byte {
+	k := off + hdrLen
+	return a.buf[k : k+int64(a.klen(off)) : k+int64(a.klen(off))]
+}
+
+func (a *arena) value(off int64) []byte {
+	v := off + hdrLen + int64(a.klen(off))
+	n := int64(a.vlen(off))
+	return a.buf[v : v+n : v+n]
+}
+
+func (a *arena) exptime(off int64) int64 { return int64(binary.LittleEndian.Uint64(a.buf[off+hExp:])) }
+func (a *arena) cas(off int64) uint64    { return binary.LittleEndian.Uint64(a.buf[off+hCAS:]) }
+func (a *arena) access(off int64) int64 {
+	return int64(binary.LittleEndian.Uint32(a.buf[off+hAccess:]))
+}
+func (a *arena) setAccess(off, now int64) {
+	binary.LittleEndian.PutUint32(a.buf[off+hAccess:], uint32(now))
+}
+
+// item decodes the record at off. Its Value is the arena's own bytes, valid only under the shard's lock, unless
+// copyValue.
+func (a *arena) item(off int64, copyValue bool) Item {
+	b := a.buf[off:]
+	bits := b[hBits]
+	it := Item{
+		Exptime:    int64(binary.LittleEndian.Uint64(b[hExp:])),
+		CAS:        binary.LittleEndian.Uint64(b[hCAS:]),
+		LastAccess: int64(binary.LittleEndian.Uint32(b[hAccess:])),
+		Tag:        binary.LittleEndian.Uint64(b[hTag:]),
+		Flags:      binary.LittleEndian.Uint32(b[hFlags:]),
+		Fetched:    bits&bFetched != 0,
+		Stale:      bits&bStale != 0,
+		WinSent:    bits&bWinSent != 0,
+		Ephemeral:  bits&bEphemeral != 0,
+	}
+	it.Value = a.value(off)
+	if copyValue {
+		it.Value = append(make([]byte, 0, len(it.Value)), it.Value...)
+	}
+	return it
+}
+
+// setMeta writes it's metadata (not its value) into the record at off; the live and visited bits stay.
+func (a *arena) setMeta(off int64, it *Item) {
+	b := a.buf[off:]
+	binary.LittleEndian.PutUint32(b[hFlags:], it.Flags)
+	binary.LittleEndian.PutUint32(b[hAccess:], uint32(it.LastAccess))
+	binary.LittleEndian.PutUint64(b[hExp:], uint64(it.Exptime))
+	binary.LittleEndian.PutUint64(b[hCAS:], it.CAS)
+	binary.LittleEndian.PutUint64(b[hTag:], it.Tag)
+	bits := b[hBits] & (bLive | bVisited)
+	if it.Fetched {
+		bits |= bFetched
+	}
+	if it.Stale {
+		bits |= bStale
+	}
+	if it.WinSent {
+		bits |= bWinSent
+	}
+	if it.Ephemeral {
+		bits |= bEphemeral
+	}
+	b[hBits] = bits
+}
+
+// write puts a live record of key and it at off (which has room) and counts the bytes as touched.
+func (a *arena) write(off int64, key []byte, it *Item, cls uint8) {
+	n := recLen(len(key), len(it.Value))
+	b := a.buf[off : off+n]
+	binary.LittleEndian.PutUint32(b[hVlen:], uint32(len(it.Value)))
+	binary.LittleEndian.PutUint16(b[hKlen:], uint16(len(key)))
+	b[hBits] = bLive
+	b[hCls] = cls
+	a.setMeta(off, it)
+	copy(b[hdrLen:], key)
+	copy(b[hdrLen+len(key):], it.Value)
+	a.touched = max(a.touched, off+n)
+}
+
+// owns reports whether b lies in the ring (so it must be copied before the ring changes).
+func (a *arena) owns(b []byte) bool {
+	if len(b) == 0 || len(a.buf) == 0 {
+		return false
+	}
+	p, lo := uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(unsafe.Pointer(unsafe.SliceData(a.buf)))
+	return p >= lo && p < lo+uintptr(len(a.buf))
+}
+
+// --- the ring ---
+
+// fits reports whether n bytes are free at the head; it wraps the head when the ring is not wrapped and the
+// record would pass end (or resets an empty ring), so that the caller's next step is to fit or to free the tail.
+func (a *arena) fits(n int64) bool {
+	if a.wrapped {
+		return a.head+n <= a.tail
+	}
+	if a.head == a.tail {
+		a.head, a.tail = 0, 0
+	}
+	if a.head+n <= a.end {
+		return true
+	}
+	if a.head == 0 {
+		return false // n > end: the caller checked, or the index just grew; the tail has nothing to give
+	}
+	a.wrapAt, a.head, a.wrapped = a.head, 0, true
+	return a.head+n <= a.tail
+}
+
+// alloc takes n bytes at the head, which fits said are free.
+func (a *arena) alloc(n int64) int64 {
+	off := a.head
+	a.head += n
+	a.headLog += n
+	return off
+}
+
+// logical is the logical position (see headLog) of the record at off.
+func (a *arena) logical(off int64) int64 {
+	if a.wrapped && off < a.tail {
+		return a.tailLog + a.wrapAt - a.tail + off
+	}
+	return a.tailLog + off - a.tail
+}
+
+// tailWrap moves the tail to the ring's start when it has reached wrapAt, and gives back to the system the
+// pages above the records and above end (memory that an index growth or a lower limit took from the ring).
+// It reports whether it moved.
+func (a *arena) tailWrap() bool {
+	if !a.wrapped || a.tail != a.wrapAt {
+		return false
+	}
+	a.tail, a.wrapped = 0, false
+	a.release(max(a.head, a.end))
+	return true
+}
+
+// release gives back the ring's pages from `from` (rounded up to a page) to what was touched.
+func (a *arena) release(from int64) {
+	from = (from + pageSize - 1) / pageSize * pageSize
+	if from < a.touched {
+		releaseBytes(a.buf[from:a.touched])
+		a.touched = from
+	}
+}
+
+// empty reports whether the ring holds no record, live or dead.
+func (a *arena) empty() bool { return !a.wrapped && a.head == a.tail }
+
+// first is the oldest record's offset, -1 when there is none.
+func (a *arena) first() int64 {
+	if a.wrapped && a.tail == a.wrapAt {
+		if a.head == 0 {
+			return -1
+		}
+		return 0
+	}
+	if a.empty() {
+		return -1
+	}
+	return a.tail
+}
+
+// next is the offset of the record after the one at off, -1 after the newest.
+func (a *arena) next(off int64) int64 {
+	inFirst := a.wrapped && off >= a.tail
+	off += a.size(off)
+	if inFirst {
+		if off < a.wrapAt {
+			return off
+		}
+		off = 0
+	}
+	if off >= a.head {
+		return -1
+	}
+	return off
+}
+
+// reset empties the ring and the index, and gives their memory back.
+func (a *arena) reset() {
+	a.head, a.tail, a.wrapAt, a.wrapped = 0, 0, 0, false
+	a.tailLog = a.headLog
+	a.release(0)
+	if len(a.table) > minTable {
+		unmapBytes(a.tableMem)
+		a.setTable(minTable)
+	} else {
+		clear(a.table)
+	}
+	a.count = 0
+}
+
+// --- the index ---
+
+// hashOf is key's hash in the index (the store's locate computes the same).
+func (a *arena) hashOf(key []byte) uint64 { return xxhash.Sum64(key) & a.hashMask }
+
+func (a *arena) entry(h uint64, off int64) uint64 {
+	return (h>>4&tagMask)<<offBits | uint64(off+1)
+}
+
+// home is the slot an entry's probe run starts from.
+func (a *arena) home(e uint64) uint64 {
+	if a.mask <= tagMask {
+		return e >> offBits & a.mask
+	}
+	return a.hashOf(a.key(int64(e&offMask)-1)) >> 4 & a.mask
+}
+
+// find returns the offset of key's live record and its slot in the index, or -1, -1. h is a.hashOf(key).
+func (a *arena) find(key []byte, h uint64) (off int64, slot int) {
+	tag := h >> 4 & tagMask
+	for i := h >> 4 & a.mask; ; i = (i + 1) & a.mask {
+		e := a.table[i]
+		if e == 0 {
+			return -1, -1
+		}
+		if e>>offBits == tag {
+			off := int64(e&offMask) - 1
+			if bytes.Equal(a.key(off), key) {
+				return off, int(i)
+			}
+		}
+	}
+}
+
+// slotOf returns the index slot that points at the live record at off.
+func (a *arena) slotOf(off int64) int {
+	h := a.hashOf(a.key(off))
+	want := uint64(off + 1)
+	for i := h >> 4 & a.mask; ; i = (i + 1) & a.mask {
+		e := a.table[i]
+		if e == 0 {
+			panic("store: a live record is not in its shard's index")
+		}
+		if e&offMask == want {
+			return int(i)
+		}
+	}
+}
+
+// index adds an entry for the record of hash h at off; the table grows first when it is three quarters full.
+func (a *arena) index(h uint64, off int64) {
+	if (a.count+1)*4 > len(a.table)*3 {
+		a.grow()
+	}
+	a.put(a.entry(h, off), h>>4&a.mask)
+	a.count++
+}
+
+func (a *arena) put(e, i uint64) {
+	for a.table[i] != 0 {
+		i = (i + 1) & a.mask
+	}
+	a.table[i] = e
+}
+
+// grow doubles the index. The ring's end moves down by the table's growth: records above it stay until the
+// tail reaches them, and their pages are given back then (tailWrap).
+func (a *arena) grow() {
+	old, oldMem := a.table, a.tableMem
+	oldMask := a.mask
+	a.setTable(len(old) * 2)
+	for _, e := range old {
+		if e == 0 {
+			continue
+		}
+		var i uint64
+		if oldMask*2+1 <= tagMask {
+			i = e >> offBits & a.mask
+		} else {
+			i = a.hashOf(a.key(int64(e&offMask)-1)) >> 4 & a.mask
+		}
+		a.put(e, i)
+	}
+	unmapBytes(oldMem)
+}
+
+// repoint makes the entry in slot point at off (its record moved).
+func (a *arena) repoint(slot int, off int64) {
+	e := a.table[slot]
+	a.table[slot] = e&^offMask | uint64(off+1)
+}
+
+// unindex removes the entry in slot, shifting later entries of the probe run back so lookups need no tombstones.
+func (a *arena) unindex(slot int) {
+	i := uint64(slot)
+	j := i
+	for {
+		j = (j + 1) & a.mask
+		e := a.table[j]
+		if e == 0 {
+			break
+		}
+		k := a.home(e)
+		// The entry at j may move to i unless its home lies cyclically in (i, j].
+		if i <= j {
+			if i < k && k <= j {
+				continue
+			}
+		} else if i < k || k <= j {
+			continue
+		}
+		a.table[i] = e
+		i = j
+	}
+	a.table[i] = 0
+	a.count--
+}
