@@ -477,6 +477,18 @@ func runPHPCode(ctx context.Context, code string) (string, error) {
 	return string(out), nil
 }
 
+// phpErrors are the failures a PHP load reported, with the first one's message: all 1040s when that one was.
+func phpErrors(failures int64, first string) *runErrors {
+	errs := &runErrors{other: failures}
+	if first != "" {
+		errs.samples = []string{first}
+		if strings.HasPrefix(first, strconv.Itoa(erTooManyConnections)+" ") {
+			errs.tooMany, errs.other = failures, 0
+		}
+	}
+	return errs
+}
+
 // connectLoop is connect_only's load: the PHP loop against addr for duration.
 func connectLoop(script string, duration time.Duration) loadFunc {
 	return func(ctx context.Context, addr string) (sample, error) {
@@ -492,13 +504,7 @@ func connectLoop(script string, duration time.Duration) loadFunc {
 		if err != nil {
 			return sample{}, err
 		}
-		errs := &runErrors{other: r.failures}
-		if r.first != "" {
-			errs.samples = []string{r.first}
-			if strings.HasPrefix(r.first, strconv.Itoa(erTooManyConnections)+" ") {
-				errs.tooMany, errs.other = r.failures, 0
-			}
-		}
+		errs := phpErrors(r.failures, r.first)
 		note := fmt.Sprintf("(%d connects, %d failed, in %.2fs", r.connects, r.failures, r.seconds)
 		if r.first != "" {
 			note += "; first failure: " + r.first

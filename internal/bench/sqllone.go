@@ -188,13 +188,7 @@ func lonePages(script string, rows, size int, duration time.Duration) loadFunc {
 		if err != nil {
 			return sample{}, err
 		}
-		errs := &runErrors{other: r.failures}
-		if r.first != "" {
-			errs.samples = []string{r.first}
-			if strings.HasPrefix(r.first, strconv.Itoa(erTooManyConnections)+" ") {
-				errs.tooMany, errs.other = r.failures, 0
-			}
-		}
+		errs := phpErrors(r.failures, r.first)
 		s := sample{ops: float64(r.pages) / r.seconds, n: r.pages, errs: errs}
 		s.note = fmt.Sprintf("(%d pages, %d selects, %d failed, in %.2fs; %.0f µs a page", r.pages, r.selects, r.failures, r.seconds,
 			1e6*r.seconds/float64(r.pages))
