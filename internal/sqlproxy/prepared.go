@@ -56,9 +56,7 @@ func (ss *session) stmtCommand(p []byte) error {
 		}
 		return ss.prepare(p)
 	}
-	answer := map[byte]string{comStmtExecute: "mysqld_stmt_execute", comStmtFetch: "mysqld_stmt_fetch",
-		comStmtReset: "mysqld_stmt_reset"}[p[0]] // "" for the commands without a reply
-	st, err := ss.stmt(p, answer)
+	st, err := ss.stmt(p, stmtCommandName(p[0]))
 	if st == nil {
 		return err
 	}
@@ -101,6 +99,20 @@ func (ss *session) stmtCommand(p []byte) error {
 		}
 	}
 	return nil
+}
+
+// stmtCommandName is how the server names a COM_STMT_* command with a reply in its errors, "" for the commands
+// without one.
+func stmtCommandName(cmd byte) string {
+	switch cmd {
+	case comStmtExecute:
+		return "mysqld_stmt_execute"
+	case comStmtFetch:
+		return "mysqld_stmt_fetch"
+	case comStmtReset:
+		return "mysqld_stmt_reset"
+	}
+	return ""
 }
 
 // stmt finds the statement a COM_STMT_* packet names. An unknown id gets ER_UNKNOWN_STMT_HANDLER, as the server
