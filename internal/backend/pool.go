@@ -63,8 +63,9 @@ func (p *Pool) get(ctx context.Context, db *string) (*Conn, error) {
 			p.mu.Unlock()
 			return nil, fmt.Errorf("keyway: backend group %s is shutting down", cfg.Name)
 		}
-		if db != nil && *db == "" && len(p.mu.idle) > 0 && p.idleWithDBLocked(*db) < 0 {
-			// Every idle connection has a database: close the oldest, so the dial below has room.
+		if db != nil && *db == "" && len(p.mu.idle) > 0 && p.mu.open >= cfg.MaxOpen && p.idleWithDBLocked(*db) < 0 {
+			// Every idle connection has a database and the pool is full: close the oldest, so the dial below has
+			// room.
 			c := p.mu.idle[0]
 			p.mu.idle = p.mu.idle[1:]
 			p.mu.open--

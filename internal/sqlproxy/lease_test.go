@@ -425,3 +425,27 @@ func TestLeaseMetrics(t *testing.T) {
 		return true
 	})
 }
+
+// TestSessionWithoutDatabase: a session without a default database never borrows a connection that has one (no
+// command unselects it), even from a pool of one that sessions with a database use in turn.
+func TestSessionWithoutDatabase(t *testing.T) {
+	m := mariadb(t)
+	cfg := testConfig(m.Addr)
+	cfg.Groups[0].MaxOpen = 1
+	_, addr := startProxy(t, cfg)
+	withDB := open(t, "app", "secret", addr, "")
+	noDB, err := sql.Open("mysql", "app:secret@tcp("+addr+")/?timeout=5s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer noDB.Close()
+	for range 3 {
+		var got sql.NullString
+		if err := withDB.QueryRow("SELECT DATABASE()").Scan(&got); err != nil || got.String != "test" {
+			t.Fatalf("with a database: %q %v", got.String, err)
+		}
+		if err := noDB.QueryRow("SELECT DATABASE()").Scan(&got); err != nil || got.Valid {
+			t.Fatalf("without a database: %q %v, want NULL", got.String, err)
+		}
+	}
+}
