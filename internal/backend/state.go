@@ -114,9 +114,6 @@ type State struct {
 	LastGTID string
 }
 
-// Var returns the value of tracked variable i.
-func (s *State) Var(i int) string { return s.Vars[i] }
-
 // Note is what an OK packet told about a connection's state beyond what NoteOK recorded.
 type Note struct {
 	// Untracked names a variable that was set and is not in trackedVars ("" = none): its value cannot be carried.

@@ -177,6 +177,3 @@ func (st *Stmt) SetDefs(defs []byte) { st.Defs = defs }
 
 // ForgetStmts drops c's statement cache without closing them on the server: after a reset, which closed them.
 func (c *Conn) ForgetStmts() { clear(c.stmts) }
-
-// Stmts is how many statements are prepared on c.
-func (c *Conn) Stmts() int { return len(c.stmts) }

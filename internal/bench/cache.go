@@ -210,7 +210,7 @@ func RunCache(ctx context.Context, o CacheOptions) (*CacheReport, error) {
 	if err := createCacheTables(ctx, m.AppDSN, o.Keys); err != nil {
 		return nil, err
 	}
-	php, err := writePHP()
+	php, err := writePHP("keyway-bench-cache-*.php", phpScript)
 	if err != nil {
 		return nil, err
 	}
@@ -407,13 +407,14 @@ fwrite(STDERR, "unknown mode $mode\n");
 exit(2);
 `
 
-// writePHP writes phpScript to a temporary file and returns its path; the caller removes it.
-func writePHP() (string, error) {
-	f, err := os.CreateTemp("", "keyway-bench-cache-*.php")
+// writePHP writes a PHP script (code) to a temporary file named after pattern and returns its path; the caller
+// removes it. Every PHP load of the suites runs from one.
+func writePHP(pattern, code string) (string, error) {
+	f, err := os.CreateTemp("", pattern)
 	if err != nil {
 		return "", fmt.Errorf("bench: %w", err)
 	}
-	_, werr := f.WriteString(phpScript)
+	_, werr := f.WriteString(code)
 	if err := errors.Join(werr, f.Close()); err != nil {
 		_ = os.Remove(f.Name())
 		return "", fmt.Errorf("bench: %w", err)

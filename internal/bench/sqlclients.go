@@ -441,20 +441,6 @@ while (microtime(true) < $end) {
 printf("%d %d %.6f %s\n", $n, $fail, microtime(true) - $t, $first);
 `
 
-// writeConnectPHP writes connectPHP to a temporary file and returns its path; the caller removes it.
-func writeConnectPHP() (string, error) {
-	f, err := os.CreateTemp("", "keyway-bench-connect-*.php")
-	if err != nil {
-		return "", fmt.Errorf("bench: %w", err)
-	}
-	_, werr := f.WriteString(connectPHP)
-	if err := errors.Join(werr, f.Close()); err != nil {
-		_ = os.Remove(f.Name())
-		return "", fmt.Errorf("bench: %w", err)
-	}
-	return f.Name(), nil
-}
-
 // checkMysqli fails when php cannot connect with mysqli.
 func checkMysqli(ctx context.Context) error {
 	out, err := runPHPCode(ctx, `echo function_exists('mysqli_connect') ? 'yes' : 'no';`)
@@ -581,7 +567,7 @@ func (e *sqlEnv) runClientCase(ctx context.Context, workload string) (SQLCase, e
 		c.Pool, c.ServerMaxConnections, c.KeywayMaxConnections = o.Pool, manyClientsServerMax, maxClients
 		return c, nil
 	case connectWorkload:
-		script, err := writeConnectPHP()
+		script, err := writePHP("keyway-bench-connect-*.php", connectPHP)
 		if err != nil {
 			return SQLCase{}, err
 		}

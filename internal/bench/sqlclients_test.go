@@ -309,7 +309,7 @@ func TestSQLConnectOnlyDirect(t *testing.T) {
 	if err := checkMysqli(ctx); err != nil {
 		t.Fatal(err)
 	}
-	script, err := writeConnectPHP()
+	script, err := writePHP("keyway-bench-connect-*.php", connectPHP)
 	if err != nil {
 		t.Fatal(err)
 	}

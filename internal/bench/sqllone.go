@@ -102,20 +102,6 @@ $h1 = hits($host, $port);
 printf("%d %d %d %.6f %d %s\n", $pages, $selects, $fail, $el, ($h0 < 0 || $h1 < 0) ? -1 : $h1 - $h0, $first);
 `
 
-// writeLonePHP writes lonePHP to a temporary file and returns its path; the caller removes it.
-func writeLonePHP() (string, error) {
-	f, err := os.CreateTemp("", "keyway-bench-lone-*.php")
-	if err != nil {
-		return "", fmt.Errorf("bench: %w", err)
-	}
-	_, werr := f.WriteString(lonePHP)
-	if err := errors.Join(werr, f.Close()); err != nil {
-		_ = os.Remove(f.Name())
-		return "", fmt.Errorf("bench: %w", err)
-	}
-	return f.Name(), nil
-}
-
 // warmedStarter is t, started and then warmed: the PHP client reads every one of rows rows once on one connection,
 // so that a cache has them all and the run's time and CPU hold none of it.
 func warmedStarter(t target, script string, rows int) target {
@@ -208,7 +194,7 @@ func lonePages(script string, rows, size int, duration time.Duration) loadFunc {
 // vouched for by its binlog follower first), and the statement costs fitted from them.
 func (e *sqlEnv) runLoneClient(ctx context.Context) ([]SQLCase, []StatementCost, error) {
 	o := e.o
-	script, err := writeLonePHP()
+	script, err := writePHP("keyway-bench-lone-*.php", lonePHP)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -304,7 +304,7 @@ func TestSQLLoneClientDirect(t *testing.T) {
 	if err := createSbtest1(ctx, m.AppDSN, 100); err != nil {
 		t.Fatal(err)
 	}
-	script, err := writeLonePHP()
+	script, err := writePHP("keyway-bench-lone-*.php", lonePHP)
 	if err != nil {
 		t.Fatal(err)
 	}
