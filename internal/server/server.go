@@ -309,7 +309,10 @@ func (s *Server) startSQLAndAdmin() error {
 		if err != nil {
 			return err
 		}
-		ln, err := net.Listen("tcp", cfg.SQL.Listen)
+		// Keepalive as MariaDB sets it, SO_KEEPALIVE with the system's timings: Go's default adds three more
+		// setsockopt calls to every accepted connection, a cost clients that connect per request feel.
+		lc := net.ListenConfig{KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: -1, Interval: -1, Count: -1}}
+		ln, err := lc.Listen(context.Background(), "tcp", cfg.SQL.Listen)
 		if err != nil {
 			return fmt.Errorf("sql.listen %q: %w (is MySQL or another keyway on that port? change [sql] listen or --sql-listen)", cfg.SQL.Listen, err)
 		}
