@@ -179,14 +179,14 @@ func valid(deps []Dep) bool {
 // Get returns the reply stored under key and its row count, if it is still valid and gate (the session's group)
 // Vouches. In a ttl entry's refresh window the first caller gets a miss (it refreshes the entry) and the others the
 // old reply.
-func (c *Cache) Get(gate *validity.Gate, key string) (reply []byte, rows int64, ok bool) {
+func (c *Cache) Get(gate *validity.Gate, key []byte) (reply []byte, rows int64, ok bool) {
 	if !gate.Vouches() {
 		c.misses.Add(1)
 		return nil, 0, false
 	}
-	s := c.shard(key)
+	s := &c.shards[maphash.Bytes(c.seed, key)%shards] // as shard(string(key)) finds it
 	s.mu.Lock()
-	el := s.m[key]
+	el := s.m[string(key)] // a lookup: the conversion allocates nothing
 	if el != nil {
 		e := el.Value.(*entry)
 		var now int64

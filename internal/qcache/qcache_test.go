@@ -20,16 +20,16 @@ func TestFillRacingAWriteIsDropped(t *testing.T) {
 	deps := c.Begin(tbl)
 	reg.Table(tbl[0]).Wrote([]byte("any row")) // a write lands while the statement runs
 	c.Put("k", []byte("reply"), 1, deps, 0)
-	if _, _, ok := c.Get(nil, "k"); ok {
+	if _, _, ok := c.Get(nil, []byte("k")); ok {
 		t.Fatal("a fill that raced a write was stored")
 	}
 	deps = c.Begin(tbl)
 	c.Put("k", []byte("reply"), 1, deps, 0)
-	if r, rows, ok := c.Get(nil, "k"); !ok || string(r) != "reply" || rows != 1 {
+	if r, rows, ok := c.Get(nil, []byte("k")); !ok || string(r) != "reply" || rows != 1 {
 		t.Fatalf("get = %q %d %v", r, rows, ok)
 	}
 	reg.Invalidate(tbl)
-	if _, _, ok := c.Get(nil, "k"); ok {
+	if _, _, ok := c.Get(nil, []byte("k")); ok {
 		t.Fatal("an entry outlived its table's invalidation")
 	}
 }
@@ -40,14 +40,14 @@ func TestServedOnlyWhileVouched(t *testing.T) {
 	v := reg.RequireVouch("main")
 	v.Vouch(time.Now().Add(time.Hour))
 	c.Put("k", []byte("reply"), 1, c.Begin(tbl), 0)
-	if _, _, ok := c.Get(main, "k"); !ok || !c.Usable(main) {
+	if _, _, ok := c.Get(main, []byte("k")); !ok || !c.Usable(main) {
 		t.Fatal("miss while vouched")
 	}
 	reg.RequireVouch("other") // another group's follower that has not caught up
-	if _, _, ok := c.Get(main, "k"); !ok {
+	if _, _, ok := c.Get(main, []byte("k")); !ok {
 		t.Fatal("another group's follower closed this group's cache")
 	}
-	if _, _, ok := c.Get(other, "k"); ok || c.Usable(other) {
+	if _, _, ok := c.Get(other, []byte("k")); ok || c.Usable(other) {
 		t.Fatal("served to a group whose follower does not vouch")
 	}
 	other.SetMode(validity.OwnWritesOnly, "none")
@@ -75,7 +75,7 @@ func TestTTL(t *testing.T) {
 	c, _ := newCache(1 << 20)
 	c.Put("k", []byte("reply"), 1, c.Begin(tbl), time.Millisecond)
 	time.Sleep(5 * time.Millisecond)
-	if _, _, ok := c.Get(nil, "k"); ok {
+	if _, _, ok := c.Get(nil, []byte("k")); ok {
 		t.Fatal("an entry outlived its ttl")
 	}
 }
@@ -110,7 +110,7 @@ func TestSaveAndRestore(t *testing.T) {
 			t.Fatalf("restore %s stored=%v", k, stored)
 		}
 	}
-	if r, rows, ok := c2.Get(nil, "kept"); !ok || string(r) != "r1" || rows != 1 {
+	if r, rows, ok := c2.Get(nil, []byte("kept")); !ok || string(r) != "r1" || rows != 1 {
 		t.Fatalf("restored entry = %q %d %v", r, rows, ok)
 	}
 	expired := Saved{Key: "old", Reply: []byte("r"), Expires: time.Now().Add(-time.Second).UnixNano(), Tables: tbl}
@@ -129,30 +129,30 @@ func TestSoftRefresh(t *testing.T) {
 	c.Put("k", []byte("old"), 1, c.Begin(tbl), 10*time.Second)
 	clock.Store(int64(7 * time.Second)) // before the window
 	for range 3 {
-		if r, _, ok := c.Get(nil, "k"); !ok || string(r) != "old" {
+		if r, _, ok := c.Get(nil, []byte("k")); !ok || string(r) != "old" {
 			t.Fatalf("before the refresh window: %q %v", r, ok)
 		}
 	}
 	clock.Store(int64(8*time.Second + 1)) // in the last 2 s
-	if _, _, ok := c.Get(nil, "k"); ok {
+	if _, _, ok := c.Get(nil, []byte("k")); ok {
 		t.Fatal("the first Get in the refresh window was a hit: nobody refreshes the entry")
 	}
 	for range 3 {
-		if r, _, ok := c.Get(nil, "k"); !ok || string(r) != "old" {
+		if r, _, ok := c.Get(nil, []byte("k")); !ok || string(r) != "old" {
 			t.Fatalf("while the refresh runs, others get %q %v; want the old reply", r, ok)
 		}
 	}
 	c.Put("k", []byte("new"), 1, c.Begin(tbl), 10*time.Second)
-	if r, _, ok := c.Get(nil, "k"); !ok || string(r) != "new" {
+	if r, _, ok := c.Get(nil, []byte("k")); !ok || string(r) != "new" {
 		t.Fatalf("after the refresh: %q %v", r, ok)
 	}
 	if st := c.Stats(); st.Refreshes != 1 {
 		t.Fatalf("refreshes = %d, want 1", st.Refreshes)
 	}
 	clock.Store(int64(19 * time.Second))                // the new entry's window, nobody refreshes
-	c.Get(nil, "k")                                     // told to refresh; the caller's fill fails
+	c.Get(nil, []byte("k"))                             // told to refresh; the caller's fill fails
 	clock.Store(int64(18*time.Second + 10*time.Second)) // past its expiry
-	if _, _, ok := c.Get(nil, "k"); ok {
+	if _, _, ok := c.Get(nil, []byte("k")); ok {
 		t.Fatal("an entry was served past its ttl")
 	}
 }

@@ -17,7 +17,6 @@ package sqlproxy
 
 import (
 	"encoding/binary"
-	"strings"
 	"time"
 
 	"github.com/pingcap/tidb/pkg/parser/mysql"
@@ -27,43 +26,35 @@ import (
 	"github.com/keywaydb/keyway/internal/qcache"
 )
 
-// cacheKey builds the key of a statement: kind 'Q' for text, 'E' for a prepared statement's execute.
-func (ss *session) cacheKey(kind byte, text string, params []byte) string {
-	var b strings.Builder
+// cacheKey builds the key of a statement in the session's key buffer: kind 'Q' for text, 'E' for a prepared
+// statement's execute, whose parameters (null bitmap, types, values) come last. The key is valid until the
+// session's next cacheKey; a hit looks it up without copying it.
+func (ss *session) cacheKey(kind byte, text string, params ...[]byte) []byte {
 	group := ss.user.group.Name()
 	st := &ss.state
 	if ss.be != nil {
 		st = &ss.be.State
 	}
-	vars := len(st.ResultsCollation) + 1
-	for _, i := range backend.ResultVars {
-		vars += len(st.Vars[i]) + 1
-	}
-	b.Grow(len(ss.hs.User) + len(group) + len(ss.db) + len(text) + len(params) + vars + 9)
 	// The negotiated flags that change the reply's framing (CLIENT_DEPRECATE_EOF, MariaDB's metadata cache…), and
 	// only those: whether TLS or CLIENT_MYSQL was negotiated makes no difference to a reply.
 	caps, ext := ss.c.Capabilities&mysqlwire.ProtocolCaps, ss.c.ExtCapabilities
-	b.WriteByte(kind)
-	b.WriteByte(ss.hs.Collation)
-	b.Write([]byte{byte(caps), byte(caps >> 8), byte(caps >> 16), byte(caps >> 24)})
-	b.Write([]byte{byte(ext), byte(ext >> 8), byte(ext >> 16), byte(ext >> 24)})
-	b.WriteString(ss.hs.User)
-	b.WriteByte(0)
+	b := append(ss.keyBuf[:0], kind, ss.hs.Collation)
+	b = binary.LittleEndian.AppendUint32(b, caps)
+	b = binary.LittleEndian.AppendUint32(b, ext)
+	b = append(append(b, ss.hs.User...), 0)
 	// The group the reply was read from: a reload can move a user to another group, whose tables are others.
-	b.WriteString(group)
-	b.WriteByte(0)
-	b.WriteString(ss.db)
-	b.WriteByte(0)
+	b = append(append(b, group...), 0)
+	b = append(append(b, ss.db...), 0)
 	for _, i := range backend.ResultVars {
-		b.WriteString(st.Vars[i])
-		b.WriteByte(0)
+		b = append(append(b, st.Vars[i]...), 0)
 	}
-	b.WriteString(st.ResultsCollation) // the column definitions' character set
-	b.WriteByte(0)
-	b.WriteString(text)
-	b.WriteByte(0)
-	b.Write(params)
-	return b.String()
+	b = append(append(b, st.ResultsCollation...), 0) // the column definitions' character set
+	b = append(append(b, text...), 0)
+	for _, p := range params {
+		b = append(b, p...)
+	}
+	ss.keyBuf = b
+	return b
 }
 
 // fillWait bounds how long a miss waits for another session's fill of the same key before it runs the
@@ -72,21 +63,22 @@ const fillWait = time.Second
 
 // throughCache answers from the result cache, or runs p on the backend (with send, the packet as the backend
 // must get it) and fills the cache with the reply. Concurrent misses of one key wait for one fill.
-func (ss *session) throughCache(p []byte, plan *Plan, st *prepared, key string, ks keySource, ttl time.Duration, fn func(relay) (int64, bool, error)) (int64, bool, error) {
+func (ss *session) throughCache(p []byte, plan *Plan, st *prepared, keyBuf []byte, ks keySource, ttl time.Duration, fn func(relay) (int64, bool, error)) (int64, bool, error) {
 	c := ss.s.opts.Cache
 	if ttl == 0 {
 		ttl = ss.s.opts.TTLOnly[ss.user.group.Name()] // 0 for a group the binlog follower watches: no expiry
 	}
-	if rows, hit, err := ss.replayCached(key); hit {
+	if rows, hit, err := ss.replayCached(keyBuf); hit {
 		return rows, false, err
 	}
+	key := string(keyBuf) // a miss: the fill keeps the key
 	leader, wait := c.Lead(key)
 	if leader {
 		defer c.Done(key)
 	} else {
 		select {
 		case <-wait:
-			if rows, hit, err := ss.replayCached(key); hit {
+			if rows, hit, err := ss.replayCached(keyBuf); hit {
 				return rows, false, err
 			}
 		case <-time.After(fillWait):
@@ -96,7 +88,7 @@ func (ss *session) throughCache(p []byte, plan *Plan, st *prepared, key string, 
 }
 
 // replayCached answers from the result cache when a valid entry is under key; hit is false otherwise.
-func (ss *session) replayCached(key string) (rows int64, hit bool, err error) {
+func (ss *session) replayCached(key []byte) (rows int64, hit bool, err error) {
 	reply, rows, ok := ss.s.opts.Cache.Get(ss.user.gate, key)
 	if !ok {
 		return 0, false, nil
@@ -150,8 +142,8 @@ func (ss *session) fillingExchange(p []byte, plan *Plan, st *prepared, key strin
 }
 
 // queryThroughCache runs a COM_QUERY that route sent to the cache; ttl, when not 0, bounds the entry's life.
-func (ss *session) queryThroughCache(p []byte, plan *Plan, ttl time.Duration, start time.Time) error {
-	key := ss.cacheKey('Q', string(p[1:]), nil)
+func (ss *session) queryThroughCache(p []byte, text string, plan *Plan, ttl time.Duration, start time.Time) error {
+	key := ss.cacheKey('Q', text)
 	rows, failed, err := ss.throughCache(p, plan, nil, key, keySource{text: p[1:]}, ttl, relay.queryResults)
 	ss.record(plan, rows, time.Since(start), failed || err != nil)
 	return err
@@ -161,7 +153,7 @@ func (ss *session) queryThroughCache(p []byte, plan *Plan, ttl time.Duration, st
 type keySource struct {
 	text   []byte
 	st     *prepared
-	params []byte // executeParams' result: null bitmap, types, values
+	params []byte // an execute's null bitmap, types and values (executeParams)
 }
 
 // values are the integer values of plan's key in this statement, as qcache.BeginKeys takes them.
@@ -296,20 +288,20 @@ func (st *prepared) noteTypes(p []byte) {
 	}
 }
 
-// executeParams returns the part of a COM_STMT_EXECUTE (p, its statement id already checked) that, with the
-// statement's text, determines its reply: null bitmap, parameter types and values. ok is false for an execute
-// the cache must not answer: a cursor, several iterations, long data, or types never bound.
-func executeParams(st *prepared, p []byte) (params []byte, ok bool) {
+// executeParams returns the parts of a COM_STMT_EXECUTE (p, its statement id already checked) that, with the
+// statement's text, determine its reply: null bitmap, parameter types and values, in that order (slices of p and
+// st). ok is false for an execute the cache must not answer: a cursor, several iterations, long data, or types
+// never bound.
+func executeParams(st *prepared, p []byte) (params [3][]byte, ok bool) {
 	if len(p) < 10 || p[5] != 0 || binary.LittleEndian.Uint32(p[6:]) != 1 || st.longData {
-		return nil, false
+		return params, false
 	}
 	if st.params == 0 {
-		return nil, true
+		return params, true
 	}
 	nulls, _, _, values, ok := paramsAt(st, p)
 	if !ok || st.types == nil {
-		return nil, false
+		return params, false
 	}
-	params = make([]byte, 0, len(nulls)+len(st.types)+len(values))
-	return append(append(append(params, nulls...), st.types...), values...), true
+	return [3][]byte{nulls, st.types, values}, true
 }

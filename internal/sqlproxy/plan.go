@@ -228,7 +228,8 @@ func NewPlanCache(capacity int) *PlanCache {
 }
 
 // Plan returns the plan of sql (one statement, or several separated by ';'). Never nil; safe for concurrent use.
-// The hit path is one fingerprint pass plus one map lookup under a read lock, without allocating.
+// The hit path is one fingerprint pass plus one map lookup under a read lock, without allocating. sql may be a
+// view of a buffer that the caller reuses once Plan has returned: plans are built from a copy.
 func (pc *PlanCache) Plan(sql string) *Plan {
 	fp := fingerprint(pc.seed, sql)
 	sh := &pc.shards[fp%planShards]
@@ -252,12 +253,13 @@ func (pc *PlanCache) Plan(sql string) *Plan {
 	}
 	built := false
 	e.once.Do(func() {
+		sql := strings.Clone(sql)
 		normalized, d := parser.NormalizeDigest(sql)
 		e.plan, built = pc.build(sql, normalized, d.String(), fp), true
 	})
 	if e.plan.literalDependent && !built {
 		// Same fingerprint, so the same literal-free text and digest: only the parse is redone.
-		return pc.build(sql, e.plan.Normalized, e.plan.Digest, fp)
+		return pc.build(strings.Clone(sql), e.plan.Normalized, e.plan.Digest, fp)
 	}
 	return e.plan
 }

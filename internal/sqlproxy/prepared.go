@@ -208,8 +208,9 @@ func (ss *session) execute(p []byte, st *prepared) error {
 		if h := ss.hintFor(st.query, plan); ss.route(plan, h) == toCache {
 			if params, ok := executeParams(st, p); ok {
 				st.longData = false
-				key := ss.cacheKey('E', st.query, params)
-				rows, failed, err := ss.throughCache(p, plan, st, key, keySource{st: st, params: params}, h.ttl, relay.executeResults)
+				key := ss.cacheKey('E', st.query, params[:]...)
+				ks := keySource{st: st, params: key[len(key)-len(params[0])-len(params[1])-len(params[2]):]}
+				rows, failed, err := ss.throughCache(p, plan, st, key, ks, h.ttl, relay.executeResults)
 				ss.record(plan, rows, time.Since(start), failed || err != nil)
 				return err
 			}

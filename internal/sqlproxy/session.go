@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/keywaydb/keyway/internal/backend"
 	"github.com/keywaydb/keyway/internal/digests"
@@ -60,6 +61,7 @@ type session struct {
 	stmts    map[uint32]*prepared // keyway's statement id → the client's prepared statement (prepared.go)
 	nextStmt uint32               // the last statement id given
 	exec     execState            // the statement of the execute being relayed (prepared.go)
+	keyBuf   []byte               // the result cache's key of the statement being run (cacheKey)
 	beUsed   time.Time            // when be was checked out or last sent a command (see freshBackend)
 	// state is the session state a connection must have to run the session's next statement (backend.State): the
 	// state of the connection its last statement ran on, as the server reported it. status is the status flags of
@@ -647,7 +649,9 @@ func retrySafe(plan *Plan) bool {
 // query runs COM_QUERY: plan, relay, statistics.
 func (ss *session) query(p []byte) error {
 	start := time.Now()
-	sql := string(p[1:])
+	// A view of the packet, not a copy: read while the command runs and kept by nothing (the plan cache keeps a
+	// copy of what it stores), so a statement answered from the result cache allocates nothing.
+	sql := unsafe.String(unsafe.SliceData(p[1:]), len(p)-1)
 	if what, ok := showKeyway(sql); ok {
 		return ss.answerShowKeyway(what)
 	}
@@ -656,7 +660,7 @@ func (ss *session) query(p []byte) error {
 		return ss.kill(p, plan)
 	}
 	if h := ss.hintFor(sql, plan); ss.route(plan, h) == toCache {
-		return ss.queryThroughCache(p, plan, h.ttl, start)
+		return ss.queryThroughCache(p, sql, plan, h.ttl, start)
 	}
 	rows, failed, err := ss.exchange(p, plan, nil, relay.queryResults, toClient)
 	ss.record(plan, rows, time.Since(start), failed || err != nil)
