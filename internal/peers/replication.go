@@ -77,13 +77,14 @@ func StartReplication(ctx context.Context, o ReplicationOptions) (_ *Replication
 	if n == 0 {
 		n = 2
 	}
-	r := &Replication{semiSync: o.SemiSync}
+	var members []*MariaDB
 	defer func() {
 		if err != nil {
-			_ = r.Stop()
+			for _, m := range members {
+				_ = m.Stop()
+			}
 		}
 	}()
-	var members []*MariaDB
 	for i := 0; i <= n; i++ {
 		mo := o.Server
 		mo.ServerID = i + 1
@@ -97,7 +98,7 @@ func StartReplication(ctx context.Context, o ReplicationOptions) (_ *Replication
 		}
 		members = append(members, m)
 	}
-	r.Primary, r.Replicas = members[0], members[1:]
+	r := &Replication{Primary: members[0], Replicas: members[1:], semiSync: o.SemiSync}
 
 	if err := r.Primary.install(ctx); err != nil {
 		return nil, err
@@ -119,7 +120,7 @@ func StartReplication(ctx context.Context, o ReplicationOptions) (_ *Replication
 		return nil, err
 	}
 	if o.SemiSync {
-		if err := r.waitSemiSyncClients(ctx, n); err != nil {
+		if err := waitSemiSyncClients(ctx, r.Primary, n); err != nil {
 			return nil, err
 		}
 	}
@@ -159,14 +160,13 @@ func (r *Replication) Members() []*MariaDB {
 func (r *Replication) Stop() error {
 	var errs []error
 	for _, m := range r.Members() {
-		if m != nil {
-			errs = append(errs, m.Stop())
-		}
+		errs = append(errs, m.Stop())
 	}
 	return errors.Join(errs...)
 }
 
-// Sync waits up to timeout until every running replica has applied everything in the primary's binlog.
+// Sync waits up to timeout until every running member of Replicas has applied everything in the primary's
+// binlog. (An old primary counts once it runs: Repoint it first.)
 func (r *Replication) Sync(ctx context.Context, timeout time.Duration) error {
 	pos, err := r.Primary.GTIDs(ctx)
 	if err != nil {
@@ -181,13 +181,27 @@ func (r *Replication) Sync(ctx context.Context, timeout time.Duration) error {
 	return eachMember(running, func(m *MariaDB) error { return m.WaitCaughtUp(ctx, pos.Binlog, timeout) })
 }
 
-// Promote makes m the primary: STOP SLAVE, RESET SLAVE ALL, read_only = OFF (and with semi-sync, the master
-// side on, the slave side off). The old primary becomes the first of Replicas, running or not; point it (and
-// the other replicas) at m with Repoint. A later Start of m keeps its new role.
+// Promote makes m the primary. First m applies everything it received (its SQL thread is started if stopped;
+// a MASTER_DELAY is waited out, up to 30 s): with semi-sync, that is every acknowledged write. Then STOP
+// SLAVE, RESET SLAVE ALL, read_only = OFF (and with semi-sync, the master side on, the slave side off). The old
+// primary becomes the first of Replicas, running or not; point it (and the other replicas) at m with Repoint.
+// A later Start of m keeps its new role.
 func (r *Replication) Promote(ctx context.Context, m *MariaDB) error {
 	i := slices.Index(r.Replicas, m)
 	if i < 0 {
 		return fmt.Errorf("peers: Promote %s: not a replica of this Replication", m.Addr)
+	}
+	// The IO thread must stay up meanwhile: in GTID mode MariaDB discards the relay log when a slave thread
+	// starts while both are stopped.
+	if err := m.exec(ctx, "START SLAVE SQL_THREAD"); err != nil {
+		return err
+	}
+	st, err := m.SlaveStatus(ctx)
+	if err != nil {
+		return err
+	}
+	if err := m.WaitCaughtUp(ctx, st["Gtid_IO_Pos"], replicaTimeout); err != nil {
+		return fmt.Errorf("peers: Promote: %w", err)
 	}
 	stmts := []string{"STOP SLAVE", "RESET SLAVE ALL", "SET GLOBAL read_only = OFF"}
 	if r.semiSync {
@@ -239,10 +253,6 @@ func (r *Replication) replicate(ctx context.Context, m, primary *MariaDB) error 
 	return m.waitReplicating(ctx)
 }
 
-func (r *Replication) waitSemiSyncClients(ctx context.Context, n int) error {
-	return waitSemiSyncClients(ctx, r.Primary, n)
-}
-
 // waitSemiSyncClients waits until primary counts at least n semi-sync replicas.
 func waitSemiSyncClients(ctx context.Context, primary *MariaDB, n int) error {
 	return poll(ctx, replicaTimeout, func() (bool, error) {
@@ -292,7 +302,9 @@ func (m *MariaDB) WaitCaughtUp(ctx context.Context, pos string, timeout time.Dur
 	return nil
 }
 
-// StopSQLThread stops m applying what it receives (STOP SLAVE SQL_THREAD): it falls behind its primary.
+// StopSQLThread stops m applying what it receives (STOP SLAVE SQL_THREAD): it falls behind its primary. The IO
+// thread keeps receiving into the relay log (which MariaDB discards, in GTID mode, if a thread starts while both
+// are stopped: the replica then fetches again from its gtid_slave_pos).
 func (m *MariaDB) StopSQLThread(ctx context.Context) error {
 	return m.exec(ctx, "STOP SLAVE SQL_THREAD")
 }

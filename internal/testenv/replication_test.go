@@ -148,16 +148,30 @@ func TestReplication(t *testing.T) {
 	})
 }
 
-// TestReplicationFailover: kill -9 the primary, promote a replica, repoint the other; the old primary restarts with
-// its data and rejoins as a replica.
+// TestReplicationFailover: kill -9 the primary, promote a replica (which first applies what it received), repoint
+// the other; the old primary restarts with its data and rejoins as a replica; a killed replica restarts and resumes.
 func TestReplicationFailover(t *testing.T) {
 	r := NewReplication(t, ReplicationOptions{})
 	ctx := t.Context()
 	old, a, b := r.Primary, r.Replicas[0], r.Replicas[1]
 	mustExec(t, open(t, old.AppDSN), "CREATE TABLE t (k INT PRIMARY KEY, v VARCHAR(20))")
-	mustExec(t, open(t, old.AppDSN), "INSERT INTO t VALUES (1, 'one')")
 	check(t, r.Sync(ctx, 10*time.Second))
 
+	// a receives k=1 but does not apply it before the primary dies; Promote applies it.
+	check(t, a.StopSQLThread(ctx))
+	mustExec(t, open(t, old.AppDSN), "INSERT INTO t VALUES (1, 'one')")
+	pos := binlogPos(t, old)
+	check(t, b.WaitCaughtUp(ctx, pos, 10*time.Second))
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		st, err := a.SlaveStatus(ctx)
+		check(t, err)
+		if st["Gtid_IO_Pos"] == pos {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica a received %s, want %s", st["Gtid_IO_Pos"], pos)
+		}
+	}
 	check(t, old.Kill())
 	if old.Running() {
 		t.Fatal("killed primary still running")
@@ -165,6 +179,9 @@ func TestReplicationFailover(t *testing.T) {
 	check(t, r.Promote(ctx, a))
 	if r.Primary != a || len(r.Replicas) != 2 || r.Replicas[0] != old || r.Replicas[1] != b {
 		t.Fatalf("after Promote: primary %s replicas %v", r.Primary.Addr, r.Replicas)
+	}
+	if v := value(t, a, 1); v != "one" {
+		t.Fatalf("k=1 on the promoted replica: %q, want one", v)
 	}
 	check(t, r.Repoint(ctx, b, a))
 	mustExec(t, open(t, a.KwDSN), "INSERT INTO t VALUES (2, 'two')")

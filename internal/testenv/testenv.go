@@ -51,8 +51,6 @@ var (
 	StartReplication  = peers.StartReplication
 )
 
-// Need fails the test (t.Fatalf, never t.Skip) when command is missing,
-// naming the Debian package that provides it.
 // sharedMariaDB is one MariaDB for all the tests of a test binary that ask
 // for it with SharedMariaDB; StopSharedMariaDB (from TestMain) ends it.
 var sharedMariaDB struct {
