@@ -117,10 +117,15 @@ func StartMariaDBWith(ctx context.Context, o MariaDBOptions) (_ *MariaDB, err er
 	return m, nil
 }
 
-// newMariaDB checks o and makes the server's directory; nothing runs yet.
+// newMariaDB checks o and the programs and makes the server's directory; nothing runs yet.
 func newMariaDB(o MariaDBOptions) (*MariaDB, error) {
 	if (o.SSLCert == "") != (o.SSLKey == "") {
 		return nil, errors.New("peers: MariaDBOptions needs both SSLCert and SSLKey, or neither")
+	}
+	for _, prog := range []string{"mariadb-install-db", "mariadbd"} {
+		if _, err := LookPath(prog); err != nil {
+			return nil, err
+		}
 	}
 	dir, err := shortTempDir("keyway-mariadb-")
 	if err != nil {
