@@ -60,7 +60,7 @@ var memberAccounts = []string{
 	"GRANT REPLICATION SLAVE ON *.* TO 'repl'@'%'",
 }
 
-// replicaTimeout bounds the wait for a replica to connect and catch up in StartReplication, Repoint and Sync.
+// replicaTimeout bounds the waits for a replica to connect and catch up in StartReplication, Promote and Repoint.
 const replicaTimeout = 30 * time.Second
 
 // StartReplication starts a primary and o.Replicas replicas, points the replicas at the primary and returns once
@@ -116,7 +116,7 @@ func StartReplication(ctx context.Context, o ReplicationOptions) (_ *Replication
 	}); err != nil {
 		return nil, err
 	}
-	if err := eachMember(r.Replicas, func(m *MariaDB) error { return r.replicate(ctx, m, r.Primary) }); err != nil {
+	if err := eachMember(r.Replicas, func(m *MariaDB) error { return replicate(ctx, m, r.Primary) }); err != nil {
 		return nil, err
 	}
 	if o.SemiSync {
@@ -234,7 +234,7 @@ func (r *Replication) Repoint(ctx context.Context, m, primary *MariaDB) error {
 		return err
 	}
 	m.opts.ReadOnly, m.opts.SemiSyncMaster, m.opts.SemiSyncSlave = true, false, r.semiSync
-	if err := r.replicate(ctx, m, primary); err != nil {
+	if err := replicate(ctx, m, primary); err != nil {
 		return err
 	}
 	if r.semiSync {
@@ -244,7 +244,7 @@ func (r *Replication) Repoint(ctx context.Context, m, primary *MariaDB) error {
 }
 
 // replicate points m at primary from m's gtid_slave_pos, starts the slave threads and waits until both run.
-func (r *Replication) replicate(ctx context.Context, m, primary *MariaDB) error {
+func replicate(ctx context.Context, m, primary *MariaDB) error {
 	change := fmt.Sprintf("CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = %d, "+
 		"MASTER_USER = 'repl', MASTER_PASSWORD = 'repl', MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1", primary.Port)
 	if err := m.exec(ctx, change, "START SLAVE"); err != nil {
