@@ -18,15 +18,19 @@ import (
 )
 
 // MariaDB is a private MariaDB server in a temporary directory: binlog on in
-// ROW format (unless MariaDBOptions.NoBinlog), server-id 1, listening on
-// 127.0.0.1 and a unix socket.
+// ROW format (unless MariaDBOptions.NoBinlog), server-id 1 (unless
+// MariaDBOptions.ServerID), listening on 127.0.0.1 and a unix socket.
 //
 // Accounts: root without a password (RootDSN uses the unix socket, where
 // root@localhost matches); 'app'@'%' and 'app'@'localhost' with password
 // "secret" (mysql_native_password) and ALL PRIVILEGES ON *.* WITH GRANT
-// OPTION, which covers REPLICATION SLAVE for a binlog follower. The anonymous
-// accounts a fresh data directory has are dropped, so they cannot shadow app.
-// Database `test` exists.
+// OPTION, which covers REPLICATION SLAVE for a binlog follower (and READ ONLY
+// ADMIN, so app writes through read_only). The anonymous accounts a fresh data
+// directory has are dropped, so they cannot shadow app. Database `test` exists.
+// The members of a Replication have two accounts more, described there.
+//
+// Stop ends the server for good. Kill (a crash) or Shutdown (graceful) end
+// only the process: Start runs it again on the same data and port.
 type MariaDB struct {
 	Addr     string // "127.0.0.1:port"
 	Port     int
@@ -37,6 +41,7 @@ type MariaDB struct {
 	// go-sql-driver DSNs without parameters; append "?key=value" as needed.
 	RootDSN string // root over the unix socket, no default database
 	AppDSN  string // app:secret over TCP, database test
+	KwDSN   string // kw:secret over TCP, database test; members of a Replication only, else ""
 
 	dir  string // temp dir holding DataDir, Socket and ErrorLog; removed by Stop
 	proc *Process
@@ -54,6 +59,20 @@ type MariaDBOptions struct {
 	NoBinlog bool
 	// MaxConnections, when set, is the server's max_connections (MariaDB's default is 151).
 	MaxConnections int
+
+	// What a member of a Replication needs; StartReplication sets them per role.
+
+	// ServerID is the server_id (0 means 1); GTIDDomainID the gtid_domain_id (MariaDB's default 0).
+	ServerID, GTIDDomainID int
+	// LogSlaveUpdates writes what the server applies as a replica to its own binlog (log_slave_updates), so
+	// it can be promoted and the other replicas repointed to it by GTID.
+	LogSlaveUpdates bool
+	// ReadOnly starts the server with read_only = ON.
+	ReadOnly bool
+	// SemiSyncMaster turns on the primary side of semi-synchronous replication (rpl_semi_sync_master_enabled,
+	// wait point AFTER_SYNC), SemiSyncSlave the replica side (rpl_semi_sync_slave_enabled); MariaDB 10.3+
+	// has both built in.
+	SemiSyncMaster, SemiSyncSlave bool
 }
 
 const (
@@ -77,48 +96,48 @@ func StartMariaDB(ctx context.Context) (*MariaDB, error) {
 
 // StartMariaDBWith is StartMariaDB with options (a server that offers TLS).
 func StartMariaDBWith(ctx context.Context, o MariaDBOptions) (_ *MariaDB, err error) {
-	if (o.SSLCert == "") != (o.SSLKey == "") {
-		return nil, errors.New("peers: MariaDBOptions needs both SSLCert and SSLKey, or neither")
-	}
-	installDB, err := LookPath("mariadb-install-db")
+	m, err := newMariaDB(o)
 	if err != nil {
 		return nil, err
-	}
-	mariadbd, err := LookPath("mariadbd")
-	if err != nil {
-		return nil, err
-	}
-	dir, err := shortTempDir("keyway-mariadb-")
-	if err != nil {
-		return nil, err
-	}
-	m := &MariaDB{
-		DataDir:  filepath.Join(dir, "data"),
-		Socket:   filepath.Join(dir, "sock"),
-		ErrorLog: filepath.Join(dir, "error.log"),
-		dir:      dir,
-		opts:     o,
 	}
 	defer func() {
 		if err != nil {
 			_ = m.Stop()
 		}
 	}()
-
-	runUser, err := mariadbUser()
-	if err != nil {
+	if err := m.install(ctx); err != nil {
 		return nil, err
 	}
-	if err := m.install(ctx, installDB, runUser); err != nil {
+	if err := m.start(ctx, 0); err != nil {
 		return nil, err
 	}
-	if err := m.start(ctx, mariadbd, runUser); err != nil {
-		return nil, err
-	}
-	if err := m.setup(ctx); err != nil {
+	if err := m.setup(ctx, false); err != nil {
 		return nil, err
 	}
 	return m, nil
+}
+
+// newMariaDB checks o and the programs and makes the server's directory; nothing runs yet.
+func newMariaDB(o MariaDBOptions) (*MariaDB, error) {
+	if (o.SSLCert == "") != (o.SSLKey == "") {
+		return nil, errors.New("peers: MariaDBOptions needs both SSLCert and SSLKey, or neither")
+	}
+	for _, prog := range []string{"mariadb-install-db", "mariadbd"} {
+		if _, err := LookPath(prog); err != nil {
+			return nil, err
+		}
+	}
+	dir, err := shortTempDir("keyway-mariadb-")
+	if err != nil {
+		return nil, err
+	}
+	return &MariaDB{
+		DataDir:  filepath.Join(dir, "data"),
+		Socket:   filepath.Join(dir, "sock"),
+		ErrorLog: filepath.Join(dir, "error.log"),
+		dir:      dir,
+		opts:     o,
+	}, nil
 }
 
 // mariadbUser is the --user both programs get: root can only run them with
@@ -145,7 +164,16 @@ func (m *MariaDB) tmpDir() (string, error) {
 	return tmp, nil
 }
 
-func (m *MariaDB) install(ctx context.Context, installDB, runUser string) error {
+// install creates the data directory with mariadb-install-db.
+func (m *MariaDB) install(ctx context.Context) error {
+	installDB, err := LookPath("mariadb-install-db")
+	if err != nil {
+		return err
+	}
+	runUser, err := mariadbUser()
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, mariadbInstallTimeout)
 	defer cancel()
 	tmp, err := m.tmpDir()
@@ -172,41 +200,33 @@ func (m *MariaDB) install(ctx context.Context, installDB, runUser string) error 
 	return nil
 }
 
-func (m *MariaDB) start(ctx context.Context, mariadbd, runUser string) error {
+// start runs mariadbd on the data directory and waits until it accepts
+// connections. Port 0 picks a free port (another on a lost bind race);
+// otherwise the server must get that port (a restart).
+func (m *MariaDB) start(ctx context.Context, port int) error {
+	mariadbd, err := LookPath("mariadbd")
+	if err != nil {
+		return err
+	}
+	runUser, err := mariadbUser()
+	if err != nil {
+		return err
+	}
+	if _, err := m.tmpDir(); err != nil {
+		return err
+	}
+	fixed := port != 0
 	var lastErr error
 	for attempt := 0; attempt < bindAttempts; attempt++ {
-		port, err := FreePort()
-		if err != nil {
-			return err
-		}
-		// A fresh error log per attempt, so the tail in an error is this
-		// attempt's.
-		_ = os.Remove(m.ErrorLog)
-		args := []string{
-			"--no-defaults",
-			"--datadir=" + m.DataDir,
-			"--user=" + runUser,
-			"--port=" + strconv.Itoa(port),
-			"--socket=" + m.Socket,
-			"--bind-address=127.0.0.1",
-			"--binlog-format=ROW",
-			"--server-id=1",
-			"--log-error=" + m.ErrorLog,
-			"--pid-file=" + filepath.Join(m.dir, "mariadbd.pid"),
-			"--tmpdir=" + filepath.Join(m.dir, "tmp"),
-		}
-		if !m.opts.NoBinlog {
-			args = append(args, "--log-bin")
-		}
-		if m.opts.MaxConnections > 0 {
-			args = append(args, "--max-connections="+strconv.Itoa(m.opts.MaxConnections))
-		}
-		if m.opts.SSLCert != "" {
-			args = append(args, "--ssl-cert="+m.opts.SSLCert, "--ssl-key="+m.opts.SSLKey)
-			if m.opts.SSLCA != "" {
-				args = append(args, "--ssl-ca="+m.opts.SSLCA)
+		if !fixed {
+			if port, err = FreePort(); err != nil {
+				return err
 			}
+			// A fresh error log per attempt, so the tail in an error is
+			// this attempt's. (A restart appends to the old one.)
+			_ = os.Remove(m.ErrorLog)
 		}
+		args := m.args(runUser, port)
 		p, err := startProcess("mariadbd", mariadbd, args...)
 		if err != nil {
 			return err
@@ -228,14 +248,64 @@ func (m *MariaDB) start(ctx context.Context, mariadbd, runUser string) error {
 			return nil
 		}
 		_ = p.Kill()
-		m.proc = nil
 		log := m.errorLogTail()
 		lastErr = fmt.Errorf("peers: start mariadbd %s: %w%s%s", strings.Join(args, " "), err, outputTail(p.out), formatTail("error log "+m.ErrorLog, log))
-		if !isBindRace(log+p.Output()) || ctx.Err() != nil {
+		if fixed || !isBindRace(log+p.Output()) || ctx.Err() != nil {
 			return lastErr
 		}
 	}
 	return lastErr
+}
+
+// args is mariadbd's command line for port.
+func (m *MariaDB) args(runUser string, port int) []string {
+	o := m.opts
+	serverID := o.ServerID
+	if serverID == 0 {
+		serverID = 1
+	}
+	args := []string{
+		"--no-defaults",
+		"--datadir=" + m.DataDir,
+		"--user=" + runUser,
+		"--port=" + strconv.Itoa(port),
+		"--socket=" + m.Socket,
+		"--bind-address=127.0.0.1",
+		"--binlog-format=ROW",
+		"--server-id=" + strconv.Itoa(serverID),
+		"--log-error=" + m.ErrorLog,
+		"--pid-file=" + filepath.Join(m.dir, "mariadbd.pid"),
+		"--tmpdir=" + filepath.Join(m.dir, "tmp"),
+		"--relay-log=relay-bin", // the default name follows the host name
+	}
+	if !o.NoBinlog {
+		args = append(args, "--log-bin")
+	}
+	if o.MaxConnections > 0 {
+		args = append(args, "--max-connections="+strconv.Itoa(o.MaxConnections))
+	}
+	if o.SSLCert != "" {
+		args = append(args, "--ssl-cert="+o.SSLCert, "--ssl-key="+o.SSLKey)
+		if o.SSLCA != "" {
+			args = append(args, "--ssl-ca="+o.SSLCA)
+		}
+	}
+	if o.GTIDDomainID != 0 {
+		args = append(args, "--gtid-domain-id="+strconv.Itoa(o.GTIDDomainID))
+	}
+	if o.LogSlaveUpdates {
+		args = append(args, "--log-slave-updates")
+	}
+	if o.ReadOnly {
+		args = append(args, "--read-only")
+	}
+	if o.SemiSyncMaster {
+		args = append(args, "--rpl-semi-sync-master-enabled", "--rpl-semi-sync-master-wait-point=AFTER_SYNC")
+	}
+	if o.SemiSyncSlave {
+		args = append(args, "--rpl-semi-sync-slave-enabled")
+	}
+	return args
 }
 
 // errorLogTail returns the last lines of the error log, or "".
@@ -252,8 +322,10 @@ func (m *MariaDB) errorLogTail() string {
 }
 
 // setup drops the anonymous accounts and creates database test and the app
-// accounts, as root over the socket.
-func (m *MariaDB) setup(ctx context.Context) error {
+// accounts, as root over the socket. A member of a Replication also gets the
+// kw and repl accounts, and its setup stays out of its binlog, so every
+// member starts with the same data and an empty GTID position.
+func (m *MariaDB) setup(ctx context.Context, member bool) error {
 	root := mysql.NewConfig()
 	root.User = "root"
 	root.Net = "unix"
@@ -267,10 +339,16 @@ func (m *MariaDB) setup(ctx context.Context) error {
 	app.Addr = m.Addr
 	app.DBName = "test"
 	m.AppDSN = app.FormatDSN()
+	if member {
+		kw := app.Clone()
+		kw.User = "kw"
+		m.KwDSN = kw.FormatDSN()
+		root.Params = map[string]string{"sql_log_bin": "0"}
+	}
 
 	ctx, cancel := context.WithTimeout(ctx, mariadbStartTimeout)
 	defer cancel()
-	db, err := sql.Open("mysql", m.RootDSN)
+	db, err := sql.Open("mysql", root.FormatDSN())
 	if err != nil {
 		return fmt.Errorf("peers: open %s: %w", m.RootDSN, err)
 	}
@@ -303,6 +381,9 @@ func (m *MariaDB) setup(ctx context.Context) error {
 			"GRANT ALL PRIVILEGES ON *.* TO "+acct+" WITH GRANT OPTION",
 		)
 	}
+	if member {
+		stmts = append(stmts, memberAccounts...)
+	}
 	stmts = append(stmts, "FLUSH PRIVILEGES")
 	for _, s := range stmts {
 		if _, err := db.ExecContext(ctx, s); err != nil {
@@ -330,6 +411,44 @@ func (m *MariaDB) Stop() error {
 	}
 	return err
 }
+
+// Kill SIGKILLs mariadbd, as a crash would, and keeps its directory. It
+// returns an error only when the server had already exited on its own.
+func (m *MariaDB) Kill() error {
+	if m.proc == nil {
+		return nil
+	}
+	return m.proc.Kill()
+}
+
+// Shutdown stops mariadbd gracefully (SIGTERM) and keeps its directory.
+func (m *MariaDB) Shutdown() error {
+	if m.proc == nil {
+		return nil
+	}
+	return m.proc.Stop()
+}
+
+// Start runs mariadbd again, after Kill or Shutdown, on the same data
+// directory and port: a restart, which keeps the data (after a Kill, InnoDB
+// recovers it). A replica resumes replicating on its own. It fails when the
+// server is running, when it had exited on its own (that exit is the error),
+// or when another process took the port meanwhile.
+func (m *MariaDB) Start(ctx context.Context) error {
+	if m.proc == nil || m.Port == 0 {
+		return errors.New("peers: MariaDB.Start restarts a server that ran; use StartMariaDB")
+	}
+	if !m.proc.Exited() {
+		return fmt.Errorf("peers: mariadbd %s is running: Kill or Shutdown it before Start", m.Addr)
+	}
+	if err := m.proc.Kill(); err != nil {
+		return err
+	}
+	return m.start(ctx, m.Port)
+}
+
+// Running reports whether mariadbd is running.
+func (m *MariaDB) Running() bool { return m.proc != nil && !m.proc.Exited() }
 
 // Process returns the mariadbd child process (nil before it started).
 func (m *MariaDB) Process() *Process { return m.proc }

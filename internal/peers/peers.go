@@ -1,5 +1,6 @@
-// Package peers starts private, real servers — memcached, MariaDB, haproxy and the keyway binary itself — as child
-// processes: the peers keyway is measured against and tested with. `keyway bench` uses it directly; tests use it
+// Package peers starts private, real servers — memcached, MariaDB (alone, or a primary with GTID replicas),
+// haproxy and the keyway binary itself — as child processes: the peers keyway is measured against and tested
+// with. For replication it also plays the operator: kill, restart, delay, promote and repoint a member. `keyway bench` uses it directly; tests use it
 // through package testenv, which ties each server to a test's life.
 //
 // Invariants:
@@ -7,7 +8,8 @@
 //     for that port is retried on a new one.
 //   - Every child runs in its own process group (and dies with its parent via Pdeathsig); Stop and Kill signal the
 //     whole group, so nothing outlives its owner.
-//   - Temporary directories a server owns (MariaDB's data directory) are removed when it stops.
+//   - Temporary directories a server owns (MariaDB's data directory) are removed when it stops (Stop); a MariaDB
+//     that was killed or shut down to be started again keeps its directory until then.
 //   - A missing program is an error naming the Debian package that provides it.
 //   - Library code returns errors; it never panics, never calls os.Exit and does not import "testing", so it
 //     can ship in the keyway binary.

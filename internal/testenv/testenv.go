@@ -1,6 +1,6 @@
-// Package testenv binds the private servers of package peers (memcached, MariaDB, the keyway binary) to a
-// test's life: the New* helpers start one and register its Stop with t.Cleanup, SharedMariaDB gives a test binary
-// one MariaDB, the certificate helpers write throwaway TLS material, and a few helpers serve connection-level
+// Package testenv binds the private servers of package peers (memcached, MariaDB, a MariaDB primary with GTID
+// replicas, the keyway binary) to a test's life: the New* helpers start one and register its Stop with t.Cleanup,
+// SharedMariaDB gives a test binary one MariaDB, the certificate helpers write throwaway TLS material, and a few helpers serve connection-level
 // tests (ConnPair, Relay: a backend a test can take away, ThreadReads). It is the only package of the project
 // that imports "testing" outside _test files, and only tests import it; the shipped binary (keyway bench) uses
 // package peers directly.
@@ -8,7 +8,8 @@
 // Invariants:
 //   - A missing program is a failure naming the Debian package that provides it (Need calls t.Fatalf), never a
 //     skip.
-//   - Everything a helper starts is stopped at the test's cleanup; an unexpected exit fails the test there.
+//   - Everything a helper starts is stopped at the test's cleanup; an unexpected exit fails the test there. A
+//     member of a Replication the test killed (MariaDB.Kill, Shutdown) is an expected exit.
 package testenv
 
 import (
@@ -28,6 +29,10 @@ type (
 	MariaDB        = peers.MariaDB
 	MariaDBOptions = peers.MariaDBOptions
 	Memcached      = peers.Memcached
+
+	Replication        = peers.Replication
+	ReplicationOptions = peers.ReplicationOptions
+	GTIDPositions      = peers.GTIDPositions
 )
 
 // KeywayBinaryEnv names the variable that points tests at a prebuilt keyway.
@@ -43,10 +48,9 @@ var (
 	StartMariaDB      = peers.StartMariaDB
 	StartMariaDBWith  = peers.StartMariaDBWith
 	StartMemcached    = peers.StartMemcached
+	StartReplication  = peers.StartReplication
 )
 
-// Need fails the test (t.Fatalf, never t.Skip) when command is missing,
-// naming the Debian package that provides it.
 // sharedMariaDB is one MariaDB for all the tests of a test binary that ask
 // for it with SharedMariaDB; StopSharedMariaDB (from TestMain) ends it.
 var sharedMariaDB struct {
@@ -124,6 +128,24 @@ func NewMariaDBWith(t testing.TB, o MariaDBOptions) *MariaDB {
 		}
 	})
 	return m
+}
+
+// NewReplication starts a MariaDB primary with GTID replicas for the test (see peers.Replication) and stops every
+// member at cleanup. It fails the test when MariaDB is missing or replication does not start.
+func NewReplication(t testing.TB, o ReplicationOptions) *Replication {
+	t.Helper()
+	Need(t, "mariadb-install-db")
+	Need(t, "mariadbd")
+	r, err := StartReplication(context.Background(), o)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(func() {
+		if err := r.Stop(); err != nil {
+			t.Errorf("%v", err)
+		}
+	})
+	return r
 }
 
 // SharedMariaDB returns the test binary's shared MariaDB, starting it on
