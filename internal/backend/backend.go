@@ -153,7 +153,31 @@ type GroupOptions struct {
 	// the name the certificate must carry ("" = the primary's host).
 	TLS, TLSCA, TLSServerName string
 	Logger                    *slog.Logger
+
+	// Replicas are the group's read replicas: MariaDB servers replicating from Primary with GTIDs. ReadFrom says
+	// which servers take the reads that may leave the primary (ReadPrimary, the default, ReadReplicas, ReadAny), and
+	// MaxReplicaLag how far behind the primary a replica may be and still take reads no write of keyway's
+	// constrains (0: DefaultMaxReplicaLag).
+	Replicas      []Replica
+	ReadFrom      string
+	MaxReplicaLag time.Duration
 }
+
+// Replica is a read replica of a group, and its share of the reads sent to replicas (Weight, 1 when 0).
+type Replica struct {
+	Member
+	Weight int
+}
+
+// Where a group's reads go (GroupOptions.ReadFrom).
+const (
+	ReadPrimary  = "primary"  // every statement goes to the primary: replicas, if any, are only watched
+	ReadReplicas = "replicas" // reads a replica covers go to a replica, the rest to the primary
+	ReadAny      = "any"      // as ReadReplicas, with the primary taking its share of those reads too
+)
+
+// DefaultMaxReplicaLag is GroupOptions.MaxReplicaLag's default.
+const DefaultMaxReplicaLag = 5 * time.Second
 
 func (o *GroupOptions) ensureDefaults() {
 	if o.MaxOpen <= 0 {
