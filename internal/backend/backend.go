@@ -196,6 +196,12 @@ func (o *GroupOptions) ensureDefaults() {
 	if o.PoolWait <= 0 {
 		o.PoolWait = o.ConnectTimeout
 	}
+	if o.ReadFrom == "" {
+		o.ReadFrom = ReadPrimary
+	}
+	if o.MaxReplicaLag <= 0 {
+		o.MaxReplicaLag = DefaultMaxReplicaLag
+	}
 	if o.Primary.Network == "" {
 		o.Primary.Network = "tcp"
 	}
@@ -218,6 +224,8 @@ type Group struct {
 
 	stop chan struct{}
 	wg   sync.WaitGroup
+
+	rs replicaState // the group's replicas and their positions (replicas.go)
 
 	// stmtsPerConn bounds the statements prepared on one pooled connection (stmts.go): MaxStmtsPerConn, or less so
 	// that the budget's connections together keep within half the server's max_prepared_stmt_count.
@@ -263,6 +271,7 @@ func NewGroup(o GroupOptions) *Group {
 	g.wg.Add(2)
 	go g.monitor()
 	go g.maintain()
+	g.startReplicas(o)
 	return g
 }
 
@@ -474,6 +483,7 @@ func (g *Group) Close() {
 	g.mu.Unlock()
 	close(g.stop)
 	g.wg.Wait()
+	g.closeReplicas()
 	for _, p := range pools {
 		p.close()
 	}
@@ -834,6 +844,9 @@ func (c *Conn) MarkBroken() { c.broken = true }
 // MarkDirty says the connection holds session state keyway does not carry (user variables, temporary tables,
 // locks, untracked variables…): Release resets it (COM_RESET_CONNECTION) before it serves another session.
 func (c *Conn) MarkDirty() { c.dirty = true }
+
+// Pool is the pool the connection was borrowed from (nil for one dialed outside pools).
+func (c *Conn) Pool() *Pool { return c.pool }
 
 // Release returns the connection to its pool with its state (recorded in State), or reset when marked dirty, or
 // closed when broken or the reset fails.

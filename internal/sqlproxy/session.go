@@ -275,6 +275,12 @@ func (ss *session) attach(db string) error {
 // brought in line with the session's state. A failure the client must hear of is returned as an ERR for it (the
 // session goes on); the error ends the session.
 func (ss *session) lease(plan *Plan) (*mysqlwire.Error, error) {
+	if ss.be != nil && ss.be.Pool() != ss.pool && plan != nil && !plan.ReadsDiagnostics && !ss.mayReadReplica(plan) {
+		// Kept on a replica for the diagnostics of the read that ran there (holdNext): anything but another such
+		// read, or those diagnostics, runs on the primary.
+		ss.holdNext = false
+		ss.release()
+	}
 	if ss.be != nil {
 		if usable, err := ss.freshBackend(time.Now()); usable || err != nil {
 			return nil, err
@@ -285,7 +291,11 @@ func (ss *session) lease(plan *Plan) (*mysqlwire.Error, error) {
 		needs = backend.Needs{LastInsertID: plan.ReadsLastInsertID && ss.state.LastInsertID != 0, FreshDiagnostics: plan.ReadsDiagnostics}
 	}
 	// No deadline of its own: the pool bounds a wait by pool_wait and a dial by connect_timeout.
-	be, err := ss.pool.Lease(context.Background(), &ss.state, needs)
+	pool := ss.leasePool(plan) // a replica's, for a read one may run (replicas.go)
+	be, err := pool.Lease(context.Background(), &ss.state, needs)
+	if err != nil && pool != ss.pool {
+		be, err = ss.pool.Lease(context.Background(), &ss.state, needs) // the replica failed: the primary has it all
+	}
 	if err != nil {
 		return clientError(ss.user.group, err), nil
 	}
@@ -600,12 +610,14 @@ func (ss *session) exchange(p []byte, plan *Plan, st *prepared, fn func(relay) (
 	}
 	be := ss.be
 	ss.warned, ss.relayedPkts = false, 0
+	gtid := be.State.LastGTID
 	rows, failed, err := fn(relay{ss: ss, be: be})
 	if err == nil {
 		ss.status, ss.db = be.Status, be.State.DB
 		if failed || ss.warned || (plan != nil && plan.KeepNext) {
 			ss.holdNext = true // the next statement may read this one's diagnostics (Plan.KeepNext)
 		}
+		ss.notePosition(plan, gtid, be, ss.txTables) // before the client hears of the write (replicas.go)
 		ss.invalidateWritten(plan, failed)
 		ss.pin.note(plan, failed)
 		err = ss.c.Flush()

@@ -1,0 +1,278 @@
+package backend
+
+// Replica reads (GroupOptions.Replicas, ReadFrom, MaxReplicaLag).
+//
+// A group with replicas holds one member per replica: a Group of its own, built from the group's options with the
+// replica as its server, so it has its own pools, connection budget, dial backoff and health check, and never has
+// replicas itself. The group's position watcher reads every member's applied GTID position every
+// positionInterval on a connection of its own (the primary's gtid_binlog_pos, each replica's gtid_slave_pos), and
+// keeps a history of the primary's positions from which a replica's lag is measured: how long ago the primary
+// first had a commit the replica still lacks. No heartbeat table is needed for that (and no write grant): an idle
+// primary's position does not move, and a replica at it is not behind, whatever Seconds_Behind_Master says.
+//
+// ReadMember answers "which server may run a read that must see everything up to position need": a replica that is
+// up, whose last read position covers need (positions only grow, so one read a moment ago is a safe lower bound),
+// and whose lag is within MaxReplicaLag; among several, one at random by weight (ReadAny counts the primary in with
+// weight 1). When none qualifies, the primary.
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/keywaydb/keyway/internal/validity"
+)
+
+const (
+	// positionInterval is how often the watcher reads the members' positions.
+	positionInterval = 100 * time.Millisecond
+	// positionHistory is how many samples of the primary's position the lag is measured against (a minute).
+	positionHistory = 600
+	// positionTimeout bounds one read of a member's position.
+	positionTimeout = time.Second
+)
+
+// replicaMember is a replica of a group.
+type replicaMember struct {
+	*Group
+	weight int
+	// pos is what the watcher last read (nil before the first read and after a failed one).
+	pos   atomic.Pointer[memberPosition]
+	reads atomic.Int64 // statements ReadMember sent here
+}
+
+// memberPosition is one read of a member's position.
+type memberPosition struct {
+	pos      validity.Position
+	readOnly bool
+	at       time.Time     // when it was read
+	lag      time.Duration // a replica's lag at that moment (see lagOf)
+}
+
+// positionSample is the primary's position at an instant.
+type positionSample struct {
+	at  time.Time
+	pos validity.Position
+}
+
+// replicaState is the part of a Group about its replicas; empty for a group without them.
+type replicaState struct {
+	replicas   []*replicaMember
+	primaryPos atomic.Pointer[memberPosition]
+	reads      atomic.Int64 // reads ReadMember sent to the primary
+	history    struct {
+		sync.Mutex
+		samples []positionSample // a ring, next is where the next sample goes
+		next    int
+	}
+}
+
+// startReplicas builds the members of o.Replicas and starts the position watcher.
+func (g *Group) startReplicas(o GroupOptions) {
+	if len(o.Replicas) == 0 {
+		return
+	}
+	for _, r := range o.Replicas {
+		ro := o
+		ro.Primary, ro.Replicas, ro.ReadFrom = r.Member, nil, ReadPrimary
+		g.rs.replicas = append(g.rs.replicas, &replicaMember{Group: NewGroup(ro), weight: max(r.Weight, 1)})
+	}
+	g.wg.Add(1)
+	go g.watchPositions()
+}
+
+// closeReplicas closes the replicas' members (after the watcher stopped).
+func (g *Group) closeReplicas() {
+	for _, r := range g.rs.replicas {
+		r.Close()
+	}
+}
+
+// ReadsReplicas reports whether reads may go to another server than the primary.
+func (g *Group) ReadsReplicas() bool {
+	return len(g.rs.replicas) > 0 && g.cfg.ReadFrom != ReadPrimary && g.cfg.ReadFrom != ""
+}
+
+// ReadMember returns the server that runs a read that must see every commit up to need: a replica that covers it
+// and is within MaxReplicaLag, or the group itself (its primary). Safe for concurrent use; it allocates nothing.
+func (g *Group) ReadMember(need validity.Position) *Group {
+	if !g.ReadsReplicas() {
+		return g
+	}
+	now := time.Now()
+	total := 0
+	if g.cfg.ReadFrom == ReadAny {
+		total = 1
+	}
+	for _, r := range g.rs.replicas {
+		if g.eligible(r, need, now) {
+			total += r.weight
+		}
+	}
+	if total > 0 {
+		n := rand.IntN(total)
+		for _, r := range g.rs.replicas {
+			if g.eligible(r, need, now) {
+				if n -= r.weight; n < 0 {
+					r.reads.Add(1)
+					return r.Group
+				}
+			}
+		}
+	}
+	g.rs.reads.Add(1)
+	return g
+}
+
+// eligible reports whether replica r may take a read that needs need, now.
+func (g *Group) eligible(r *replicaMember, need validity.Position, now time.Time) bool {
+	p := r.pos.Load()
+	if p == nil || !p.pos.Covers(need) {
+		return false
+	}
+	if up, _ := r.Healthy(); !up {
+		return false
+	}
+	// p.lag was the lag when p was read; since then the primary may have committed what r lacks.
+	return p.lag+now.Sub(p.at) <= g.cfg.MaxReplicaLag
+}
+
+// watchPositions reads every member's position each positionInterval until the group closes.
+func (g *Group) watchPositions() {
+	defer g.wg.Done()
+	conns := make(map[*Group]*Conn, 1+len(g.rs.replicas))
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	t := time.NewTicker(positionInterval)
+	defer t.Stop()
+	for {
+		now := time.Now()
+		if p := g.readPosition(conns, g, "SELECT @@gtid_binlog_pos, @@read_only"); p != nil {
+			p.at = now
+			g.rs.primaryPos.Store(p)
+			g.notePrimary(positionSample{at: now, pos: p.pos})
+		} else {
+			g.rs.primaryPos.Store(nil)
+		}
+		for _, r := range g.rs.replicas {
+			p := g.readPosition(conns, r.Group, "SELECT @@gtid_slave_pos, @@read_only")
+			if p != nil {
+				p.at = time.Now()
+				p.lag = g.lagOf(p.pos, p.at)
+			}
+			r.pos.Store(p)
+		}
+		select {
+		case <-g.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// readPosition runs q (position, read_only) on m's watcher connection, dialing it when there is none; nil when it
+// fails (the connection is then closed).
+func (g *Group) readPosition(conns map[*Group]*Conn, m *Group, q string) *memberPosition {
+	c := conns[m]
+	if c == nil {
+		if g.cfg.User == "" {
+			return nil // no account to read positions with: no replica is ever eligible
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), positionTimeout)
+		var err error
+		c, err = m.connect(ctx, g.cfg.User, g.cfg.Password, 0, 0, 0)
+		cancel()
+		if err != nil {
+			return nil
+		}
+		conns[m] = c
+	}
+	_ = c.SetDeadline(time.Now().Add(positionTimeout))
+	vals, err := c.queryStrings(q)
+	_ = c.SetDeadline(time.Time{})
+	var pos validity.Position
+	if err == nil {
+		pos, err = validity.ParsePosition(vals[0])
+	}
+	if err != nil {
+		c.Close()
+		delete(conns, m)
+		return nil
+	}
+	return &memberPosition{pos: pos, readOnly: vals[1] == "1"}
+}
+
+// notePrimary adds a sample of the primary's position to the history.
+func (g *Group) notePrimary(s positionSample) {
+	h := &g.rs.history
+	h.Lock()
+	defer h.Unlock()
+	if len(h.samples) < positionHistory {
+		h.samples = append(h.samples, s)
+		return
+	}
+	h.samples[h.next] = s
+	h.next = (h.next + 1) % positionHistory
+}
+
+// lagOf is how far a server at pos is behind the primary at now: 0 when pos covers the primary's latest sample,
+// else the time since the newest sample it covers (the primary has committed something pos lacks since then), or
+// since the oldest sample when it covers none.
+func (g *Group) lagOf(pos validity.Position, now time.Time) time.Duration {
+	h := &g.rs.history
+	h.Lock()
+	defer h.Unlock()
+	n := len(h.samples)
+	if n == 0 {
+		return g.cfg.MaxReplicaLag + time.Hour // nothing to compare with: not eligible
+	}
+	newest := (h.next + n - 1) % n
+	for i := range n {
+		s := h.samples[(newest-i+n)%n]
+		if pos.Covers(s.pos) {
+			if i == 0 {
+				return 0
+			}
+			return now.Sub(s.at)
+		}
+	}
+	return now.Sub(h.samples[h.next%n].at)
+}
+
+// MemberStatus is a member's state as the position watcher last saw it, for metrics, the dashboard and tests.
+type MemberStatus struct {
+	Address  string
+	Primary  bool
+	Up       bool
+	Known    bool // the watcher read its position
+	ReadOnly bool
+	Position string
+	Lag      time.Duration
+	Reads    int64 // reads ReadMember sent to it
+}
+
+// Members returns the primary's and each replica's status (the primary first); nil for a group without replicas.
+func (g *Group) Members() []MemberStatus {
+	if len(g.rs.replicas) == 0 {
+		return nil
+	}
+	status := func(m *Group, p *memberPosition, reads int64) MemberStatus {
+		up, _ := m.Healthy()
+		s := MemberStatus{Address: m.Addr(), Up: up, Reads: reads}
+		if p != nil {
+			s.Known, s.ReadOnly, s.Position, s.Lag = true, p.readOnly, p.pos.String(), p.lag
+		}
+		return s
+	}
+	out := []MemberStatus{status(g, g.rs.primaryPos.Load(), g.rs.reads.Load())}
+	out[0].Primary = true
+	for _, r := range g.rs.replicas {
+		out = append(out, status(r.Group, r.pos.Load(), r.reads.Load()))
+	}
+	return out
+}

@@ -1,0 +1,199 @@
+package sqlproxy
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/keywaydb/keyway/internal/backend"
+	"github.com/keywaydb/keyway/internal/testenv"
+	"github.com/keywaydb/keyway/internal/validity"
+)
+
+// replicaSetup is a primary with two replicas, each holding its own row in table whoami (written outside the
+// binlog), so a statement that joins whoami says which server answered it; t1 is an ordinary replicated table.
+type replicaSetup struct {
+	repl  *testenv.Replication
+	names map[string]string // server address → name
+}
+
+func newReplicaSetup(t *testing.T) *replicaSetup {
+	t.Helper()
+	r := testenv.NewReplication(t, testenv.ReplicationOptions{})
+	ctx := context.Background()
+	p := openDSN(t, r.Primary.AppDSN)
+	mustExec(t, p, "CREATE TABLE whoami (id INT PRIMARY KEY, name VARCHAR(20))")
+	mustExec(t, p, "CREATE TABLE t1 (id INT PRIMARY KEY, v INT)")
+	mustExec(t, p, "CREATE TABLE t2 (id INT PRIMARY KEY, v INT)")
+	mustExec(t, p, "INSERT INTO t1 VALUES (1, 0)")
+	mustExec(t, p, "INSERT INTO t2 VALUES (1, 0)")
+	if err := r.Sync(ctx, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	s := &replicaSetup{repl: r, names: map[string]string{}}
+	for i, m := range r.Members() {
+		name := "primary"
+		if i > 0 {
+			name = fmt.Sprintf("replica%d", i)
+		}
+		s.names[m.Addr] = name
+		db := openDSN(t, m.AppDSN)
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range []string{"SET SESSION sql_log_bin = 0", "REPLACE INTO whoami VALUES (1, '" + name + "')"} {
+			if _, err := conn.ExecContext(ctx, q); err != nil {
+				t.Fatalf("%s: %s: %v", name, q, err)
+			}
+		}
+		conn.Close()
+	}
+	return s
+}
+
+func openDSN(t *testing.T, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// proxy starts keyway's SQL door in front of the set with readFrom, and waits until the position watcher knows
+// every member.
+func (s *replicaSetup) proxy(t *testing.T, readFrom string) (db *sql.DB, addr string) {
+	t.Helper()
+	cfg := testConfig(s.repl.Primary.Addr)
+	for _, m := range s.repl.Replicas {
+		cfg.Groups[0].Replicas = append(cfg.Groups[0].Replicas, backend.Replica{Member: backend.Member{Network: "tcp", Address: m.Addr}})
+	}
+	cfg.Groups[0].ReadFrom = readFrom
+	cfg.Groups[0].MaxReplicaLag = time.Minute // a slow machine's test must not make a stopped replica ineligible
+	reg := validity.NewRegistry()
+	reg.Gate("main")
+	srv, addr := startProxyOpts(t, cfg.with(t, func(o *Options) { o.Validity = reg }))
+	g := srv.groups[0]
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		known := 0
+		for _, m := range g.Members() {
+			if m.Known && m.Up {
+				known++
+			}
+		}
+		if known == 1+len(s.repl.Replicas) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the position watcher does not know every member: %+v", g.Members())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return open(t, "app", "secret", addr, ""), addr
+}
+
+// who runs q (its first column is whoami's name, its second a value) through db and returns both.
+func who(t *testing.T, db *sql.DB, q string) (server string, v int) {
+	t.Helper()
+	if err := db.QueryRow(q).Scan(&server, &v); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return server, v
+}
+
+const (
+	readT1     = "SELECT w.name, t.v FROM t1 t JOIN whoami w ON w.id = 1 WHERE t.id = 1"
+	readT2     = "SELECT w.name, t.v FROM t2 t JOIN whoami w ON w.id = 1 WHERE t.id = 1"
+	readWhoami = "SELECT name, id FROM whoami WHERE id = 1"
+)
+
+// TestReplicaReads: reads spread over the replicas (and the primary with read_from = any, and only the primary
+// with read_from = primary); writes land on the primary.
+func TestReplicaReads(t *testing.T) {
+	s := newReplicaSetup(t)
+	for _, tc := range []struct {
+		readFrom string
+		want     []string // the servers that must answer some reads
+		never    []string
+	}{
+		{backend.ReadReplicas, []string{"replica1", "replica2"}, []string{"primary"}},
+		{backend.ReadAny, []string{"primary", "replica1", "replica2"}, nil},
+		{backend.ReadPrimary, []string{"primary"}, []string{"replica1", "replica2"}},
+	} {
+		t.Run(tc.readFrom, func(t *testing.T) {
+			db, _ := s.proxy(t, tc.readFrom)
+			seen := map[string]int{}
+			for range 90 {
+				server, _ := who(t, db, readWhoami)
+				seen[server]++
+			}
+			for _, w := range tc.want {
+				if seen[w] == 0 {
+					t.Errorf("%s answered no read of 90: %v", w, seen)
+				}
+			}
+			for _, n := range tc.never {
+				if seen[n] != 0 {
+					t.Errorf("%s answered %d reads: %v", n, seen[n], seen)
+				}
+			}
+			// A write goes to the primary: a replica's own write would not replicate, and v would differ there.
+			mustExec(t, db, "UPDATE t2 SET v = v + 1 WHERE id = 1")
+			var v int
+			if err := openDSN(t, s.repl.Primary.AppDSN).QueryRow("SELECT v FROM t2 WHERE id = 1").Scan(&v); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.repl.Sync(context.Background(), 20*time.Second); err != nil {
+				t.Fatalf("the replicas do not catch up (a write landed on one?): %v", err)
+			}
+			for _, m := range s.repl.Replicas {
+				var rv int
+				if err := openDSN(t, m.AppDSN).QueryRow("SELECT v FROM t2 WHERE id = 1").Scan(&rv); err != nil || rv != v {
+					t.Errorf("replica %s has v = %d (err %v), the primary %d", s.names[m.Addr], rv, err, v)
+				}
+			}
+		})
+	}
+}
+
+// TestReplicaBehindGetsNoStaleReads: a replica whose SQL thread is stopped gets no reads of a table written
+// through keyway since, and still gets reads of tables no one wrote; every read sees the write before it.
+func TestReplicaBehindGetsNoStaleReads(t *testing.T) {
+	s := newReplicaSetup(t)
+	db, addr := s.proxy(t, backend.ReadReplicas)
+	readers := open(t, "app", "secret", addr, "") // other clients' sessions read what db's wrote
+	behind := s.repl.Replicas[0]
+	if err := behind.StopSQLThread(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for i := 1; i <= 60; i++ {
+		mustExec(t, db, "UPDATE t1 SET v = ? WHERE id = 1", i)
+		server, v := who(t, readers, readT1)
+		seen[server]++
+		if v != i {
+			t.Fatalf("read %d after writing v = %d through keyway: v = %d, answered by %s", i, i, v, server)
+		}
+		if server == s.names[behind.Addr] {
+			t.Fatalf("the replica with its SQL thread stopped answered a read of t1, written since")
+		}
+	}
+	t.Logf("reads of t1 after each write: %v", seen)
+	// Tables no one wrote since still go to the stopped replica too.
+	seen = map[string]int{}
+	for range 60 {
+		server, _ := who(t, db, readT2)
+		seen[server]++
+	}
+	if seen[s.names[behind.Addr]] == 0 {
+		t.Errorf("the replica behind got no read of t2, which no one wrote: %v", seen)
+	}
+	if seen["primary"] != 0 {
+		t.Errorf("reads of an unwritten table went to the primary: %v", seen)
+	}
+}
