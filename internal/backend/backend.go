@@ -1,9 +1,10 @@
-// Package backend is keyway's one road to MySQL/MariaDB: a Topology of groups of servers (today: each group's
-// primary), and per group a health monitor, connection pools for the SQL door keyed by the backend user and the
-// capability flags that change the protocol, and a dialer that containers' database/sql pools (SQLConfig) and the
-// binlog followers (ReplicaLogin) use. The SQL door, containers, write-behind and the binlog followers all reach a
-// server through a Group, so which member serves (today the primary; later replicas, a promoted primary, shards)
-// is decided here alone, and all of them see the same "backend down".
+// Package backend is keyway's one road to MySQL/MariaDB: a Topology of groups of servers (each group's primary and
+// its read replicas), and per group a health monitor, connection pools for the SQL door keyed by the backend user
+// and the capability flags that change the protocol, and a dialer that containers' database/sql pools (SQLConfig)
+// and the binlog followers (ReplicaLogin) use. The SQL door, containers, write-behind and the binlog followers all
+// reach a server through a Group, so which member serves (the primary; a replica that covers a read's position,
+// ReadMember in replicas.go; later a promoted primary, shards) is decided here alone, and all of them see the same
+// "backend down". Writes only ever go to the primary.
 //
 // Invariants:
 //   - A pooled connection's session state is known: it tracks it (CLIENT_SESSION_TRACK, every variable) and
