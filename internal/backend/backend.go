@@ -557,6 +557,9 @@ func (g *Group) dialPooled(ctx context.Context, _, _ string) (net.Conn, error) {
 }
 
 func (g *Group) dialWritable(ctx context.Context, pooled bool) (net.Conn, error) {
+	if err := g.fenced(); err != nil {
+		return nil, err
+	}
 	if err := g.failingFast(); err != nil {
 		return nil, err
 	}
@@ -930,12 +933,27 @@ func (c *Conn) peek(wait bool) (readable bool, err error) {
 // result is read, so the connection stays usable; an I/O or protocol error marks it broken, an ERR is a
 // *mysqlwire.Error.
 func (c *Conn) queryStrings(q string) ([]string, error) {
+	var first []string
+	n, err := c.queryRows(q, func(vals []string) {
+		if first == nil {
+			first = vals
+		}
+	})
+	if err == nil && n == 0 {
+		err = fmt.Errorf("%s: no row", q)
+	}
+	return first, err
+}
+
+// queryRows runs a text query and calls row with each row's values (NULL as "") in turn, and returns how many rows
+// there were. The whole result is read; errors as queryStrings'.
+func (c *Conn) queryRows(q string, row func(vals []string)) (int, error) {
 	p, err := c.roundTrip(q)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	if p[0] == mysqlwire.HeaderERR {
-		return nil, mysqlwire.ParseError(p)
+		return 0, mysqlwire.ParseError(p)
 	}
 	cols, defs, _ := mysqlwire.ReadColumnCount(p, c.ExtCapabilities)
 	skip := int(cols)
@@ -948,46 +966,45 @@ func (c *Conn) queryStrings(q string) ([]string, error) {
 	for range skip {
 		if _, err := c.ReadPacket(); err != nil {
 			c.broken = true
-			return nil, err
+			return 0, err
 		}
 	}
-	var vals []string
+	n := 0
 	for {
 		p, err := c.ReadPacket()
 		if err != nil {
 			c.broken = true
-			return nil, err
+			return n, err
 		}
 		if p[0] == mysqlwire.HeaderEOF && len(p) < 0xffffff {
 			if st, ok := terminatorStatus(p, c.Capabilities); ok {
 				c.Status = st
 			}
-			break
+			return n, nil
 		}
 		if p[0] == mysqlwire.HeaderERR {
-			return nil, mysqlwire.ParseError(p)
+			return n, mysqlwire.ParseError(p)
 		}
-		if vals != nil {
-			continue
-		}
-		vals = make([]string, 0, cols)
+		vals := make([]string, 0, cols)
 		for rest := p; len(rest) > 0 && len(vals) < int(cols); {
 			if rest[0] == 0xfb { // NULL
 				vals, rest = append(vals, ""), rest[1:]
 				continue
 			}
-			n, k, ok := mysqlwire.ReadLenEnc(rest)
-			if !ok || k+int(n) > len(rest) {
+			k, w, ok := mysqlwire.ReadLenEnc(rest)
+			if !ok || w+int(k) > len(rest) {
 				c.broken = true
-				return nil, fmt.Errorf("%s: malformed row", q)
+				return n, fmt.Errorf("%s: malformed row", q)
 			}
-			vals, rest = append(vals, string(rest[k:k+int(n)])), rest[k+int(n):]
+			vals, rest = append(vals, string(rest[w:w+int(k)])), rest[w+int(k):]
 		}
+		if len(vals) != int(cols) {
+			c.broken = true
+			return n, fmt.Errorf("%s: malformed row", q)
+		}
+		n++
+		row(vals)
 	}
-	if len(vals) == 0 || len(vals) != int(cols) {
-		return nil, fmt.Errorf("%s: no row", q)
-	}
-	return vals, nil
 }
 
 // terminatorStatus reads the status flags of the packet that ends a result set: an EOF, or an OK with the EOF

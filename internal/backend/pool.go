@@ -55,6 +55,9 @@ func (p *Pool) Get(ctx context.Context) (*Conn, error) { return p.get(ctx, nil) 
 // COM_INIT_DB); for *db == "" it takes only one without a database, since none can be unselected, and otherwise
 // closes an idle one to dial a new one in its place.
 func (p *Pool) get(ctx context.Context, db *string) (*Conn, error) {
+	if err := p.g.fenced(); err != nil { // two primaries: nothing goes to either (replicas.go)
+		return nil, err
+	}
 	cfg := &p.g.cfg
 	var waitUntil time.Time
 	for {

@@ -10,18 +10,28 @@ package backend
 // first had a commit the replica still lacks. No heartbeat table is needed for that (and no write grant): an idle
 // primary's position does not move, and a replica at it is not behind, whatever Seconds_Behind_Master says.
 //
+// Fencing: every roleInterval the watcher also asks each member whether it replicates (SHOW ALL SLAVES STATUS has a
+// row). Two members that are writable (read_only = OFF) and replicate from no one are two primaries: keyway then
+// refuses every connection to the group's primary (Pool.get, DialWritable) with a *FencedError naming both, and
+// logs it, until one of them is read-only or replicates again. It never sends writes to two primaries. A primary
+// that stops answering the watcher is marked down at once (the group's fast-fail, as a failed dial), so writes get
+// a clear error within positionInterval rather than at the next health check.
+//
 // ReadMember answers "which server may run a read that must see everything up to position need": a replica that is
-// up, whose last read position covers need (positions only grow, so one read a moment ago is a safe lower bound),
+// up and replicates, whose last read position covers need (positions only grow, so one read a moment ago is a safe lower bound),
 // and whose lag is within MaxReplicaLag; among several, one at random by weight (ReadAny counts the primary in with
 // weight 1). When none qualifies, the primary.
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/keywaydb/keyway/internal/mysqlwire"
 	"github.com/keywaydb/keyway/internal/validity"
 )
 
@@ -32,6 +42,8 @@ const (
 	positionHistory = 600
 	// positionTimeout bounds one read of a member's position.
 	positionTimeout = time.Second
+	// roleEvery is how many position reads pass between two reads of the members' roles (a second).
+	roleEvery = 10
 )
 
 // replicaMember is a replica of a group.
@@ -47,6 +59,8 @@ type replicaMember struct {
 type memberPosition struct {
 	pos      validity.Position
 	readOnly bool
+	// replicates: the member has a replication connection configured, as of the last role read.
+	replicates bool
 	at       time.Time     // when it was read
 	lag      time.Duration // a replica's lag at that moment (see lagOf)
 }
@@ -62,6 +76,7 @@ type replicaState struct {
 	replicas   []*replicaMember
 	primaryPos atomic.Pointer[memberPosition]
 	reads      atomic.Int64 // reads ReadMember sent to the primary
+	fence      atomic.Pointer[FencedError]
 	history    struct {
 		sync.Mutex
 		samples []positionSample // a ring, next is where the next sample goes
@@ -129,7 +144,7 @@ func (g *Group) ReadMember(need validity.Position) *Group {
 // eligible reports whether replica r may take a read that needs need, now.
 func (g *Group) eligible(r *replicaMember, need validity.Position, now time.Time) bool {
 	p := r.pos.Load()
-	if p == nil || !p.pos.Covers(need) {
+	if p == nil || !p.replicates || !p.pos.Covers(need) { // one that replicates from no one is no replica now
 		return false
 	}
 	if up, _ := r.Healthy(); !up {
@@ -139,7 +154,8 @@ func (g *Group) eligible(r *replicaMember, need validity.Position, now time.Time
 	return p.lag+now.Sub(p.at) <= g.cfg.MaxReplicaLag
 }
 
-// watchPositions reads every member's position each positionInterval until the group closes.
+// watchPositions reads every member's position each positionInterval, and its role each roleEvery reads, until
+// the group closes.
 func (g *Group) watchPositions() {
 	defer g.wg.Done()
 	conns := make(map[*Group]*Conn, 1+len(g.rs.replicas))
@@ -148,24 +164,32 @@ func (g *Group) watchPositions() {
 			c.Close()
 		}
 	}()
+	replicates := make(map[*Group]bool, 1+len(g.rs.replicas))
 	t := time.NewTicker(positionInterval)
 	defer t.Stop()
-	for {
+	for tick := 0; ; tick++ {
+		roles := tick%roleEvery == 0
 		now := time.Now()
-		if p := g.readPosition(conns, g, "SELECT @@gtid_binlog_pos, @@read_only"); p != nil {
+		p, err := g.readPosition(conns, g, "SELECT @@gtid_binlog_pos, @@read_only")
+		if p != nil {
 			p.at = now
-			g.rs.primaryPos.Store(p)
 			g.notePrimary(positionSample{at: now, pos: p.pos})
-		} else {
-			g.rs.primaryPos.Store(nil)
+		} else if _, refused := errors.AsType[*mysqlwire.Error](err); !refused && err != errNoAccount {
+			g.failed(err) // the primary does not answer: writes fail fast from now
 		}
+		g.readRole(conns, g, p, roles, replicates)
+		g.rs.primaryPos.Store(p)
 		for _, r := range g.rs.replicas {
-			p := g.readPosition(conns, r.Group, "SELECT @@gtid_slave_pos, @@read_only")
+			p, _ := g.readPosition(conns, r.Group, "SELECT @@gtid_slave_pos, @@read_only")
 			if p != nil {
 				p.at = time.Now()
 				p.lag = g.lagOf(p.pos, p.at)
 			}
+			g.readRole(conns, r.Group, p, roles, replicates)
 			r.pos.Store(p)
+		}
+		if roles {
+			g.fenceCheck()
 		}
 		select {
 		case <-g.stop:
@@ -175,20 +199,99 @@ func (g *Group) watchPositions() {
 	}
 }
 
-// readPosition runs q (position, read_only) on m's watcher connection, dialing it when there is none; nil when it
-// fails (the connection is then closed).
-func (g *Group) readPosition(conns map[*Group]*Conn, m *Group, q string) *memberPosition {
+// readRole records in p whether m replicates: read now when roles, else as last read (kept in replicates).
+func (g *Group) readRole(conns map[*Group]*Conn, m *Group, p *memberPosition, roles bool, replicates map[*Group]bool) {
+	if p == nil {
+		return
+	}
+	if c := conns[m]; roles && c != nil {
+		_ = c.SetDeadline(time.Now().Add(positionTimeout))
+		n, err := c.queryRows("SHOW ALL SLAVES STATUS", func([]string) {})
+		_ = c.SetDeadline(time.Time{})
+		if err != nil {
+			if c.broken {
+				c.Close()
+				delete(conns, m)
+			}
+			return // unknown: the last answer stands
+		}
+		replicates[m] = n > 0
+	}
+	p.replicates = replicates[m]
+}
+
+// fenceCheck fences the group when two members it can see are writable and replicate from no one, and lifts the
+// fence when that ends; both are logged.
+func (g *Group) fenceCheck() {
+	var primaries []string
+	check := func(m *Group, p *memberPosition) {
+		if p != nil && !p.readOnly && !p.replicates {
+			primaries = append(primaries, m.Addr())
+		}
+	}
+	check(g, g.rs.primaryPos.Load())
+	for _, r := range g.rs.replicas {
+		check(r.Group, r.pos.Load())
+	}
+	old := g.rs.fence.Load()
+	switch {
+	case len(primaries) >= 2:
+		f := &FencedError{Group: g.cfg.Name, Primaries: primaries}
+		g.rs.fence.Store(f)
+		if old == nil {
+			g.log.Error("two members are writable and replicate from no one: keyway refuses the group's writes until one of them is read-only or replicates", "primaries", primaries)
+		}
+	case old != nil:
+		g.rs.fence.Store(nil)
+		g.log.Warn("one writable primary again: the group's writes go through again", "was", old.Primaries)
+	}
+}
+
+// FencedError says keyway refuses a group's writes because more than one member is a writable primary.
+type FencedError struct {
+	Group     string
+	Primaries []string
+}
+
+func (e *FencedError) Error() string {
+	return "keyway: backend group " + e.Group + " has several writable primaries (" + strings.Join(e.Primaries, ", ") +
+		": read_only = OFF and replicating from no one); keyway refuses its writes until only one is"
+}
+
+// Fenced returns the *FencedError of the group c belongs to while it is fenced, else nil: a connection held across
+// statements (pinned, or kept for the next one) must not carry writes to one of two primaries either.
+func (c *Conn) Fenced() error {
+	if c.pool == nil {
+		return nil
+	}
+	return c.pool.g.fenced()
+}
+
+// fenced returns the group's *FencedError while it is fenced, else nil.
+func (g *Group) fenced() error {
+	if f := g.rs.fence.Load(); f != nil {
+		return f
+	}
+	return nil
+}
+
+// errNoAccount: the group has no account to read positions with.
+var errNoAccount = errors.New("backend: no account for the position watcher")
+
+// readPosition runs q (position, read_only) on m's watcher connection, dialing it when there is none; nil and the
+// error when it fails (the connection is then closed).
+func (g *Group) readPosition(conns map[*Group]*Conn, m *Group, q string) (*memberPosition, error) {
 	c := conns[m]
 	if c == nil {
 		if g.cfg.User == "" {
-			return nil // no account to read positions with: no replica is ever eligible
+			return nil, errNoAccount // no replica is ever eligible
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), positionTimeout)
 		var err error
 		c, err = m.connect(ctx, g.cfg.User, g.cfg.Password, 0, 0, 0)
 		cancel()
 		if err != nil {
-			return nil
+			return nil, err
 		}
 		conns[m] = c
 	}
@@ -202,9 +305,9 @@ func (g *Group) readPosition(conns map[*Group]*Conn, m *Group, q string) *member
 	if err != nil {
 		c.Close()
 		delete(conns, m)
-		return nil
+		return nil, err
 	}
-	return &memberPosition{pos: pos, readOnly: vals[1] == "1"}
+	return &memberPosition{pos: pos, readOnly: vals[1] == "1"}, nil
 }
 
 // notePrimary adds a sample of the primary's position to the history.

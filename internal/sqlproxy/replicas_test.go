@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -195,5 +196,63 @@ func TestReplicaBehindGetsNoStaleReads(t *testing.T) {
 	}
 	if seen["primary"] != 0 {
 		t.Errorf("reads of an unwritten table went to the primary: %v", seen)
+	}
+}
+
+// TestTwoPrimariesFenced: a replica made writable and taken out of replication beside the primary makes keyway
+// refuse the group's writes with an error naming both; once it is read-only again, writes go through.
+func TestTwoPrimariesFenced(t *testing.T) {
+	s := newReplicaSetup(t)
+	db, _ := s.proxy(t, backend.ReadReplicas)
+	ctx := context.Background()
+	rogue := openDSN(t, s.repl.Replicas[0].AppDSN)
+	for _, q := range []string{"STOP SLAVE", "RESET SLAVE ALL", "SET GLOBAL read_only = 0"} {
+		mustExec(t, rogue, q)
+	}
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if _, err = db.ExecContext(ctx, "UPDATE t2 SET v = v + 1 WHERE id = 1"); err != nil {
+			break
+		}
+	}
+	if err == nil || !strings.Contains(err.Error(), s.repl.Primary.Addr) || !strings.Contains(err.Error(), s.repl.Replicas[0].Addr) {
+		t.Fatalf("a write with two writable primaries: %v; want an error naming both", err)
+	}
+	// Reads a replica covers still work.
+	if server, _ := who(t, db, readWhoami); server == "primary" || server == "replica1" {
+		t.Errorf("a read while fenced was answered by %s", server)
+	}
+	mustExec(t, rogue, "SET GLOBAL read_only = 1")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err = db.ExecContext(ctx, "UPDATE t2 SET v = v + 1 WHERE id = 1"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("writes still refused once the second primary is read-only: %v", err)
+		}
+	}
+}
+
+// TestPrimaryKilled: a killed primary is noticed by the position watcher: writes get an error naming the group at
+// once (no hang, no retry), and reads replicas cover still succeed.
+func TestPrimaryKilled(t *testing.T) {
+	s := newReplicaSetup(t)
+	db, _ := s.proxy(t, backend.ReadReplicas)
+	if err := s.repl.Primary.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	_, err := db.Exec("UPDATE t2 SET v = v + 1 WHERE id = 1")
+	if err == nil || !strings.Contains(err.Error(), "backend group main") {
+		t.Fatalf("a write after the primary was killed: %v; want keyway's error naming the group", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the write's error took %v", d)
+	}
+	for range 20 {
+		if server, _ := who(t, db, readT2); server == "primary" {
+			t.Fatal("the dead primary answered a read")
+		}
 	}
 }

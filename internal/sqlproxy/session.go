@@ -260,6 +260,13 @@ func (ss *session) attach(db string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), backendCheckoutTimeout)
 	defer cancel()
 	be, state, err := ss.pool.Login(ctx, db)
+	if _, down := errors.AsType[*backend.UnavailableError](err); down && u.group.ReadsReplicas() {
+		// The primary is down: a replica checks the login, so the session can still read (its writes get the
+		// primary's error).
+		if m := u.group.ReadMember(validity.Position{}); m != u.group {
+			be, state, err = m.Pool(key, u.backendPassword).Login(ctx, db)
+		}
+	}
 	if err != nil {
 		ss.sendErr(clientError(u.group, err))
 		return errSessionEnd
@@ -282,6 +289,9 @@ func (ss *session) lease(plan *Plan) (*mysqlwire.Error, error) {
 		ss.release()
 	}
 	if ss.be != nil {
+		if err := ss.be.Fenced(); err != nil {
+			return clientError(ss.user.group, err), nil
+		}
 		if usable, err := ss.freshBackend(time.Now()); usable || err != nil {
 			return nil, err
 		}
@@ -372,7 +382,8 @@ func clientError(g *backend.Group, err error) *mysqlwire.Error {
 	var ue *backend.UnavailableError
 	var be *backend.BusyError
 	var le *backend.LoginError
-	if errors.As(err, &ue) || errors.As(err, &be) || errors.As(err, &le) {
+	var fe *backend.FencedError
+	if errors.As(err, &ue) || errors.As(err, &be) || errors.As(err, &le) || errors.As(err, &fe) {
 		return backendError(err)
 	}
 	if me, ok := errors.AsType[*mysqlwire.Error](err); ok {
