@@ -31,6 +31,24 @@
 //     max_staleness, that it has applied every commit its server had made up to some instant; a group with
 //     invalidate = "ttl" or "none" serves them as the operator chose; a group nothing follows serves none (reads
 //     go to MySQL). One group's gate never decides for another's tables.
+//   - Positions, per backend group (Gate.NoteCommit, Needs, Newest). Ticks order invalidations inside keyway;
+//     positions say where in the group's replication stream a table last changed, so a read can go to a replica
+//     that has applied it. A Position is a MariaDB GTID position (per replication domain, the highest sequence
+//     number; server ids are not compared). A group's gate keeps, per table, the position of the last commit that
+//     changed it that keyway knows of, and the group's newest position. They live on the Gate, not on Table: a
+//     Table is shared by every group, and two groups' GTIDs are never compared. Sources: every commit the binlog
+//     follower reads (its tables' rows and DDL; a statement it cannot name the tables of, its start position and a
+//     gap raise every table: NoteAll), and keyway's own writes, noted when they are acknowledged (before the
+//     follower sees them) with the GTID the server reported. Needs(tables) is what a read of those tables needs a
+//     server to have applied; a statement whose tables keyway cannot name needs Newest. Positions only rise. A
+//     commit's position is noted before its invalidations are applied (the follower, and the SQL door for its own
+//     writes), so a stamp taken after an invalidation finds its commit's position in Needs. A MySQL group's
+//     positions stay zero for now (no GTID sets): its reads of replicas cannot be vouched for by position.
+//   - The fill rule with replicas. A cache fill reads at or after the position its stamp stands for: from the
+//     primary, or from a replica whose applied position covers Needs(tables) read after the stamp was taken (at
+//     that moment or later). A fill from a replica that has not reached it would store an old row under a stamp
+//     that says it is newer, and no later invalidation would come to drop it. The SQL door enforces this; the
+//     package only keeps the positions it is checked against.
 //   - Kinds. Only a base table's changes reach the binlog under its own name: a view's rows change with the tables
 //     under it, and a federated table's elsewhere. A cache that relies on invalidation (no ttl) stores copies of
 //     a table only once Trusted says it is a base table of an engine whose writes are logged (SetKindLookup; DDL
@@ -41,7 +59,7 @@
 //     sees, and acts after, every write keyway acknowledged.
 //
 // Invariants: a table's clock, slots, rows mark, single-key mark and epoch only grow, and no mark is ever above
-// the clock; a Table, once created, is never replaced, so a *Table may be kept (on a plan, on a container) for the
+// the clock; a gate's positions only rise, per domain, and a commit's position is noted before its invalidations; a Table, once created, is never replaced, so a *Table may be kept (on a plan, on a container) for the
 // registry's life.
 package validity
 
@@ -721,6 +739,7 @@ type Gate struct {
 	mode    atomic.Int32 // a GateMode
 	voucher Voucher
 	reason  atomic.Pointer[string] // why copies are not fresh, for an operator; "" while fresh
+	pos     positions              // the group's per-table positions (NoteCommit, Needs, Newest)
 }
 
 // Group is the backend group the gate is for.
