@@ -22,18 +22,30 @@
 //     answer stands. Deletes, and updates that move the key, always invalidate the old key.
 //   - DDL (any query event other than BEGIN, COMMIT and ROLLBACK) invalidates every table it names (package
 //     sqlnames); a statement that does not parse invalidates everything.
+//   - Table positions (MariaDB; validity.Gate.NoteCommit): at each commit, before its invalidations are applied, the
+//     follower notes the commit's GTID on the group's gate as the position of every table the transaction changed
+//     (its rows events' tables, registered in the registry or not) or its DDL named, so a read of those tables goes
+//     only to a replica that has applied it. A commit that names no table raises only the group's newest position
+//     (Gate.Newest). A DDL that does not parse raises every table's position, those never seen included
+//     (Gate.NoteAll), as it drops every copy: Needs of any table covers it, so the SQL door need not fall back on
+//     Newest for a table such a statement may have changed. Newest is for statements whose tables the door cannot
+//     name itself. The position the follower starts from (the primary's, or a resumed checkpoint) and the one it
+//     restarts from after a gap are noted the same way (NoteAll): commits before them are never seen, so every
+//     table may have changed up to there. A MySQL follower notes nothing: the group's positions stay zero (its
+//     GTID sets are not modelled yet).
 //   - Freshness is proved, not guessed: every probe interval the follower asks the primary for the end of its
 //     binlog (SHOW MASTER STATUS) at instant q; once the follower has applied everything up to that position,
 //     every commit made before q is applied, and it vouches (validity.Voucher) for copies until q + max_staleness.
 //     A follower that is disconnected never vouches, so a stopped or lagging follower closes the gate within
 //     max_staleness whatever the cause.
-//   - Position: MariaDB GTIDs (gtid_binlog_pos), or file and position for MySQL. The checkpoint is the position
+//   - Checkpoint: MariaDB GTIDs (gtid_binlog_pos), or file and position for MySQL. The checkpoint is the position
 //     after the last applied commit; a reconnect (with backoff) resumes there. When the primary no longer has it
-//     (purged, RESET MASTER, GTID domain change: error 1236) the follower invalidates everything and starts from
-//     the primary's current position.
+//     (purged, RESET MASTER, GTID domain change: error 1236) the follower reads the primary's current position
+//     (noting it on the gate), invalidates everything, and starts from there.
 //
 // Invariant: the checkpoint and the vouched position only move forward over applied commits; invalidations of a
-// transaction are applied before its commit's position counts as reached.
+// transaction are applied before its commit's position counts as reached, and after its GTID is noted as its
+// tables' position.
 package binlog
 
 import (
@@ -228,6 +240,7 @@ type Follower struct {
 	server  Server
 	log     *slog.Logger
 	voucher *validity.Voucher
+	gate    *validity.Gate // the group's: the follower notes each commit's position on it
 	stop    chan struct{}
 	done    sync.WaitGroup
 	parser  *parser.Parser // used by the event loop only
@@ -252,7 +265,12 @@ type Follower struct {
 	inTx      bool
 	pendKeys  []pendingKey
 	pendWhole []*validity.Table
-	columns   map[validity.TableID]map[string]int // column ordinals by lower-case name
+	// pendTables are every table the open transaction changed (rows) or its DDL named, registered or not: their
+	// positions rise to the commit's GTID. pendAll: a statement whose tables could not be named, so every table's
+	// does (validity.Gate.NoteAll).
+	pendTables []validity.TableID
+	pendAll    bool
+	columns    map[validity.TableID]map[string]int // column ordinals by lower-case name
 
 	metaMu sync.Mutex
 	meta   *client.Conn // probes and information_schema lookups
@@ -338,7 +356,7 @@ func Start(ctx context.Context, o Options) (*Follower, error) {
 		return nil, err
 	}
 	f := &Follower{o: o, server: s, log: o.Logger.With("group", o.Group, "component", "binlog"), stop: make(chan struct{}),
-		parser: parser.New(), columns: map[validity.TableID]map[string]int{}}
+		parser: parser.New(), columns: map[validity.TableID]map[string]int{}, gate: o.Registry.Gate(o.Group)}
 	f.mu.state = Starting
 	if err := f.startAt(o.Resume); err != nil {
 		return nil, err
@@ -365,6 +383,7 @@ func (f *Follower) startAt(c *Checkpoint) error {
 		gtids = nil
 	}
 	f.mu.file, f.mu.pos, f.mu.gtids = c.File, c.Pos, gtids
+	f.gate.NoteAll(positionOf(gtids)) // the commits before the checkpoint are not replayed
 	f.resumed = c
 	f.log.Info("binlog follower resumes from the saved checkpoint: commits made since are replayed before cached copies are served",
 		"file", c.File, "position", c.Pos, "gtid", c.GTID)
@@ -405,6 +424,8 @@ func (f *Follower) startAtCurrent() error {
 			return err
 		}
 	}
+	// Every commit before this position goes unseen: any table may have changed up to it.
+	f.gate.NoteAll(positionOf(gtids))
 	f.mu.Lock()
 	f.mu.file, f.mu.pos, f.mu.gtids = file, pos, gtids
 	f.mu.Unlock()
@@ -479,13 +500,16 @@ func (f *Follower) run() {
 		f.discardOpenTx()
 		var me *mysql.MyError
 		if errors.As(err, &me) && me.Code == mysql.ER_MASTER_FATAL_ERROR_READING_BINLOG {
-			// The primary no longer has our position: what changed since cannot be known.
+			// The primary no longer has our position: what changed since cannot be known. The new position is
+			// read (and noted on the gate) before the copies are dropped: a stamp taken after the drop must find
+			// every table's position at or after it (see package validity), and whatever commits after the
+			// position is read is replayed.
 			f.gaps.Add(1)
-			f.o.Registry.InvalidateAll()
 			f.log.Warn("binlog position lost on the primary (purged, reset, or a GTID domain change): every cached copy (restored ones too) is dropped and following restarts at the primary's current position", "err", err)
 			if err := f.startAtCurrent(); err != nil {
 				f.log.Warn("binlog follower: reading the primary's position", "err", err)
 			}
+			f.o.Registry.InvalidateAll()
 		} else {
 			f.disconnected(err)
 		}
@@ -629,6 +653,7 @@ func (f *Follower) rows(typ replication.EventType, e *replication.RowsEvent) {
 		return
 	}
 	id := validity.TableID{Schema: strings.ToLower(string(e.Table.Schema)), Name: strings.ToLower(string(e.Table.Table))}
+	f.changedTable(id)
 	t := f.o.Registry.Known(id)
 	if t == nil {
 		return // nothing cached of this table
@@ -779,14 +804,14 @@ func (f *Follower) TableKind(id validity.TableID) (trusted, found bool, err erro
 // loggedEngines keep their rows on the server, so every change of them is in its binlog.
 var loggedEngines = map[string]bool{"INNODB": true, "MYISAM": true, "ARIA": true, "MEMORY": true, "ROCKSDB": true}
 
-// ddl invalidates every table query names (in default database schema); everything when it does not parse.
+// ddl invalidates every table query names (in default database schema), and raises their positions, at commit;
+// everything when it does not parse.
 func (f *Follower) ddl(schema, query string) {
 	f.ddls.Add(1)
 	stmts, _, err := f.parser.Parse(query, "", "")
 	if err != nil || len(stmts) == 0 {
 		f.tables.Add(1)
-		f.o.Registry.InvalidateAll()
-		clear(f.columns)
+		f.pendAll = true // commit notes every table's position, then drops every copy
 		return
 	}
 	var tc sqlnames.Collector
@@ -794,6 +819,9 @@ func (f *Follower) ddl(schema, query string) {
 		tc.Collect(st)
 	}
 	ids := validity.Resolve(strings.ToLower(schema), tc.Tables())
+	for _, id := range ids {
+		f.changedTable(id)
+	}
 	for _, t := range f.o.Registry.Lookup(ids) {
 		f.pendWhole = append(f.pendWhole, t)
 		delete(f.columns, t.ID())
@@ -801,8 +829,39 @@ func (f *Follower) ddl(schema, query string) {
 	}
 }
 
+// changedTable adds id to the tables the open transaction changed, once.
+func (f *Follower) changedTable(id validity.TableID) {
+	for i := len(f.pendTables) - 1; i >= 0; i-- { // a transaction's events of one table come together, mostly
+		if f.pendTables[i] == id {
+			return
+		}
+	}
+	f.pendTables = append(f.pendTables, id)
+}
+
+// notePosition notes the open transaction's GTID on the group's gate, as the position of the tables it changed
+// (pendTables), or of every table (pendAll); with neither, as the group's newest. It runs before the
+// transaction's invalidations are applied: a stamp taken after them finds the position noted (see package
+// validity). MariaDB only: a MySQL follower notes nothing, and the group's positions stay zero.
+func (f *Follower) notePosition() {
+	if f.server.Flavor != mysql.MariaDBFlavor || f.curGTID.SequenceNumber == 0 {
+		return
+	}
+	pos := validity.PositionOf(validity.GTID{Domain: f.curGTID.DomainID, Server: f.curGTID.ServerID, Seq: f.curGTID.SequenceNumber})
+	if f.pendAll {
+		f.gate.NoteAll(pos)
+	} else {
+		f.gate.NoteCommit(f.pendTables, pos)
+	}
+}
+
 // commit applies the open transaction's invalidations and moves the checkpoint past it.
 func (f *Follower) commit() {
+	f.notePosition()
+	if f.pendAll {
+		f.o.Registry.InvalidateAll()
+		clear(f.columns)
+	}
 	for i := range f.pendKeys {
 		f.pendKeys[i].apply(true) // every watched key of the row is reported (see rows); keeps what the recheck needs
 	}
@@ -836,6 +895,7 @@ func (f *Follower) commit() {
 
 func (f *Follower) discardOpenTx() {
 	f.pendKeys, f.pendWhole, f.inTx = f.pendKeys[:0], f.pendWhole[:0], false
+	f.pendTables, f.pendAll = f.pendTables[:0], false
 }
 
 // probeInterval is how often the primary's position is asked: a tenth of max_staleness, within [10ms, 250ms].
@@ -1004,6 +1064,15 @@ func parseGTIDs(s string) (map[uint32]mysql.MariadbGTID, error) {
 		gtids[g.DomainID] = *g
 	}
 	return gtids, nil
+}
+
+// positionOf is a MariaDB GTID position as package validity keeps it (nil: the zero position).
+func positionOf(g map[uint32]mysql.MariadbGTID) validity.Position {
+	var p validity.Position
+	for _, x := range g {
+		p = p.Merge(validity.PositionOf(validity.GTID{Domain: x.DomainID, Server: x.ServerID, Seq: x.SequenceNumber}))
+	}
+	return p
 }
 
 // gtidString formats a MariaDB GTID position, domains in order.

@@ -338,7 +338,7 @@ func TestFollowerLostPosition(t *testing.T) {
 	})
 	// Changes the follower will never see: a row of a table nobody watches, then the logs go.
 	mustExec(t, r.db, "CREATE TABLE other (k INT PRIMARY KEY)")
-	mustExec(t, r.db, "INSERT INTO other VALUES (1)")
+	unseen := gtidOf(t, r.db, "INSERT INTO other VALUES (1)")
 	mustExec(t, r.db, "FLUSH BINARY LOGS")
 	var file string
 	var pos int64
@@ -360,6 +360,10 @@ func TestFollowerLostPosition(t *testing.T) {
 		t.Fatal("a lost position must drop every copy")
 	}
 	r.waitFor(t, "following again", func() bool { return r.f.Status().State == Following && r.reg.Vouched() })
+	// The insert the follower never saw is covered by every table's position: it restarted after it.
+	if got := r.reg.Gate("g").Needs([]validity.TableID{{Schema: "test", Name: "other"}}); !got.Covers(unseen) {
+		t.Errorf("after the gap, Needs(other) = %v, before the commit the follower never saw (%v)", got, unseen)
+	}
 	stamp = r.kv.Stamp()
 	mustExec(t, r.db, "UPDATE kv SET v = 'after' WHERE k = 'a'")
 	r.waitFor(t, "a write after the gap", func() bool { return !r.kv.KeyValid([]byte("a"), stamp) })
@@ -426,5 +430,131 @@ func TestSettledAnswerIsNotAskedAgain(t *testing.T) {
 		if !echo.KeyValid([]byte(k), stamp) {
 			t.Errorf("%s: a change the watch held invalidated the key", k)
 		}
+	}
+}
+
+// gtidOf runs stmts on one connection of db (a plain go-sql-driver session on the primary), in one transaction
+// when there are several, and returns the GTID the server gave the last commit (@@last_gtid), as a position.
+func gtidOf(t *testing.T, db *sql.DB, stmts ...string) validity.Position {
+	t.Helper()
+	ctx := context.Background()
+	c, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if len(stmts) > 1 {
+		stmts = append(append([]string{"BEGIN"}, stmts...), "COMMIT")
+	}
+	for _, q := range stmts {
+		if _, err := c.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	var s string
+	if err := c.QueryRowContext(ctx, "SELECT @@last_gtid").Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	p, err := validity.ParsePosition(s)
+	if err != nil || p.IsZero() {
+		t.Fatalf("@@last_gtid %q: %v", s, err)
+	}
+	return p
+}
+
+// binlogPos is the primary's @@gtid_binlog_pos.
+func binlogPos(t *testing.T, db *sql.DB) validity.Position {
+	t.Helper()
+	var s string
+	if err := db.QueryRow("SELECT @@gtid_binlog_pos").Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	p, err := validity.ParsePosition(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestFollowerNotesPositions: every commit the follower applies becomes the position of the tables it changed,
+// registered in the registry or not, on the group's gate: a write made directly on the primary, once applied,
+// is its table's position (the primary's gtid_binlog_pos in its domain) and no other table's; a transaction's
+// tables all get its GTID; DDL raises the tables it names, and a DDL that does not parse every table; the group's
+// newest position follows every commit; and a commit's position is noted by the time its invalidation is seen.
+func TestFollowerNotesPositions(t *testing.T) {
+	r := newRig(t)
+	for _, tbl := range []string{"p1", "p2", "p3"} {
+		mustExec(t, r.db, "CREATE TABLE "+tbl+" (k INT PRIMARY KEY) ENGINE=InnoDB")
+	}
+	start := binlogPos(t, r.db) // the follower starts here: every table may have changed up to it
+	r.start(t)
+	g := r.reg.Gate("g")
+	id := func(name string) validity.TableID { return validity.TableID{Schema: "test", Name: name} }
+	needs := func(names ...string) validity.Position {
+		ids := make([]validity.TableID, len(names))
+		for i, n := range names {
+			ids[i] = id(n)
+		}
+		return g.Needs(ids)
+	}
+	if got := needs("p1"); !got.Equal(start) || !g.Newest().Equal(start) {
+		t.Fatalf("before any commit: Needs(p1) = %v, Newest = %v, want the start position %v", got, g.Newest(), start)
+	}
+
+	w1 := gtidOf(t, r.db, "INSERT INTO p1 VALUES (1)")
+	r.waitFor(t, "p1's commit to be noted", func() bool { return needs("p1").Covers(w1) })
+	primary := binlogPos(t, r.db)
+	d := w1.GTIDs()[0].Domain
+	if got := needs("p1"); !got.Equal(w1.Merge(start)) || got.Seq(d) != primary.Seq(d) {
+		t.Errorf("Needs(p1) = %v, want %v: the write's GTID, the primary's gtid_binlog_pos %v in its domain", got, w1, primary)
+	}
+	for _, other := range []string{"p2", "p3", "kv", "never_written"} {
+		if got := needs(other); !got.Equal(start) {
+			t.Errorf("a write of p1 moved Needs(%s) to %v (want the start position %v)", other, got, start)
+		}
+	}
+	if !g.Newest().Covers(w1) {
+		t.Errorf("Newest %v is before the write %v", g.Newest(), w1)
+	}
+
+	w2 := gtidOf(t, r.db, "INSERT INTO p2 VALUES (1)", "INSERT INTO p3 VALUES (1)", "INSERT INTO p2 VALUES (2)")
+	r.waitFor(t, "the transaction to be noted", func() bool { return needs("p3").Covers(w2) })
+	for _, c := range []struct {
+		names []string
+		want  validity.Position
+	}{
+		{[]string{"p2"}, w2}, {[]string{"p3"}, w2}, {[]string{"p1"}, w1}, {[]string{"p1", "p2"}, w2}, {[]string{"kv"}, start},
+	} {
+		if got := needs(c.names...); !got.Equal(c.want.Merge(start)) {
+			t.Errorf("Needs(%v) = %v, want %v", c.names, got, c.want)
+		}
+	}
+	if got := g.Newest(); !got.Equal(binlogPos(t, r.db)) {
+		t.Errorf("Newest = %v, want the primary's gtid_binlog_pos %v", got, binlogPos(t, r.db))
+	}
+
+	// A registered table: its position is noted before its invalidation is applied.
+	stamp := r.kv.Stamp()
+	w3 := gtidOf(t, r.db, "UPDATE kv SET v = 'p' WHERE k = 'a'")
+	r.waitFor(t, "the commit to invalidate a", func() bool { return !r.kv.KeyValid([]byte("a"), stamp) })
+	if got := needs("kv"); !got.Covers(w3) {
+		t.Errorf("a's invalidation was applied with Needs(kv) = %v, before the commit's %v", got, w3)
+	}
+
+	// DDL raises the tables it names; a DDL that does not parse (CREATE OR REPLACE TABLE is MariaDB's own) every one.
+	w4 := gtidOf(t, r.db, "ALTER TABLE p1 ADD COLUMN x INT")
+	r.waitFor(t, "the DDL to be noted", func() bool { return needs("p1").Covers(w4) })
+	if got := needs("p2"); !got.Equal(w2) {
+		t.Errorf("DDL of p1 moved Needs(p2) to %v", got)
+	}
+	w5 := gtidOf(t, r.db, "CREATE OR REPLACE TABLE p9 (k INT PRIMARY KEY)")
+	r.waitFor(t, "the unparsed DDL to be noted", func() bool { return g.Newest().Covers(w5) })
+	for _, n := range []string{"p2", "kv", "p9", "never_written"} {
+		if got := needs(n); !got.Covers(w5) {
+			t.Errorf("after a DDL whose tables keyway cannot name, Needs(%s) = %v, before it (%v)", n, got, w5)
+		}
+	}
+	if other := r.reg.Gate("other"); !other.Newest().IsZero() || !other.Needs([]validity.TableID{id("p1")}).IsZero() {
+		t.Error("the follower noted positions on another group's gate")
 	}
 }

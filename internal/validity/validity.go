@@ -734,6 +734,8 @@ func (m GateMode) String() string { return gateModeNames[m] }
 // not. Freshness is per group, so one group without a binlog, or one lagging follower, decides only for its own
 // tables. Build it with Registry.Gate; the server sets its mode once at start (SetMode, or RequireVouch for a
 // group a follower watches). A nil *Gate serves every valid copy (a registry no server configured, as in tests).
+// The gate also keeps the group's table positions (NoteCommit, NoteAll, Needs, Newest; see position.go): where a
+// group's GTIDs are compared, since they mean nothing to another group.
 type Gate struct {
 	group   string
 	mode    atomic.Int32 // a GateMode
