@@ -61,8 +61,8 @@ type memberPosition struct {
 	readOnly bool
 	// replicates: the member has a replication connection configured, as of the last role read.
 	replicates bool
-	at       time.Time     // when it was read
-	lag      time.Duration // a replica's lag at that moment (see lagOf)
+	at         time.Time     // when it was read
+	lag        time.Duration // a replica's lag at that moment (see lagOf)
 }
 
 // positionSample is the primary's position at an instant.
