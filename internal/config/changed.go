@@ -8,7 +8,8 @@ import (
 )
 
 // Reloadable are the keys a running keyway applies again when it reloads its file (SIGHUP): the SQL door's users
-// and the cache rules. Every other key takes a restart.
+// and the cache rules. Every other key takes a restart: among them every key of [[groups]], replicas, read_from and
+// max_replica_lag included, since the backend groups and their members are built once, at start.
 var Reloadable = []string{"sql.users", "cache.rules", "cache.default_ttl"}
 
 // IsReloadable reports whether key (as Changed names it) is one of Reloadable or lies under one.
@@ -32,6 +33,11 @@ func Changed(old, new Config) []string {
 
 func changed(a, b reflect.Value, key string, out *[]string) {
 	switch {
+	case a.Type() == reflect.TypeFor[[]Replica]():
+		// One key in the file (replicas = [...]), whose entries may be strings: named as a whole.
+		if (a.Len() != 0 || b.Len() != 0) && !reflect.DeepEqual(a.Interface(), b.Interface()) {
+			*out = append(*out, key)
+		}
 	case a.Kind() == reflect.Struct && a.Type() != reflect.TypeFor[struct{}]():
 		for i := range a.NumField() {
 			name := fileKeyName(a.Type().Field(i).Name)

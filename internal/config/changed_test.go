@@ -18,7 +18,7 @@ func TestChangedNamesFileKeys(t *testing.T) {
 	var leaves func(v reflect.Value, path []int)
 	var base Config
 	// One entry in every array of tables, so their fields are reached.
-	base.Groups = []Group{{}}
+	base.Groups = []Group{{Replicas: []Replica{{}}}}
 	base.SQL.Users = []SQLUser{{}}
 	base.Containers = []Container{{}}
 	base.Cache.Rules = []CacheRule{{}}
@@ -66,7 +66,8 @@ func TestChangedNamesFileKeys(t *testing.T) {
 		t.Fatalf("a group added: Changed = %q, want [groups]", got)
 	}
 	for key, want := range map[string]bool{"sql.users": true, "sql.users[2].password": true, "cache.rules": true,
-		"cache.default_ttl": true, "sql.listen": false, "cache.enabled": false, "groups[0].password": false} {
+		"cache.default_ttl": true, "sql.listen": false, "cache.enabled": false, "groups[0].password": false,
+		"groups[0].replicas": false, "groups[0].read_from": false, "groups[0].max_replica_lag": false} {
 		if IsReloadable(key) != want {
 			t.Errorf("IsReloadable(%q) = %v", key, !want)
 		}
@@ -76,6 +77,9 @@ func TestChangedNamesFileKeys(t *testing.T) {
 // deepCopy copies c's arrays of tables, so that changing an entry of the copy leaves c alone.
 func deepCopy(c Config) Config {
 	c.Groups = slices.Clone(c.Groups)
+	for i := range c.Groups {
+		c.Groups[i].Replicas = slices.Clone(c.Groups[i].Replicas)
+	}
 	c.SQL.Users = slices.Clone(c.SQL.Users)
 	c.Containers = slices.Clone(c.Containers)
 	c.Cache.Rules = slices.Clone(c.Cache.Rules)

@@ -12,8 +12,8 @@
 //     the file decoder report every problem at once, joined with errors.Join, one problem per line.
 //   - An entry of an array of tables ([[groups]], [[sql.users]], [[containers]]) has no place in the defaults the
 //     file is applied on, so the file decoder fills each entry's defaults first and applies the entry's keys on top.
-//     Defaults that depend on other keys (a user's backend_user, backend_password and group, a container's group)
-//     apply only where the key is absent.
+//     Defaults that depend on other keys (a user's backend_user, backend_password and group, a container's group,
+//     a group's max_replica_lag) apply only where the key is absent.
 //   - A default that a component also applies to a zero Options field is that component's exported Default*
 //     constant (backend, binlog, engine, memcache, qcache, sqlproxy, store, writebehind), so each default lives in
 //     one place.
@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -178,7 +179,7 @@ type SQLUser struct {
 	Group           string // "group": the backend group this user's sessions go to (default: the first group)
 }
 
-// Group is a set of backend servers; today its primary only.
+// Group is a set of backend servers: a primary and, optionally, its read replicas.
 type Group struct {
 	Name           string        // "name"
 	Primary        string        // "primary": host:port or a unix socket path
@@ -204,7 +205,32 @@ type Group struct {
 	// "binlog_user", "binlog_password": the account the binlog follower uses, when not User (it needs
 	// REPLICATION SLAVE and REPLICATION CLIENT).
 	BinlogUser, BinlogPassword string
+	// "replicas": the primary's read replicas (MariaDB, GTID replication), each an address as primary takes it
+	// and a weight; in the file an entry is "host:port" (weight 1) or { address = "host:port", weight = 2 }.
+	Replicas []Replica
+	// "read_from": which servers take the reads that may leave the primary: ReadPrimary (the default: replicas
+	// are only watched), ReadReplicas or ReadAny.
+	ReadFrom string
+	// "max_replica_lag": how far behind the primary a replica may be and still take reads (default:
+	// cache.max_staleness).
+	MaxReplicaLag time.Duration
 }
+
+// Replica is one of a group's read replicas.
+type Replica struct {
+	Address string // "address": host:port or a unix socket path, as Group.Primary
+	Weight  int    // "weight": its share of the reads sent to replicas (default 1)
+}
+
+// Network is how the replica is dialed: "unix" for a socket path, else "tcp" (as Group.PrimaryNetwork).
+func (r Replica) Network() string { return addressNetwork(r.Address) }
+
+// The values of Group.ReadFrom: backend's own, so the server passes them through.
+const (
+	ReadPrimary  = backend.ReadPrimary  // every statement goes to the primary
+	ReadReplicas = backend.ReadReplicas // reads a replica can serve go to the replicas
+	ReadAny      = backend.ReadAny      // as ReadReplicas, the primary taking its share of those reads
+)
 
 // The values of Group.TLS. The default is "preferred", as for the mysql and mariadb clients: TLS whenever the
 // server offers it, plaintext as before when it does not, so a deployment whose servers have no TLS sees no
@@ -393,6 +419,12 @@ const (
 	wantGroupTLS     = `want "off", "preferred" (TLS when the server offers it), "required" (TLS, certificate not verified) or "verify" (TLS, certificate verified against tls_ca)`
 	wantTLSCA        = `want the path of a PEM file with the CA certificates that sign the server's certificate (only with tls = "verify")`
 	wantServerName   = `want the host name the server's certificate carries (only with tls = "verify"; default: the host of primary)`
+	wantReplicas     = `want an array of the group's replicas, each "host:port", an absolute unix socket path, or { address = "host:port", weight = 2 } for a share of the reads other than 1: replicas = ["10.0.0.2:3306", { address = "10.0.0.3:3306", weight = 2 }]`
+	wantReplicaAddr  = `want "host:port" (e.g. "10.0.0.2:3306") or an absolute unix socket path of at most 107 bytes, other than the primary and the other replicas`
+	wantWeight       = `want a whole number from 1 to 1000: the replica's share of the reads sent to replicas (default 1)`
+	wantReadFrom     = `want "primary" (every statement on the primary; the default), "replicas" (reads a replica can serve go to the replicas) or "any" (as "replicas", with the primary taking its share)`
+	wantReadReplicas = `sends reads to replicas, and the group has none: list them in replicas = ["host:port", …], or set read_from = "primary"`
+	wantReplicaLag   = `want a positive duration, e.g. "1s": how far behind the primary a replica may be and still take reads (default: cache.max_staleness)`
 
 	wantContainerName   = `want a name of letters, digits and _ (keys address the container as "@@name.key"), unique among [[containers]]`
 	wantContainerGroups = `[[containers]] need at least one [[groups]] entry with the primary holding their tables`
@@ -439,6 +471,7 @@ func (c *Config) EnsureDefaults() {
 	}
 	for i := range c.Groups {
 		c.Groups[i].ensureDefaults()
+		c.Groups[i].deriveDefaults(c.Cache)
 	}
 	for i := range c.SQL.Users {
 		u := &c.SQL.Users[i]
@@ -522,6 +555,21 @@ func (g *Group) ensureDefaults() {
 	if g.TLS == "" {
 		g.TLS = defaultGroupTLS
 	}
+	if g.ReadFrom == "" {
+		g.ReadFrom = ReadPrimary
+	}
+	for i := range g.Replicas {
+		if g.Replicas[i].Weight == 0 {
+			g.Replicas[i].Weight = 1
+		}
+	}
+}
+
+// deriveDefaults fills the group's defaults that depend on other sections: max_replica_lag is cache.max_staleness.
+func (g *Group) deriveDefaults(cache Cache) {
+	if g.MaxReplicaLag == 0 {
+		g.MaxReplicaLag = cache.MaxStaleness
+	}
 }
 
 func (m *Memcache) ensureDefaults() {
@@ -599,6 +647,10 @@ func (c *Config) validate() problems {
 		case InvalidateAuto, InvalidateBinlog, InvalidateTTL, InvalidateNone:
 		default:
 			p.add("groups["+strconv.Itoa(i)+"].invalidate", strconv.Quote(g.Invalidate), wantInvalidate)
+		}
+		// A lag left at an invalid max_staleness is that key's problem, reported above.
+		if g.MaxReplicaLag <= 0 && g.MaxReplicaLag != c.Cache.MaxStaleness {
+			p.add("groups["+strconv.Itoa(i)+"].max_replica_lag", strconv.Quote(g.MaxReplicaLag.String()), wantReplicaLag)
 		}
 	}
 	return p
@@ -852,6 +904,53 @@ func (g *Group) validate(key string, p *problems) {
 	if g.TLSServerName != "" && g.TLS != TLSVerify {
 		p.add(key+"tls_server_name", strconv.Quote(g.TLSServerName), wantServerName+`; tls is "`+g.TLS+`"`)
 	}
+	g.validateReplicas(key, p)
+}
+
+// maxReplicaWeight bounds a replica's weight, so that the weights of a group add up without a care.
+const maxReplicaWeight = 1000
+
+// validateReplicas checks replicas and read_from (max_replica_lag is checked by Config.validate, which knows
+// cache.max_staleness, its default). A replica's address is reported under its entry's key
+// ("groups[0].replicas[1]"), its weight under ".weight".
+func (g *Group) validateReplicas(key string, p *problems) {
+	seen := make(map[string]string) // sameAddress form → who has it, as said in the problem
+	if validPrimary(g.Primary) {
+		seen[sameAddress(g.Primary)] = "it is the group's primary"
+	}
+	for i, r := range g.Replicas {
+		rkey := key + "replicas[" + strconv.Itoa(i) + "]"
+		if !validPrimary(r.Address) {
+			p.add(rkey, strconv.Quote(r.Address), wantReplicaAddr)
+		} else if who, dup := seen[sameAddress(r.Address)]; dup {
+			p.add(rkey, strconv.Quote(r.Address), wantReplicaAddr+"; "+who)
+		} else {
+			seen[sameAddress(r.Address)] = "replicas[" + strconv.Itoa(i) + "] has it already"
+		}
+		if r.Weight < 1 || r.Weight > maxReplicaWeight {
+			p.add(rkey+".weight", strconv.Itoa(r.Weight), wantWeight)
+		}
+	}
+	switch g.ReadFrom {
+	case ReadPrimary:
+	case ReadReplicas, ReadAny:
+		if len(g.Replicas) == 0 {
+			p.add(key+"read_from", strconv.Quote(g.ReadFrom), wantReadReplicas)
+		}
+	default:
+		p.add(key+"read_from", strconv.Quote(g.ReadFrom), wantReadFrom)
+	}
+}
+
+// sameAddress is the form in which two valid addresses of one server compare equal, without resolving names:
+// the host in lower case and the port as a number ("DB1:03306" is "db1:3306"); a socket path cleaned.
+func sameAddress(addr string) string {
+	if addressNetwork(addr) == "unix" {
+		return "unix:" + filepath.Clean(addr)
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(port)
+	return net.JoinHostPort(strings.ToLower(host), strconv.Itoa(n))
 }
 
 // checkCAFile reads a PEM file of CA certificates as the backend will.
@@ -1006,6 +1105,9 @@ func start() Config {
 // silently replacing it.
 func (c *Config) finish() {
 	c.Store.deriveDefaults()
+	for i := range c.Groups {
+		c.Groups[i].deriveDefaults(c.Cache)
+	}
 }
 
 // problems collects errors: mostly *problem, plus the odd other error (an unknown key).

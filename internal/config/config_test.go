@@ -533,10 +533,10 @@ listen = "127.0.0.1:9104"
 	want.Groups = []Group{
 		{Name: "main", Primary: "10.0.0.5:3306", User: "monitor", Password: "mon",
 			MinIdle: 0, MaxOpen: 256, IdleTimeout: time.Minute, HealthInterval: 2 * time.Second, ConnectTimeout: 5 * time.Second,
-			TLS: "preferred"},
+			TLS: "preferred", ReadFrom: ReadPrimary, MaxReplicaLag: time.Second},
 		{Name: "replica", Primary: "/run/mysqld/mysqld.sock", User: "monitor",
 			MinIdle: 4, MaxOpen: 32, MaxConnections: 100, IdleTimeout: 5 * time.Minute, HealthInterval: 500 * time.Millisecond, ConnectTimeout: time.Second,
-			TLS: "verify", TLSCA: cert, TLSServerName: "db.internal"},
+			TLS: "verify", TLSCA: cert, TLSServerName: "db.internal", ReadFrom: ReadPrimary, MaxReplicaLag: time.Second},
 	}
 	want.Admin.Listen = "127.0.0.1:9104"
 	if !reflect.DeepEqual(c, want) {
@@ -569,8 +569,10 @@ func TestParseSQLMinimal(t *testing.T) {
 	}
 	g := Group{Name: "g", Primary: "127.0.0.1:3306", User: "app", Password: "secret",
 		MaxOpen: 256, IdleTimeout: 60 * time.Second, HealthInterval: 2 * time.Second, ConnectTimeout: 5 * time.Second,
-		TLS: TLSPreferred} // the default: TLS when the backend offers it
-	if len(c.Groups) != 1 || c.Groups[0] != g {
+		TLS:      TLSPreferred,                            // the default: TLS when the backend offers it
+		ReadFrom: ReadPrimary, MaxReplicaLag: time.Second, // max_replica_lag: cache.max_staleness
+	}
+	if len(c.Groups) != 1 || !reflect.DeepEqual(c.Groups[0], g) {
 		t.Errorf("groups = %+v, want [%+v]", c.Groups, g)
 	}
 	if c.SQL.MaxConnections != 1024 || !c.SQL.AllowLocalInfile || c.SQL.TLSCert != "" || c.Admin.Listen != "" {
@@ -817,7 +819,7 @@ nmae = "e"
 name = "g"
 primary = "h:1"
 user = "m"
-replicas = ["h:2"]
+secondary = "h:2"
 [admin]
 port = 1
 `))
@@ -825,7 +827,7 @@ port = 1
 		[]string{"unknown key sql.port:", "[sql] allows listen, max_connections, tls_cert, tls_key, allow_local_infile, require_tls, max_handshakes, handshake_timeout, max_auth_failures, [[users]]"},
 		[]string{"unknown key sql.users[1].nmae:", "[[sql.users]] allows name, password, auth_plugin, backend_user, backend_password, group"},
 		[]string{"unknown key sql.users[2].nmae:"},
-		[]string{"unknown key groups[0].replicas:", "[[groups]] allows name, primary, user, password, min_idle, max_open, max_connections, idle_timeout, health_interval, connect_timeout"},
+		[]string{"unknown key groups[0].secondary:", "[[groups]] allows name, primary, user, password, min_idle, max_open, max_connections, idle_timeout, health_interval, connect_timeout"},
 		[]string{"unknown key admin.port:", "[admin] allows listen"},
 	)
 }

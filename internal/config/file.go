@@ -3,8 +3,10 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -105,6 +107,12 @@ type groupFile struct {
 	Invalidate     any `toml:"invalidate"`
 	BinlogUser     any `toml:"binlog_user"`
 	BinlogPassword any `toml:"binlog_password"`
+	// replicas is an array whose entries are an address or an inline table { address = …, weight = … }: decoded
+	// by decoder.replicas, which also reports the inline tables' unknown keys (the TOML decoder cannot: the leaf
+	// is `any`).
+	Replicas      any `toml:"replicas"`
+	ReadFrom      any `toml:"read_from"`
+	MaxReplicaLag any `toml:"max_replica_lag"`
 }
 
 type adminFile struct {
@@ -277,6 +285,22 @@ func (f *groupFile) applyTo(g *Group, key string, d *decoder) {
 	d.str(key+"invalidate", f.Invalidate, wantInvalidate, &g.Invalidate)
 	d.str(key+"binlog_user", f.BinlogUser, wantGroupUser, &g.BinlogUser)
 	d.str(key+"binlog_password", f.BinlogPassword, wantPassword, &g.BinlogPassword)
+	d.replicas(key+"replicas", f.Replicas, &g.Replicas)
+	d.str(key+"read_from", f.ReadFrom, wantReadFrom, &g.ReadFrom)
+	// A lag of zero or less written in the file is refused here: finish gives a zero the default
+	// (cache.max_staleness), so Validate would not see it.
+	if f.MaxReplicaLag != nil {
+		n := len(d.problems)
+		var lag time.Duration
+		d.duration(key+"max_replica_lag", f.MaxReplicaLag, wantReplicaLag, &lag)
+		switch {
+		case len(d.problems) > n: // reported: not a duration
+		case lag <= 0:
+			d.problems.add(key+"max_replica_lag", showTOML(f.MaxReplicaLag), wantReplicaLag)
+		default:
+			g.MaxReplicaLag = lag
+		}
+	}
 }
 
 func (f *memcacheFile) applyTo(m *Memcache, d *decoder) {
@@ -459,6 +483,60 @@ func (d *decoder) str(key string, v any, want string, dst *string) {
 		return
 	}
 	*dst = s
+}
+
+// replicas accepts an array whose entries are each an address ("host:port" or a unix socket path; weight 1) or an
+// inline table { address = "…", weight = N }; the two forms may be mixed. Every entry keeps its index, so Validate
+// names the same replicas[i] as the file. An entry of the wrong form, or a table without a string address, is
+// reported under the entry's own key ("groups[0].replicas[1]", where Validate reports addresses too, so the empty
+// address it leaves is not reported again); a weight of the wrong form under ".weight"; an unknown key of a table
+// as such. Addresses and weights are otherwise checked by Validate.
+func (d *decoder) replicas(key string, v any, dst *[]Replica) {
+	var entries []any
+	switch v := v.(type) {
+	case nil:
+		return
+	case []any:
+		entries = v
+	case []map[string]any: // written as [[groups.replicas]]
+		for _, t := range v {
+			entries = append(entries, t)
+		}
+	default:
+		d.problems.add(key, showTOML(v), wantReplicas)
+		return
+	}
+	out := make([]Replica, len(entries))
+	for i, e := range entries {
+		ekey := key + "[" + strconv.Itoa(i) + "]"
+		r := &out[i]
+		r.Weight = 1
+		switch e := e.(type) {
+		case string:
+			r.Address = e
+		case map[string]any:
+			for _, k := range slices.Sorted(maps.Keys(e)) {
+				switch k {
+				case "address":
+				case "weight":
+					d.integer(ekey+".weight", e[k], wantWeight, &r.Weight)
+				default:
+					d.problems = append(d.problems, fmt.Errorf("unknown key %s.%s: a replica's table allows address, weight", ekey, k))
+				}
+			}
+			switch a, ok := e["address"].(string); {
+			case ok:
+				r.Address = a
+			case e["address"] == nil:
+				d.problems.add(ekey, "a table without address", wantReplicas)
+			default:
+				d.problems.add(ekey, "{ address = "+showTOML(e["address"])+" }", wantReplicas)
+			}
+		default:
+			d.problems.add(ekey, showTOML(e), wantReplicas)
+		}
+	}
+	*dst = out
 }
 
 // columns accepts an array of strings, or one string of comma-separated names (as innodb_memcache's value_columns

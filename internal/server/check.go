@@ -30,18 +30,21 @@ import (
 // check of it would fail for the same reason. A container's privileges are probed on the server (EXPLAIN), which
 // counts the account's default roles; the follower's are read from SHOW GRANTS, which does not, so replication
 // privileges held through a role are reported as lacking.
-func Check(ctx context.Context, cfg config.Config) []string {
+//
+// It also returns warnings, one line each, about what keyway can work with but the operator should fix: for groups
+// with replicas, each replica as checkReplicas says.
+func Check(ctx context.Context, cfg config.Config) (problems, warnings []string) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	topo, err := backend.NewTopology(groupOptions(cfg, quiet))
 	if err != nil {
-		return []string{err.Error()}
+		return []string{err.Error()}, nil
 	}
 	defer topo.Close()
-	var out []string
 	for _, g := range cfg.Groups {
-		out = append(out, checkGroup(ctx, cfg, g, topo.Group(g.Name), quiet)...)
+		problems = append(problems, checkGroup(ctx, cfg, g, topo.Group(g.Name), quiet)...)
+		warnings = append(warnings, checkReplicas(ctx, cfg, g, topo.Group(g.Name))...)
 	}
-	return out
+	return problems, warnings
 }
 
 // checkGroup checks one group: its account, its SQL users' backend accounts, its containers and its binlog.

@@ -238,8 +238,20 @@ func groupOptions(cfg config.Config, log *slog.Logger) []backend.GroupOptions {
 			TLS:            g.TLS, // config.TLS* and backend.TLS* share their values
 			TLSCA:          g.TLSCA,
 			TLSServerName:  g.TLSServerName,
+			Replicas:       replicas(g.Replicas),
+			ReadFrom:       g.ReadFrom, // config.Read* are backend.Read*
+			MaxReplicaLag:  g.MaxReplicaLag,
 			Logger:         log,
 		})
+	}
+	return out
+}
+
+// replicas are a group's [[groups]] replicas as backend members.
+func replicas(rs []config.Replica) []backend.Replica {
+	var out []backend.Replica
+	for _, r := range rs {
+		out = append(out, backend.Replica{Member: backend.Member{Network: r.Network(), Address: r.Address}, Weight: r.Weight})
 	}
 	return out
 }
