@@ -164,7 +164,12 @@ func (g *Group) watchPositions() {
 			c.Close()
 		}
 	}()
+	// What each member was configured as, until its role is read: an account without SLAVE MONITOR cannot read it
+	// (the replicas still take reads; fencing then sees nothing).
 	replicates := make(map[*Group]bool, 1+len(g.rs.replicas))
+	for _, r := range g.rs.replicas {
+		replicates[r.Group] = true
+	}
 	t := time.NewTicker(positionInterval)
 	defer t.Stop()
 	for tick := 0; ; tick++ {
