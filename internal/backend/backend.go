@@ -454,7 +454,7 @@ func (g *Group) evictIdle(p *Pool) bool {
 	return true
 }
 
-// Stats returns the state of every pool of the group.
+// Stats returns the state of every pool of the group, its replicas' included.
 func (g *Group) Stats() []PoolStats {
 	g.mu.Lock()
 	pools := make([]*Pool, 0, len(g.mu.pools))
@@ -465,6 +465,9 @@ func (g *Group) Stats() []PoolStats {
 	out := make([]PoolStats, 0, len(pools))
 	for _, p := range pools {
 		out = append(out, p.Stats())
+	}
+	for _, r := range g.rs.replicas { // their pools carry the replica's address
+		out = append(out, r.Stats()...)
 	}
 	return out
 }

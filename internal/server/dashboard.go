@@ -31,6 +31,18 @@ func (s *Server) adminSamples() []stats.Sample {
 			[2]string{"address", g.Addr()}, [2]string{"role", "primary"})
 		add(stats.BackendPoolMaxConnections, "The most connections one pool of the group may open (groups.max_open).",
 			g.Name(), float64(s.cfg.Groups[i].MaxOpen))
+		for _, m := range g.Members() { // the primary first, then the replicas
+			addr := [2]string{"address", m.Address}
+			add(stats.BackendReads, "Reads that may run on a replica, by the member routing sent them to.", g.Name(), float64(m.Reads), addr)
+			if m.Primary {
+				continue
+			}
+			add(stats.BackendUp, "1 while the member answers keyway's health checks.", g.Name(), boolean(m.Up),
+				addr, [2]string{"role", "replica"})
+			if m.Known {
+				add(stats.BackendReplicaLag, "How long ago the primary first had a commit the replica lacks (0: none).", g.Name(), m.Lag.Seconds(), addr)
+			}
+		}
 	}
 	for _, t := range s.containers.tables {
 		st := t.Status()

@@ -18,6 +18,7 @@ import (
 type replicaSetup struct {
 	repl  *testenv.Replication
 	names map[string]string // server address → name
+	group *backend.Group    // the group of the last proxy started
 }
 
 func newReplicaSetup(t *testing.T) *replicaSetup {
@@ -79,6 +80,7 @@ func (s *replicaSetup) proxy(t *testing.T, readFrom string) (db *sql.DB, addr st
 	reg.Gate("main")
 	srv, addr := startProxyOpts(t, cfg.with(t, func(o *Options) { o.Validity = reg }))
 	g := srv.groups[0]
+	s.group = g
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		known := 0
@@ -254,5 +256,32 @@ func TestPrimaryKilled(t *testing.T) {
 		if server, _ := who(t, db, readT2); server == "primary" {
 			t.Fatal("the dead primary answered a read")
 		}
+	}
+}
+
+// TestReplicaPoolsInStats: the replicas' pools are reported with the group's, under their own addresses, and the
+// reads are counted by the member routing sent them to.
+func TestReplicaPoolsInStats(t *testing.T) {
+	s := newReplicaSetup(t)
+	db, _ := s.proxy(t, backend.ReadReplicas)
+	for range 30 {
+		who(t, db, readWhoami)
+	}
+	pools := map[string]int{}
+	for _, p := range s.group.Stats() {
+		pools[p.Address] += p.Open
+	}
+	reads := map[string]int64{}
+	for _, m := range s.group.Members() {
+		reads[m.Address] = m.Reads
+	}
+	for _, r := range s.repl.Replicas {
+		if pools[r.Addr] == 0 || reads[r.Addr] == 0 {
+			t.Errorf("replica %s: %d open connections in the group's pool stats, %d reads counted (pools %v, reads %v)",
+				r.Addr, pools[r.Addr], reads[r.Addr], pools, reads)
+		}
+	}
+	if pools[s.repl.Primary.Addr] == 0 { // the logins
+		t.Errorf("no primary pool in the stats: %v", pools)
 	}
 }

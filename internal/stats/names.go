@@ -5,6 +5,10 @@ package stats
 const (
 	// Backend groups, per member (labels group, address, role).
 	BackendUp = "keyway_backend_up" // 1 while the member answers health checks
+	// Per member of a group with replicas (label address): the replica's lag as the position watcher measures it,
+	// and the reads routing sent to the member.
+	BackendReplicaLag = "keyway_backend_replica_lag_seconds"
+	BackendReads      = "keyway_backend_reads_total"
 	// Per group: the most connections a pool of the group may open.
 	BackendPoolMaxConnections = "keyway_backend_pool_max_connections"
 
