@@ -162,6 +162,10 @@ type GroupOptions struct {
 	Replicas      []Replica
 	ReadFrom      string
 	MaxReplicaLag time.Duration
+	// OnNewPrimary, when set, is told when the group follows a new primary (a replica became the only writable
+	// member that replicates from no one: an operator or an orchestrator promoted it). Called on the group's
+	// position watcher: it must not block long.
+	OnNewPrimary func(NewPrimary)
 }
 
 // Replica is a read replica of a group, and its share of the reads sent to replicas (Weight, 1 when 0).
@@ -214,14 +218,22 @@ func (o *GroupOptions) ensureDefaults() {
 	}
 }
 
+// server is a member's address and the client TLS configuration of every dial to it (nil for TLSOff); tlsErr, when
+// set, is why it could not be built, and every dial fails with it.
+type server struct {
+	Member
+	tls    *tls.Config
+	tlsErr error
+}
+
 // Group is one backend group: its members, a health monitor and the pools.
 type Group struct {
 	cfg GroupOptions
 	log *slog.Logger
-	// tls is the client TLS configuration of every dial (nil for TLSOff); tlsErr, when set, is why it could not be
-	// built, and every dial fails with it.
-	tls    *tls.Config
-	tlsErr error
+	// srv is where the group's connections go; it changes only when the group follows a new primary (swapServers).
+	// gen counts those changes: a connection dialed before the last one is closed when it comes back.
+	srv atomic.Pointer[server]
+	gen atomic.Uint64
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -263,7 +275,8 @@ type Group struct {
 func NewGroup(o GroupOptions) *Group {
 	o.ensureDefaults()
 	g := &Group{cfg: o, log: o.Logger.With("group", o.Name, "addr", o.Primary.Address), stop: make(chan struct{})}
-	g.tls, g.tlsErr = o.tlsConfig()
+	tc, tlsErr := o.tlsConfig()
+	g.srv.Store(&server{Member: o.Primary, tls: tc, tlsErr: tlsErr})
 	g.stmtsPerConn.Store(MaxStmtsPerConn)
 	g.mu.pools = make(map[PoolKey]*Pool)
 	if o.MaxConnections != 0 {
@@ -278,7 +291,7 @@ func NewGroup(o GroupOptions) *Group {
 
 // Name is the group's name; Addr its primary's address.
 func (g *Group) Name() string { return g.cfg.Name }
-func (g *Group) Addr() string { return g.cfg.Primary.Address }
+func (g *Group) Addr() string { return g.srv.Load().Address }
 
 // ServerInfo returns the last handshake the primary sent (version, capabilities), or nil before any.
 func (g *Group) ServerInfo() *mysqlwire.ServerInfo {
@@ -511,24 +524,24 @@ func (g *Group) dial(ctx context.Context, user, password string, caps, ext uint3
 		if errors.As(err, &me) && me.Code == mysqlwire.ERConCount {
 			// The server is up and answering; it is full. That is no reason to mark it down and drop every
 			// pool's idle connections (which other sessions would only have to dial again).
-			return nil, &BusyError{Group: g.cfg.Name, Addr: g.cfg.Primary.Address, Err: me}
+			return nil, &BusyError{Group: g.cfg.Name, Addr: g.Addr(), Err: me}
 		}
 		if me != nil {
-			return nil, &LoginError{Group: g.cfg.Name, Addr: g.cfg.Primary.Address, User: user, Err: err}
+			return nil, &LoginError{Group: g.cfg.Name, Addr: g.Addr(), User: user, Err: err}
 		}
 		g.failed(err)
-		return nil, &UnavailableError{Group: g.cfg.Name, Addr: g.cfg.Primary.Address, Err: err}
+		return nil, &UnavailableError{Group: g.cfg.Name, Addr: g.Addr(), Err: err}
 	}
 	g.succeeded(c.Info)
 	if got := c.Capabilities & mysqlwire.ProtocolCaps; got != caps&mysqlwire.ProtocolCaps {
 		c.Close()
 		return nil, fmt.Errorf("keyway: backend group %s (%s) does not support capability flags 0x%x the client negotiated: reconnect the client",
-			g.cfg.Name, g.cfg.Primary.Address, caps&^got&mysqlwire.ProtocolCaps)
+			g.cfg.Name, g.Addr(), caps&^got&mysqlwire.ProtocolCaps)
 	}
 	if c.ExtCapabilities != ext&mysqlwire.ExtProtocolCaps {
 		c.Close()
 		return nil, fmt.Errorf("keyway: backend group %s (%s) does not support the MariaDB extended capabilities 0x%x the client negotiated: reconnect the client",
-			g.cfg.Name, g.cfg.Primary.Address, ext&^c.ExtCapabilities)
+			g.cfg.Name, g.Addr(), ext&^c.ExtCapabilities)
 	}
 	return c, nil
 }
@@ -538,7 +551,7 @@ func (g *Group) failingFast() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if err := g.mu.lastErr; err != nil && time.Now().Before(g.mu.failUntil) {
-		return &UnavailableError{Group: g.cfg.Name, Addr: g.cfg.Primary.Address, Err: err}
+		return &UnavailableError{Group: g.cfg.Name, Addr: g.Addr(), Err: err}
 	}
 	return nil
 }
@@ -582,18 +595,19 @@ func (g *Group) dialWritable(ctx context.Context, pooled bool) (net.Conn, error)
 	}
 	if err != nil {
 		g.failed(err)
-		return nil, &UnavailableError{Group: g.cfg.Name, Addr: g.cfg.Primary.Address, Err: err}
+		return nil, &UnavailableError{Group: g.cfg.Name, Addr: g.Addr(), Err: err}
 	}
 	return nc, nil
 }
 
 // dialNet opens a network connection to the primary, or fails with the group's TLS configuration error.
 func (g *Group) dialNet(ctx context.Context) (net.Conn, error) {
-	if g.tlsErr != nil {
-		return nil, g.tlsErr
+	srv := g.srv.Load()
+	if srv.tlsErr != nil {
+		return nil, srv.tlsErr
 	}
 	var d net.Dialer
-	nc, err := d.DialContext(ctx, g.cfg.Primary.Network, g.cfg.Primary.Address)
+	nc, err := d.DialContext(ctx, srv.Network, srv.Address)
 	if err != nil {
 		return nil, err
 	}
@@ -616,7 +630,7 @@ func (g *Group) connect(ctx context.Context, user, password string, caps, ext ui
 	mc := mysqlwire.NewConn(nc)
 	info, err := mysqlwire.ClientHandshake(mc, &mysqlwire.ClientConfig{
 		User: user, Password: password, Capabilities: caps, ExtCapabilities: ext, Collation: collation,
-		TLS: g.tls, TLSOptional: g.cfg.TLS == TLSPreferred,
+		TLS: g.srv.Load().tls, TLSOptional: g.cfg.TLS == TLSPreferred,
 	})
 	if err != nil {
 		mc.Close()
@@ -679,8 +693,14 @@ func (g *Group) monitor() {
 			mc.Close()
 		}
 	}()
+	var gen uint64
 	check := func() {
+		if mc != nil && gen != g.gen.Load() { // the group follows a new primary: check that one
+			mc.Close()
+			mc = nil
+		}
 		if mc == nil {
+			gen = g.gen.Load()
 			var err error
 			if g.cfg.User == "" {
 				mc, err = g.handshakeOnly()
@@ -768,9 +788,9 @@ func (g *Group) handshakeOnly() (*Conn, error) {
 	_ = nc.SetDeadline(time.Now().Add(g.cfg.ConnectTimeout))
 	mc := mysqlwire.NewConn(nc)
 	info, _, _, err := mysqlwire.ReadServerHandshake(mc)
-	if err == nil && g.tls != nil && (g.cfg.TLS != TLSPreferred || info.Capabilities&mysqlwire.ClientSSL != 0) {
+	if tc := g.srv.Load().tls; err == nil && tc != nil && (g.cfg.TLS != TLSPreferred || info.Capabilities&mysqlwire.ClientSSL != 0) {
 		// Check what a login would: the server offers TLS if required, and its certificate verifies.
-		err = g.tlsFailure(mysqlwire.ClientStartTLS(mc, info, g.tls))
+		err = g.tlsFailure(mysqlwire.ClientStartTLS(mc, info, tc))
 	}
 	if err != nil {
 		mc.Close()
@@ -833,7 +853,8 @@ type Conn struct {
 
 	pool      *Pool
 	broken    bool
-	dirty     bool // state keyway does not carry: reset before it is pooled again
+	dirty     bool   // state keyway does not carry: reset before it is pooled again
+	gen       uint64 // the group's gen when it was dialed: one dialed before the group followed a new primary is closed
 	idleSince time.Time
 	// rereadCollation: a statement changed the connection's character set without reporting its collation
 	// (Settle reads it).

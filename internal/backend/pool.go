@@ -109,7 +109,11 @@ func (p *Pool) get(ctx context.Context, db *string) (*Conn, error) {
 				p.mu.open++
 				p.mu.inUse++
 				p.mu.Unlock()
+				gen := p.g.gen.Load()
 				c, err := p.g.dial(ctx, p.key.User, p.password, p.key.Caps, p.key.ExtCaps, p.key.Collation)
+				if err == nil {
+					c.gen = gen
+				}
 				if err != nil {
 					p.mu.Lock()
 					p.mu.open--
@@ -125,7 +129,7 @@ func (p *Pool) get(ctx context.Context, db *string) (*Conn, error) {
 					c.broken = true
 					c.pool = p
 					c.Release()
-					return nil, fmt.Errorf("keyway: backend group %s (%s): setting up session tracking on a new connection: %w", cfg.Name, cfg.Primary.Address, err)
+					return nil, fmt.Errorf("keyway: backend group %s (%s): setting up session tracking on a new connection: %w", cfg.Name, p.g.Addr(), err)
 				}
 				c.pool = p
 				p.noteBaseline(c)
@@ -202,12 +206,12 @@ func (p *Pool) get(ctx context.Context, db *string) (*Conn, error) {
 		}
 		if overBudget {
 			// What the server would have said had keyway dialed past its budget: the client gets 1040.
-			return nil, &BusyError{Group: cfg.Name, Addr: cfg.Primary.Address, Err: &mysqlwire.Error{
+			return nil, &BusyError{Group: cfg.Name, Addr: p.g.Addr(), Err: &mysqlwire.Error{
 				Code: mysqlwire.ERConCount, State: "08004", Message: fmt.Sprintf(
 					"too many connections: all %d connections keyway may open to the server (its budget below max_connections) are in use and none was released in time (%v): raise max_connections in [[groups]] and on the server, or lower the client concurrency",
 					p.g.MaxConnections(), err)}}
 		}
-		return nil, &BusyError{Group: cfg.Name, Addr: cfg.Primary.Address, Err: &mysqlwire.Error{
+		return nil, &BusyError{Group: cfg.Name, Addr: p.g.Addr(), Err: &mysqlwire.Error{
 			Code: mysqlwire.ERConCount, State: "08004", Message: fmt.Sprintf(
 				"all %d connections of the pool for user '%s' are in use (max_open) and none came free within pool_wait (%v): raise max_open or pool_wait in [[groups]], or lower the client concurrency",
 				cfg.MaxOpen, p.key.User, cfg.PoolWait)}}
@@ -280,7 +284,7 @@ func (p *Pool) removeWaiterLocked(ch chan *Conn) *Conn {
 // put keeps c idle with its state, or reset first when it is dirty, or closes it (broken, reset failed, pool
 // closed).
 func (p *Pool) put(c *Conn) {
-	ok := !c.broken && c.Buffered() == 0
+	ok := !c.broken && c.Buffered() == 0 && c.gen == p.g.gen.Load() // not a connection to a former primary
 	if ok && c.dirty {
 		_ = c.SetDeadline(time.Now().Add(resetTimeout))
 		err := c.WriteCommand(comResetConnection, nil)
@@ -361,7 +365,11 @@ func (p *Pool) fill(n int) {
 		}
 		p.mu.open++
 		p.mu.Unlock()
+		gen := p.g.gen.Load()
 		c, err := p.g.dial(context.Background(), p.key.User, p.password, p.key.Caps, p.key.ExtCaps, p.key.Collation)
+		if err == nil {
+			c.gen = gen
+		}
 		p.mu.Lock()
 		if err != nil || p.mu.closed {
 			p.mu.open--
@@ -412,7 +420,7 @@ func (p *Pool) Stats() PoolStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return PoolStats{
-		Group: p.g.cfg.Name, Address: p.g.cfg.Primary.Address, User: p.key.User, Caps: p.key.Caps, ExtCaps: p.key.ExtCaps,
+		Group: p.g.cfg.Name, Address: p.g.Addr(), User: p.key.User, Caps: p.key.Caps, ExtCaps: p.key.ExtCaps,
 		Collation: p.key.Collation,
 		Open:      p.mu.open, Idle: len(p.mu.idle), InUse: p.mu.inUse, Waits: p.mu.waits, Errors: p.mu.errors,
 		Waiting: len(p.mu.waiters), Gets: p.gets.Load(), Fixups: p.fixups.Load(), WaitTime: time.Duration(p.waitNanos.Load()),

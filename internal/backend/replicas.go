@@ -193,8 +193,15 @@ func (g *Group) watchPositions() {
 			g.readRole(conns, r.Group, p, roles, replicates)
 			r.pos.Store(p)
 		}
-		if roles {
-			g.fenceCheck()
+		if roles && g.roleCheck() {
+			for m, c := range conns { // they point at the servers as they were
+				c.Close()
+				delete(conns, m)
+			}
+			clear(replicates)
+			for _, r := range g.rs.replicas {
+				replicates[r.Group] = true
+			}
 		}
 		select {
 		case <-g.stop:
@@ -225,30 +232,94 @@ func (g *Group) readRole(conns map[*Group]*Conn, m *Group, p *memberPosition, ro
 	p.replicates = replicates[m]
 }
 
-// fenceCheck fences the group when two members it can see are writable and replicate from no one, and lifts the
-// fence when that ends; both are logged.
-func (g *Group) fenceCheck() {
-	var primaries []string
-	check := func(m *Group, p *memberPosition) {
-		if p != nil && !p.readOnly && !p.replicates {
-			primaries = append(primaries, m.Addr())
-		}
+// roleCheck fences the group when two members it can see are writable and replicate from no one, and lifts the
+// fence when that ends; both are logged. When exactly one member is such a primary and it is a replica, the group
+// follows it (follow) and roleCheck reports true.
+func (g *Group) roleCheck() bool {
+	var primaries []*Group
+	var newPrimary *replicaMember
+	if p := g.rs.primaryPos.Load(); p != nil && !p.readOnly && !p.replicates {
+		primaries = append(primaries, g)
 	}
-	check(g, g.rs.primaryPos.Load())
 	for _, r := range g.rs.replicas {
-		check(r.Group, r.pos.Load())
+		if p := r.pos.Load(); p != nil && !p.readOnly && !p.replicates {
+			primaries, newPrimary = append(primaries, r.Group), r
+		}
 	}
 	old := g.rs.fence.Load()
 	switch {
 	case len(primaries) >= 2:
-		f := &FencedError{Group: g.cfg.Name, Primaries: primaries}
+		addrs := make([]string, len(primaries))
+		for i, m := range primaries {
+			addrs[i] = m.Addr()
+		}
+		f := &FencedError{Group: g.cfg.Name, Primaries: addrs}
 		g.rs.fence.Store(f)
 		if old == nil {
-			g.log.Error("two members are writable and replicate from no one: keyway refuses the group's writes until one of them is read-only or replicates", "primaries", primaries)
+			g.log.Error("two members are writable and replicate from no one: keyway refuses the group's writes until one of them is read-only or replicates", "primaries", addrs)
 		}
+		return false
 	case old != nil:
 		g.rs.fence.Store(nil)
 		g.log.Warn("one writable primary again: the group's writes go through again", "was", old.Primaries)
+	}
+	if len(primaries) == 1 && newPrimary != nil {
+		g.follow(newPrimary)
+		return true
+	}
+	return false
+}
+
+// follow makes replica r, now the only writable member that replicates from no one, the group's primary: the
+// group's connections go to r's server from now on and r's to the former primary's (swapServers). A former primary
+// that did not answer the watcher makes it a failover: cached copies may hold transactions the new primary never
+// got, which GroupOptions.OnNewPrimary is told.
+func (g *Group) follow(r *replicaMember) {
+	oldPos, newPos := g.rs.primaryPos.Load(), r.pos.Load()
+	change := NewPrimary{Group: g.cfg.Name, Old: g.Addr(), New: r.Addr(), Failover: oldPos == nil}
+	if newPos != nil {
+		change.Position = newPos.pos
+	}
+	g.swapServers(r.Group)
+	g.rs.primaryPos.Store(nil)
+	r.pos.Store(nil)
+	g.log.Warn("following the group's new primary: it is writable and replicates from no one", "new", change.New,
+		"former", change.Old, "failover", change.Failover)
+	if f := g.cfg.OnNewPrimary; f != nil {
+		f(change)
+	}
+}
+
+// NewPrimary is a change of a group's primary that keyway followed (GroupOptions.OnNewPrimary).
+type NewPrimary struct {
+	Group, Old, New string
+	// Failover: the former primary did not answer (it may have acknowledged commits the new one never got);
+	// otherwise a switchover (it was read-only or replicating).
+	Failover bool
+	Position validity.Position // the new primary's position when keyway followed it
+}
+
+// swapServers exchanges the servers of g (the group's primary) and m (one of its replicas): the group's
+// connections, new ones and those that come back, go to m's server from now on, and m's to g's former one. Idle
+// connections of both are closed, connections in use are closed when released (gen), and each re-learns its server
+// (budget, health) from the next dial.
+func (g *Group) swapServers(m *Group) {
+	a, b := g.srv.Load(), m.srv.Load()
+	g.srv.Store(b)
+	m.srv.Store(a)
+	for _, x := range []*Group{g, m} {
+		x.gen.Add(1)
+		x.mu.Lock()
+		x.mu.budgetKnown, x.mu.stmtsKnown = x.cfg.MaxConnections != 0, false
+		x.mu.down, x.mu.lastErr, x.mu.failUntil, x.mu.backoff, x.mu.info = false, nil, time.Time{}, 0, nil
+		pools := make([]*Pool, 0, len(x.mu.pools))
+		for _, p := range x.mu.pools {
+			pools = append(pools, p)
+		}
+		x.mu.Unlock()
+		for _, p := range pools {
+			p.closeIdle(0)
+		}
 	}
 }
 

@@ -30,10 +30,10 @@ func NewTopology(opts []GroupOptions) (*Topology, error) {
 			return nil, fmt.Errorf("backend: group %q: a group needs a unique name and a primary address", o.Name)
 		}
 		g := NewGroup(o)
-		if g.tlsErr != nil {
+		if tlsErr := g.srv.Load().tlsErr; tlsErr != nil {
 			g.Close()
 			t.Close()
-			return nil, fmt.Errorf("backend: group %q: %w", o.Name, g.tlsErr)
+			return nil, fmt.Errorf("backend: group %q: %w", o.Name, tlsErr)
 		}
 		t.groups = append(t.groups, g)
 		t.byName[o.Name] = g
@@ -84,14 +84,15 @@ func (t *Topology) Close() {
 func (g *Group) SQLConfig() *mysql.Config {
 	dc := mysql.NewConfig()
 	dc.User, dc.Passwd = g.cfg.User, g.cfg.Password
-	dc.Net, dc.Addr = g.cfg.Primary.Network, g.cfg.Primary.Address // for messages; DialFunc decides
+	srv := g.srv.Load()
+	dc.Net, dc.Addr = srv.Network, srv.Address // for messages; DialFunc decides
 	dc.Timeout = g.cfg.ConnectTimeout
 	dc.DialFunc = g.dialPooled
 	// The connections check themselves before a request that follows an idle spell, with a raw call
 	// (sockio.WrapPooled); go-sql-driver's own check wakes the runtime's sysmon once per statement.
 	dc.CheckConnLiveness = !sockio.ChecksPooled
-	if g.tls != nil {
-		dc.TLS = g.tls.Clone()
+	if srv.tls != nil {
+		dc.TLS = srv.tls.Clone()
 		if g.cfg.TLS == TLSPreferred {
 			dc.AllowFallbackToPlaintext = true
 			// go-sql-driver v1.9.3 falls back by setting TLS = nil on the connector's own Config, shared by every
@@ -108,13 +109,13 @@ func (g *Group) SQLConfig() *mysql.Config {
 // TLS configuration makes TLS required), so for "preferred" TLS is used when the primary's last handshake offered
 // it, and not otherwise.
 func (g *Group) ReplicaLogin() (user, password string, dial func(ctx context.Context, network, addr string) (net.Conn, error), tc *tls.Config) {
-	if g.tls != nil {
+	if srvTLS := g.srv.Load().tls; srvTLS != nil {
 		offered := false
 		if info := g.ServerInfo(); info != nil {
 			offered = info.Capabilities&mysqlwire.ClientSSL != 0
 		}
 		if g.cfg.TLS != TLSPreferred || offered {
-			tc = g.tls.Clone()
+			tc = srvTLS.Clone()
 		}
 	}
 	return g.cfg.User, g.cfg.Password, g.DialWritable, tc

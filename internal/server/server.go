@@ -116,7 +116,11 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 	s.validity = validity.NewRegistry()
 	s.validity.OnSlotsGrown(func(slots int64) { debug.SetMemoryLimit(heapLimit + slots) })
 	s.engine = engine.New(st, engine.Options{MaxItemSize: cfg.Memcache.MaxItemSize, Validity: s.validity})
-	if s.topo, err = backend.NewTopology(groupOptions(cfg, log)); err != nil {
+	gopts := groupOptions(cfg, log)
+	for i := range gopts {
+		gopts[i].OnNewPrimary = s.followedPrimary
+	}
+	if s.topo, err = backend.NewTopology(gopts); err != nil {
 		return fail(err)
 	}
 	openCtx, cancelOpen := context.WithTimeout(context.Background(), 30*time.Second)
@@ -245,6 +249,27 @@ func groupOptions(cfg config.Config, log *slog.Logger) []backend.GroupOptions {
 		})
 	}
 	return out
+}
+
+// followedPrimary is told when a group followed a new primary (backend.GroupOptions.OnNewPrimary). After a
+// failover the former primary may have acknowledged commits the new one never got: every cached copy goes, and the
+// commits keyway knows were acknowledged (through its doors, or seen by its binlog follower) that the new primary
+// lacks are logged, by GTID domain, for an operator to act on.
+func (s *Server) followedPrimary(c backend.NewPrimary) {
+	if !c.Failover {
+		s.log.Info("the group's primary changed (switchover): the cached copies stay valid", "group", c.Group, "new", c.New, "former", c.Old)
+		return
+	}
+	s.validity.InvalidateAll()
+	s.log.Warn("failover: every cached copy dropped, since the former primary may have acknowledged commits the new one never got",
+		"group", c.Group, "new", c.New, "former", c.Old, "new_position", c.Position.String())
+	known := s.validity.Gate(c.Group).Newest()
+	for _, g := range known.GTIDs() {
+		if have := c.Position.Seq(g.Domain); have < g.Seq {
+			s.log.Error("failover: acknowledged commits the new primary does not have (asynchronous replication loses them; with semi-synchronous replication, AFTER_SYNC, this does not happen)",
+				"group", c.Group, "domain", g.Domain, "new_primary_has_up_to", have, "acknowledged_up_to", g.Seq)
+		}
+	}
 }
 
 // replicas are a group's [[groups]] replicas as backend members.

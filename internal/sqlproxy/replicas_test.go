@@ -285,3 +285,57 @@ func TestReplicaPoolsInStats(t *testing.T) {
 		t.Errorf("no primary pool in the stats: %v", pools)
 	}
 }
+
+// TestFollowPromotedPrimary: the primary dies and an operator promotes a replica and repoints the other; keyway
+// follows the new primary: writes through it succeed there (a statement prepared before included) and replicate,
+// and reads go on.
+func TestFollowPromotedPrimary(t *testing.T) {
+	s := newReplicaSetup(t)
+	db, _ := s.proxy(t, backend.ReadReplicas)
+	ctx := context.Background()
+	upd, err := db.Prepare("UPDATE t2 SET v = ? WHERE id = 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer upd.Close()
+	if _, err := upd.Exec(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.repl.Sync(ctx, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	oldPrimary, next, other := s.repl.Primary, s.repl.Replicas[0], s.repl.Replicas[1]
+	if err := oldPrimary.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.repl.Promote(ctx, next); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.repl.Repoint(ctx, other, next); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		_, err = upd.Exec(2)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no write went through 15 s after the promotion: %v (members %+v)", err, s.group.Members())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var v int
+	if err := openDSN(t, next.AppDSN).QueryRow("SELECT v FROM t2 WHERE id = 1").Scan(&v); err != nil || v != 2 {
+		t.Fatalf("the new primary has v = %d (err %v), want 2", v, err)
+	}
+	for range 20 {
+		server, got := who(t, db, readT2)
+		if got != 2 {
+			t.Fatalf("a read after the write answered v = %d from %s", got, server)
+		}
+		if server == s.names[oldPrimary.Addr] {
+			t.Fatal("the dead primary answered")
+		}
+	}
+}
