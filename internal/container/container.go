@@ -95,6 +95,7 @@ import (
 	"github.com/keywaydb/keyway/internal/backend"
 	"github.com/keywaydb/keyway/internal/gather"
 	"github.com/keywaydb/keyway/internal/mysqlwire"
+	"github.com/keywaydb/keyway/internal/validity"
 )
 
 // Def describes one container (the InnoDB memcached plugin's `containers` row).
@@ -125,6 +126,10 @@ type Options struct {
 	// ReadOnly says the container never writes its table (its set, delete and flush policies never reach it), so
 	// the check asks the account for SELECT alone, not INSERT, UPDATE and DELETE too.
 	ReadOnly bool
+	// Replicas, when its group reads replicas, sends the container's reads to replicas that have every write
+	// keyway knows of to the table, and has each write note its GTID before it is acknowledged (replicas.go).
+	// nil: every statement runs on the pool given to Open.
+	Replicas *Replicas
 	Logger   *slog.Logger // slog.Default() when nil
 }
 
@@ -244,8 +249,9 @@ type Container struct {
 	opt Options
 
 	sep    string
-	table  string      // `schema`.`table`
-	cas    *casCounter // the table's CAS source (see casCounters)
+	table  string              // `schema`.`table`
+	cas    *casCounter         // the table's CAS source (see casCounters)
+	ids    [1]validity.TableID // the table, as validity names it (its positions: replicas.go)
 	qKey   string
 	qVals  []string
 	qFlags string // "" when none
@@ -341,6 +347,7 @@ func Open(ctx context.Context, db *sql.DB, def Def, o Options) (*Container, erro
 		table: quoteIdent(def.Schema) + "." + quoteIdent(def.Table),
 		qKey:  quoteIdent(def.KeyColumn),
 		cas:   casCounterFor(def.Schema, def.Table),
+		ids:   [1]validity.TableID{{Schema: strings.ToLower(def.Schema), Name: strings.ToLower(def.Table)}}, // as the engine names it
 		grown: make(chan struct{}, 1), gatherMax: gather.Limit,
 	}
 	for _, v := range def.ValueColumns {
