@@ -41,7 +41,8 @@ import (
 // erUnknownSystemVariable is MySQL's answer to @@last_gtid and @@gtid_binlog_pos (MariaDB's variables).
 const erUnknownSystemVariable = 1193
 
-// positionTimeout bounds the read of a write's position (SELECT @@last_gtid, or the primary's binlog position).
+// positionTimeout bounds the read of a write's position (SELECT @@last_gtid, or the primary's binlog position) on a
+// pool without a PoolDeadline.
 const positionTimeout = 2 * time.Second
 
 // Replicas is what the containers of one backend group share to read its replicas and note their writes'
@@ -156,8 +157,14 @@ func (c *Container) onPrimary(ctx context.Context, write func(q sqlConn) error) 
 // notePosition notes, for the container's table, the GTID of the last transaction conn committed (or, when conn
 // cannot say, the primary's binlog position), before the write is acknowledged.
 func (c *Container) notePosition(ctx context.Context, conn *sql.Conn) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), positionTimeout)
-	defer cancel()
+	// Not the write's context: the write committed, whatever happened to its callers since. On a pool that ends a
+	// silent statement itself (PoolDeadline) without a Done channel, as unwatched says why.
+	ctx = context.WithoutCancel(ctx)
+	if c.opt.PoolDeadline <= 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, positionTimeout)
+		defer cancel()
+	}
 	var s string
 	err := conn.QueryRowContext(ctx, "SELECT @@last_gtid").Scan(&s)
 	if err != nil {
