@@ -10,7 +10,9 @@
 // Invariants:
 //
 //   - A Set is acknowledged (returns a nil error) only after the COMMIT of the
-//     transaction holding its row returned successfully. Concurrent Sets are
+//     transaction holding its row returned successfully, and, on a group that
+//     reads replicas (Options.Replicas), after its GTID was noted on the
+//     group's validity gate (replicas.go); so is every other write. Concurrent Sets are
 //     group-committed: a Set that finds no commit in flight writes its row
 //     itself, on its caller's goroutine (a lone writer pays one round trip);
 //     Sets arriving during a commit queue, and a committer goroutine takes up
@@ -34,6 +36,10 @@
 //     allocation owned by its queued request, since the committer may write
 //     or retry the row after Set gave up. Items returned to the caller are the
 //     caller's.
+//   - Reads (Get, GetMulti) run on a replica only when its applied position
+//     covers every write keyway knows of to the table, read when the read is
+//     sent (after the caller's stamp); else, and for every write and every
+//     read inside a write, on the primary (replicas.go).
 //   - Add, Replace, Append, Prepend, CompareAndSwap, IncrDecr, Touch and Delete
 //     are each atomic in SQL: a single conditional statement where one
 //     suffices, otherwise a transaction with SELECT … FOR UPDATE.
