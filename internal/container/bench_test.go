@@ -10,7 +10,9 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/keywaydb/keyway/internal/backend"
 	"github.com/keywaydb/keyway/internal/testenv"
+	"github.com/keywaydb/keyway/internal/validity"
 )
 
 // benchContainer is the demo table on a pool built as keyway builds it (OpenDB: strict mode, client-side
@@ -169,5 +171,78 @@ func benchmarkWriteRows(b *testing.B, n int, distinct bool) {
 		}
 		cancel()
 		i++
+	}
+}
+
+// BenchmarkSetPosition is the cost of noting each write's position on a group that reads replicas (replicas.go):
+// the same sets on a primary with two replicas (binlog on), as a lone writer and as 8 writers, with the position
+// noted (the write on a connection held for it, then SELECT @@last_gtid on it) and without (the group reads only
+// its primary).
+func BenchmarkSetPosition(b *testing.B) {
+	r := testenv.NewReplication(b, testenv.ReplicationOptions{})
+	cfg, err := mysql.ParseDSN(r.Primary.AppDSN)
+	if err != nil {
+		b.Fatal(err)
+	}
+	db := OpenDB(cfg)
+	b.Cleanup(func() { db.Close() })
+	c := demo(b, db, "bench_position")
+	c.opt.PoolDeadline = StatementTimeout
+	o := backend.GroupOptions{Name: "main", Primary: backend.Member{Network: "tcp", Address: r.Primary.Addr},
+		User: "app", Password: "secret", ReadFrom: backend.ReadReplicas}
+	for _, m := range r.Replicas {
+		o.Replicas = append(o.Replicas, backend.Replica{Member: backend.Member{Network: "tcp", Address: m.Addr}})
+	}
+	g := backend.NewGroup(o)
+	b.Cleanup(g.Close)
+	gate := validity.NewRegistry().Gate("main")
+	reps := NewReplicas(g, gate)
+	b.Cleanup(func() { reps.Close() })
+	value := []byte("forty bytes of value, give or take a few")
+	for _, noted := range []bool{false, true} {
+		name := "pool"
+		if noted {
+			name = "last_gtid"
+			c.opt.Replicas = reps
+		}
+		b.Run(name+"/1writer", func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				octx, cancel := opContext()
+				if _, err := c.Set(octx, fmt.Appendf(nil, "bench-%04d", i%1000), Item{Value: value, Flags: uint32(i)}); err != nil {
+					b.Fatal(err)
+				}
+				cancel()
+				i++
+			}
+		})
+		b.Run(name+"/8writers", func(b *testing.B) {
+			before := c.Stats()
+			var wg sync.WaitGroup
+			var next atomic.Int64
+			for range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+						octx, cancel := opContext()
+						_, err := c.Set(octx, fmt.Appendf(nil, "bench-%04d", i%1000), Item{Value: value, Flags: uint32(i)})
+						cancel()
+						if err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			b.StopTimer()
+			if s := c.Stats(); s.Batches > before.Batches {
+				b.ReportMetric(float64(s.BatchedSets-before.BatchedSets)/float64(s.Batches-before.Batches), "rows/stmt")
+			}
+		})
+	}
+	if gate.Needs(c.ids[:]).IsZero() {
+		b.Fatal("the sets noted no position")
 	}
 }

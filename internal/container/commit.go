@@ -328,15 +328,36 @@ func (c *Container) writeRows(ctx context.Context, rows []Row, distinct bool) []
 	// which is shuffled), and statements that share rows take their locks in one order. The rows are distinct
 	// keys, so the order changes nothing else.
 	slices.SortFunc(write, func(a, b []any) int { return bytes.Compare(a[0].([]byte), b[0].([]byte)) })
-	err := c.upsertRetry(ctx, w, write)
+	// On a group that reads replicas, every statement runs on one connection, whose last GTID is noted before the
+	// rows are acknowledged (replicas.go).
+	q, finish, err := c.writer(ctx)
+	if err == nil {
+		err = c.upsertRetry(ctx, q, w, write)
+	} else {
+		finish = func(bool) error { return nil }
+	}
 	// After a data error each written row runs alone: alone is each one's error, by index; a row the batch held
 	// twice gets its last's.
 	var alone []error
+	wrote := err == nil
 	if err != nil && dataError(err) && len(write) > 1 {
 		alone = make([]error, len(rows))
 		for i := range rows {
 			if isLast(i) {
-				alone[i] = c.mapErr(c.upsertRetry(ctx, w, [][]any{args[i]}))
+				alone[i] = c.mapErr(c.upsertRetry(ctx, q, w, [][]any{args[i]}))
+				wrote = wrote || alone[i] == nil
+			}
+		}
+	}
+	if perr := finish(wrote); perr != nil {
+		// Written, but the rows' position is not known: they cannot be acknowledged (replicas.go).
+		if alone == nil {
+			err = perr
+		} else {
+			for i, e := range alone {
+				if e == nil && isLast(i) {
+					alone[i] = perr
+				}
 			}
 		}
 	}
@@ -423,10 +444,10 @@ func lockError(err error) bool {
 // upsertRetry runs upsert, and runs it again after a deadlock or lock wait
 // timeout, up to lockRetries times, pausing between attempts; it stops when
 // ctx ends and returns the last error. Every statement counts in Stats.
-func (c *Container) upsertRetry(ctx context.Context, w *writeScratch, rows [][]any) error {
+func (c *Container) upsertRetry(ctx context.Context, q sqlConn, w *writeScratch, rows [][]any) error {
 	pause := lockBackoff
 	for attempt := 0; ; attempt++ {
-		err := c.upsert(ctx, w, rows)
+		err := c.upsert(ctx, q, w, rows)
 		c.lowerMaxPacket(ctx, err)
 		c.batches.Add(1)
 		c.batchedSets.Add(uint64(len(rows)))
@@ -445,10 +466,10 @@ func (c *Container) upsertRetry(ctx context.Context, w *writeScratch, rows [][]a
 }
 
 // upsert writes rows (each the key, then writeArgs) with one INSERT … ON
-// DUPLICATE KEY UPDATE under autocommit; w holds the statement's arguments.
-func (c *Container) upsert(ctx context.Context, w *writeScratch, rows [][]any) error {
+// DUPLICATE KEY UPDATE under autocommit, on q; w holds the statement's arguments.
+func (c *Container) upsert(ctx context.Context, q sqlConn, w *writeScratch, rows [][]any) error {
 	if len(rows) == 1 {
-		_, err := c.db.ExecContext(ctx, c.stmt.upsert1, rows[0]...)
+		_, err := q.ExecContext(ctx, c.stmt.upsert1, rows[0]...)
 		return err
 	}
 	var b strings.Builder
@@ -464,6 +485,6 @@ func (c *Container) upsert(ctx context.Context, w *writeScratch, rows [][]any) e
 	}
 	w.stmt = args
 	b.WriteString(c.stmt.onDup)
-	_, err := c.db.ExecContext(ctx, b.String(), args...)
+	_, err := q.ExecContext(ctx, b.String(), args...)
 	return err
 }

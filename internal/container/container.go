@@ -10,7 +10,9 @@
 // Invariants:
 //
 //   - A Set is acknowledged (returns a nil error) only after the COMMIT of the
-//     transaction holding its row returned successfully. Concurrent Sets are
+//     transaction holding its row returned successfully, and, on a group that
+//     reads replicas (Options.Replicas), after its GTID was noted on the
+//     group's validity gate (replicas.go); so is every other write. Concurrent Sets are
 //     group-committed: a Set that finds no commit in flight writes its row
 //     itself, on its caller's goroutine (a lone writer pays one round trip);
 //     Sets arriving during a commit queue, and a committer goroutine takes up
@@ -34,6 +36,10 @@
 //     allocation owned by its queued request, since the committer may write
 //     or retry the row after Set gave up. Items returned to the caller are the
 //     caller's.
+//   - Reads (Get, GetMulti) run on a replica only when its applied position
+//     covers every write keyway knows of to the table, read when the read is
+//     sent (after the caller's stamp); else, and for every write and every
+//     read inside a write, on the primary (replicas.go).
 //   - Add, Replace, Append, Prepend, CompareAndSwap, IncrDecr, Touch and Delete
 //     are each atomic in SQL: a single conditional statement where one
 //     suffices, otherwise a transaction with SELECT … FOR UPDATE.
@@ -95,6 +101,7 @@ import (
 	"github.com/keywaydb/keyway/internal/backend"
 	"github.com/keywaydb/keyway/internal/gather"
 	"github.com/keywaydb/keyway/internal/mysqlwire"
+	"github.com/keywaydb/keyway/internal/validity"
 )
 
 // Def describes one container (the InnoDB memcached plugin's `containers` row).
@@ -125,6 +132,10 @@ type Options struct {
 	// ReadOnly says the container never writes its table (its set, delete and flush policies never reach it), so
 	// the check asks the account for SELECT alone, not INSERT, UPDATE and DELETE too.
 	ReadOnly bool
+	// Replicas, when its group reads replicas, sends the container's reads to replicas that have every write
+	// keyway knows of to the table, and has each write note its GTID before it is acknowledged (replicas.go).
+	// nil: every statement runs on the pool given to Open.
+	Replicas *Replicas
 	Logger   *slog.Logger // slog.Default() when nil
 }
 
@@ -244,8 +255,9 @@ type Container struct {
 	opt Options
 
 	sep    string
-	table  string      // `schema`.`table`
-	cas    *casCounter // the table's CAS source (see casCounters)
+	table  string              // `schema`.`table`
+	cas    *casCounter         // the table's CAS source (see casCounters)
+	ids    [1]validity.TableID // the table, as validity names it (its positions: replicas.go)
 	qKey   string
 	qVals  []string
 	qFlags string // "" when none
@@ -341,6 +353,7 @@ func Open(ctx context.Context, db *sql.DB, def Def, o Options) (*Container, erro
 		table: quoteIdent(def.Schema) + "." + quoteIdent(def.Table),
 		qKey:  quoteIdent(def.KeyColumn),
 		cas:   casCounterFor(def.Schema, def.Table),
+		ids:   [1]validity.TableID{{Schema: strings.ToLower(def.Schema), Name: strings.ToLower(def.Table)}}, // as the engine names it
 		grown: make(chan struct{}, 1), gatherMax: gather.Limit,
 	}
 	for _, v := range def.ValueColumns {

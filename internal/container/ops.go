@@ -150,8 +150,12 @@ func (c *Container) Get(ctx context.Context, key []byte) (Item, bool, error) {
 	if err := c.checkKey(key); err != nil {
 		return Item{}, false, err
 	}
-	row := c.db.QueryRowContext(c.unwatched(ctx, ctx), c.stmt.get, key)
-	_, it, ok, err := c.scanItem(row)
+	db := c.reader()
+	_, it, ok, err := c.scanItem(db.QueryRowContext(c.unwatched(ctx, ctx), c.stmt.get, key))
+	if err != nil && !errors.Is(err, sql.ErrNoRows) && db != c.db && ctx.Err() == nil {
+		// The replica failed: the primary has it all.
+		_, it, ok, err = c.scanItem(c.db.QueryRowContext(c.unwatched(ctx, ctx), c.stmt.get, key))
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return Item{}, false, nil
 	}
@@ -238,15 +242,30 @@ func (c *Container) GetMulti(ctx context.Context, keys [][]byte) (map[string]Ite
 		return out, nil
 	}
 	q := c.stmt.getIn + "?" + strings.Repeat(", ?", len(args)-1) + ")"
-	rows, err := c.db.QueryContext(c.unwatched(ctx, ctx), q, args...)
+	db := c.reader()
+	err := c.getMulti(ctx, db, q, args, want, out)
+	if err != nil && db != c.db && ctx.Err() == nil {
+		// The replica failed: the primary has it all.
+		clear(out)
+		err = c.getMulti(ctx, c.db, q, args, want, out)
+	}
 	if err != nil {
 		return nil, c.mapErr(err)
+	}
+	return out, nil
+}
+
+// getMulti runs GetMulti's query q on db, adding what it finds to out.
+func (c *Container) getMulti(ctx context.Context, db *sql.DB, q string, args []any, want map[string][]string, out map[string]Item) error {
+	rows, err := db.QueryContext(c.unwatched(ctx, ctx), q, args...)
+	if err != nil {
+		return err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		k, it, ok, err := c.scanItem(rows)
 		if err != nil {
-			return nil, c.mapErr(err)
+			return err
 		}
 		if !ok {
 			continue
@@ -255,10 +274,7 @@ func (c *Container) GetMulti(ctx context.Context, keys [][]byte) (map[string]Ite
 			out[req] = it
 		}
 	}
-	if err := rows.Err(); err != nil {
-		return nil, c.mapErr(err)
-	}
-	return out, nil
+	return rows.Err()
 }
 
 func containsStr(list []string, s string) bool {
@@ -411,20 +427,28 @@ func (c *Container) Add(ctx context.Context, key []byte, it Item) (uint64, Statu
 	if err != nil {
 		return 0, 0, err
 	}
-	if c.qExp != "" {
-		if _, err := c.db.ExecContext(ctx, "DELETE FROM "+c.table+" WHERE "+c.qKey+" = ? AND "+c.qExp+" <> 0 AND "+c.qExp+" <= ?", key, now()); err != nil {
-			return 0, 0, c.mapErr(err)
+	st := Stored
+	err = c.onPrimary(ctx, func(db sqlConn) error {
+		if c.qExp != "" {
+			if _, err := db.ExecContext(ctx, "DELETE FROM "+c.table+" WHERE "+c.qKey+" = ? AND "+c.qExp+" <> 0 AND "+c.qExp+" <= ?", key, now()); err != nil {
+				return c.mapErr(err)
+			}
 		}
-	}
-	cols := c.writeCols()
-	q := "INSERT INTO " + c.table + " (" + c.qKey + ", " + strings.Join(cols, ", ") + ") VALUES (?" + strings.Repeat(", ?", len(cols)) + ")"
-	_, err = c.db.ExecContext(ctx, q, append([]any{key}, wargs...)...)
-	var me *mysql.MySQLError
-	if errors.As(err, &me) && me.Number == mysqlwire.ERDupEntry {
-		return 0, NotStored, nil
-	}
+		cols := c.writeCols()
+		q := "INSERT INTO " + c.table + " (" + c.qKey + ", " + strings.Join(cols, ", ") + ") VALUES (?" + strings.Repeat(", ?", len(cols)) + ")"
+		_, err := db.ExecContext(ctx, q, append([]any{key}, wargs...)...)
+		var me *mysql.MySQLError
+		if errors.As(err, &me) && me.Number == mysqlwire.ERDupEntry {
+			st = NotStored
+			return nil
+		}
+		return c.mapErr(err)
+	})
 	if err != nil {
-		return 0, 0, c.mapErr(err)
+		return 0, 0, err
+	}
+	if st != Stored {
+		return 0, st, nil
 	}
 	return cas, Stored, nil
 }
@@ -441,8 +465,12 @@ func (c *Container) Replace(ctx context.Context, key []byte, it Item) (uint64, S
 	}
 	cond, cargs := c.live()
 	q := "UPDATE " + c.table + " SET " + assignments(c.writeCols()) + " WHERE " + c.qKey + " = ? AND " + cond
-	st, err := c.updated(ctx, c.db, key, q, append(append(wargs, key), cargs...), Stored, NotStored)
-	if st != Stored {
+	var st Status
+	err = c.onPrimary(ctx, func(db sqlConn) (err error) {
+		st, err = c.updated(ctx, db, key, q, append(append(wargs, key), cargs...), Stored, NotStored)
+		return err
+	})
+	if st != Stored || err != nil {
 		cas = 0
 	}
 	return cas, st, err
@@ -520,8 +548,12 @@ func (c *Container) concat(ctx context.Context, key, data []byte, front bool) (u
 	cas := c.cas.next()
 	cond, cargs := c.live()
 	q := "UPDATE " + c.table + " SET " + v + " = " + expr + ", " + c.qCAS + " = ? WHERE " + c.qKey + " = ? AND " + cond
-	st, err := c.updated(ctx, c.db, key, q, append([]any{nonNil(data), cas, key}, cargs...), Stored, NotStored)
-	if st != Stored {
+	var st Status
+	err := c.onPrimary(ctx, func(db sqlConn) (err error) {
+		st, err = c.updated(ctx, db, key, q, append([]any{nonNil(data), cas, key}, cargs...), Stored, NotStored)
+		return err
+	})
+	if st != Stored || err != nil {
 		cas = 0
 	}
 	return cas, st, err
@@ -529,8 +561,20 @@ func (c *Container) concat(ctx context.Context, key, data []byte, front bool) (u
 
 // inTx runs fn on key's row read with SELECT … FOR UPDATE (found false when
 // missing or expired) in a transaction, committed when fn returns no error.
-func (c *Container) inTx(ctx context.Context, key []byte, fn func(tx *sql.Tx, it Item, found bool) (Status, error)) (Status, error) {
-	tx, err := c.db.BeginTx(ctx, nil)
+func (c *Container) inTx(ctx context.Context, key []byte, fn func(tx *sql.Tx, it Item, found bool) (Status, error)) (st Status, err error) {
+	err = c.onPrimary(ctx, func(db sqlConn) (err error) {
+		st, err = c.inTxOn(ctx, db, key, fn)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return st, nil
+}
+
+// inTxOn is inTx on db.
+func (c *Container) inTxOn(ctx context.Context, db sqlConn, key []byte, fn func(tx *sql.Tx, it Item, found bool) (Status, error)) (Status, error) {
+	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, c.mapErr(err)
 	}
@@ -600,23 +644,35 @@ func (c *Container) CompareAndSwap(ctx context.Context, key []byte, it Item, cas
 	}
 	cond, cargs := c.live()
 	q := "UPDATE " + c.table + " SET " + assignments(c.writeCols()) + " WHERE " + c.qKey + " = ? AND " + c.qCAS + " = ? AND " + cond
-	res, err := c.db.ExecContext(ctx, q, append(append(wargs, key, cas), cargs...)...)
+	var st Status
+	err = c.onPrimary(ctx, func(db sqlConn) error {
+		res, err := db.ExecContext(ctx, q, append(append(wargs, key, cas), cargs...)...)
+		if err != nil {
+			return c.mapErr(err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return c.mapErr(err)
+		} else if n > 0 {
+			st = Stored // the cas column always changes, so a match is always a change
+			return nil
+		}
+		ok, err := c.existsLive(ctx, db, key)
+		if err != nil {
+			return c.mapErr(err)
+		}
+		st = NotFound
+		if ok {
+			st = Exists
+		}
+		return nil
+	})
 	if err != nil {
-		return 0, 0, c.mapErr(err)
+		return 0, 0, err
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return 0, 0, c.mapErr(err)
-	} else if n > 0 {
-		return newCAS, Stored, nil // the cas column always changes, so a match is always a change
+	if st != Stored {
+		return 0, st, nil
 	}
-	ok, err := c.existsLive(ctx, c.db, key)
-	if err != nil {
-		return 0, 0, c.mapErr(err)
-	}
-	if ok {
-		return 0, Exists, nil
-	}
-	return 0, NotFound, nil
+	return newCAS, Stored, nil
 }
 
 // IncrDecr adds delta to (or, with decr, subtracts it from) the decimal
@@ -676,7 +732,15 @@ func (c *Container) Touch(ctx context.Context, key []byte, exptime int64) (Statu
 	}
 	cond, cargs := c.live()
 	q := "UPDATE " + c.table + " SET " + c.qExp + " = ? WHERE " + c.qKey + " = ? AND " + cond
-	return c.updated(ctx, c.db, key, q, append([]any{exptime, key}, cargs...), Touched, NotFound)
+	var st Status
+	err := c.onPrimary(ctx, func(db sqlConn) (err error) {
+		st, err = c.updated(ctx, db, key, q, append([]any{exptime, key}, cargs...), Touched, NotFound)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return st, nil
 }
 
 // Delete removes key's row: Deleted, or NotFound when it was missing or
@@ -688,7 +752,13 @@ func (c *Container) Delete(ctx context.Context, key []byte) (Status, error) {
 	var res sql.Result
 	var err error
 	if c.qExp == "" {
-		res, err = c.db.ExecContext(ctx, c.stmt.delete, key)
+		err = c.onPrimary(ctx, func(db sqlConn) (err error) {
+			res, err = db.ExecContext(ctx, c.stmt.delete, key)
+			return c.mapErr(err)
+		})
+		if err != nil {
+			return 0, err
+		}
 	} else {
 		// The row is read FOR UPDATE to learn whether it was live (DELETE …
 		// RETURNING would be MariaDB-only), then deleted, expired or not, in
@@ -704,9 +774,6 @@ func (c *Container) Delete(ctx context.Context, key []byte) (Status, error) {
 			return NotFound, nil
 		})
 		return st, err
-	}
-	if err != nil {
-		return 0, c.mapErr(err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
@@ -724,8 +791,10 @@ func (c *Container) Truncate(ctx context.Context) error {
 	if err := c.notLive(); err != nil {
 		return err
 	}
-	_, err := c.db.ExecContext(ctx, "TRUNCATE TABLE "+c.table)
-	return c.mapErr(err)
+	return c.onPrimary(ctx, func(db sqlConn) error {
+		_, err := db.ExecContext(ctx, "TRUNCATE TABLE "+c.table)
+		return c.mapErr(err)
+	})
 }
 
 // Server error numbers that refuse a row's data: sending the same row again

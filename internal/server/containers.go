@@ -11,6 +11,7 @@ import (
 	"github.com/keywaydb/keyway/internal/config"
 	"github.com/keywaydb/keyway/internal/container"
 	"github.com/keywaydb/keyway/internal/engine"
+	"github.com/keywaydb/keyway/internal/validity"
 	"github.com/keywaydb/keyway/internal/writebehind"
 )
 
@@ -18,6 +19,9 @@ import (
 type containerSet struct {
 	tables []*engine.Table
 	dbs    []*sql.DB
+	// replicas are the groups' that read replicas (container.Replicas: the replicas' pools and the positions of the
+	// containers' writes), one per such group.
+	replicas []*container.Replicas
 	// defaultName is the container keys without "@@" go to: "default" when one is named so, else (as the InnoDB
 	// plugin does) the first container of an imported innodb_memcache schema; "" for none (the local store).
 	defaultName string
@@ -28,8 +32,10 @@ type containerSet struct {
 // engine with their policies. A container whose group cannot be reached does not fail the start: it answers its
 // keys with an error naming the group until its table is checked (see container.Open), while plain keys and other
 // containers serve, and its write-behind journal waits. A table that does not fit its definition fails the start.
+// On a group that reads replicas, containers read from replicas that have every write keyway knows of to their
+// table, and note each write's GTID on the group's gate in reg before acknowledging it (see container.Replicas).
 // On an error nothing stays open.
-func openContainers(ctx context.Context, cfg config.Config, eng *engine.Engine, topo *backend.Topology, log *slog.Logger) (_ *containerSet, err error) {
+func openContainers(ctx context.Context, cfg config.Config, eng *engine.Engine, topo *backend.Topology, reg *validity.Registry, log *slog.Logger) (_ *containerSet, err error) {
 	ts := &containerSet{}
 	defer func() {
 		if err != nil {
@@ -43,6 +49,17 @@ func openContainers(ctx context.Context, cfg config.Config, eng *engine.Engine, 
 			ts.dbs = append(ts.dbs, dbs[g])
 		}
 		return dbs[g]
+	}
+	reps := map[*backend.Group]*container.Replicas{}
+	replicasOf := func(g *backend.Group) *container.Replicas {
+		if !g.ReadsReplicas() || reg == nil {
+			return nil
+		}
+		if reps[g] == nil {
+			reps[g] = container.NewReplicas(g, reg.Gate(g.Name()))
+			ts.replicas = append(ts.replicas, reps[g])
+		}
+		return reps[g]
 	}
 	type planned struct {
 		def      container.Def
@@ -84,7 +101,8 @@ func openContainers(ctx context.Context, cfg config.Config, eng *engine.Engine, 
 		ct, err := container.Open(ctx, dbFor(p.group), p.def, container.Options{
 			Backend: fmt.Sprintf("group %s (%s)", p.group.Name(), p.group.Addr()), Logger: log,
 			PoolDeadline: container.StatementTimeout,
-			ReadOnly:     !p.policies.WritesTable()})
+			ReadOnly:     !p.policies.WritesTable(),
+			Replicas:     replicasOf(p.group)})
 		if err != nil {
 			// Said as keyway check says it: the container once, and the fix.
 			return nil, fmt.Errorf("group %q: %s", p.group.Name(), containerProblem(p.group.Addr(), p.group.SQLConfig().User, p.def, err))
@@ -114,6 +132,9 @@ func (ts *containerSet) close() error {
 		if err := t.C.Close(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	for _, r := range ts.replicas {
+		r.Close()
 	}
 	for _, db := range ts.dbs {
 		db.Close()

@@ -124,7 +124,7 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 		return fail(err)
 	}
 	openCtx, cancelOpen := context.WithTimeout(context.Background(), 30*time.Second)
-	s.containers, err = openContainers(openCtx, cfg, s.engine, s.topo, log)
+	s.containers, err = openContainers(openCtx, cfg, s.engine, s.topo, s.validity, log)
 	cancelOpen()
 	if err != nil {
 		return fail(err)
