@@ -120,7 +120,14 @@ func (ss *session) fillingExchange(p []byte, plan *Plan, st *prepared, key strin
 	if deps == nil {
 		deps = c.Begin(ids)
 	}
-	if e, err := ss.lease(plan); err != nil || e != nil { // exchange would; the capture needs the connection first
+	// exchange would settle and lease; the capture needs the connection first. Settle before the lease: the
+	// settled writes raise the positions a replica must cover (replicas.go).
+	e := ss.settle(plan)
+	var err error
+	if e == nil {
+		e, err = ss.lease(plan)
+	}
+	if err != nil || e != nil {
 		if err != nil {
 			return 0, true, err
 		}
