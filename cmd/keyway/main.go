@@ -39,6 +39,8 @@ usage:
   keyway serve [flags]          serve the memcache and SQL doors (keyway serve -h for flags)
   keyway check [flags]          check a configuration and its backends without serving (serve's flags)
   keyway stats [--admin A]      live figures from a running keyway's admin listener
+  keyway switchover --group G   a running keyway promotes a replica of G while its primary is up (--to, --hold)
+  keyway failover --group G     a running keyway promotes G's most advanced replica: its primary is dead
   keyway bench memcache         the memcache door against memcached (memcaslap)
   keyway bench sql              the SQL door against MariaDB direct and haproxy (sysbench)
   keyway bench kv               the InnoDB memcached plugin's experiment: SELECT/INSERT vs keyway vs memcached
@@ -67,6 +69,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runCheck(args[1:], stdout, stderr)
 	case "stats":
 		return runStats(args[1:], stdout, stderr)
+	case "failover", "switchover":
+		return runPromote(args[0], args[1:], stdout, stderr)
 	case "version", "-v", "--version":
 		fmt.Fprintf(stdout, "keyway %s (memcached protocol %s)\n", version, memcache.ProtocolVersion)
 		return 0

@@ -41,6 +41,9 @@ type Options struct {
 	Status  func() any     // JSON-encoded at /status; nil: /status answers 404
 	// Candidates is JSON-encoded at /candidates (the SQL door's SHOW KEYWAY CANDIDATES); nil: 404.
 	Candidates func() any
+	// Promote runs POST /groups/{group}/failover and /groups/{group}/switchover (op "failover" or "switchover",
+	// with the request's "to" and "hold" parameters); its report is the JSON reply. nil: 404.
+	Promote func(ctx context.Context, group, op, to string, hold time.Duration) (any, error)
 	// Ready lists the parts /readyz checks (doors, store, groups); nil: /readyz has no parts and answers 200.
 	Ready  func() []Part
 	Logger *slog.Logger // nil: slog.Default()
@@ -175,7 +178,35 @@ func (s *Server) routes() http.Handler {
 	if s.o.Candidates != nil {
 		mux.HandleFunc("GET /candidates", func(w http.ResponseWriter, r *http.Request) { s.writeJSON(w, s.o.Candidates()) })
 	}
+	if s.o.Promote != nil {
+		mux.HandleFunc("POST /groups/{group}/{op}", s.promote)
+	}
 	return mux
+}
+
+// promote runs a failover or a switchover of a group for keyway failover / keyway switchover.
+func (s *Server) promote(w http.ResponseWriter, r *http.Request) {
+	op := r.PathValue("op")
+	if op != "failover" && op != "switchover" {
+		http.Error(w, "POST /groups/{group}/failover or /groups/{group}/switchover", http.StatusNotFound)
+		return
+	}
+	hold := 2 * time.Second
+	if h := r.URL.Query().Get("hold"); h != "" {
+		d, err := time.ParseDuration(h)
+		if err != nil || d <= 0 {
+			http.Error(w, "hold: want a positive duration such as 2s", http.StatusBadRequest)
+			return
+		}
+		hold = d
+	}
+	rep, err := s.o.Promote(r.Context(), r.PathValue("group"), op, r.URL.Query().Get("to"), hold)
+	if err != nil {
+		s.log.Warn("admin: "+op+" failed", "group", r.PathValue("group"), "err", err)
+		http.Error(w, err.Error(), http.StatusConflict)
+		return
+	}
+	s.writeJSON(w, rep)
 }
 
 // digests serves the digest table: JSON by default, a ProxySQL-like text table with ?format=text; ?limit=N returns

@@ -166,6 +166,9 @@ type GroupOptions struct {
 	// member that replicates from no one: an operator or an orchestrator promoted it). Called on the group's
 	// position watcher: it must not block long.
 	OnNewPrimary func(NewPrimary)
+	// ReplicationUser and ReplicationPassword are the account a former primary replicates from the new one with
+	// after a switchover (REPLICATION SLAVE).
+	ReplicationUser, ReplicationPassword string
 }
 
 // Replica is a read replica of a group, and its share of the reads sent to replicas (Weight, 1 when 0).
@@ -970,25 +973,45 @@ func (c *Conn) queryStrings(q string) ([]string, error) {
 }
 
 // queryRows runs a text query and calls row with each row's values (NULL as "") in turn, and returns how many rows
-// there were. The whole result is read; errors as queryStrings'.
+// there were (0 for a statement that returns none). The whole result is read; errors as queryStrings'.
 func (c *Conn) queryRows(q string, row func(vals []string)) (int, error) {
+	return c.queryColumns(q, nil, row)
+}
+
+// queryNamedRows runs a text query and returns its column names and every row.
+func (c *Conn) queryNamedRows(q string) (names []string, rows [][]string, err error) {
+	_, err = c.queryColumns(q, &names, func(vals []string) { rows = append(rows, vals) })
+	return names, rows, err
+}
+
+// queryColumns is queryRows, also reading the columns' names into names when it is not nil.
+func (c *Conn) queryColumns(q string, names *[]string, row func(vals []string)) (int, error) {
 	p, err := c.roundTrip(q)
 	if err != nil {
 		return 0, err
 	}
-	if p[0] == mysqlwire.HeaderERR {
+	switch p[0] {
+	case mysqlwire.HeaderERR:
 		return 0, mysqlwire.ParseError(p)
+	case mysqlwire.HeaderOK:
+		if st, ok := mysqlwire.OKStatus(p); ok {
+			c.Status = st
+		}
+		return 0, nil
 	}
 	cols, defs, _ := mysqlwire.ReadColumnCount(p, c.ExtCapabilities)
-	skip := int(cols)
-	if !defs {
-		skip = 0
+	for i := 0; defs && i < int(cols); i++ {
+		p, err := c.ReadPacket()
+		if err != nil {
+			c.broken = true
+			return 0, err
+		}
+		if names != nil {
+			*names = append(*names, columnName(p))
+		}
 	}
 	if c.Capabilities&mysqlwire.ClientDeprecateEOF == 0 {
-		skip++ // the EOF after the column definitions
-	}
-	for range skip {
-		if _, err := c.ReadPacket(); err != nil {
+		if _, err := c.ReadPacket(); err != nil { // the EOF after the column definitions
 			c.broken = true
 			return 0, err
 		}
@@ -1028,6 +1051,20 @@ func (c *Conn) queryRows(q string, row func(vals []string)) (int, error) {
 		}
 		n++
 		row(vals)
+	}
+}
+
+// columnName is the name of a column definition packet (its fifth length-encoded string), or "" when malformed.
+func columnName(p []byte) string {
+	for i := 0; ; i++ {
+		n, w, ok := mysqlwire.ReadLenEnc(p)
+		if !ok || w+int(n) > len(p) {
+			return ""
+		}
+		if i == 4 {
+			return string(p[w : w+int(n)])
+		}
+		p = p[w+int(n):]
 	}
 }
 

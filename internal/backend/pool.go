@@ -58,6 +58,9 @@ func (p *Pool) get(ctx context.Context, db *string) (*Conn, error) {
 	if err := p.g.fenced(); err != nil { // two primaries: nothing goes to either (replicas.go)
 		return nil, err
 	}
+	if err := p.g.waitHold(ctx); err != nil { // a switchover (promote.go)
+		return nil, err
+	}
 	cfg := &p.g.cfg
 	var waitUntil time.Time
 	for {

@@ -77,7 +77,11 @@ type replicaState struct {
 	primaryPos atomic.Pointer[memberPosition]
 	reads      atomic.Int64 // reads ReadMember sent to the primary
 	fence      atomic.Pointer[FencedError]
-	history    struct {
+	// hold, while set, makes new borrowers of the primary's connections wait until it closes (Switchover);
+	// recheck asks the watcher to read the members' roles now.
+	hold    atomic.Pointer[chan struct{}]
+	recheck chan struct{}
+	history struct {
 		sync.Mutex
 		samples []positionSample // a ring, next is where the next sample goes
 		next    int
@@ -94,6 +98,7 @@ func (g *Group) startReplicas(o GroupOptions) {
 		ro.Primary, ro.Replicas, ro.ReadFrom = r.Member, nil, ReadPrimary
 		g.rs.replicas = append(g.rs.replicas, &replicaMember{Group: NewGroup(ro), weight: max(r.Weight, 1)})
 	}
+	g.rs.recheck = make(chan struct{}, 1)
 	g.wg.Add(1)
 	go g.watchPositions()
 }
@@ -104,6 +109,9 @@ func (g *Group) closeReplicas() {
 		r.Close()
 	}
 }
+
+// HasReplicas reports whether the group has replicas (GroupOptions.Replicas).
+func (g *Group) HasReplicas() bool { return len(g.rs.replicas) > 0 }
 
 // ReadsReplicas reports whether reads may go to another server than the primary.
 func (g *Group) ReadsReplicas() bool {
@@ -207,6 +215,8 @@ func (g *Group) watchPositions() {
 		case <-g.stop:
 			return
 		case <-t.C:
+		case <-g.rs.recheck:
+			tick = -1 // roles now (tick++ makes it 0)
 		}
 	}
 }

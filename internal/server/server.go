@@ -19,6 +19,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -245,7 +246,10 @@ func groupOptions(cfg config.Config, log *slog.Logger) []backend.GroupOptions {
 			Replicas:       replicas(g.Replicas),
 			ReadFrom:       g.ReadFrom, // config.Read* are backend.Read*
 			MaxReplicaLag:  g.MaxReplicaLag,
-			Logger:         log,
+			// A former primary replicates from the new one after a switchover with the binlog follower's account.
+			ReplicationUser:     cmp.Or(g.BinlogUser, g.User),
+			ReplicationPassword: cmp.Or(g.BinlogPassword, g.Password),
+			Logger:              log,
 		})
 	}
 	return out
@@ -270,6 +274,21 @@ func (s *Server) followedPrimary(c backend.NewPrimary) {
 				"group", c.Group, "domain", g.Domain, "new_primary_has_up_to", have, "acknowledged_up_to", g.Seq)
 		}
 	}
+}
+
+// promote runs keyway failover / keyway switchover on a group (admin's POST /groups/{group}/{op}).
+func (s *Server) promote(ctx context.Context, group, op, to string, hold time.Duration) (any, error) {
+	g := s.topo.Group(group)
+	if g == nil {
+		return nil, fmt.Errorf("no group %q", group)
+	}
+	if !g.HasReplicas() {
+		return nil, fmt.Errorf("group %q has no replicas to promote ([[groups]] replicas)", group)
+	}
+	if op == "failover" {
+		return g.Failover(ctx)
+	}
+	return g.Switchover(ctx, to, hold)
 }
 
 // replicas are a group's [[groups]] replicas as backend members.
@@ -363,7 +382,7 @@ func (s *Server) startSQLAndAdmin() error {
 			return fmt.Errorf("admin.listen %q: %w (change [admin] listen or --admin-listen)", cfg.Admin.Listen, err)
 		}
 		s.admin = admin.New(admin.Options{Listen: cfg.Admin.Listen, Digests: digestTable, Metrics: metrics, Status: s.status,
-			Candidates: s.candidates, Ready: s.readiness, Token: cfg.Admin.Token, MetricsPublic: cfg.Admin.MetricsPublic,
+			Candidates: s.candidates, Ready: s.readiness, Promote: s.promote, Token: cfg.Admin.Token, MetricsPublic: cfg.Admin.MetricsPublic,
 			Logger: s.log})
 		s.adminLn = ln
 		go func() {

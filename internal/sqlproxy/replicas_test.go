@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,12 +24,18 @@ type replicaSetup struct {
 
 func newReplicaSetup(t *testing.T) *replicaSetup {
 	t.Helper()
-	r := testenv.NewReplication(t, testenv.ReplicationOptions{})
+	return newReplicaSetupWith(t, testenv.ReplicationOptions{})
+}
+
+func newReplicaSetupWith(t *testing.T, o testenv.ReplicationOptions) *replicaSetup {
+	t.Helper()
+	r := testenv.NewReplication(t, o)
 	ctx := context.Background()
 	p := openDSN(t, r.Primary.AppDSN)
 	mustExec(t, p, "CREATE TABLE whoami (id INT PRIMARY KEY, name VARCHAR(20))")
 	mustExec(t, p, "CREATE TABLE t1 (id INT PRIMARY KEY, v INT)")
 	mustExec(t, p, "CREATE TABLE t2 (id INT PRIMARY KEY, v INT)")
+	mustExec(t, p, "CREATE TABLE acked (w INT, n INT, PRIMARY KEY (w, n))")
 	mustExec(t, p, "INSERT INTO t1 VALUES (1, 0)")
 	mustExec(t, p, "INSERT INTO t2 VALUES (1, 0)")
 	if err := r.Sync(ctx, 20*time.Second); err != nil {
@@ -76,6 +83,7 @@ func (s *replicaSetup) proxy(t *testing.T, readFrom string) (db *sql.DB, addr st
 	}
 	cfg.Groups[0].ReadFrom = readFrom
 	cfg.Groups[0].MaxReplicaLag = time.Minute // a slow machine's test must not make a stopped replica ineligible
+	cfg.Groups[0].ReplicationUser, cfg.Groups[0].ReplicationPassword = "repl", "repl"
 	reg := validity.NewRegistry()
 	reg.Gate("main")
 	srv, addr := startProxyOpts(t, cfg.with(t, func(o *Options) { o.Validity = reg }))
@@ -337,5 +345,130 @@ func TestFollowPromotedPrimary(t *testing.T) {
 		if server == s.names[oldPrimary.Addr] {
 			t.Fatal("the dead primary answered")
 		}
+	}
+}
+
+// writeLoad runs writers that each insert (w, n) for n = 1, 2, … through db until stop closes, and returns the
+// acknowledged rows per writer and the errors they met.
+func writeLoad(db *sql.DB, writers int, stop <-chan struct{}) (acked func() map[int]int, errs func() []error) {
+	var mu sync.Mutex
+	got := map[int]int{}
+	var failed []error
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 1; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, err := db.Exec("INSERT INTO acked VALUES (?, ?)", w, n)
+				mu.Lock()
+				if err != nil {
+					failed = append(failed, err)
+				} else {
+					got[w] = n
+				}
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	done := func() { wg.Wait() }
+	return func() map[int]int { done(); return got }, func() []error { done(); return failed }
+}
+
+// TestSwitchover: under writers outside transactions, a switchover promotes a replica with no client error, every
+// acknowledged write on the new primary once, the former primary replicating from it, and the pause within hold.
+func TestSwitchover(t *testing.T) {
+	s := newReplicaSetup(t)
+	db, _ := s.proxy(t, backend.ReadReplicas)
+	db.SetMaxOpenConns(8)
+	stop := make(chan struct{})
+	acked, errs := writeLoad(db, 4, stop)
+	time.Sleep(300 * time.Millisecond)
+	ctx := context.Background()
+	rep, err := s.group.Switchover(ctx, "", 2*time.Second)
+	if err != nil {
+		close(stop)
+		t.Fatalf("switchover: %v", err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	if e := errs(); len(e) > 0 {
+		t.Fatalf("%d writes failed during the switchover, the first: %v (report %+v)", len(e), e[0], rep)
+	}
+	t.Logf("switchover: %+v", rep)
+	if rep.Held > 3*time.Second {
+		t.Errorf("writes were held %v, more than the hold of 2s", rep.Held)
+	}
+	if s.group.Addr() != rep.New || rep.New == s.repl.Primary.Addr {
+		t.Fatalf("the group's primary is %s after a switchover to %s", s.group.Addr(), rep.New)
+	}
+	newPrimary := openDSN(t, "app:secret@tcp("+rep.New+")/test")
+	var total int
+	for w, n := range acked() {
+		var c int
+		if err := newPrimary.QueryRow("SELECT COUNT(*) FROM acked WHERE w = ? AND n <= ?", w, n).Scan(&c); err != nil || c != n {
+			t.Errorf("writer %d: %d of its %d acknowledged rows on the new primary (err %v)", w, c, n, err)
+		}
+		total += n
+	}
+	if total == 0 {
+		t.Fatal("no write was acknowledged: the load did not run")
+	}
+	// The former primary replicates from the new one and catches up.
+	var pos string
+	if err := newPrimary.QueryRow("SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.repl.Primary.WaitCaughtUp(ctx, pos, 20*time.Second); err != nil {
+		t.Errorf("the former primary does not catch up with the new one: %v", err)
+	}
+}
+
+// TestFailover: with semi-synchronous replication, writers through keyway, kill -9 the primary, keyway failover:
+// writes fail only between the kill and the promotion, and every acknowledged write is on the new primary, once.
+func TestFailover(t *testing.T) {
+	s := newReplicaSetupWith(t, testenv.ReplicationOptions{SemiSync: true})
+	db, _ := s.proxy(t, backend.ReadReplicas)
+	db.SetMaxOpenConns(8)
+	stop := make(chan struct{})
+	acked, errs := writeLoad(db, 4, stop)
+	time.Sleep(300 * time.Millisecond)
+	if err := s.repl.Primary.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rep, err := s.group.Failover(ctx)
+	close(stop)
+	if err != nil {
+		t.Fatalf("failover: %v", err)
+	}
+	t.Logf("failover: %+v; writers' errors (inside the window): %d", rep, len(errs()))
+	newPrimary := openDSN(t, "app:secret@tcp("+rep.New+")/test")
+	total := 0
+	for w, n := range acked() {
+		var c int
+		if err := newPrimary.QueryRow("SELECT COUNT(*) FROM acked WHERE w = ? AND n <= ?", w, n).Scan(&c); err != nil || c != n {
+			t.Errorf("writer %d: %d of its %d acknowledged rows on the new primary (err %v)", w, c, n, err)
+		}
+		total += n
+	}
+	if total == 0 {
+		t.Fatal("no write was acknowledged: the load did not run")
+	}
+	// Writes go through again, to the new primary.
+	if _, err := db.Exec("INSERT INTO acked VALUES (99, 1)"); err != nil {
+		t.Fatalf("a write after the failover: %v", err)
+	}
+	var c int
+	if err := newPrimary.QueryRow("SELECT COUNT(*) FROM acked WHERE w = 99").Scan(&c); err != nil || c != 1 {
+		t.Fatalf("the write after the failover is not on the new primary: %d (err %v)", c, err)
 	}
 }

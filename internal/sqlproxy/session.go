@@ -292,6 +292,22 @@ func (ss *session) lease(plan *Plan) (*mysqlwire.Error, error) {
 		if err := ss.be.Fenced(); err != nil {
 			return clientError(ss.user.group, err), nil
 		}
+		if ss.status&mysqlwire.StatusInTrans == 0 {
+			// A switchover holds statements at transaction boundaries; one inside a transaction goes on to end it.
+			_ = ss.be.WaitHold(context.Background())
+		}
+		if ss.be.Stale() { // the group followed a new primary since the session took this connection
+			if pinned, why := ss.pinned(); pinned {
+				ss.sendErr(mysqlwire.NewError(mysqlwire.ERConnectionKilled, "70100",
+					"keyway: backend group %s has a new primary (%s); the session's state (%s) was on the former one: reconnect",
+					ss.user.group.Name(), ss.user.group.Addr(), cmp.Or(why, "prepared statements")))
+				return nil, errSessionEnd
+			}
+			ss.holdNext = false
+			ss.release() // closed: its server is not the group's primary any more
+		}
+	}
+	if ss.be != nil {
 		if usable, err := ss.freshBackend(time.Now()); usable || err != nil {
 			return nil, err
 		}
