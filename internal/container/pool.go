@@ -25,9 +25,19 @@ func OpenDB(cfg *mysql.Config) *sql.DB {
 	dc.ReadTimeout, dc.WriteTimeout = StatementTimeout, StatementTimeout
 	connector, _ := mysql.NewConnector(dc) // fails only on a config that cannot be, such as a TLS name not registered
 	db := sql.OpenDB(connector)
-	db.SetMaxOpenConns(64)
-	db.SetMaxIdleConns(64)
+	db.SetMaxOpenConns(poolConns)
+	db.SetMaxIdleConns(poolConns)
 	return db
+}
+
+// poolConns is the most connections an OpenDB pool opens, and keeps idle.
+const poolConns = 64
+
+// DropIdle closes db's idle connections (an OpenDB pool): after its group followed a new primary, so that no
+// later statement goes to the former one. Connections in use finish where they are.
+func DropIdle(db *sql.DB) {
+	db.SetMaxIdleConns(0)
+	db.SetMaxIdleConns(poolConns)
 }
 
 // unwatched is the context to run a statement under for a caller whose context is caller: ctx itself, or, when the

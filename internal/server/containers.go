@@ -17,8 +17,9 @@ import (
 
 // containerSet is the containers keyway serves and the database/sql pools (one per backend group) they share.
 type containerSet struct {
-	tables []*engine.Table
-	dbs    []*sql.DB
+	tables  []*engine.Table
+	dbs     []*sql.DB
+	byGroup map[string]*sql.DB // the same pools by group name
 	// replicas are the groups' that read replicas (container.Replicas: the replicas' pools and the positions of the
 	// containers' writes), one per such group.
 	replicas []*container.Replicas
@@ -36,7 +37,7 @@ type containerSet struct {
 // table, and note each write's GTID on the group's gate in reg before acknowledging it (see container.Replicas).
 // On an error nothing stays open.
 func openContainers(ctx context.Context, cfg config.Config, eng *engine.Engine, topo *backend.Topology, reg *validity.Registry, log *slog.Logger) (_ *containerSet, err error) {
-	ts := &containerSet{}
+	ts := &containerSet{byGroup: map[string]*sql.DB{}}
 	defer func() {
 		if err != nil {
 			ts.close()
@@ -47,6 +48,7 @@ func openContainers(ctx context.Context, cfg config.Config, eng *engine.Engine, 
 		if dbs[g] == nil {
 			dbs[g] = container.OpenDB(g.SQLConfig())
 			ts.dbs = append(ts.dbs, dbs[g])
+			ts.byGroup[g.Name()] = dbs[g]
 		}
 		return dbs[g]
 	}

@@ -22,6 +22,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -31,12 +32,14 @@ import (
 	"runtime"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/keywaydb/keyway/internal/admin"
 	"github.com/keywaydb/keyway/internal/backend"
 	"github.com/keywaydb/keyway/internal/binlog"
 	"github.com/keywaydb/keyway/internal/config"
+	"github.com/keywaydb/keyway/internal/container"
 	"github.com/keywaydb/keyway/internal/digests"
 	"github.com/keywaydb/keyway/internal/engine"
 	"github.com/keywaydb/keyway/internal/memcache"
@@ -50,23 +53,26 @@ import (
 
 // Server is a running keyway.
 type Server struct {
-	cfg        config.Config
-	log        *slog.Logger
-	store      *store.Store
-	engine     *engine.Engine
-	topo       *backend.Topology // the backend groups; empty without [[groups]]
-	validity   *validity.Registry
-	followers  []*binlog.Follower // one per group that follows its binlog
-	sqlCache   *qcache.Cache      // the SQL door's result cache; nil when off
-	containers *containerSet
-	memcache   *memcache.Server
-	mcLn       net.Listener
-	sql        *sqlproxy.Server // nil when the SQL door is off
-	sqlLn      net.Listener
-	admin      *admin.Server // nil when the admin listener is off
-	metrics    *stats.Metrics
-	adminLn    net.Listener
-	errc       chan error
+	cfg    config.Config
+	log    *slog.Logger
+	store  *store.Store
+	engine *engine.Engine
+	topo   *backend.Topology // the backend groups; empty without [[groups]]
+	// containerDBs are the containers' pools by group, for followedPrimary (which a group's watcher may call
+	// before they are open).
+	containerDBs atomic.Pointer[map[string]*sql.DB]
+	validity     *validity.Registry
+	followers    []*binlog.Follower // one per group that follows its binlog
+	sqlCache     *qcache.Cache      // the SQL door's result cache; nil when off
+	containers   *containerSet
+	memcache     *memcache.Server
+	mcLn         net.Listener
+	sql          *sqlproxy.Server // nil when the SQL door is off
+	sqlLn        net.Listener
+	admin        *admin.Server // nil when the admin listener is off
+	metrics      *stats.Metrics
+	adminLn      net.Listener
+	errc         chan error
 }
 
 // Options are what Start needs beside the config.
@@ -130,6 +136,7 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 	if err != nil {
 		return fail(err)
 	}
+	s.containerDBs.Store(&s.containers.byGroup)
 	s.engine.SetContainers(s.containers.tables, s.containers.defaultName)
 	if n := s.containers.defaultName; n != "" && n != "default" {
 		log.Info("keys without @@ go to the innodb_memcache schema's first container, as the InnoDB plugin sends them", "container", n)
@@ -260,6 +267,11 @@ func groupOptions(cfg config.Config, log *slog.Logger) []backend.GroupOptions {
 // commits keyway knows were acknowledged (through its doors, or seen by its binlog follower) that the new primary
 // lacks are logged, by GTID domain, for an operator to act on.
 func (s *Server) followedPrimary(c backend.NewPrimary) {
+	if dbs := s.containerDBs.Load(); dbs != nil {
+		if db := (*dbs)[c.Group]; db != nil {
+			container.DropIdle(db) // containers' next statements dial the new primary
+		}
+	}
 	if !c.Failover {
 		s.log.Info("the group's primary changed (switchover): the cached copies stay valid", "group", c.Group, "new", c.New, "former", c.Old)
 		return
