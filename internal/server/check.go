@@ -35,7 +35,13 @@ import (
 // with replicas, each replica as checkReplicas says.
 func Check(ctx context.Context, cfg config.Config) (problems, warnings []string) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	topo, err := backend.NewTopology(groupOptions(cfg, quiet))
+	opts := groupOptions(cfg, quiet)
+	for i := range opts {
+		// check only looks: without replicas its topology has no position watcher, which could follow a replica
+		// it finds writable (see backend's roleCheck); checkReplicas reads the replicas itself.
+		opts[i].Replicas = nil
+	}
+	topo, err := backend.NewTopology(opts)
 	if err != nil {
 		return []string{err.Error()}, nil
 	}
