@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -493,5 +494,56 @@ func TestUseAfterClose(t *testing.T) {
 	checkArenas(t, s)
 	if st := s.Stats(); st.CurrItems > 100 {
 		t.Fatalf("after close: %+v", st)
+	}
+}
+
+// TestSetLimitRacesClose: SetLimit running while Close gives the arenas back leaves no shard with a mapped arena
+// (each one is the closed store's empty arena on Go's heap) and fails with ErrClosed or succeeds.
+func TestSetLimitRacesClose(t *testing.T) {
+	for round := range 20 {
+		s, err := Open(Options{MemoryLimit: 4 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 200 {
+			k := fmt.Sprintf("k%d", i)
+			setBytes(t, s, k, valueOf(k, 0, 100))
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range 50 {
+					if err := s.SetLimit(int64(2+(g+j)%6) << 20); err != nil {
+						if err != ErrClosed {
+							errs <- err
+						}
+						return
+					}
+				}
+			}()
+		}
+		if round%2 == 1 {
+			runtime.Gosched()
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("SetLimit beside Close: %v", err)
+		}
+		for i := range s.shards {
+			sh := &s.shards[i]
+			sh.mu.Lock()
+			mapped := sh.mu.a.tableMem != nil || len(sh.mu.a.buf) != pageSize
+			sh.mu.Unlock()
+			if mapped {
+				t.Fatalf("round %d: shard %d keeps a mapped arena (%d bytes) after Close", round, i, len(sh.mu.a.buf))
+			}
+		}
 	}
 }

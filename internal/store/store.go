@@ -885,12 +885,17 @@ func (s *Store) SetLimit(limit int64) error {
 	if limit <= 0 {
 		return errors.New("store: MemoryLimit must be positive")
 	}
-	if s.closed.Load() {
-		return ErrClosed // no arena of the new size to make: Close gave them back
-	}
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
+		// Asked under the shard's lock: Close marks the store closed before freeArenas takes each shard's lock,
+		// so a shard whose arena Close already gave back is seen closed here, and one it has yet to reach gets
+		// the new arena given back too. Checked once before the loop, a Close between the check and a shard's
+		// resize left that shard a mapped arena no one would unmap.
+		if s.closed.Load() {
+			sh.mu.Unlock()
+			return ErrClosed // no arena of the new size to make: Close gave them back
+		}
 		sh.limit = limit / numShards
 		s.resizeLocked(sh, sh.limit)
 		sh.mu.peak = max(min(sh.mu.peak, sh.limit), sh.mu.used)
