@@ -35,7 +35,7 @@ type MemoryCase struct {
 
 // DefaultMemoryCases are the cases `keyway bench memcache` runs unless --memory says otherwise: a few minutes at 3
 // repetitions on 2 cores. The 10,000,000-item case is --memory 10M/100/2048.
-const DefaultMemoryCases = "1M/100/320,300K/mix/128"
+const DefaultMemoryCases = "1M/100/320,200K/mix/96"
 
 // Mix bounds.
 const (
