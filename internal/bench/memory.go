@@ -163,8 +163,11 @@ type MemoryCaseReport struct {
 
 // MemoryResult is one target's figures in one case. The Series' runs are in repetition order.
 type MemoryResult struct {
-	Target      string
-	RSSMiB      Series // VmRSS after the load and a pause for a commit round
+	Target string
+	RSSMiB Series // VmRSS after the load and a pause for a commit round
+	// AnonMiB is the part of it that is not a file's pages (RssAnon): RSS less the program's own text and data
+	// mapped from its binary, which for keyway (a Go binary with a SQL parser) is some 30 MiB and for memcached 1.
+	AnonMiB     Series
 	PeakMiB     Series // VmHWM then: the most the process held during the load
 	Held        Series // curr_items after the load
 	LoadSeconds Series
@@ -182,15 +185,16 @@ type MemoryResult struct {
 
 // memoryRun is one repetition's figures for one target.
 type memoryRun struct {
-	rss, peak, held, load float64
-	restart, rHeld, rRSS  float64
-	before                float64 // items held just before the stop (memcaslap's sets added some)
-	hasRestart            bool
-	ops, p99              float64
+	rss, anon, peak, held, load float64
+	restart, rHeld, rRSS        float64
+	before                      float64 // items held just before the stop (memcaslap's sets added some)
+	hasRestart                  bool
+	ops, p99                    float64
 }
 
 func (r *MemoryResult) add(m memoryRun) {
 	r.RSSMiB.Runs = append(r.RSSMiB.Runs, m.rss)
+	r.AnonMiB.Runs = append(r.AnonMiB.Runs, m.anon)
 	r.PeakMiB.Runs = append(r.PeakMiB.Runs, m.peak)
 	r.Held.Runs = append(r.Held.Runs, m.held)
 	r.LoadSeconds.Runs = append(r.LoadSeconds.Runs, m.load)
@@ -205,7 +209,7 @@ func (r *MemoryResult) add(m memoryRun) {
 }
 
 func (r *MemoryResult) summarize() {
-	for _, s := range []*Series{&r.RSSMiB, &r.PeakMiB, &r.Held, &r.LoadSeconds, &r.Ops, &r.P99us, r.BeforeStop, r.RestartSeconds, r.RestartHeld, r.RestartRSSMiB} {
+	for _, s := range []*Series{&r.RSSMiB, &r.AnonMiB, &r.PeakMiB, &r.Held, &r.LoadSeconds, &r.Ops, &r.P99us, r.BeforeStop, r.RestartSeconds, r.RestartHeld, r.RestartRSSMiB} {
 		if s != nil {
 			s.summarize()
 		}
@@ -307,7 +311,7 @@ func runMemoryOnce(ctx context.Context, bin string, t memoryStarter, c MemoryCas
 		return m, fmt.Errorf("load: %w", err)
 	}
 	m.load = took.Seconds()
-	if m.rss, m.peak, m.held, err = measure(ctx, p); err != nil {
+	if m.rss, m.anon, m.peak, m.held, err = measure(ctx, p); err != nil {
 		return m, err
 	}
 	s, err := ml.runLatency(ctx, p.Addr)
@@ -333,27 +337,28 @@ func runMemoryOnce(ctx context.Context, bin string, t memoryStarter, c MemoryCas
 	if m.rHeld, err = itemsHeld(p.Addr); err != nil {
 		return m, err
 	}
-	if m.rRSS, _, _, err = measure(ctx, p); err != nil {
+	if m.rRSS, _, _, _, err = measure(ctx, p); err != nil {
 		return m, err
 	}
 	return m, nil
 }
 
-// measure waits settle, then reads the process's RSS and peak RSS in MiB and the items it holds.
-func measure(ctx context.Context, p *peers.Process) (rss, peak, held float64, err error) {
+// measure waits settle, then reads the process's RSS, anonymous RSS and peak RSS in MiB and the items it holds.
+func measure(ctx context.Context, p *peers.Process) (rss, anon, peak, held float64, err error) {
 	select {
 	case <-ctx.Done():
-		return 0, 0, 0, ctx.Err()
+		return 0, 0, 0, 0, ctx.Err()
 	case <-time.After(settle):
 	}
 	pid := p.Cmd.Process.Pid
 	rssKB, err1 := procStatusKB(pid, "VmRSS")
-	peakKB, err2 := procStatusKB(pid, "VmHWM")
-	held, err3 := itemsHeld(p.Addr)
-	if err := errors.Join(err1, err2, err3); err != nil {
-		return 0, 0, 0, err
+	anonKB, err2 := procStatusKB(pid, "RssAnon")
+	peakKB, err3 := procStatusKB(pid, "VmHWM")
+	held, err4 := itemsHeld(p.Addr)
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		return 0, 0, 0, 0, err
 	}
-	return float64(rssKB) / 1024, float64(peakKB) / 1024, held, nil
+	return float64(rssKB) / 1024, float64(anonKB) / 1024, float64(peakKB) / 1024, held, nil
 }
 
 // loadItems sets c's items over one connection, pipelined in batches of noreply sets, each batch ended by mn so the
@@ -593,6 +598,7 @@ func (c MemoryCaseReport) Rows() []MemoryRow {
 		get    func(*MemoryResult) *Series
 	}{
 		{"RSS after the load, MiB", 1, func(r *MemoryResult) *Series { return &r.RSSMiB }},
+		{"anonymous RSS (RssAnon), MiB", 1, func(r *MemoryResult) *Series { return &r.AnonMiB }},
 		{"peak RSS, MiB", 1, func(r *MemoryResult) *Series { return &r.PeakMiB }},
 		{"items held", 0, func(r *MemoryResult) *Series { return &r.Held }},
 		{"load, s", 2, func(r *MemoryResult) *Series { return &r.LoadSeconds }},

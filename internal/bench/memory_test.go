@@ -108,7 +108,7 @@ func TestMemoryCaseAgainstMemcached(t *testing.T) {
 		t.Fatalf("report: %+v, want the memory case alone, 3 targets", rep)
 	}
 	for _, r := range rep.Memory[0].Results {
-		if r.RSSMiB.Median <= 0 || r.Held.Median <= 0 || r.LoadSeconds.Median <= 0 || r.Ops.Median <= 0 || r.P99us.Median <= 0 {
+		if r.RSSMiB.Median <= 0 || r.AnonMiB.Median <= 0 || r.Held.Median <= 0 || r.LoadSeconds.Median <= 0 || r.Ops.Median <= 0 || r.P99us.Median <= 0 {
 			t.Errorf("%s: %+v, want every figure measured", r.Target, r)
 		}
 		if (r.Target == memKeywayAsync) != (r.RestartSeconds != nil) {
