@@ -29,7 +29,10 @@ const benchUsage = `usage: keyway bench memcache [flags]
 
 memcache: runs keyway (memory-only, async, sync) and memcached 1.6 side by
 side under memcaslap and prints ops/s min/median/max and the ratios to
-memcached.
+memcached. Then the memory case (--memory): loads the same items into
+memcached and keyway (no disk, and async on a data_dir) at the same -m and
+prints RSS after the load, items held, load time, memcaslap ops/s and p99
+on the loaded store, and keyway's restart time on its data_dir.
 
 sql: runs sysbench (oltp_point_select and oltp_read_only at 1, 4 and 8
 threads) against a private MariaDB, direct, through haproxy and through
@@ -125,6 +128,14 @@ func memcacheFlags(fs *flag.FlagSet) suiteRun {
 	fs.IntVar(&o.Concurrency, "c", 0, "memcaslap `concurrency` (default 8)")
 	fs.IntVar(&o.ValueSize, "value-size", 0, "value `bytes` (default 400)")
 	fs.IntVar(&o.MemoryMB, "m", 0, "memory limit of both servers in `MB` (default 1024)")
+	o.MemoryCases, _ = bench.ParseMemoryCases(bench.DefaultMemoryCases)
+	fs.Func("memory", "the memory case's loads, `ITEMS/VALUE/MB,...` (VALUE bytes or mix: 10 B to 4 KB; MB the -m of both servers), or none; 10M/100/2048 is the ten-million case (default "+bench.DefaultMemoryCases+")", func(s string) error {
+		cases, err := bench.ParseMemoryCases(s)
+		o.MemoryCases = cases
+		return err
+	})
+	fs.BoolVar(&o.MemoryOnly, "memory-only", false, "run the memory case alone, without the throughput runs")
+	fs.DurationVar(&o.MemoryDuration, "memory-duration", 0, "`length` of the memcaslap run on each loaded store, whole seconds (default 5s)")
 	return suiteRun{func() (int, time.Duration) { return o.Plan() }, func(ctx context.Context, self string, out io.Writer, prog *bench.Progress) (report, error) {
 		o.KeywayBinary, o.Out, o.Progress = self, out, prog
 		return bench.RunMemcache(ctx, *o)

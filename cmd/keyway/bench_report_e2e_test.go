@@ -29,7 +29,7 @@ func TestBenchReportCommand(t *testing.T) {
 	}
 	dir := t.TempDir()
 	out, err := exec.Command(bin, "bench", "report", "--out", dir, "--suites", "memcache", "--duration", "1s", "--reps", "1",
-		"--memcache.m", "64").Output()
+		"--memcache.m", "64", "--memcache.memory", "20K/100/16", "--memcache.memory-duration", "1s").Output()
 	if err != nil {
 		t.Fatalf("keyway bench report: %v\n%s", err, stderrOf(err))
 	}
@@ -43,18 +43,21 @@ func TestBenchReportCommand(t *testing.T) {
 	if !strings.Contains(string(page), "<svg") {
 		t.Error("index.html has no chart")
 	}
+	if !strings.Contains(string(page), "Memory: 20,000 items") {
+		t.Error("index.html has no memory case")
+	}
 	rep, err := bench.ReadReports(filepath.Join(dir, "report.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Memcache == nil || len(rep.Memcache.Results) != 4 || rep.SQL != nil {
-		t.Fatalf("report.json: %+v, want the memcache suite alone, 4 targets", rep)
+	if rep.Memcache == nil || len(rep.Memcache.Results) != 4 || len(rep.Memcache.Memory) != 1 || rep.SQL != nil {
+		t.Fatalf("report.json: %+v, want the memcache suite alone, 4 targets and one memory case", rep)
 	}
 	if rep.Machine.CPUs < 1 || !strings.HasPrefix(rep.Machine.Keyway, "keyway ") || !strings.HasPrefix(rep.Machine.Memcached, "memcached ") {
 		t.Errorf("machine %+v", rep.Machine)
 	}
 	// The suite's own command, with the flags the report passed it, and the report's.
-	want := "keyway bench memcache --m=64 --duration=1s --reps=1 --json > memcache.json"
+	want := "keyway bench memcache --m=64 --memory=20K/100/16 --memory-duration=1s --duration=1s --reps=1 --json > memcache.json"
 	if !slices.Contains(rep.Commands, want) || !slices.ContainsFunc(rep.Commands, func(c string) bool {
 		return strings.HasPrefix(c, "keyway bench report --out ")
 	}) {

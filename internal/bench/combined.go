@@ -176,7 +176,7 @@ type Percentile struct {
 // throughput to compare and are drawn on their own.
 func (r *Report) Scenarios() []Scenario {
 	var out []Scenario
-	if m := r.Memcache; m != nil {
+	if m := r.Memcache; m != nil && len(m.Results) > 0 {
 		out = append(out, Scenario{
 			ID: "memcache", Title: "memcache door: memcaslap gets and sets", Load: m.Load, Unit: "ops/s", Clients: "clients",
 			Baseline:    memcachedTarget,

@@ -28,15 +28,30 @@ type MemcacheOptions struct {
 	ValueSize    int           // bytes, memcaslap -X; default 400
 	SetRatio     float64       // share of sets, the rest gets; default 0.1
 	MemoryMB     int           // -m for memcached and keyway; default 1024
-	Out          io.Writer     // progress lines; default io.Discard
-	Progress     *Progress     // the terminal's status line, or nil; the caller plans it with Plan
+	// MemoryCases are the memory case's loads (see memory.go), run after the throughput runs; none when empty.
+	// The CLI's --memory gives DefaultMemoryCases unless told otherwise.
+	MemoryCases    []MemoryCase
+	MemoryDuration time.Duration // memcaslap's run on each loaded store, whole seconds; default 5s
+	MemoryOnly     bool          // run the memory case alone, without the throughput runs
+	Out            io.Writer     // progress lines; default io.Discard
+	Progress       *Progress     // the terminal's status line, or nil; the caller plans it with Plan
 }
 
 // Plan is how many runs RunMemcache makes and the time its load generator runs in all.
 func (o MemcacheOptions) Plan() (runs int, hint time.Duration) {
 	o.EnsureDefaults()
-	runs = o.Repetitions * 4 // memcached and three keyways
-	return runs, time.Duration(runs) * o.Duration
+	if !o.MemoryOnly {
+		runs = o.Repetitions * 4 // memcached and three keyways
+		hint = time.Duration(runs) * o.Duration
+	}
+	for _, c := range o.MemoryCases {
+		// memcached, keyway-memory, keyway-async; each loads (about 4 µs an item here), pauses and runs memcaslap,
+		// and keyway-async restarts and pauses again.
+		load := time.Duration(c.Items) * 4 * time.Microsecond
+		runs += o.Repetitions * 3
+		hint += time.Duration(o.Repetitions) * (3*(load+settle+o.MemoryDuration) + settle + load/2)
+	}
+	return runs, hint
 }
 
 // Memcache benchmark targets, in run order. memcachedTarget is the baseline.
@@ -74,6 +89,9 @@ func (o *MemcacheOptions) EnsureDefaults() {
 	if o.MemoryMB == 0 {
 		o.MemoryMB = 1024
 	}
+	if o.MemoryDuration == 0 {
+		o.MemoryDuration = 5 * time.Second
+	}
 	if o.Out == nil {
 		o.Out = io.Discard
 	}
@@ -100,6 +118,17 @@ func (o *MemcacheOptions) Validate() error {
 	if o.MemoryMB < 1 {
 		errs = append(errs, fmt.Errorf("memory %d MB: use 1 or more", o.MemoryMB))
 	}
+	if o.MemoryOnly && len(o.MemoryCases) == 0 {
+		errs = append(errs, errors.New("memory only, with no memory case: give the cases (--memory 1M/100/320) or run the throughput too"))
+	}
+	if len(o.MemoryCases) > 0 && (o.MemoryDuration < time.Second || o.MemoryDuration%time.Second != 0) {
+		errs = append(errs, fmt.Errorf("memory duration %v: memcaslap runs for whole seconds; use 1s or more in whole seconds", o.MemoryDuration))
+	}
+	for _, c := range o.MemoryCases {
+		if c.Items < 1 || c.Value < 0 || c.Value > maxValueSize || c.MemoryMB < 1 {
+			errs = append(errs, fmt.Errorf("memory case %+v: items and MB 1 or more, value 0 (the mix) to %d bytes", c, maxValueSize))
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("bench: invalid memcache options: %w", err)
 	}
@@ -115,6 +144,8 @@ type MemcacheReport struct {
 	// "async/memcached", "sync/memcached".
 	Ratios map[string]float64
 	Load   string // the memcaslap command line, for the record
+	// Memory is the memory case, one report per load (none when it was not run).
+	Memory []MemoryCaseReport `json:",omitempty"`
 }
 
 // RunMemcache benchmarks memcached and keyway's memcache door (in memory,
@@ -129,41 +160,51 @@ func RunMemcache(ctx context.Context, o MemcacheOptions) (*MemcacheReport, error
 	if err != nil {
 		return nil, err
 	}
-	ml, err := newMemcaslap(o)
-	if err != nil {
-		return nil, err
-	}
-	defer ml.close()
+	rep := &MemcacheReport{Concurrency: o.Concurrency}
+	if !o.MemoryOnly {
+		ml, err := newMemcaslap(o)
+		if err != nil {
+			return nil, err
+		}
+		defer ml.close()
 
-	mb := strconv.Itoa(o.MemoryMB)
-	targets := []target{
-		memcachedStarter(mb),
-		keywayStarter(keywayMemory, bin, false, "-m", mb),
-		keywayStarter(keywayAsync, bin, true, "-m", mb, "--durability", "async"),
-		keywayStarter(keywaySync, bin, true, "-m", mb, "--durability", "sync"),
+		mb := strconv.Itoa(o.MemoryMB)
+		targets := []target{
+			memcachedStarter(mb),
+			keywayStarter(keywayMemory, bin, false, "-m", mb),
+			keywayStarter(keywayAsync, bin, true, "-m", mb, "--durability", "async"),
+			keywayStarter(keywaySync, bin, true, "-m", mb, "--durability", "sync"),
+		}
+		fmt.Fprintf(o.Out, "memcache bench: %s\n", ml.describe())
+		results, err := runTargets(ctx, targets, o.Repetitions, ml.run, meter{client: loadGenerator("memcaslap")}, o.Out, o.Progress,
+			fmt.Sprintf("memcache, concurrency %d", o.Concurrency))
+		if err != nil {
+			return nil, err
+		}
+		rep.Results, rep.Ratios, rep.Load = results, ratios(results, memcachedTarget), ml.describe()
 	}
-	fmt.Fprintf(o.Out, "memcache bench: %s\n", ml.describe())
-	results, err := runTargets(ctx, targets, o.Repetitions, ml.run, meter{client: loadGenerator("memcaslap")}, o.Out, o.Progress,
-		fmt.Sprintf("memcache, concurrency %d", o.Concurrency))
-	if err != nil {
+	if rep.Memory, err = runMemory(ctx, o, bin); err != nil {
 		return nil, err
 	}
-	return &MemcacheReport{
-		Concurrency: o.Concurrency,
-		Results:     results,
-		Ratios:      ratios(results, memcachedTarget),
-		Load:        ml.describe(),
-	}, nil
+	return rep, nil
 }
 
 // WriteText writes the report as a table: per target the min, median and max
 // ops/s and the median's ratio to memcached.
 func (r *MemcacheReport) WriteText(w io.Writer) {
-	if r.Load != "" {
-		fmt.Fprintf(w, "load: %s\n", r.Load)
+	if len(r.Results) > 0 {
+		if r.Load != "" {
+			fmt.Fprintf(w, "load: %s\n", r.Load)
+		}
+		writeTable(w, r.Results, memcachedTarget, r.Ratios)
+		writeCPU(w, r.Results)
 	}
-	writeTable(w, r.Results, memcachedTarget, r.Ratios)
-	writeCPU(w, r.Results)
+	for i, m := range r.Memory {
+		if i > 0 || len(r.Results) > 0 {
+			fmt.Fprintln(w)
+		}
+		m.WriteText(w)
+	}
 }
 
 // memcachedStarter starts a real memcached with -m mb (and its default

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // valueOf is the value the arena tests store under key: its bytes say which key and version they belong to, so a
@@ -493,5 +495,117 @@ func TestUseAfterClose(t *testing.T) {
 	checkArenas(t, s)
 	if st := s.Stats(); st.CurrItems > 100 {
 		t.Fatalf("after close: %+v", st)
+	}
+}
+
+// TestSetLimitRacesClose: SetLimit running while Close gives the arenas back leaves no shard with a mapped arena
+// (each one is the closed store's empty arena on Go's heap) and fails with ErrClosed or succeeds.
+func TestSetLimitRacesClose(t *testing.T) {
+	for round := range 20 {
+		s, err := Open(Options{MemoryLimit: 4 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 200 {
+			k := fmt.Sprintf("k%d", i)
+			setBytes(t, s, k, valueOf(k, 0, 100))
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range 50 {
+					if err := s.SetLimit(int64(2+(g+j)%6) << 20); err != nil {
+						if err != ErrClosed {
+							errs <- err
+						}
+						return
+					}
+				}
+			}()
+		}
+		if round%2 == 1 {
+			runtime.Gosched()
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("SetLimit beside Close: %v", err)
+		}
+		for i := range s.shards {
+			sh := &s.shards[i]
+			sh.mu.Lock()
+			mapped := sh.mu.a.tableMem != nil || len(sh.mu.a.buf) != pageSize
+			sh.mu.Unlock()
+			if mapped {
+				t.Fatalf("round %d: shard %d keeps a mapped arena (%d bytes) after Close", round, i, len(sh.mu.a.buf))
+			}
+		}
+	}
+}
+
+// TestPendingChunksReused: with async durability the pending records' keys and values are carved from chunks the
+// committer gives back and the shards reuse; what reaches the disk is each change as it was made, although the
+// callers reuse their value buffers and chunks are reused round after round, and a Save's answer is the caller's
+// own copy.
+func TestPendingChunksReused(t *testing.T) {
+	dir := t.TempDir()
+	o := Options{MemoryLimit: 64 << 20, DataDir: dir, Durability: DurabilityAsync, FlushInterval: 5 * time.Millisecond}
+	s, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 20000
+	size := func(i int) int {
+		if i%97 == 0 {
+			return 20 << 10 // past a quarter chunk: an allocation of its own
+		}
+		return 1 + i%700
+	}
+	buf := make([]byte, 20<<10)
+	for round := range 2 {
+		for i := range n {
+			k := fmt.Sprintf("k%d", i)
+			v := buf[:size(i)]
+			copy(v, valueOf(k, round, len(v)))
+			setBytes(t, s, k, v)
+			clear(v) // the caller reuses its buffer at once
+			if i%3 == 0 {
+				// A Save (new flags, same value) that asks for the value back.
+				got, err := s.UpdateInto([]byte(k), func(cur *Item) (Action, Item) {
+					cur.Flags = uint32(round + 1)
+					return Save, *cur
+				}, nil)
+				if err != nil || !bytes.Equal(got.Value, valueOf(k, round, size(i))) {
+					t.Fatalf("%s: Save answered %v %.20q", k, err, got.Value)
+				}
+				got.Value[0] ^= 0xff // the answer is the caller's to change
+			}
+			if i%1000 == 0 {
+				time.Sleep(6 * time.Millisecond) // let commit rounds give chunks back between the changes
+			}
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Open(o); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i := range n {
+		k := fmt.Sprintf("k%d", i)
+		it, ok := s.Get([]byte(k))
+		if !ok || !bytes.Equal(it.Value, valueOf(k, 1, size(i))) {
+			t.Fatalf("%s after a restart: %v %.20q", k, ok, it.Value)
+		}
+		if want := uint32(0); i%3 == 0 && it.Flags != 2 || i%3 != 0 && it.Flags != want {
+			t.Fatalf("%s after a restart: flags %d", k, it.Flags)
+		}
 	}
 }

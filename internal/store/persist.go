@@ -51,6 +51,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/cockroachdb/pebble"
 
@@ -84,11 +85,18 @@ const (
 	// the async tick, so a burst of writes does not pile up in memory.
 	kickBytes = 4 << 20
 	// maxBatchBytes splits a round into batches of bounded size; only the
-	// last is synced (the WAL is sequential, so that sync covers all).
-	maxBatchBytes = 4 << 20
+	// last is synced (the WAL is sequential, so that sync covers all). It is
+	// kept under what Pebble's batch pool retains (1 MiB: a batch's buffer
+	// grows by doubling), so every batch reuses a buffer rather than growing a
+	// new one, and far under Pebble's large-batch threshold (half a memtable),
+	// past which a batch becomes a memtable of its own and forces a flush.
+	maxBatchBytes = 768 << 10
 	// maxPendingBytes is where async writers start to wait for the disk
 	// (backpressure): memory never holds more than this not yet handed to Pebble.
-	maxPendingBytes = 32 << 20
+	// Two rounds' worth (kickBytes starts one): the server gives Go's heap this
+	// much room (HeapMemory), and the heap grows to its bound between
+	// collections, so a larger one cost RSS under every async load.
+	maxPendingBytes = 2 * kickBytes
 	recordOverhead  = 64
 )
 
@@ -124,6 +132,12 @@ type disk struct {
 	lastTook  time.Duration
 	gatherMax time.Duration
 	gather    gather.Gatherer
+
+	// free holds chunks the committer has given back (see carveLocked), at most maxFreeChunks.
+	free struct {
+		sync.Mutex
+		chunks [][]byte
+	}
 
 	mu struct {
 		sync.Mutex
@@ -291,6 +305,92 @@ func (d *disk) cancelLocked(sh *shard, i int) {
 	*r = record{seq: r.seq}
 }
 
+// Pending records' keys and values are carved from chunks the shards reuse, not allocated one by one: a copy a
+// change on its way to the disk would be garbage as soon as the committer had it, and with async durability a
+// load of small items made the heap grow to its bound between collections (RSS the store's items do not need).
+// A shard carves from its current chunk; the committer, having drained the shard's records into a batch (which
+// copies them), gives the shard's chunks back to a free list the shards take from. A key or value longer than
+// a quarter chunk gets an allocation of its own. Item records' keys are read nowhere after the drain; journal
+// records, whose keys the journal's maps keep, are not carved (see journalAppend).
+const (
+	chunkSize     = 64 << 10
+	maxFreeChunks = kickBytes / chunkSize
+)
+
+// carveLocked copies key and value into the shard's current chunk; the caller holds sh.mu.
+func (d *disk) carveLocked(sh *shard, key, value []byte) (string, []byte) {
+	n := len(key) + len(value)
+	if n == 0 {
+		return "", nil
+	}
+	var b []byte
+	if n > chunkSize/4 {
+		b = make([]byte, n)
+	} else {
+		if cap(sh.mu.chunk)-len(sh.mu.chunk) < n {
+			if cap(sh.mu.chunk) > 0 {
+				sh.mu.chunks = append(sh.mu.chunks, sh.mu.chunk)
+			}
+			sh.mu.chunk = d.takeChunk()
+		}
+		l := len(sh.mu.chunk)
+		sh.mu.chunk = sh.mu.chunk[:l+n]
+		b = sh.mu.chunk[l : l+n : l+n]
+	}
+	copy(b, key)
+	copy(b[len(key):], value)
+	var k string
+	if len(key) > 0 {
+		k = unsafe.String(&b[0], len(key)) // b is never written again while the record holds it
+	}
+	var v []byte
+	if len(value) > 0 {
+		v = b[len(key):n:n]
+	}
+	return k, v
+}
+
+// drainChunksLocked hands the committer the chunks of the records it is draining (every one the shard carved
+// from, the current one too: the next record starts a new one), appended to dst; the caller holds sh.mu.
+func (sh *shard) drainChunksLocked(dst [][]byte) [][]byte {
+	dst = append(dst, sh.mu.chunks...)
+	clear(sh.mu.chunks)
+	sh.mu.chunks = sh.mu.chunks[:0]
+	if cap(sh.mu.chunk) > 0 {
+		dst = append(dst, sh.mu.chunk)
+		sh.mu.chunk = nil
+	}
+	return dst
+}
+
+func (d *disk) takeChunk() []byte {
+	d.free.Lock()
+	defer d.free.Unlock()
+	if n := len(d.free.chunks); n > 0 {
+		c := d.free.chunks[n-1]
+		d.free.chunks[n-1] = nil
+		d.free.chunks = d.free.chunks[:n-1]
+		return c[:0]
+	}
+	return make([]byte, 0, chunkSize)
+}
+
+// giveChunks returns chunks whose records the committer no longer needs; beyond maxFreeChunks they are left to
+// the collector.
+func (d *disk) giveChunks(chunks [][]byte) {
+	d.free.Lock()
+	for _, c := range chunks {
+		if len(d.free.chunks) >= maxFreeChunks {
+			break
+		}
+		if cap(c) == chunkSize {
+			d.free.chunks = append(d.free.chunks, c)
+		}
+	}
+	d.free.Unlock()
+	clear(chunks)
+}
+
 // appendLocked adds rec to the shard's pending log; the caller holds sh.mu.
 func (d *disk) appendLocked(sh *shard, rec record) uint64 {
 	rec.seq = d.seq.Add(1)
@@ -407,6 +507,7 @@ func (d *disk) commitRound() {
 	upTo := d.seq.Load()
 	b := d.db.NewBatch()
 	var scratch []record
+	var chunks [][]byte
 	var err error
 	var committedEarly bool // a full batch went out unsynced; the round must end with a sync
 	// The round's writers, for gatherNext: each change counts as one, except the write-behind queue's journal
@@ -417,6 +518,7 @@ func (d *disk) commitRound() {
 		sh := &d.s.shards[i]
 		sh.mu.Lock()
 		scratch, sh.mu.pending = sh.mu.pending, scratch[:0]
+		chunks = sh.drainChunksLocked(chunks[:0])
 		sh.pruneUnsyncedLocked(visible)
 		sh.handJournalLocked(scratch)
 		sh.mu.Unlock()
@@ -443,6 +545,7 @@ func (d *disk) commitRound() {
 			}
 		}
 		d.pendingBytes.Add(-drained)
+		d.giveChunks(chunks) // the batch holds copies of the records carved from them
 	}
 	failedBefore := d.failed.Load() != nil
 	switch {

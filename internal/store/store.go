@@ -234,6 +234,11 @@ type shard struct {
 		crawl   int64 // the expiry crawler's cursor, one of cursors
 		classes [NumClasses]ClassStats
 		pending []record // changes not yet handed to the disk
+		// chunk is what the pending records' keys and values are carved from now (its free part is
+		// chunk[len:cap]), and chunks the ones carved from since the last drain: the committer gives them back
+		// to the disk's free list once it has the records (see disk.carveLocked).
+		chunk  []byte
+		chunks [][]byte
 		// journalPending is the index in pending of each journal key's put waiting there (at most one: a later
 		// put of the key makes the earlier nothing), and journalOnDisk the journal keys whose last record handed
 		// to the disk is a put. With them a removal whose put is still pending cancels it, and is itself left out
@@ -608,13 +613,12 @@ func (s *Store) update(key []byte, fn func(cur *Item) (Action, Item), withValue 
 		result = *cur
 		result.Value = nil
 		if !cur.Ephemeral && s.disk != nil {
-			// What the disk gets must stay as it is until it has it: a slice of its own (the ring may move).
-			result.Value = append([]byte(nil), value...)
+			// What the disk gets must stay as it is until it has it: logLocked copies it (the ring may move).
+			result.Value = value
 			seq = s.logLocked(sh, idx, opPut, key, &result)
-			if !withValue {
-				result.Value = nil
-			}
-		} else if withValue {
+			result.Value = nil
+		}
+		if withValue {
 			result.Value = copyOut(value, dst, nil)
 		}
 	case Remove:
@@ -653,10 +657,9 @@ func (s *Store) update(key []byte, fn func(cur *Item) (Action, Item), withValue 
 		s.totalItems.Add(1)
 		result = next
 		if !next.Ephemeral && s.disk != nil {
-			// What the disk gets must stay as it is until it has it; the caller may reuse its value.
-			rec := next
-			rec.Value = append([]byte(nil), next.Value...)
-			seq = s.logLocked(sh, idx, opPut, key, &rec)
+			// What the disk gets must stay as it is until it has it; the caller may reuse its value, so logLocked
+			// copies it.
+			seq = s.logLocked(sh, idx, opPut, key, &next)
 		}
 	}
 	if hidesChanges {
@@ -885,12 +888,17 @@ func (s *Store) SetLimit(limit int64) error {
 	if limit <= 0 {
 		return errors.New("store: MemoryLimit must be positive")
 	}
-	if s.closed.Load() {
-		return ErrClosed // no arena of the new size to make: Close gave them back
-	}
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
+		// Asked under the shard's lock: Close marks the store closed before freeArenas takes each shard's lock,
+		// so a shard whose arena Close already gave back is seen closed here, and one it has yet to reach gets
+		// the new arena given back too. Checked once before the loop, a Close between the check and a shard's
+		// resize left that shard a mapped arena no one would unmap.
+		if s.closed.Load() {
+			sh.mu.Unlock()
+			return ErrClosed // no arena of the new size to make: Close gave them back
+		}
 		sh.limit = limit / numShards
 		s.resizeLocked(sh, sh.limit)
 		sh.mu.peak = max(min(sh.mu.peak, sh.limit), sh.mu.used)
@@ -1074,7 +1082,8 @@ func (s *Store) removeLocked(sh *shard, off int64, slot int, log bool) {
 	sh.mu.used -= size
 	sh.classCountLocked(a.cls(off), size, -1)
 	if log && s.disk != nil && a.bits(off)&bEphemeral == 0 {
-		s.disk.appendLocked(sh, record{op: opDelete, shard: sh.index, key: string(a.key(off))})
+		k, _ := s.disk.carveLocked(sh, a.key(off), nil)
+		s.disk.appendLocked(sh, record{op: opDelete, shard: sh.index, key: k})
 	}
 }
 
@@ -1133,7 +1142,8 @@ func (s *Store) logLocked(sh *shard, idx int, op recordOp, key []byte, it *Item)
 	if s.disk == nil {
 		return 0
 	}
-	return s.disk.appendLocked(sh, record{op: op, shard: byte(idx), key: string(key), value: it.Value, flags: it.Flags, exptime: it.Exptime, cas: it.CAS})
+	k, v := s.disk.carveLocked(sh, key, it.Value)
+	return s.disk.appendLocked(sh, record{op: op, shard: byte(idx), key: k, value: v, flags: it.Flags, exptime: it.Exptime, cas: it.CAS})
 }
 
 func (s *Store) lastSeqLocked(sh *shard) uint64 {
