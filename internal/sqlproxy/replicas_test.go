@@ -383,6 +383,23 @@ func writeLoad(db *sql.DB, writers int, stop <-chan struct{}) (acked func() map[
 	return func() map[int]int { done(); return got }, func() []error { done(); return failed }
 }
 
+// checkAcked fails the test unless every row writeLoad's writers had acknowledged is on db, once (the primary key
+// (w, n) allows no second copy), and some were.
+func checkAcked(t *testing.T, db *sql.DB, acked map[int]int) {
+	t.Helper()
+	total := 0
+	for w, n := range acked {
+		var c int
+		if err := db.QueryRow("SELECT COUNT(*) FROM acked WHERE w = ? AND n <= ?", w, n).Scan(&c); err != nil || c != n {
+			t.Errorf("writer %d: %d of its %d acknowledged rows on the new primary (err %v)", w, c, n, err)
+		}
+		total += n
+	}
+	if total == 0 {
+		t.Fatal("no write was acknowledged: the load did not run")
+	}
+}
+
 // TestSwitchover: under writers outside transactions, a switchover promotes a replica with no client error, every
 // acknowledged write on the new primary once, the former primary replicating from it, and the pause within hold.
 func TestSwitchover(t *testing.T) {
@@ -411,17 +428,7 @@ func TestSwitchover(t *testing.T) {
 		t.Fatalf("the group's primary is %s after a switchover to %s", s.group.Addr(), rep.New)
 	}
 	newPrimary := openDSN(t, "app:secret@tcp("+rep.New+")/test")
-	var total int
-	for w, n := range acked() {
-		var c int
-		if err := newPrimary.QueryRow("SELECT COUNT(*) FROM acked WHERE w = ? AND n <= ?", w, n).Scan(&c); err != nil || c != n {
-			t.Errorf("writer %d: %d of its %d acknowledged rows on the new primary (err %v)", w, c, n, err)
-		}
-		total += n
-	}
-	if total == 0 {
-		t.Fatal("no write was acknowledged: the load did not run")
-	}
+	checkAcked(t, newPrimary, acked())
 	// The former primary replicates from the new one and catches up.
 	var pos string
 	if err := newPrimary.QueryRow("SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
@@ -452,17 +459,7 @@ func TestFailover(t *testing.T) {
 	}
 	t.Logf("failover: %+v; writers' errors (inside the window): %d", rep, len(errs()))
 	newPrimary := openDSN(t, "app:secret@tcp("+rep.New+")/test")
-	total := 0
-	for w, n := range acked() {
-		var c int
-		if err := newPrimary.QueryRow("SELECT COUNT(*) FROM acked WHERE w = ? AND n <= ?", w, n).Scan(&c); err != nil || c != n {
-			t.Errorf("writer %d: %d of its %d acknowledged rows on the new primary (err %v)", w, c, n, err)
-		}
-		total += n
-	}
-	if total == 0 {
-		t.Fatal("no write was acknowledged: the load did not run")
-	}
+	checkAcked(t, newPrimary, acked())
 	// Writes go through again, to the new primary.
 	if _, err := db.Exec("INSERT INTO acked VALUES (99, 1)"); err != nil {
 		t.Fatalf("a write after the failover: %v", err)
