@@ -23,6 +23,7 @@ const benchUsage = `usage: keyway bench memcache [flags]
        keyway bench kv [flags]
        keyway bench staleness [flags]
        keyway bench cache [flags]
+       keyway bench replicas [flags]
        keyway bench report --out DIR [--suites LIST] [--duration D] [--reps N] [--SUITE.FLAG V ...]
        keyway bench report --out DIR --json FILE.json...
        keyway bench compare OLD.json NEW.json
@@ -67,6 +68,17 @@ and seed 002's restart (hit ratio and qps per second after restarting
 keyway on its data_dir vs memcached cache-aside). Prints min/median/max,
 the ratios, and the targets next to them (it asserts none).
 
+replicas: a MariaDB primary with two GTID replicas: sysbench oltp_read_only
+and oltp_read_write at 8 threads (--skip_trx=on) direct to the primary,
+through keyway to the primary alone (keyway-primary) and through keyway
+with read_from = "replicas" (keyway-replicas), the result cache off,
+alternating; prints queries/s min/median/max, errors, each server's share
+of the rows read and the CPU per query of every process. Then
+read-your-writes with one replica's SQL thread stopped: clients update a
+row and read it back on another session; violations (target 0) and the
+share of reads each server answered. Failover and switchover are not built
+yet: one line says so.
+
 report: runs the suites (default all four; --duration and --reps go to
 every suite that has them, --sql.threads 1,4 and the like to one) or reads
 their --json outputs, and writes DIR/index.html, one self-contained page
@@ -80,7 +92,7 @@ the old min-max band on the bad side; exits 1 if any did.
 
 On a terminal, a status line shows the scenario, the round and the time left.
 
-keyway bench memcache -h, sql -h, kv -h, staleness -h, cache -h and report -h list the flags.
+keyway bench memcache -h, sql -h, kv -h, staleness -h, cache -h, replicas -h and report -h list the flags.
 `
 
 func runBench(args []string, stdout, stderr io.Writer) int {
@@ -119,7 +131,7 @@ type suiteRun struct {
 }
 
 // suites in the order `keyway bench report` runs them.
-var suites = []suite{{"memcache", memcacheFlags}, {"sql", sqlFlags}, {"kv", kvFlags}, {"staleness", stalenessFlags}, {"cache", cacheFlags}}
+var suites = []suite{{"memcache", memcacheFlags}, {"sql", sqlFlags}, {"kv", kvFlags}, {"staleness", stalenessFlags}, {"cache", cacheFlags}, {"replicas", replicasFlags}}
 
 func memcacheFlags(fs *flag.FlagSet) suiteRun {
 	o := &bench.MemcacheOptions{}
@@ -147,24 +159,14 @@ func sqlFlags(fs *flag.FlagSet) suiteRun {
 	fs.DurationVar(&o.Duration, "duration", 0, "`length` of each run, whole seconds (default 10s)")
 	fs.IntVar(&o.Repetitions, "reps", 0, "`runs` per target, alternating between targets (default 3)")
 	fs.Func("threads", "comma-separated sysbench thread `counts`, one case each (default 1,4,8)", intList(&o.Threads))
-	fs.Func("workloads", "comma-separated `workloads`: sysbench scripts, and many_clients, connect_only and lone_client (default oltp_point_select,oltp_read_only,many_clients,connect_only,lone_client)", func(s string) error {
-		for _, f := range strings.Split(s, ",") {
-			o.Workloads = append(o.Workloads, strings.TrimSpace(f))
-		}
-		return nil
-	})
+	fs.Func("workloads", "comma-separated `workloads`: sysbench scripts, and many_clients, connect_only and lone_client (default oltp_point_select,oltp_read_only,many_clients,connect_only,lone_client)", stringList(&o.Workloads))
 	fs.IntVar(&o.Clients, "clients", 0, "many_clients: client `connections`, each one point select a second (default 2000)")
 	fs.IntVar(&o.Pool, "pool", 0, "many_clients: keyway's backend `connections`, [[groups]] max_open (default 64)")
 	fs.Func("page-sizes", "lone_client: comma-separated `selects` per page, one case each (default 1,5,20)", intList(&o.PageSizes))
 	fs.IntVar(&o.Tables, "tables", 0, "`number` of sysbench tables, --tables (default 4)")
 	fs.IntVar(&o.TableSize, "table-size", 0, "sysbench --table-size, `rows` per table (default 10000)")
 	fs.BoolVar(&o.BackendTCP, "backend-tcp", false, "keyway reaches MariaDB over loopback TCP instead of its unix socket")
-	fs.Func("targets", "comma-separated `targets` to run, of direct, haproxy, keyway, kw-nocache (default all)", func(s string) error {
-		for _, f := range strings.Split(s, ",") {
-			o.Targets = append(o.Targets, strings.TrimSpace(f))
-		}
-		return nil
-	})
+	fs.Func("targets", "comma-separated `targets` to run, of direct, haproxy, keyway, kw-nocache (default all)", stringList(&o.Targets))
 	return suiteRun{func() (int, time.Duration) { return o.Plan() }, func(ctx context.Context, self string, out io.Writer, prog *bench.Progress) (report, error) {
 		o.KeywayBinary, o.Out, o.Progress = self, out, prog
 		return bench.RunSQL(ctx, *o)
@@ -209,6 +211,22 @@ func cacheFlags(fs *flag.FlagSet) suiteRun {
 	return suiteRun{func() (int, time.Duration) { return o.Plan() }, func(ctx context.Context, self string, out io.Writer, prog *bench.Progress) (report, error) {
 		o.KeywayBinary, o.Out, o.Progress = self, out, prog
 		return bench.RunCache(ctx, *o)
+	}}
+}
+
+func replicasFlags(fs *flag.FlagSet) suiteRun {
+	o := &bench.ReplicasOptions{}
+	fs.DurationVar(&o.Duration, "duration", 0, "`length` of each run (sysbench and read-your-writes), whole seconds (default 10s)")
+	fs.IntVar(&o.Repetitions, "reps", 0, "`runs` per target, alternating between targets (default 3)")
+	fs.Func("threads", "comma-separated sysbench thread `counts`, one case each (default 8)", intList(&o.Threads))
+	fs.Func("workloads", "comma-separated sysbench `scripts` (default oltp_read_only,oltp_read_write)", stringList(&o.Workloads))
+	fs.IntVar(&o.Tables, "tables", 0, "`number` of sysbench tables, --tables (default 4)")
+	fs.IntVar(&o.TableSize, "table-size", 0, "sysbench --table-size, `rows` per table (default 10000)")
+	fs.BoolVar(&o.Transactions, "transactions", false, "keep sysbench's BEGIN/COMMIT around each event (--skip_trx=off), which keeps every read on the primary")
+	fs.IntVar(&o.Writers, "writers", 0, "read-your-writes `clients` (default 8)")
+	return suiteRun{func() (int, time.Duration) { return o.Plan() }, func(ctx context.Context, self string, out io.Writer, prog *bench.Progress) (report, error) {
+		o.KeywayBinary, o.Out, o.Progress = self, out, prog
+		return bench.RunReplicas(ctx, *o)
 	}}
 }
 
@@ -266,6 +284,16 @@ func intList(dst *[]int) func(string) error {
 				return fmt.Errorf("want whole numbers separated by commas, like 1,4,8")
 			}
 			*dst = append(*dst, n)
+		}
+		return nil
+	}
+}
+
+// stringList parses a flag of comma-separated words into dst.
+func stringList(dst *[]string) func(string) error {
+	return func(s string) error {
+		for _, f := range strings.Split(s, ",") {
+			*dst = append(*dst, strings.TrimSpace(f))
 		}
 		return nil
 	}
@@ -358,7 +386,7 @@ func benchReport(args []string, stdout, stderr io.Writer) int {
 		for _, name := range strings.Split(*only, ",") {
 			i := slices.IndexFunc(all, func(p prepared) bool { return p.name == strings.TrimSpace(name) })
 			if i < 0 {
-				fmt.Fprintf(stderr, "keyway bench report: unknown suite %q in --suites (have memcache, sql, kv, staleness, cache)\n", name)
+				fmt.Fprintf(stderr, "keyway bench report: unknown suite %q in --suites (have memcache, sql, kv, staleness, cache, replicas)\n", name)
 				return 2
 			}
 			chosen = append(chosen, all[i])

@@ -86,6 +86,24 @@ type meter struct {
 	shared []cpuProc
 }
 
+// namedByAddr returns targets that file each run's address under their name in byAddr when they start, so that a
+// load, which sees only the address, can file what it measured by target.
+func namedByAddr(byAddr map[string]string, targets ...target) []target {
+	out := make([]target, len(targets))
+	for i, t := range targets {
+		start := t.start
+		t.start = func(ctx context.Context) (running, error) {
+			r, err := start(ctx)
+			if err == nil {
+				byAddr[r.addr] = t.name
+			}
+			return r, err
+		}
+		out[i] = t
+	}
+	return out
+}
+
 // runTargets runs load reps times against every target, a fresh server per
 // run, alternating targets within each repetition. Result lines go to out;
 // prog (nil for none) shows scenario, round and target while each runs.

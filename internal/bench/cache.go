@@ -229,19 +229,8 @@ func RunCache(ctx context.Context, o CacheOptions) (*CacheReport, error) {
 	fmt.Fprintf(o.Out, "cache bench 2/4: seed 003's PHP mysqli loops, %d× each\n", o.Loops)
 	// byAddr names the target serving at an address, so a run's cache hits are filed under its target.
 	byAddr := map[string]string{}
-	named := func(t target) target {
-		start := t.start
-		t.start = func(ctx context.Context) (running, error) {
-			r, err := start(ctx)
-			if err == nil {
-				byAddr[r.addr] = t.name
-			}
-			return r, err
-		}
-		return t
-	}
-	targets := []target{named(directStarter(m.Addr)), named(keywaySQLStarter(nocacheTarget, bin, nocache)),
-		named(freshStarter(keywaySQLStarter(phpCachedTarget, bin, cfg)))}
+	targets := namedByAddr(byAddr, directStarter(m.Addr), keywaySQLStarter(nocacheTarget, bin, nocache),
+		freshStarter(keywaySQLStarter(phpCachedTarget, bin, cfg)))
 	for _, q := range phpQueries {
 		q = fmt.Sprintf("/*+ keyway cache ttl=%d */ %s", phpTTL, q)
 		c := PHPCase{Query: q, Loops: o.Loops, Hits: map[string][]int64{}}

@@ -25,6 +25,7 @@ type Report struct {
 	KV        *KVReport        `json:",omitempty"`
 	Staleness *StalenessReport `json:",omitempty"`
 	Cache     *CacheReport     `json:",omitempty"`
+	Replicas  *ReplicasReport  `json:",omitempty"`
 }
 
 // ReadReports reads JSON files written by `keyway bench report` (report.json) or by `keyway bench SUITE --json`,
@@ -54,6 +55,8 @@ func ReadReports(files ...string) (*Report, error) {
 		switch {
 		case fields["Machine"] != nil:
 			err = json.Unmarshal(b, &sub)
+		case fields["ReadYourWrites"] != nil:
+			err = json.Unmarshal(b, &sub.Replicas)
 		case fields["Restart"] != nil:
 			err = json.Unmarshal(b, &sub.Cache)
 		case fields["p50_ms"] != nil:
@@ -65,7 +68,7 @@ func ReadReports(files ...string) (*Report, error) {
 		case fields["Results"] != nil:
 			err = json.Unmarshal(b, &sub.Memcache)
 		default:
-			return nil, fmt.Errorf("bench: %s: not the JSON of `keyway bench report` or of `keyway bench memcache|sql|kv|staleness|cache --json`", file)
+			return nil, fmt.Errorf("bench: %s: not the JSON of `keyway bench report` or of `keyway bench memcache|sql|kv|staleness|cache|replicas --json`", file)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("bench: %s: %w", file, err)
@@ -109,8 +112,15 @@ func ReadReports(files ...string) (*Report, error) {
 			r.Cache = sub.Cache
 			r.addCommand(sub.Machine, sub.Cache.Command)
 		}
+		if sub.Replicas != nil {
+			if err := claim("replicas", file); err != nil {
+				return nil, err
+			}
+			r.Replicas = sub.Replicas
+			r.addCommand(sub.Machine, sub.Replicas.Command)
+		}
 	}
-	if r.Memcache == nil && r.SQL == nil && r.KV == nil && r.Staleness == nil && r.Cache == nil {
+	if r.Memcache == nil && r.SQL == nil && r.KV == nil && r.Staleness == nil && r.Cache == nil && r.Replicas == nil {
 		return nil, errors.New("bench: no benchmark results in the files given")
 	}
 	return r, nil
@@ -221,6 +231,9 @@ func (r *Report) Scenarios() []Scenario {
 				Cases:       []Case{{Concurrency: 1, Results: p.Results}},
 			})
 		}
+	}
+	if rp := r.Replicas; rp != nil && rp.SQL != nil {
+		out = append(out, sqlScenarios(rp.SQL, "replicas/", "Replicas: sysbench ")...)
 	}
 	return out
 }
@@ -391,6 +404,8 @@ func (r *Report) Add(suite any) error {
 		r.Staleness = s
 	case *CacheReport:
 		r.Cache = s
+	case *ReplicasReport:
+		r.Replicas = s
 	default:
 		return fmt.Errorf("bench: %T is not a suite's report", suite)
 	}

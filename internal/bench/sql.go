@@ -308,10 +308,13 @@ type sqlEnv struct {
 	primary string
 }
 
-// keywayLimits are the limits a case serves keyway with; zero fields keep keyway's defaults.
+// keywayLimits are the limits (and the group's replicas) a case serves keyway with; zero fields keep keyway's
+// defaults.
 type keywayLimits struct {
-	maxClients int // [sql] max_connections
-	pool       int // [[groups]] max_open
+	maxClients int      // [sql] max_connections
+	pool       int      // [[groups]] max_open
+	replicas   []string // [[groups]] replicas, addresses or socket paths (bench replicas)
+	readFrom   string   // [[groups]] read_from: "primary", "replicas" or "any"
 }
 
 // targets are the targets the options pick, in run order, keyway's configured with l; cleanup removes the
@@ -435,20 +438,28 @@ func startMariaDB(ctx context.Context) (*peers.MariaDB, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("bench: %w", err)
 	}
-	db, err := sql.Open("mysql", m.AppDSN)
+	v, err := serverVersion(ctx, m.AppDSN)
 	if err != nil {
 		m.Stop()
-		return nil, "", fmt.Errorf("bench: %w", err)
+		return nil, "", err
+	}
+	return m, v, nil
+}
+
+// serverVersion is the VERSION() of the server at dsn.
+func serverVersion(ctx context.Context, dsn string) (string, error) {
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return "", fmt.Errorf("bench: %w", err)
 	}
 	defer db.Close()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var v string
 	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); err != nil {
-		m.Stop()
-		return nil, "", fmt.Errorf("bench: SELECT VERSION(): %w", err)
+		return "", fmt.Errorf("bench: SELECT VERSION(): %w", err)
 	}
-	return m, v, nil
+	return v, nil
 }
 
 // directStarter is MariaDB itself: nothing to start or stop per run.
@@ -484,7 +495,8 @@ func KeywaySQLConfig(primary string, cache bool) string {
 	return keywaySQLConfig(primary, cache, keywayLimits{})
 }
 
-// keywaySQLConfig is KeywaySQLConfig with the limits l sets ([sql] max_connections, the group's max_open).
+// keywaySQLConfig is KeywaySQLConfig with the limits l sets ([sql] max_connections, the group's max_open, replicas
+// and read_from).
 func keywaySQLConfig(primary string, cache bool, l keywayLimits) string {
 	var sqlLimits, groupLimits string
 	if l.maxClients > 0 {
@@ -492,6 +504,16 @@ func keywaySQLConfig(primary string, cache bool, l keywayLimits) string {
 	}
 	if l.pool > 0 {
 		groupLimits = fmt.Sprintf("max_open = %d\n", l.pool)
+	}
+	if len(l.replicas) > 0 {
+		quoted := make([]string, len(l.replicas))
+		for i, r := range l.replicas {
+			quoted[i] = strconv.Quote(r)
+		}
+		groupLimits += "replicas = [" + strings.Join(quoted, ", ") + "]\n"
+	}
+	if l.readFrom != "" {
+		groupLimits += fmt.Sprintf("read_from = %q\n", l.readFrom)
 	}
 	return fmt.Sprintf(`# keyway bench sql: the SQL door in front of one MariaDB.
 [cache]
@@ -655,6 +677,12 @@ func (s *sysbench) prepare(ctx context.Context, addr string) error {
 
 // load runs workload with threads threads against one server per call.
 func (s *sysbench) load(workload string, threads int) loadFunc {
+	return s.loadSummary(workload, threads, nil)
+}
+
+// loadSummary is load that also hands each good run's summary to got (nil: to no one), with the address it ran
+// against.
+func (s *sysbench) loadSummary(workload string, threads int, got func(addr string, sum SysbenchSummary)) loadFunc {
 	return func(ctx context.Context, addr string) (sample, error) {
 		argv, err := s.argv(workload, addr, "--threads="+strconv.Itoa(threads), "run")
 		if err != nil {
@@ -673,6 +701,9 @@ func (s *sysbench) load(workload string, threads int) loadFunc {
 		sum, err := ParseSysbench(out)
 		if err != nil {
 			return sample{}, fmt.Errorf("sysbench %s: %w\n%s", strings.Join(argv, " "), err, tail(out))
+		}
+		if got != nil {
+			got(addr, sum)
 		}
 		note := fmt.Sprintf("(p95 %.2f ms; %d queries in %.1fs; ignored errors %d, reconnects %d)",
 			sum.P95, sum.Queries, sum.Seconds, sum.IgnoredErrors, sum.Reconnects)
