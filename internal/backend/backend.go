@@ -242,6 +242,8 @@ type Group struct {
 	wg   sync.WaitGroup
 
 	rs replicaState // the group's replicas and their positions (replicas.go)
+	// asReplica is the replica this group is the member of, for a group a parent made of one of its replicas.
+	asReplica *replicaMember
 
 	// stmtsPerConn bounds the statements prepared on one pooled connection (stmts.go): MaxStmtsPerConn, or less so
 	// that the budget's connections together keep within half the server's max_prepared_stmt_count.

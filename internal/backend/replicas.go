@@ -26,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -81,6 +82,7 @@ type replicaState struct {
 	// recheck asks the watcher to read the members' roles now.
 	hold    atomic.Pointer[chan struct{}]
 	recheck chan struct{}
+	waiters atomic.Int32 // reads waiting on a replica (WaitMember)
 	history struct {
 		sync.Mutex
 		samples []positionSample // a ring, next is where the next sample goes
@@ -96,7 +98,9 @@ func (g *Group) startReplicas(o GroupOptions) {
 	for _, r := range o.Replicas {
 		ro := o
 		ro.Primary, ro.Replicas, ro.ReadFrom = r.Member, nil, ReadPrimary
-		g.rs.replicas = append(g.rs.replicas, &replicaMember{Group: NewGroup(ro), weight: max(r.Weight, 1)})
+		m := &replicaMember{Group: NewGroup(ro), weight: max(r.Weight, 1)}
+		m.Group.asReplica = m
+		g.rs.replicas = append(g.rs.replicas, m)
 	}
 	g.rs.recheck = make(chan struct{}, 1)
 	g.wg.Add(1)
@@ -147,6 +151,73 @@ func (g *Group) ReadMember(need validity.Position) *Group {
 	}
 	g.rs.reads.Add(1)
 	return g
+}
+
+// WaitMember returns the replica a read that needs need may wait on (MASTER_GTID_WAIT, Conn.WaitApplied) when
+// ReadMember found none that covers it: the most advanced of those that are up, replicate and are within
+// MaxReplicaLag, as long as fewer than maxWaiters reads wait already; nil otherwise. A caller that gets one calls
+// DoneWaiting when its wait ends.
+func (g *Group) WaitMember(need validity.Position) *Group {
+	if !g.ReadsReplicas() || g.rs.waiters.Add(1) > maxWaiters {
+		g.rs.waiters.Add(-1)
+		return nil
+	}
+	now := time.Now()
+	var best *replicaMember
+	var bestPos validity.Position
+	for _, r := range g.rs.replicas {
+		if g.eligible(r, validity.Position{}, now) {
+			if p := r.pos.Load(); best == nil || p.pos.Covers(bestPos) {
+				best, bestPos = r, p.pos
+			}
+		}
+	}
+	if best == nil {
+		g.rs.waiters.Add(-1)
+		return nil
+	}
+	return best.Group
+}
+
+// DoneWaiting ends a wait WaitMember allowed.
+func (g *Group) DoneWaiting() { g.rs.waiters.Add(-1) }
+
+// maxWaiters bounds the reads of a group that wait on a replica at once: each holds a replica connection.
+const maxWaiters = 8
+
+// DefaultReplicaWait is how long a read waits on a replica for a position before it goes to the primary.
+const DefaultReplicaWait = 50 * time.Millisecond
+
+// WaitApplied waits on c, a connection to a replica, until its server has applied pos, at most timeout
+// (MASTER_GTID_WAIT), and reports whether it has; the replica's known position rises with it, so the reads that
+// follow need no wait. An error leaves c broken or usable as queryStrings does.
+func (c *Conn) WaitApplied(pos validity.Position, timeout time.Duration) (bool, error) {
+	vals, err := c.queryStrings("SELECT MASTER_GTID_WAIT('" + pos.String() + "', " +
+		strconv.FormatFloat(timeout.Seconds(), 'f', 3, 64) + ")")
+	if err != nil || vals[0] != "0" {
+		return false, err
+	}
+	if c.pool != nil {
+		if r := c.pool.g.asReplica; r != nil {
+			r.raise(pos)
+		}
+	}
+	return true, nil
+}
+
+// raise records that r's server has applied pos.
+func (r *replicaMember) raise(pos validity.Position) {
+	for {
+		old := r.pos.Load()
+		if old == nil || old.pos.Covers(pos) {
+			return
+		}
+		p := *old
+		p.pos = old.pos.Merge(pos)
+		if r.pos.CompareAndSwap(old, &p) {
+			return
+		}
+	}
 }
 
 // eligible reports whether replica r may take a read that needs need, now.

@@ -7,7 +7,10 @@ package sqlproxy
 // could have it answered from anywhere: outside a transaction, unpinned, not reading LAST_INSERT_ID() or the
 // previous statement's diagnostics, holding no connection (lease keeps a held one). It then runs on a replica whose
 // applied position covers what it needs: the position of the last commit keyway knows of to each table it reads
-// (validity.Gate.Needs), or the group's newest known position when keyway cannot name its tables (a view). Since positions only grow and the need is read when the statement is
+// (validity.Gate.Needs), or the group's newest known position when keyway cannot name its tables (a view). When no
+// replica is known to cover it (their positions are read every 100 ms, so a read right after a write rarely is),
+// the read waits on the most advanced replica for that position (MASTER_GTID_WAIT, 50 ms at most, at most 8 reads
+// of a group at once), and goes to the primary if it times out. Since positions only grow and the need is read when the statement is
 // sent, a read sees every write keyway acknowledged before it, through either door, and every direct write the
 // binlog follower had applied.
 //
@@ -26,21 +29,35 @@ import (
 )
 
 // leasePool is the pool the statement of plan borrows from: a replica's, when the statement may read there and a
-// replica covers what it needs, else the session's (its group's primary).
-func (ss *session) leasePool(plan *Plan) *backend.Pool {
+// replica covers what it needs, else the session's (its group's primary). When no replica covers it but one may
+// soon, wait is the position the borrowed connection must wait for first (leaseWaited); zero otherwise.
+func (ss *session) leasePool(plan *Plan) (pool *backend.Pool, wait validity.Position) {
 	g := ss.user.group
 	if plan == nil || !g.ReadsReplicas() || !ss.mayReadReplica(plan) {
-		return ss.pool
+		return ss.pool, wait
 	}
 	need, ok := ss.readNeeds(plan)
 	if !ok {
-		return ss.pool
+		return ss.pool, wait
 	}
-	m := g.ReadMember(need)
-	if m == g {
-		return ss.pool
+	if m := g.ReadMember(need); m != g {
+		return m.Pool(ss.pool.Key(), ss.user.backendPassword), wait
 	}
-	return m.Pool(ss.pool.Key(), ss.user.backendPassword)
+	if m := g.WaitMember(need); m != nil {
+		return m.Pool(ss.pool.Key(), ss.user.backendPassword), need
+	}
+	return ss.pool, wait
+}
+
+// leaseWaited makes be, borrowed from a replica's pool, wait until its server has applied wait (at most
+// backend.DefaultReplicaWait): be when it has, else nil, be given back, and the read goes to the primary.
+func (ss *session) leaseWaited(be *backend.Conn, wait validity.Position) *backend.Conn {
+	defer ss.user.group.DoneWaiting()
+	if ok, err := be.WaitApplied(wait, backend.DefaultReplicaWait); !ok || err != nil {
+		be.Release()
+		return nil
+	}
+	return be
 }
 
 // mayReadReplica reports whether plan, run now by the session, may run on a replica.

@@ -317,9 +317,16 @@ func (ss *session) lease(plan *Plan) (*mysqlwire.Error, error) {
 		needs = backend.Needs{LastInsertID: plan.ReadsLastInsertID && ss.state.LastInsertID != 0, FreshDiagnostics: plan.ReadsDiagnostics}
 	}
 	// No deadline of its own: the pool bounds a wait by pool_wait and a dial by connect_timeout.
-	pool := ss.leasePool(plan) // a replica's, for a read one may run (replicas.go)
+	pool, wait := ss.leasePool(plan) // a replica's, for a read one may run (replicas.go)
 	be, err := pool.Lease(context.Background(), &ss.state, needs)
-	if err != nil && pool != ss.pool {
+	if !wait.IsZero() {
+		if err == nil {
+			be = ss.leaseWaited(be, wait)
+		} else {
+			ss.user.group.DoneWaiting()
+		}
+	}
+	if pool != ss.pool && (err != nil || be == nil) {
 		be, err = ss.pool.Lease(context.Background(), &ss.state, needs) // the replica failed: the primary has it all
 	}
 	if err != nil {
