@@ -260,9 +260,11 @@ func (ss *session) attach(db string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), backendCheckoutTimeout)
 	defer cancel()
 	be, state, err := ss.pool.Login(ctx, db)
-	if _, down := errors.AsType[*backend.UnavailableError](err); down && u.group.ReadsReplicas() {
-		// The primary is down: a replica checks the login, so the session can still read (its writes get the
-		// primary's error).
+	_, down := errors.AsType[*backend.UnavailableError](err)
+	_, fenced := errors.AsType[*backend.FencedError](err)
+	if (down || fenced) && u.group.ReadsReplicas() {
+		// The primary is down, or fenced: a replica checks the login, so the session can still read (its writes
+		// get the primary's error).
 		if m := u.group.ReadMember(validity.Position{}); m != u.group {
 			be, state, err = m.Pool(key, u.backendPassword).Login(ctx, db)
 		}
