@@ -504,12 +504,12 @@ func (f *Follower) run() {
 			// read (and noted on the gate) before the copies are dropped: a stamp taken after the drop must find
 			// every table's position at or after it (see package validity), and whatever commits after the
 			// position is read is replayed.
-			f.gaps.Add(1)
 			f.log.Warn("binlog position lost on the primary (purged, reset, or a GTID domain change): every cached copy (restored ones too) is dropped and following restarts at the primary's current position", "err", err)
 			if err := f.startAtCurrent(); err != nil {
 				f.log.Warn("binlog follower: reading the primary's position", "err", err)
 			}
 			f.o.Registry.InvalidateAll()
+			f.gaps.Add(1) // counted once everything is invalidated, as Status says
 		} else {
 			f.disconnected(err)
 		}
