@@ -40,6 +40,12 @@ type PromoteReport struct {
 // and points the other replicas at it; the group follows it.
 func (g *Group) Failover(ctx context.Context) (PromoteReport, error) {
 	rep := PromoteReport{Group: g.cfg.Name, Former: g.Addr()}
+	qctx, cancel := context.WithTimeout(ctx, positionTimeout)
+	_, err := g.memberQuery(qctx, g, "SELECT 1 AS up")
+	cancel()
+	if err == nil { // two writable primaries would follow; keyway would fence them, but better not make them
+		return rep, fmt.Errorf("keyway: group %s: the primary %s answers: use keyway switchover", g.cfg.Name, g.Addr())
+	}
 	var best *replicaMember
 	var bestPos validity.Position
 	for _, r := range g.rs.replicas {
