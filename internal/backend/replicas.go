@@ -166,10 +166,9 @@ func (g *Group) WaitMember(need validity.Position) *Group {
 	var best *replicaMember
 	var bestPos validity.Position
 	for _, r := range g.rs.replicas {
-		if g.eligible(r, validity.Position{}, now) {
-			if p := r.pos.Load(); best == nil || p.pos.Covers(bestPos) {
-				best, bestPos = r, p.pos
-			}
+		// p is loaded once: the watcher may store nil at any moment.
+		if p := r.pos.Load(); p != nil && g.eligible(r, validity.Position{}, now) && (best == nil || p.pos.Covers(bestPos)) {
+			best, bestPos = r, p.pos
 		}
 	}
 	if best == nil {
@@ -192,8 +191,10 @@ const DefaultReplicaWait = 50 * time.Millisecond
 // (MASTER_GTID_WAIT), and reports whether it has; the replica's known position rises with it, so the reads that
 // follow need no wait. An error leaves c broken or usable as queryStrings does.
 func (c *Conn) WaitApplied(pos validity.Position, timeout time.Duration) (bool, error) {
+	_ = c.SetDeadline(time.Now().Add(timeout + positionTimeout)) // a replica that hangs does not hold the read
 	vals, err := c.queryStrings("SELECT MASTER_GTID_WAIT('" + pos.String() + "', " +
 		strconv.FormatFloat(timeout.Seconds(), 'f', 3, 64) + ")")
+	_ = c.SetDeadline(time.Time{})
 	if err != nil || vals[0] != "0" {
 		return false, err
 	}
