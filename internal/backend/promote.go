@@ -145,8 +145,9 @@ func (g *Group) Switchover(ctx context.Context, to string, hold time.Duration) (
 // pickTarget is replica to, or the most advanced replica that replicates when to is "".
 func (g *Group) pickTarget(to string) *replicaMember {
 	var best *replicaMember
+	var bestPos validity.Position
 	for _, r := range g.rs.replicas {
-		p := r.pos.Load()
+		p := r.pos.Load() // once: the watcher may clear it
 		if p == nil || !p.replicates {
 			continue
 		}
@@ -156,8 +157,8 @@ func (g *Group) pickTarget(to string) *replicaMember {
 			}
 			continue
 		}
-		if best == nil || p.pos.Covers(best.pos.Load().pos) {
-			best = r
+		if best == nil || p.pos.Covers(bestPos) {
+			best, bestPos = r, p.pos
 		}
 	}
 	return best
