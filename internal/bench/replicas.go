@@ -75,7 +75,6 @@ var (
 // member's position in ~100 ms and their roles once a second; until then reads go to the primary.
 const replicasSettle = 1500 * time.Millisecond
 
-
 // EnsureDefaults replaces zero fields with their defaults.
 func (o *ReplicasOptions) EnsureDefaults() {
 	if o.Duration == 0 {
