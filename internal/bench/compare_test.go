@@ -95,11 +95,24 @@ func TestCompareLatency(t *testing.T) {
 		d.P95, k.P95 = direct, keyway
 		return &SQLReport{Cases: []SQLCase{{Workload: "oltp_point_select", Threads: 4, Results: []Result{d, k}}}}
 	}
-	oldR, err := ReadReports(writeJSONFile(t, "old.json", sqlReport(p95(1, 1.2), p95(2, 2.2))))
+	got := verdicts(t, sqlReport(p95(1, 1.2), p95(2, 2.2)), sqlReport(p95(0.5, 0.6), p95(3, 3.1)))
+	if v := got["sql/oltp_point_select threads=4 keyway p95 ms"]; v != Regression {
+		t.Errorf("keyway p95 2.1 → 3.05 ms: %q, want a regression (%v)", v, got)
+	}
+	if v := got["sql/oltp_point_select threads=4 direct p95 ms"]; v != Improvement {
+		t.Errorf("direct p95 1.1 → 0.55 ms: %q, want an improvement (%v)", v, got)
+	}
+}
+
+// verdicts is Compare's verdict per figure from report old to report new, both written out and read back as
+// keyway bench compare reads them.
+func verdicts(t *testing.T, old, new any) map[string]Verdict {
+	t.Helper()
+	oldR, err := ReadReports(writeJSONFile(t, "old.json", old))
 	if err != nil {
 		t.Fatal(err)
 	}
-	newR, err := ReadReports(writeJSONFile(t, "new.json", sqlReport(p95(0.5, 0.6), p95(3, 3.1))))
+	newR, err := ReadReports(writeJSONFile(t, "new.json", new))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,12 +120,7 @@ func TestCompareLatency(t *testing.T) {
 	for _, c := range Compare(oldR, newR) {
 		got[c.Figure] = c.Verdict
 	}
-	if v := got["sql/oltp_point_select threads=4 keyway p95 ms"]; v != Regression {
-		t.Errorf("keyway p95 2.1 → 3.05 ms: %q, want a regression (%v)", v, got)
-	}
-	if v := got["sql/oltp_point_select threads=4 direct p95 ms"]; v != Improvement {
-		t.Errorf("direct p95 1.1 → 0.55 ms: %q, want an improvement (%v)", v, got)
-	}
+	return got
 }
 
 func TestMachineDifferences(t *testing.T) {

@@ -219,18 +219,7 @@ func TestCompareSQLClientCases(t *testing.T) {
 	d := &new.Cases[0].Results[0]
 	d.Errors.TooMany = Series{Runs: []float64{19000}}
 	d.summarize()
-	oldR, err := ReadReports(writeJSONFile(t, "old.json", old))
-	if err != nil {
-		t.Fatal(err)
-	}
-	newR, err := ReadReports(writeJSONFile(t, "new.json", new))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]Verdict{}
-	for _, c := range Compare(oldR, newR) {
-		got[c.Figure] = c.Verdict
-	}
+	got := verdicts(t, old, new)
 	for figure, want := range map[string]Verdict{
 		"sql/many_clients clients=2000 keyway queries/s":           Improvement,
 		"sql/many_clients clients=2000 keyway 1040 errors":         Improvement,

@@ -265,18 +265,7 @@ func TestCompareLoneClient(t *testing.T) {
 	h := &new.StatementCosts[1] // haproxy
 	h.Added = &Series{Runs: []float64{120, 130}}
 	h.Added.summarize()
-	oldR, err := ReadReports(writeJSONFile(t, "old.json", old))
-	if err != nil {
-		t.Fatal(err)
-	}
-	newR, err := ReadReports(writeJSONFile(t, "new.json", new))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]Verdict{}
-	for _, c := range Compare(oldR, newR) {
-		got[c.Figure] = c.Verdict
-	}
+	got := verdicts(t, old, new)
 	for figure, want := range map[string]Verdict{
 		"sql/lone_client selects=20 keyway pages/s":    WithinNoise,
 		"sql/lone_client selects=1 direct pages/s":     WithinNoise,
