@@ -486,25 +486,7 @@ func (e *replicasEnv) createRYWTables(ctx context.Context) error {
 		return fmt.Errorf("bench: %w", err)
 	}
 	for i, m := range e.repl.Members() {
-		db, err := sql.Open("mysql", m.AppDSN)
-		if err != nil {
-			return fmt.Errorf("bench: %w", err)
-		}
-		err = func() error {
-			defer db.Close()
-			c, err := db.Conn(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			for _, q := range []string{"SET SESSION sql_log_bin = 0", "REPLACE INTO whoami VALUES (1, '" + e.names[i] + "')"} {
-				if _, err := c.ExecContext(ctx, q); err != nil {
-					return fmt.Errorf("%s: %w", q, err)
-				}
-			}
-			return nil
-		}()
-		if err != nil {
+		if err := m.ExecUnlogged(ctx, "REPLACE INTO test.whoami VALUES (1, '"+e.names[i]+"')"); err != nil {
 			return fmt.Errorf("bench: whoami on %s: %w", e.names[i], err)
 		}
 	}

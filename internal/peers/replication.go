@@ -418,6 +418,12 @@ func poll(ctx context.Context, timeout time.Duration, done func() (bool, error),
 	}
 }
 
+// ExecUnlogged runs stmts in order as root on one connection of m with sql_log_bin = 0: they change m alone, and no
+// replica sees them (a test's per-member row, telling which server answered a read).
+func (m *MariaDB) ExecUnlogged(ctx context.Context, stmts ...string) error {
+	return m.exec(ctx, append([]string{"SET SESSION sql_log_bin = 0"}, stmts...)...)
+}
+
 // exec runs stmts in order as root on one connection.
 func (m *MariaDB) exec(ctx context.Context, stmts ...string) error {
 	return m.root(ctx, func(c *sql.Conn) error {

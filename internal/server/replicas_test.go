@@ -59,17 +59,10 @@ func newReplicaDoors(t *testing.T) *replicaDoors {
 			name = fmt.Sprintf("replica%d", i)
 		}
 		d.names[m.Addr] = name
-		conn, err := openTestDB(t, m.AppDSN).Conn(ctx)
-		if err != nil {
+		if err := m.ExecUnlogged(ctx, "REPLACE INTO test.whoami VALUES (1, '"+name+"')",
+			"REPLACE INTO test.kv VALUES ('whoami', '"+name+"')"); err != nil {
 			t.Fatal(err)
 		}
-		for _, q := range []string{"SET SESSION sql_log_bin = 0", "REPLACE INTO whoami VALUES (1, '" + name + "')",
-			"REPLACE INTO kv VALUES ('whoami', '" + name + "')"} {
-			if _, err := conn.ExecContext(ctx, q); err != nil {
-				t.Fatalf("%s: %s: %v", name, q, err)
-			}
-		}
-		conn.Close()
 	}
 
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -48,17 +48,9 @@ func newReplicaSetupWith(t *testing.T, o testenv.ReplicationOptions) *replicaSet
 			name = fmt.Sprintf("replica%d", i)
 		}
 		s.names[m.Addr] = name
-		db := openDSN(t, m.AppDSN)
-		conn, err := db.Conn(ctx)
-		if err != nil {
+		if err := m.ExecUnlogged(ctx, "REPLACE INTO test.whoami VALUES (1, '"+name+"')"); err != nil {
 			t.Fatal(err)
 		}
-		for _, q := range []string{"SET SESSION sql_log_bin = 0", "REPLACE INTO whoami VALUES (1, '" + name + "')"} {
-			if _, err := conn.ExecContext(ctx, q); err != nil {
-				t.Fatalf("%s: %s: %v", name, q, err)
-			}
-		}
-		conn.Close()
 	}
 	return s
 }
