@@ -198,17 +198,21 @@ func (mp *Mapping) buildKeyspaceShards(shards []ShardConfig) []error {
 		from, _, _ := strings.Cut(rs[0].sc.Name, "-")
 		errs = append(errs, fmt.Errorf("keyspace ids below %s have no shard (the first shard starts the keyspace: \"-…\")", from))
 	}
-	for i := 1; i < len(rs); i++ {
-		prev, cur := rs[i-1], rs[i]
+	// reach is how far the shards so far cover (open: to the end), and by whom it was reached.
+	reach, open, by := rs[0].end, !rs[0].hasEnd, rs[0]
+	for _, cur := range rs[1:] {
 		switch {
-		case !prev.hasEnd || prev.end > cur.start:
-			errs = append(errs, fmt.Errorf("shards %s and %s overlap", prev.sc.Name, cur.sc.Name))
-		case prev.end < cur.start:
-			errs = append(errs, fmt.Errorf("keyspace ids between shards %s and %s have no shard", prev.sc.Name, cur.sc.Name))
+		case open || reach > cur.start:
+			errs = append(errs, fmt.Errorf("shards %s and %s overlap", by.sc.Name, cur.sc.Name))
+		case reach < cur.start:
+			errs = append(errs, fmt.Errorf("keyspace ids between shards %s and %s have no shard", by.sc.Name, cur.sc.Name))
+		}
+		if !open && (!cur.hasEnd || cur.end > reach) {
+			reach, open, by = cur.end, !cur.hasEnd, cur
 		}
 	}
-	if last := rs[len(rs)-1]; last.hasEnd {
-		_, to, _ := strings.Cut(last.sc.Name, "-")
+	if !open {
+		_, to, _ := strings.Cut(by.sc.Name, "-")
 		errs = append(errs, fmt.Errorf("keyspace ids from %s on have no shard (the last shard ends the keyspace: \"…-\")", to))
 	}
 	if len(errs) > 0 {
