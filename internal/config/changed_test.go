@@ -22,6 +22,7 @@ func TestChangedNamesFileKeys(t *testing.T) {
 	base.SQL.Users = []SQLUser{{}}
 	base.Containers = []Container{{}}
 	base.Cache.Rules = []CacheRule{{}}
+	base.ShardMaps = []ShardMap{{Tables: []ShardTable{{}}, Shards: []ShardRange{{}}}}
 	checked := 0
 	leaves = func(v reflect.Value, path []int) {
 		switch {
@@ -83,6 +84,11 @@ func deepCopy(c Config) Config {
 	c.SQL.Users = slices.Clone(c.SQL.Users)
 	c.Containers = slices.Clone(c.Containers)
 	c.Cache.Rules = slices.Clone(c.Cache.Rules)
+	c.ShardMaps = slices.Clone(c.ShardMaps)
+	for i := range c.ShardMaps {
+		c.ShardMaps[i].Tables = slices.Clone(c.ShardMaps[i].Tables)
+		c.ShardMaps[i].Shards = slices.Clone(c.ShardMaps[i].Shards)
+	}
 	return c
 }
 

@@ -17,7 +17,9 @@
 //   - A default that a component also applies to a zero Options field is that component's exported Default*
 //     constant (backend, binlog, engine, memcache, qcache, sqlproxy, store, writebehind), so each default lives in
 //     one place.
-//     config imports those packages for their constants only; none of them imports config.
+//     config imports those packages for their constants only; none of them imports config. (shard is the
+//     exception: the ranges of [[shard_maps]] are checked by shard's own rules, so the config and a map loaded from
+//     keyway_shards are held to the same ones.)
 //   - Containers are checked here for form only (names, identifiers, policies, group references); whether their
 //     table and columns exist is checked at startup against the real table.
 //
@@ -44,6 +46,7 @@ import (
 	"github.com/keywaydb/keyway/internal/engine"
 	"github.com/keywaydb/keyway/internal/memcache"
 	"github.com/keywaydb/keyway/internal/qcache"
+	"github.com/keywaydb/keyway/internal/shard"
 	"github.com/keywaydb/keyway/internal/sqlproxy"
 	"github.com/keywaydb/keyway/internal/store"
 	"github.com/keywaydb/keyway/internal/writebehind"
@@ -59,6 +62,78 @@ type Config struct {
 	Containers []Container // [[containers]]: memcache keys mapped to table rows
 	Migrate    Migrate     // [migrate]
 	Cache      Cache       // [cache]
+	Sharding   Sharding    // [sharding]
+	ShardMaps  []ShardMap  // [[shard_maps]]: the shard map, when sharding.source = "config"
+}
+
+// Sharding says where the shard map comes from and which group holds the unsharded tables. Sharding is in use when
+// [[shard_maps]] are configured or source is "table"; otherwise every table is on its user's group, as before.
+type Sharding struct {
+	// "global": the group of the unsharded (global) tables, and of the keyway_shards schema (default: the first
+	// group, when sharding is in use).
+	Global string
+	// "source": ShardSourceConfig (the default: [[shard_maps]], reloaded on SIGHUP) or ShardSourceTable (the tables
+	// of Schema on the global group, reloaded when the binlog shows them change).
+	Source string
+	// "schema": the schema of the shard map's tables with source = "table" (default "keyway_shards").
+	Schema string
+}
+
+// The values of Sharding.Source.
+const (
+	ShardSourceConfig = "config"
+	ShardSourceTable  = "table"
+)
+
+// ShardingInUse reports whether sharding is configured: [[shard_maps]] entries, or source = "table".
+func (c *Config) ShardingInUse() bool {
+	return len(c.ShardMaps) > 0 || c.Sharding.Source == ShardSourceTable
+}
+
+// ShardMap is one [[shard_maps]] entry: a mapping of shard key values to shards, and the tables sharded by it.
+type ShardMap struct {
+	Name   string       // "name"
+	Kind   string       // "kind": "hash", "xxhash", "range_int" or "range_string"
+	Tables []ShardTable // "tables": [{ table = "app.users", column = "id", scatter = false }]
+	Shards []ShardRange // [[shard_maps.shards]]
+}
+
+// ShardTable is a table sharded by a mapping.
+type ShardTable struct {
+	Table   string // "table": "schema.table", or "table" for the table of that name in any schema
+	Column  string // "column": the shard key column
+	Scatter bool   // "scatter": a statement without one shard may run on every shard (default false)
+}
+
+// ShardRange is one [[shard_maps.shards]] entry.
+type ShardRange struct {
+	// "name": for hash and xxhash the shard's keyspace range as Vitess names shards ("-80", "80-", "-"); else any
+	// name unique in the mapping.
+	Name  string
+	Group string // "group": the [[groups]] entry holding the shard
+	// "from", "to": a range kind's bounds, from inclusive, to exclusive; "" (no key) is an open end. range_int takes
+	// integers, range_string strings.
+	From, To string
+}
+
+// ShardConfig is the shard map of [sharding] and [[shard_maps]] in shard's form, for shard.FromConfig, with the
+// configured groups as the ones that exist.
+func (c *Config) ShardConfig() shard.Config {
+	sc := shard.Config{Global: c.Sharding.Global}
+	for _, g := range c.Groups {
+		sc.Groups = append(sc.Groups, g.Name)
+	}
+	for _, m := range c.ShardMaps {
+		mc := shard.MappingConfig{Name: m.Name, Kind: m.Kind}
+		for _, t := range m.Tables {
+			mc.Tables = append(mc.Tables, shard.TableConfig{Table: t.Table, Column: t.Column, Scatter: t.Scatter})
+		}
+		for _, r := range m.Shards {
+			mc.Shards = append(mc.Shards, shard.ShardConfig{Name: r.Name, Group: r.Group, From: r.From, To: r.To})
+		}
+		sc.Mappings = append(sc.Mappings, mc)
+	}
+	return sc
 }
 
 // Cache configures how keyway keeps cached copies (container rows) fresh.
@@ -440,6 +515,21 @@ const (
 	wantWriteWindow     = `want a duration from "1ms" to "1m": how long an async set waits before it is sent to the table`
 	wantWriteMaxPending = `want a whole number from 1 to 1048576: rows an async container lets wait for the table before writers wait`
 	wantMigrateGroup    = `want the name of the [[groups]] entry whose server has the innodb_memcache schema, or "" for none`
+
+	wantShardSource   = `want "config" (the map is [[shard_maps]]) or "table" (the map is in the sharding.schema tables on the global group)`
+	wantShardSchema   = `want a schema name (letters, digits, _ or $; at most 64 characters); default "keyway_shards"`
+	wantShardGlobal   = `want the name of the [[groups]] entry holding the unsharded tables (leave it out for the first group)`
+	wantShardGroups   = `sharding needs [[groups]] entries: the global group and the groups holding the shards`
+	wantShardMapsHere = `[[shard_maps]] are the map of source = "config": with source = "table" the map is in the sharding.schema tables; remove one or the other`
+	wantShardMapName  = `want a name (letters, digits, _ or $; at most 64 characters), unique among [[shard_maps]]`
+	wantShardKind     = `want "hash" (Vitess's hash), "xxhash" (Vitess's xxhash), "range_int" or "range_string"`
+	wantShardTable    = `want "schema.table", or "table" for the table of that name in any schema, each part a MySQL identifier, in one mapping only`
+	wantShardColumn   = `want the name of the shard key column (letters, digits, _ or $; at most 64 characters)`
+	wantShardTables   = `want the mapping's tables: tables = [{ table = "app.users", column = "id" }]`
+	wantShardShards   = `want the mapping's shards: one [[shard_maps.shards]] entry each, with name and group`
+	wantShardName     = `want a name unique in the mapping; for "hash" and "xxhash" the shard's keyspace range as Vitess names shards: "-80", "80-c0", "c0-", or "-" for all`
+	wantShardGroupRef = `want the name of a [[groups]] entry`
+	wantShardBound    = `want an integer (range_int) or a string (range_string), or no key for an open end; hash and xxhash shards take their range from their name`
 )
 
 // Default returns the configuration keyway runs with when nothing is configured: a memcached on 127.0.0.1:11211
@@ -486,6 +576,19 @@ func (c *Config) EnsureDefaults() {
 		if k.Group == "" && len(c.Groups) > 0 {
 			k.Group = c.Groups[0].Name
 		}
+	}
+	c.Sharding.ensureDefaults()
+	if c.Sharding.Global == "" && c.ShardingInUse() && len(c.Groups) > 0 {
+		c.Sharding.Global = c.Groups[0].Name
+	}
+}
+
+func (s *Sharding) ensureDefaults() {
+	if s.Source == "" {
+		s.Source = ShardSourceConfig
+	}
+	if s.Schema == "" {
+		s.Schema = shard.DefaultSchema
 	}
 }
 
@@ -616,6 +719,7 @@ func (c *Config) validate() problems {
 		p.add("admin.token", "(hidden)", wantAdminToken)
 	}
 	c.validateContainers(&p)
+	c.validateSharding(&p)
 	for i, r := range c.Cache.Rules {
 		key := "cache.rules[" + strconv.Itoa(i) + "]"
 		n := 0
@@ -654,6 +758,124 @@ func (c *Config) validate() problems {
 		}
 	}
 	return p
+}
+
+// validateSharding checks [sharding] and [[shard_maps]]: their form and group references here, the shards' ranges
+// by shard's own rules (shard.FromConfig), reported under the mapping's shards key.
+func (c *Config) validateSharding(p *problems) {
+	s := &c.Sharding
+	if s.Source != ShardSourceConfig && s.Source != ShardSourceTable {
+		p.add("sharding.source", strconv.Quote(s.Source), wantShardSource)
+	}
+	if !validIdentifier(s.Schema) {
+		p.add("sharding.schema", strconv.Quote(s.Schema), wantShardSchema)
+	}
+	if !c.ShardingInUse() {
+		if s.Global != "" {
+			c.checkGroupRef(p, "sharding.global", s.Global, wantShardGlobal)
+		}
+		return
+	}
+	if len(c.Groups) == 0 {
+		p.add("groups", "none", wantShardGroups)
+	} else {
+		c.checkGroupRef(p, "sharding.global", s.Global, wantShardGlobal)
+	}
+	if s.Source == ShardSourceTable && len(c.ShardMaps) > 0 {
+		p.add("shard_maps", strconv.Itoa(len(c.ShardMaps))+" entries", wantShardMapsHere)
+	}
+	names := make(map[string]int)
+	tables := make(map[string]string) // lower-case table → the key of its first entry
+	for i := range c.ShardMaps {
+		m := &c.ShardMaps[i]
+		key := "shard_maps[" + strconv.Itoa(i) + "]."
+		switch first, dup := names[m.Name]; {
+		case !validIdentifier(m.Name):
+			p.add(key+"name", strconv.Quote(m.Name), wantShardMapName)
+		case dup:
+			p.add(key+"name", strconv.Quote(m.Name), wantShardMapName+"; shard_maps["+strconv.Itoa(first)+"] has it already")
+		default:
+			names[m.Name] = i
+		}
+		kind, kindErr := shard.ParseKind(m.Kind)
+		if kindErr != nil {
+			p.add(key+"kind", strconv.Quote(m.Kind), wantShardKind)
+		}
+		if len(m.Tables) == 0 {
+			p.add(key+"tables", "[]", wantShardTables)
+		}
+		for j, t := range m.Tables {
+			tkey := key + "tables[" + strconv.Itoa(j) + "]"
+			schema, table, qualified := strings.Cut(t.Table, ".")
+			if !qualified {
+				schema, table = "", t.Table
+			}
+			switch first, dup := tables[strings.ToLower(t.Table)]; {
+			case !validIdentifier(table) || (qualified && !validIdentifier(schema)):
+				p.add(tkey+".table", strconv.Quote(t.Table), wantShardTable)
+			case dup:
+				p.add(tkey+".table", strconv.Quote(t.Table), wantShardTable+"; "+first+" has it already")
+			default:
+				tables[strings.ToLower(t.Table)] = tkey
+			}
+			if !validIdentifier(t.Column) {
+				p.add(tkey+".column", strconv.Quote(t.Column), wantShardColumn)
+			}
+		}
+		if len(m.Shards) == 0 {
+			p.add(key+"shards", "none", wantShardShards)
+		}
+		formOK := kindErr == nil
+		shardNames := make(map[string]bool)
+		for j, r := range m.Shards {
+			skey := key + "shards[" + strconv.Itoa(j) + "]."
+			if r.Name == "" || shardNames[r.Name] {
+				p.add(skey+"name", strconv.Quote(r.Name), wantShardName)
+				formOK = false
+			}
+			shardNames[r.Name] = true
+			if len(c.Groups) > 0 {
+				c.checkGroupRef(p, skey+"group", r.Group, wantShardGroupRef)
+			}
+			if kindErr == nil && kind != shard.RangeInt && kind != shard.RangeString {
+				for _, b := range []struct{ name, v string }{{"from", r.From}, {"to", r.To}} {
+					if b.v != "" {
+						p.add(skey+b.name, strconv.Quote(b.v), wantShardBound)
+						formOK = false
+					}
+				}
+			}
+		}
+		// The ranges, by shard's rules: gaps and overlaps, hex names, integers. Groups and tables are checked above.
+		if formOK && len(m.Shards) > 0 {
+			mc := c.ShardConfig().Mappings[i]
+			mc.Tables = nil
+			for j := range mc.Shards {
+				mc.Shards[j].Group = "g"
+			}
+			if _, err := shard.FromConfig(shard.Config{Global: "g", Mappings: []shard.MappingConfig{mc}}); err != nil {
+				for _, e := range strings.Split(err.Error(), "\n") {
+					_, msg, _ := strings.Cut(e, ", ")
+					*p = append(*p, errors.New(key+"shards: "+msg))
+				}
+			}
+		}
+	}
+}
+
+// checkGroupRef reports key = name unless name is a [[groups]] entry's name.
+func (c *Config) checkGroupRef(p *problems, key, name, want string) {
+	var names []string
+	for _, g := range c.Groups {
+		if g.Name == name {
+			return
+		}
+		names = append(names, strconv.Quote(g.Name))
+	}
+	if len(names) > 0 {
+		want += ": " + strings.Join(names, ", ")
+	}
+	p.add(key, strconv.Quote(name), want)
 }
 
 // validateContainers checks [[containers]] and [migrate] for form and for their references to [[groups]]. The

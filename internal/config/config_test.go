@@ -31,8 +31,9 @@ func TestDefault(t *testing.T) {
 			Durability:    "none",
 			FlushInterval: time.Second,
 		},
-		SQL:   SQL{MaxConnections: 1024, MaxHandshakes: 256, HandshakeTimeout: 10 * time.Second, AllowLocalInfile: true},
-		Cache: Cache{MaxStaleness: time.Second, MemoryLimit: 64 << 20},
+		SQL:      SQL{MaxConnections: 1024, MaxHandshakes: 256, HandshakeTimeout: 10 * time.Second, AllowLocalInfile: true},
+		Cache:    Cache{MaxStaleness: time.Second, MemoryLimit: 64 << 20},
+		Sharding: Sharding{Source: "config", Schema: "keyway_shards"},
 	}
 	c := Default()
 	if !reflect.DeepEqual(c, want) {
@@ -86,6 +87,7 @@ flush_interval = "250ms"
 		Store:    Store{DataDir: "/var/lib/keyway", Durability: "sync", FlushInterval: 250 * time.Millisecond},
 		SQL:      SQL{MaxConnections: 1024, MaxHandshakes: 256, HandshakeTimeout: 10 * time.Second, AllowLocalInfile: true},
 		Cache:    Cache{MaxStaleness: time.Second, MemoryLimit: 64 << 20},
+		Sharding: Sharding{Source: "config", Schema: "keyway_shards"},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("got  %+v\nwant %+v", c, want)

@@ -31,6 +31,34 @@ type fileConfig struct {
 	Containers []containerFile `toml:"containers"`
 	Migrate    migrateFile     `toml:"migrate"`
 	Cache      cacheFile       `toml:"cache"`
+	Sharding   shardingFile    `toml:"sharding"`
+	ShardMaps  []shardMapFile  `toml:"shard_maps"`
+}
+
+type shardingFile struct {
+	Global any `toml:"global"`
+	Source any `toml:"source"`
+	Schema any `toml:"schema"`
+}
+
+type shardMapFile struct {
+	Name   any              `toml:"name"`
+	Kind   any              `toml:"kind"`
+	Tables []shardTableFile `toml:"tables"`
+	Shards []shardFile      `toml:"shards"`
+}
+
+type shardTableFile struct {
+	Table   any `toml:"table"`
+	Column  any `toml:"column"`
+	Scatter any `toml:"scatter"`
+}
+
+type shardFile struct {
+	Name  any `toml:"name"`
+	Group any `toml:"group"`
+	From  any `toml:"from"`
+	To    any `toml:"to"`
 }
 
 type cacheFile struct {
@@ -194,6 +222,57 @@ func (f *fileConfig) applyTo(c *Config, d *decoder) {
 		}
 	}
 	d.str("migrate.innodb_memcache", f.Migrate.InnodbMemcache, wantMigrateGroup, &c.Migrate.InnodbMemcache)
+	f.applySharding(c, d)
+}
+
+// applySharding fills [sharding] and [[shard_maps]]. The global group defaults to the first group's name only where
+// the key is absent and sharding is in use, so that global = "" reaches Validate and is rejected.
+func (f *fileConfig) applySharding(c *Config, d *decoder) {
+	d.str("sharding.global", f.Sharding.Global, wantShardGlobal, &c.Sharding.Global)
+	d.str("sharding.source", f.Sharding.Source, wantShardSource, &c.Sharding.Source)
+	d.str("sharding.schema", f.Sharding.Schema, wantShardSchema, &c.Sharding.Schema)
+	if f.ShardMaps != nil {
+		c.ShardMaps = make([]ShardMap, len(f.ShardMaps))
+	}
+	for i, fm := range f.ShardMaps {
+		m := &c.ShardMaps[i]
+		key := "shard_maps[" + strconv.Itoa(i) + "]."
+		d.str(key+"name", fm.Name, wantShardMapName, &m.Name)
+		d.str(key+"kind", fm.Kind, wantShardKind, &m.Kind)
+		for j, ft := range fm.Tables {
+			tkey := key + "tables[" + strconv.Itoa(j) + "]."
+			var t ShardTable
+			d.str(tkey+"table", ft.Table, wantShardTable, &t.Table)
+			d.str(tkey+"column", ft.Column, wantShardColumn, &t.Column)
+			d.boolean(tkey+"scatter", ft.Scatter, wantBool, &t.Scatter)
+			m.Tables = append(m.Tables, t)
+		}
+		for j, fs := range fm.Shards {
+			skey := key + "shards[" + strconv.Itoa(j) + "]."
+			var r ShardRange
+			d.str(skey+"name", fs.Name, wantShardName, &r.Name)
+			d.str(skey+"group", fs.Group, wantShardGroupRef, &r.Group)
+			d.bound(skey+"from", fs.From, &r.From)
+			d.bound(skey+"to", fs.To, &r.To)
+			m.Shards = append(m.Shards, r)
+		}
+	}
+	if f.Sharding.Global == nil && c.ShardingInUse() && len(c.Groups) > 0 {
+		c.Sharding.Global = c.Groups[0].Name
+	}
+}
+
+// bound accepts a range bound: an integer (range_int) or a string (range_string), kept as its text.
+func (d *decoder) bound(key string, v any, dst *string) {
+	switch v := v.(type) {
+	case nil:
+	case int64:
+		*dst = strconv.FormatInt(v, 10)
+	case string:
+		*dst = v
+	default:
+		d.problems.add(key, showTOML(v), wantShardBound)
+	}
 }
 
 // applyTo fills k from the file on top of the defaults. The group defaults to the first group's name only where
