@@ -1116,6 +1116,10 @@ func (c *Conn) exec(q string) error {
 	return err
 }
 
+// Exec runs text statement q, whose reply must be one OK (BEGIN, SET), on c and records the state it reports.
+// An ERR from the server is a *mysqlwire.Error and leaves c usable.
+func (c *Conn) Exec(q string) error { return c.exec(q) }
+
 // quit says goodbye to the server on c and closes it.
 func quit(c *Conn) {
 	_ = c.SetDeadline(time.Now().Add(time.Second))

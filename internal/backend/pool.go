@@ -45,6 +45,9 @@ const recentIdle = time.Second
 // Key returns the pool's key.
 func (p *Pool) Key() PoolKey { return p.key }
 
+// Group returns the group whose server the pool's connections go to.
+func (p *Pool) Group() *Group { return p.g }
+
 // Get checks out a connection: an idle one that still answers, else a new one while fewer than MaxOpen are open
 // and the group's budget allows, else it waits for a release until ctx ends or PoolWait passes. When the budget is
 // what is used up, an idle connection of another pool is closed to make room, now or when one comes back. The

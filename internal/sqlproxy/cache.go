@@ -188,26 +188,56 @@ func (ks keySource) values(plans *PlanCache, plan *Plan) ([]any, bool) {
 // per parameter, values) when it is an integer; ok is false for NULL, any other type, or parameters before it
 // whose length it cannot tell.
 func paramValue(count, n int, params []byte) (any, bool) {
-	nb := (count + 7) / 8
-	if n >= count || len(params) < nb+2*count {
+	typ, unsigned, value, ok := paramAt(count, n, params)
+	if !ok {
 		return nil, false
 	}
+	size := len(value)
+	switch typ {
+	case mysql.TypeTiny, mysql.TypeShort, mysql.TypeLong, mysql.TypeInt24, mysql.TypeLonglong:
+	default:
+		return nil, false // not an integer key (floats; YEAR compares as a year; strings)
+	}
+	var u uint64
+	for b := size - 1; b >= 0; b-- {
+		u = u<<8 | uint64(value[b])
+	}
+	if unsigned {
+		return u, true
+	}
+	shift := 64 - 8*size
+	return int64(u<<shift) >> shift, true // sign-extended
+}
+
+// paramBytes returns parameter n of an execute when it is sent as a string (VARCHAR, CHAR, BLOB and the like):
+// its bytes, a view of params.
+func paramBytes(count, n int, params []byte) ([]byte, bool) {
+	typ, _, value, ok := paramAt(count, n, params)
+	switch typ {
+	case mysql.TypeVarchar, mysql.TypeVarString, mysql.TypeString, mysql.TypeBlob, mysql.TypeTinyBlob,
+		mysql.TypeMediumBlob, mysql.TypeLongBlob:
+		return value, ok
+	}
+	return nil, false
+}
+
+// paramAt locates parameter n of an execute: its type, unsigned flag and value bytes (a length-encoded value
+// without its length). ok is false for NULL, or when the parameters before it cannot be measured.
+func paramAt(count, n int, params []byte) (typ byte, unsigned bool, value []byte, ok bool) {
+	nb := (count + 7) / 8
+	if n >= count || len(params) < nb+2*count {
+		return 0, false, nil, false
+	}
 	nulls, types, values := params[:nb], params[nb:nb+2*count], params[nb+2*count:]
-	isNull := func(i int) bool { return nulls[i/8]&(1<<(i%8)) != 0 }
 	for i := 0; i <= n; i++ {
-		if isNull(i) {
+		if nulls[i/8]&(1<<(i%8)) != 0 || types[2*i] == mysql.TypeNull { // no value bytes
 			if i == n {
-				return nil, false
+				return 0, false, nil, false
 			}
 			continue
 		}
 		size := 0
 		switch types[2*i] {
-		case mysql.TypeNull: // no value bytes
-			if i == n {
-				return nil, false
-			}
-			continue
 		case mysql.TypeTiny:
 			size = 1
 		case mysql.TypeShort, mysql.TypeYear:
@@ -216,40 +246,26 @@ func paramValue(count, n int, params []byte) (any, bool) {
 			size = 4
 		case mysql.TypeLonglong, mysql.TypeDouble:
 			size = 8
-		default:
-			if i == n {
-				return nil, false
-			}
-			l, hdr, ok := lenEnc(values) // strings, decimals, blobs; dates and times carry a length byte
+		default: // strings, decimals, blobs; dates and times carry a length byte
+			l, hdr, ok := lenEnc(values)
 			if !ok || len(values) < hdr+int(l) {
-				return nil, false
+				return 0, false, nil, false
+			}
+			if i == n {
+				return types[2*i], false, values[hdr : hdr+int(l)], true
 			}
 			values = values[hdr+int(l):]
 			continue
 		}
 		if len(values) < size {
-			return nil, false
+			return 0, false, nil, false
 		}
-		if i < n {
-			values = values[size:]
-			continue
+		if i == n {
+			return types[2*i], types[2*i+1]&0x80 != 0, values[:size], true
 		}
-		unsigned := types[2*i+1]&0x80 != 0
-		var u uint64
-		for b := size - 1; b >= 0; b-- {
-			u = u<<8 | uint64(values[b])
-		}
-		switch t := types[2*i]; {
-		case t == mysql.TypeFloat || t == mysql.TypeDouble || t == mysql.TypeYear:
-			return nil, false // not an integer key (YEAR compares as a year)
-		case unsigned:
-			return u, true
-		default:
-			shift := 64 - 8*size
-			return int64(u<<shift) >> shift, true // sign-extended
-		}
+		values = values[size:]
 	}
-	return nil, false
+	return 0, false, nil, false
 }
 
 // lenEnc reads a length-encoded integer: its value and how many bytes it took.

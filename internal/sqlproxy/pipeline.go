@@ -267,7 +267,7 @@ const (
 // hint, can ask for any cacheable read to be cached, or for none.
 func (ss *session) route(plan *Plan, h hint) target {
 	c := ss.s.opts.Cache
-	if c == nil || plan == nil || !plan.Cacheable || h.nocache || (plan.Key == nil && !h.cache) {
+	if c == nil || plan == nil || !plan.Cacheable || h.nocache || (plan.Key == nil && !h.cache) || ss.shard != nil {
 		return toSession
 	}
 	if ss.pins()&^connectionPins != 0 {

@@ -157,6 +157,9 @@ type Plan struct {
 	// literal" point statement, checked against the parser on the statement the plan was built from: KeyValues
 	// reads it from a statement's text without parsing it again. 0: parse again.
 	keyToken int
+	// route is where the statement's shard key values come from, for the shard router (routeref.go); nil for a
+	// statement without tables.
+	route *routeRef
 	// resolved is Tables resolved in the last default database asked for (see TableIDs).
 	resolved atomic.Pointer[resolvedTables]
 }
@@ -324,6 +327,9 @@ func (pc *PlanCache) build(sql, normalized, digest string, fp uint64) (p *Plan) 
 	p.Tables = tc.Tables()
 	shape(stmts, p)
 	p.keyToken = keyToken(sql, stmts) + 1
+	if len(p.Tables) > 0 || p.Class == ClassDDL {
+		p.route = routeOf(sql, stmts)
+	}
 	// Only now: the parser recycles its AST nodes on the next Parse, so the walk above must finish first.
 	pc.parsers.Put(ps)
 	return p

@@ -143,6 +143,10 @@ func (ss *session) prepare(p []byte) error {
 		return ss.reply(mysqlwire.NewError(mysqlwire.ERMaxPreparedStmtCount, "42000",
 			"Can't create more than max_prepared_stmt_count statements (current value: %d)", maxSessionStmts))
 	}
+	if g := ss.prepareShard(query); g != nil {
+		ss.shard = g // a shard of the table's mapping has it (every shard has the same definition)
+		defer func() { ss.shard = nil }()
+	}
 	if e, err := ss.lease(nil); e != nil || err != nil {
 		if err != nil {
 			return err
@@ -204,6 +208,15 @@ func (ss *session) execute(p []byte, st *prepared) error {
 	start := time.Now()
 	plan := st.plan
 	st.noteTypes(p)
+	if ss.s.shardMap() != nil {
+		g, e := ss.shardGroup(plan, &routeValues{st: st, params: ss.routeParams(st, p), plans: ss.s.plans})
+		if e != nil {
+			ss.record(plan, 0, time.Since(start), true)
+			return ss.reply(e)
+		}
+		ss.shard = g
+		defer func() { ss.shard = nil }()
+	}
 	if ss.s.opts.Cache != nil {
 		if h := ss.hintFor(st.query, plan); ss.route(plan, h) == toCache {
 			if params, ok := executeParams(st, p); ok {

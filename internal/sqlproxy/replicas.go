@@ -33,6 +33,9 @@ import (
 // soon, wait is the position the borrowed connection must wait for first (leaseWaited); zero otherwise.
 func (ss *session) leasePool(plan *Plan) (pool *backend.Pool, wait validity.Position) {
 	g := ss.user.group
+	if ss.shard != nil && ss.shard != g { // the shard router's choice; its replicas are not read yet
+		return ss.shard.Pool(ss.pool.Key(), ss.user.backendPassword), wait
+	}
 	if plan == nil || !g.ReadsReplicas() || !ss.mayReadReplica(plan) {
 		return ss.pool, wait
 	}

@@ -68,6 +68,7 @@ import (
 	"github.com/keywaydb/keyway/internal/digests"
 	"github.com/keywaydb/keyway/internal/mysqlwire"
 	"github.com/keywaydb/keyway/internal/qcache"
+	"github.com/keywaydb/keyway/internal/shard"
 	"github.com/keywaydb/keyway/internal/sockio"
 	"github.com/keywaydb/keyway/internal/spin"
 	"github.com/keywaydb/keyway/internal/stats"
@@ -77,6 +78,9 @@ import (
 // Options configure a Server. The server fills them from the validated config; zero values take the defaults
 // noted.
 type Options struct {
+	// Shards, when set and holding a map, routes each statement on a sharded table to the group of its shard
+	// (shardroute.go); the users' group is then the map's global group. Nil: no sharding.
+	Shards *shard.Holder
 	// Topology is where sessions go: each user's group. It is the caller's: shared with the other components and
 	// closed by the caller after Shutdown.
 	Topology         *backend.Topology
@@ -593,4 +597,12 @@ func (s *Server) serverConfig(remote string, a *accounts) *mysqlwire.ServerConfi
 		DecoyPlugins: a.decoys(),
 		RequireTLS:   s.opts.RequireTLS,
 	}
+}
+
+// shardMap is the shard map statements are routed by now, or nil.
+func (s *Server) shardMap() *shard.Map {
+	if s.opts.Shards == nil {
+		return nil
+	}
+	return s.opts.Shards.Load()
 }

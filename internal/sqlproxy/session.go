@@ -56,6 +56,13 @@ type session struct {
 	accounts *accounts
 	remote   string
 	pool     *backend.Pool        // where the session's statements borrow their connection
+	// shard, during a statement the shard router sent elsewhere (shardroute.go), is the group that runs it: the
+	// lease borrows from its pool instead of pool's.
+	shard    *backend.Group
+	routeBuf []byte // routeParams' buffer
+	// pendingBegin is a transaction start the shard router answered itself (shardroute.go, deferBegin): it runs
+	// first on the connection the next statement borrows, so the transaction is on the shard that statement needs.
+	pendingBegin string
 	be       *backend.Conn        // the connection held now: during a command, and between commands while pinned
 	db       string               // current default database as far as keyway knows (state.DB, kept apart for speed)
 	stmts    map[uint32]*prepared // keyway's statement id → the client's prepared statement (prepared.go)
@@ -290,6 +297,16 @@ func (ss *session) lease(plan *Plan) (*mysqlwire.Error, error) {
 		ss.holdNext = false
 		ss.release()
 	}
+	if ss.be != nil && ss.s.shardMap() != nil && plan != nil && len(plan.Tables) > 0 {
+		if want := cmp.Or(ss.shard, ss.user.group); ss.be.Pool().Group() != want {
+			if pinned, why := ss.pinned(); pinned && !ss.holdNext {
+				return shardRefusal("the session is tied to group %s (%s) and this statement runs on group %s: a transaction or pinned session stays on one shard",
+					ss.be.Pool().Group().Name(), why, want.Name()), nil
+			}
+			ss.holdNext = false
+			ss.release()
+		}
+	}
 	if ss.be != nil {
 		if err := ss.be.Fenced(); err != nil {
 			return clientError(ss.user.group, err), nil
@@ -330,6 +347,12 @@ func (ss *session) lease(plan *Plan) (*mysqlwire.Error, error) {
 	}
 	if pool != ss.pool && (err != nil || be == nil) {
 		be, err = ss.pool.Lease(context.Background(), &ss.state, needs) // the replica failed: the primary has it all
+	}
+	if err == nil && ss.pendingBegin != "" {
+		if err = be.Exec(ss.pendingBegin); err != nil {
+			be.Release()
+		}
+		ss.pendingBegin = ""
 	}
 	if err != nil {
 		return clientError(ss.user.group, err), nil
@@ -706,6 +729,18 @@ func (ss *session) query(p []byte) error {
 	plan := ss.s.plans.Plan(sql)
 	if plan.Kill != KillNone {
 		return ss.kill(p, plan)
+	}
+	if ss.s.shardMap() != nil {
+		if done, err := ss.deferBegin(plan, sql); done {
+			return err
+		}
+		g, e := ss.shardGroup(plan, &routeValues{sql: sql, plans: ss.s.plans})
+		if e != nil {
+			ss.record(plan, 0, time.Since(start), true)
+			return ss.reply(e)
+		}
+		ss.shard = g
+		defer func() { ss.shard = nil }()
 	}
 	if h := ss.hintFor(sql, plan); ss.route(plan, h) == toCache {
 		return ss.queryThroughCache(p, sql, plan, h.ttl, start)
