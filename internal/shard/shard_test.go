@@ -63,21 +63,20 @@ func TestXXHashVectors(t *testing.T) {
 		{"test1", true, "d01ab7e4d6978f0b"},
 		{"test2", true, "87eb11714c0a0e89"},
 		{"testaverylongvaluetomakesurethisworks", true, "81d8c38e0d850e6a"},
-		{"1", false, "d464053676 12b4b7"},
+		{"1", false, "d46405367612b4b7"},
 		{"", true, "99e9d85137db46ef"}, // Vitess's NULL hashes the empty text
 		{"-1", false, "d8e2a6a7c8c7623d"},
 		{"18446744073709551615", false, "477cfa8d6d8f1f8d"},
 		{"9223372036854775807", false, "b37eb01f7bffafd8"},
 		{"-9223372036854775808", false, "102c27ddb26a609e"},
 		// An integer is hashed as its canonical decimal text; a string as its bytes.
-		{"0001", false, "d464053676 12b4b7"},
-		{"1", true, "d464053676 12b4b7"},
+		{"0001", false, "d46405367612b4b7"},
+		{"1", true, "d46405367612b4b7"},
 		{"0001", true, ksid(xxhashID([]byte("0001")))},
 	} {
-		want := strings.ReplaceAll(c.want, " ", "")
 		got, err := XXHash.KeyspaceID([]byte(c.in), c.isString)
-		if err != nil || ksid(got) != want {
-			t.Errorf("xxhash(%q, string %v) = %s (%v), want %s", c.in, c.isString, ksid(got), err, want)
+		if err != nil || ksid(got) != c.want {
+			t.Errorf("xxhash(%q, string %v) = %s (%v), want %s", c.in, c.isString, ksid(got), err, c.want)
 		}
 	}
 	if _, err := XXHash.KeyspaceID([]byte("1.5"), false); err == nil {
