@@ -10,7 +10,7 @@ import (
 // Reloadable are the keys a running keyway applies again when it reloads its file (SIGHUP): the SQL door's users
 // and the cache rules. Every other key takes a restart: among them every key of [[groups]], replicas, read_from and
 // max_replica_lag included, since the backend groups and their members are built once, at start.
-var Reloadable = []string{"sql.users", "cache.rules", "cache.default_ttl"}
+var Reloadable = []string{"sql.users", "cache.rules", "cache.default_ttl", "shard_maps"}
 
 // IsReloadable reports whether key (as Changed names it) is one of Reloadable or lies under one.
 func IsReloadable(key string) bool {

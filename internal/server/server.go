@@ -72,6 +72,7 @@ type Server struct {
 	admin        *admin.Server // nil when the admin listener is off
 	metrics      *stats.Metrics
 	adminLn      net.Listener
+	shards       *shardState // the shard map; nil without sharding (shards.go)
 	errc         chan error
 }
 
@@ -140,6 +141,9 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 	s.engine.SetContainers(s.containers.tables, s.containers.defaultName)
 	if n := s.containers.defaultName; n != "" && n != "default" {
 		log.Info("keys without @@ go to the innodb_memcache schema's first container, as the InnoDB plugin sends them", "container", n)
+	}
+	if err := s.startShards(context.Background()); err != nil { // before the followers: see startShards
+		return fail(err)
 	}
 	// After the containers: they register the tables and key columns the followers watch. The warm-restart
 	// snapshot is stamped before the followers replay from its checkpoints, and restored after (package warm).
@@ -332,6 +336,9 @@ func (s *Server) sqlOptions() (sqlproxy.Options, error) {
 		CacheReport: s.cacheReport,
 		CacheRules:  cacheRules(s.cfg.Cache),
 		TTLOnly:     ttlOnly(s.cfg),
+	}
+	if s.shards != nil {
+		o.Shards = &s.shards.holder
 	}
 	if runtime.GOOS == "linux" {
 		o.Spin = loopSpin // the memcache door's base: a lone sequential client's next packet, within microseconds
@@ -648,6 +655,7 @@ func (s *Server) close() error {
 		}
 	}
 	closeFollowers(s.followers)
+	s.closeShards()
 	if s.containers != nil {
 		errs = append(errs, s.containers.close())
 	}

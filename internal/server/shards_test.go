@@ -1,0 +1,157 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/keywaydb/keyway/internal/config"
+	"github.com/keywaydb/keyway/internal/shard"
+	"github.com/keywaydb/keyway/internal/testenv"
+)
+
+// TestShardMapFromTables: with [sharding] source = "table", keyway loads the map from keyway_shards on the global
+// group, routes the SQL door's statements by it, and reloads it when an operator edits the tables (the binlog
+// follower sees the edit): rows written after the reload land where the new map says.
+func TestShardMapFromTables(t *testing.T) {
+	farm := testenv.NewShards(t, 2)
+	global := openTestDB(t, farm.Global.RootDSN)
+	for _, q := range shard.CreateSchemaSQL("") {
+		if _, err := global.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	for _, q := range []string{
+		"INSERT INTO keyway_shards.map_version VALUES (1, 1)",
+		"INSERT INTO keyway_shards.mappings VALUES ('users', 'xxhash')",
+		"INSERT INTO keyway_shards.shards VALUES ('users', '-', 's1', NULL, NULL)",
+		"INSERT INTO keyway_shards.tables VALUES ('test', 'users', 'users', 'id', FALSE)",
+	} {
+		if _, err := global.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	shards := map[string]*testenv.MariaDB{}
+	for i, m := range farm.Shards {
+		shards["s"+strconv.Itoa(i+1)] = m
+		if _, err := openTestDB(t, m.AppDSN).Exec("CREATE TABLE users (id BIGINT PRIMARY KEY, name VARCHAR(20))"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	toml := fmt.Sprintf(`
+[memcache]
+listen = ""
+[sql]
+listen = "127.0.0.1:0"
+[[sql.users]]
+name = "app"
+password = "secret"
+[[groups]]
+name = "global"
+primary = %q
+user = "app"
+password = "secret"
+binlog_user = "root"
+[[groups]]
+name = "s1"
+primary = %q
+user = "app"
+password = "secret"
+[[groups]]
+name = "s2"
+primary = %q
+user = "app"
+password = "secret"
+[sharding]
+global = "global"
+source = "table"
+`, farm.Global.Addr, farm.Shards[0].Addr, farm.Shards[1].Addr)
+	cfg, err := config.Parse([]byte(toml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Start(cfg, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.Stop(ctx)
+	}()
+	if v := s.ShardMapVersion(); v != 1 {
+		t.Fatalf("map version %d at start, want 1", v)
+	}
+	db := openTestDB(t, fmt.Sprintf("app:secret@tcp(%s)/test", s.sqlLn.Addr()))
+	on := func(id int) string {
+		t.Helper()
+		var at string
+		for name, m := range shards {
+			var n int
+			if err := openTestDB(t, m.AppDSN).QueryRow("SELECT COUNT(*) FROM users WHERE id = ?", id).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n > 0 {
+				if at != "" {
+					t.Fatalf("user %d is on %s and %s", id, at, name)
+				}
+				at = name
+			}
+		}
+		return at
+	}
+	for id := 1; id <= 5; id++ {
+		if _, err := db.Exec("INSERT INTO users (id, name) VALUES (?, 'a')", id); err != nil {
+			t.Fatal(err)
+		}
+		if at := on(id); at != "s1" {
+			t.Fatalf("under map 1 user %d is on %q, want s1", id, at)
+		}
+	}
+	// The operator splits the keyspace in one transaction that bumps the version.
+	tx, err := global.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		"DELETE FROM keyway_shards.shards WHERE mapping = 'users'",
+		"INSERT INTO keyway_shards.shards VALUES ('users', '-80', 's1', NULL, NULL), ('users', '80-', 's2', NULL, NULL)",
+		"UPDATE keyway_shards.map_version SET version = 2",
+	} {
+		if _, err := tx.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for s.ShardMapVersion() != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the map is still version %d after the edit", s.ShardMapVersion())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	m := s.shards.holder.Load()
+	seen := map[string]bool{}
+	for id := 100; id < 130; id++ {
+		if _, err := db.Exec("INSERT INTO users (id, name) VALUES (?, 'b')", id); err != nil {
+			t.Fatal(err)
+		}
+		sh, err := m.Table("test", "users").ShardOf([]byte(strconv.Itoa(id)), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if at := on(id); at != sh.Group {
+			t.Fatalf("under map 2 user %d is on %q, want %s", id, at, sh.Group)
+		}
+		seen[sh.Group] = true
+	}
+	if !seen["s1"] || !seen["s2"] {
+		t.Fatalf("30 ids all on one shard under map 2: %v", seen)
+	}
+}
