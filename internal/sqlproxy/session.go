@@ -55,7 +55,7 @@ type session struct {
 	// accounts is the user table the session last authenticated against (login, COM_CHANGE_USER).
 	accounts *accounts
 	remote   string
-	pool     *backend.Pool        // where the session's statements borrow their connection
+	pool     *backend.Pool // where the session's statements borrow their connection
 	// shard, during a statement the shard router sent elsewhere (shardroute.go), is the group that runs it: the
 	// lease borrows from its pool instead of pool's.
 	shard    *backend.Group
@@ -63,13 +63,13 @@ type session struct {
 	// pendingBegin is a transaction start the shard router answered itself (shardroute.go, deferBegin): it runs
 	// first on the connection the next statement borrows, so the transaction is on the shard that statement needs.
 	pendingBegin string
-	be       *backend.Conn        // the connection held now: during a command, and between commands while pinned
-	db       string               // current default database as far as keyway knows (state.DB, kept apart for speed)
-	stmts    map[uint32]*prepared // keyway's statement id → the client's prepared statement (prepared.go)
-	nextStmt uint32               // the last statement id given
-	exec     execState            // the statement of the execute being relayed (prepared.go)
-	keyBuf   []byte               // the result cache's key of the statement being run (cacheKey)
-	beUsed   time.Time            // when be was checked out or last sent a command (see freshBackend)
+	be           *backend.Conn        // the connection held now: during a command, and between commands while pinned
+	db           string               // current default database as far as keyway knows (state.DB, kept apart for speed)
+	stmts        map[uint32]*prepared // keyway's statement id → the client's prepared statement (prepared.go)
+	nextStmt     uint32               // the last statement id given
+	exec         execState            // the statement of the execute being relayed (prepared.go)
+	keyBuf       []byte               // the result cache's key of the statement being run (cacheKey)
+	beUsed       time.Time            // when be was checked out or last sent a command (see freshBackend)
 	// state is the session state a connection must have to run the session's next statement (backend.State): the
 	// state of the connection its last statement ran on, as the server reported it. status is the status flags of
 	// the last reply (a transaction open, autocommit).

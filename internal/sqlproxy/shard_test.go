@@ -262,6 +262,20 @@ func TestShardRefusals(t *testing.T) {
 		}
 		wantRefusal(t, err, want)
 	}
+	// SHOW KEYWAY SHARDS: the map, one row per shard and the global group.
+	rows, err := db.Query("SHOW KEYWAY SHARDS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols, _ := rows.Columns()
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	rows.Close()
+	if len(cols) < 3 || cols[0] != "Version" || n != 5 {
+		t.Fatalf("SHOW KEYWAY SHARDS: columns %v, %d rows; want 4 shards and the global group", cols, n)
+	}
 	// The session goes on after each refusal.
 	mustExec(t, db, "INSERT INTO users (id, name) VALUES (1, 'one')")
 }

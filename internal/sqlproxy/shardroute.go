@@ -275,7 +275,6 @@ func isDecimal(s string) bool {
 	return ok
 }
 
-
 // routeParams returns an execute's parameters as paramValue reads them (null bitmap, types, values), with the
 // types the client bound earlier when this execute omits them; nil when it has none.
 func (ss *session) routeParams(st *prepared, p []byte) []byte {

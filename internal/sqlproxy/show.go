@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/keywaydb/keyway/internal/mysqlwire"
+	"github.com/keywaydb/keyway/internal/shard"
 )
 
 // showKeyway recognises "SHOW KEYWAY <what>" and returns what, upper-cased.
@@ -63,8 +64,25 @@ func (ss *session) answerShowKeyway(what string) error {
 			rows[i] = []*string{&vals[i][0], &vals[i][1]}
 		}
 		return ss.c.WriteTextResult([]string{"Name", "Value"}, rows, status)
+	case "SHARDS":
+		// The shard map statements are routed by now: one row per shard, then the global group; the map's version
+		// in every row, so a client sees which map it read.
+		m := ss.s.shardMap()
+		var rows [][]*string
+		if m != nil {
+			version := strconv.FormatUint(m.Version, 10)
+			for _, r := range m.Describe() {
+				vals := append([]string{version}, r...)
+				row := make([]*string, len(vals))
+				for i := range vals {
+					row[i] = &vals[i]
+				}
+				rows = append(rows, row)
+			}
+		}
+		return ss.c.WriteTextResult(append([]string{"Version"}, shard.DescribeColumns...), rows, status)
 	}
-	return ss.reply(mysqlwire.NewError(mysqlwire.ERParseError, "42000", "keyway knows SHOW KEYWAY CACHE, SHOW KEYWAY CANDIDATES and SHOW KEYWAY SESSION, not %q", what))
+	return ss.reply(mysqlwire.NewError(mysqlwire.ERParseError, "42000", "keyway knows SHOW KEYWAY CACHE, SHOW KEYWAY CANDIDATES, SHOW KEYWAY SESSION and SHOW KEYWAY SHARDS, not %q", what))
 }
 
 func yesNo(b bool) string {
