@@ -245,6 +245,78 @@ func (r relay) results(query bool) (rows int64, failed bool, err error) {
 	}
 }
 
+// scatterPart relays one shard's reply to a SELECT that runs on every shard (shardroute.go, scatter): the result
+// header and column definitions only from the first shard (the others are read and dropped: every shard has the
+// same table), the rows of every shard, the terminator only from the last, so the client sees one result set. An
+// ERR from any shard goes to the client and ends the reply.
+func (r relay) scatterPart(first, last bool) (rows int64, failed bool, err error) {
+	client := r.ss.dst
+	defer func() { r.ss.dst = client }()
+	n, hd, err := r.be.PeekHead(okHead)
+	if err != nil {
+		return 0, false, err
+	}
+	if isErr(n, hd) {
+		_, _, err = r.pkt()
+		return 0, true, err
+	}
+	if !first {
+		r.ss.dst = nil
+	}
+	_, head, err := r.pktOK(mysqlwire.HeaderOK)
+	if err != nil {
+		return 0, false, err
+	}
+	cols, _, ok := mysqlwire.ReadColumnCount(head, r.ss.c.ExtCapabilities)
+	if !ok || cols == 0 {
+		return 0, false, errUnexpected("as a scattered SELECT's column count", head)
+	}
+	for i := uint64(0); i < cols; i++ {
+		if _, _, err := r.pkt(); err != nil {
+			return 0, false, err
+		}
+	}
+	if !r.ss.deprecateEOF {
+		if n, first, err := r.pkt(); err != nil || !isTerminator(n, first) {
+			return 0, false, cmpErr(err, errUnexpected("after column definitions (want EOF)", first))
+		}
+	}
+	r.ss.dst = client
+	for {
+		n, hd, err := r.be.PeekHead(okHead)
+		if err != nil {
+			return rows, false, err
+		}
+		term := isTerminator(n, hd)
+		if term && !last {
+			r.ss.dst = nil
+		}
+		if term && r.ss.deprecateEOF {
+			_, hd, err = r.pktOK(mysqlwire.HeaderEOF)
+		} else {
+			_, hd, err = r.pkt()
+		}
+		switch {
+		case err != nil:
+			return rows, false, err
+		case term:
+			r.be.Status = r.terminatorStatus(hd)
+			return rows, false, nil
+		case isErr(n, hd):
+			return rows, true, nil
+		}
+		rows++
+	}
+}
+
+// cmpErr is err, else alt.
+func cmpErr(err, alt error) error {
+	if err != nil {
+		return err
+	}
+	return alt
+}
+
 // rowsToEnd relays rows until the terminator (returning its status) or an ERR (bad).
 func (r relay) rowsToEnd() (rows int64, status uint16, bad bool, err error) {
 	for {

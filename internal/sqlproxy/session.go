@@ -731,15 +731,9 @@ func (ss *session) query(p []byte) error {
 		return ss.kill(p, plan)
 	}
 	if ss.s.shardMap() != nil {
-		if done, err := ss.deferBegin(plan, sql); done {
+		if done, err := ss.routeQuery(p, sql, plan, start); done {
 			return err
 		}
-		g, e := ss.shardGroup(plan, &routeValues{sql: sql, plans: ss.s.plans})
-		if e != nil {
-			ss.record(plan, 0, time.Since(start), true)
-			return ss.reply(e)
-		}
-		ss.shard = g
 		defer func() { ss.shard = nil }()
 	}
 	if h := ss.hintFor(sql, plan); ss.route(plan, h) == toCache {

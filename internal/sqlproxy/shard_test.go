@@ -16,8 +16,8 @@ import (
 	"github.com/keywaydb/keyway/internal/testenv"
 )
 
-// shardFarm is a global server and two shards behind one keyway SQL door with a shard map: test.users by id
-// (xxhash, -80 on s1, 80- on s2), test.accounts by name (range_string, ["", "m") on s1, ["m", …) on s2); other
+// shardFarm is a global server and two shards behind one keyway SQL door with a shard map: test.users by id and
+// events by user_id, which allows scatter (xxhash, -80 on s1, 80- on s2), test.accounts by name (range_string, ["", "m") on s1, ["m", …) on s2); other
 // tables are global.
 type shardFarm struct {
 	farm   *testenv.Shards
@@ -45,10 +45,11 @@ func newShardFarm(t *testing.T) *shardFarm {
 		} else {
 			mustExec(t, db, "CREATE TABLE users (id BIGINT PRIMARY KEY, name VARCHAR(32))")
 			mustExec(t, db, "CREATE TABLE accounts (name VARCHAR(32) PRIMARY KEY, balance INT)")
+			mustExec(t, db, "CREATE TABLE events (id INT PRIMARY KEY, user_id BIGINT, what VARCHAR(20))")
 		}
 	}
 	m, err := shard.FromConfig(shard.Config{Global: "global", Mappings: []shard.MappingConfig{
-		{Name: "users", Kind: "xxhash", Tables: []shard.TableConfig{{Table: "test.users", Column: "id"}},
+		{Name: "users", Kind: "xxhash", Tables: []shard.TableConfig{{Table: "test.users", Column: "id"}, {Table: "events", Column: "user_id", Scatter: true}},
 			Shards: []shard.ShardConfig{{Name: "-80", Group: "s1"}, {Name: "80-", Group: "s2"}}},
 		{Name: "accounts", Kind: "range_string", Tables: []shard.TableConfig{{Table: "accounts", Column: "name"}},
 			Shards: []shard.ShardConfig{{Name: "a-l", Group: "s1", To: "m"}, {Name: "m-z", Group: "s2", From: "m"}}},
@@ -252,7 +253,7 @@ func TestShardRefusals(t *testing.T) {
 		"SELECT * FROM users u JOIN settings s ON s.k = u.name WHERE u.id = 1":        "joins sharded table",
 		"SELECT * FROM users WHERE id = (SELECT 1)":                                   "a subquery",
 		"SELECT * FROM users JOIN accounts WHERE users.id = 1":                        "sharded tables",
-		"ALTER TABLE users ADD COLUMN x INT":                                          "DDL on sharded table",
+		"ALTER TABLE users ADD COLUMN x INT; SELECT 1":                                "sharded table",
 		"INSERT INTO users VALUES (3, 'x')":                                           "without a column list",
 		"SELECT * FROM users WHERE id = 'abc'":                                        "",
 	} {
@@ -276,6 +277,14 @@ func TestShardRefusals(t *testing.T) {
 	if len(cols) < 3 || cols[0] != "Version" || n != 5 {
 		t.Fatalf("SHOW KEYWAY SHARDS: columns %v, %d rows; want 4 shards and the global group", cols, n)
 	}
+	if _, err := db.Prepare("SELECT * FROM events WHERE what = ?"); err != nil {
+		t.Fatal(err) // the prepare itself is fine (on the first shard); its executes need a key
+	}
+	if _, err := db.Query("SELECT * FROM events WHERE what = ?", "x"); err == nil {
+		t.Fatal("a prepared scatter ran")
+	} else {
+		wantRefusal(t, err, "runs as a text query")
+	}
 	// The session goes on after each refusal.
 	mustExec(t, db, "INSERT INTO users (id, name) VALUES (1, 'one')")
 }
@@ -286,5 +295,96 @@ func wantRefusal(t *testing.T, err error, want string) {
 	var me *mysql.MySQLError
 	if !errors.As(err, &me) || me.Number != 1235 || !strings.Contains(me.Message, want) {
 		t.Fatalf("got %v, want error 1235 containing %q", err, want)
+	}
+}
+
+// TestShardScatterAndDDL: a table that allows scatter answers a SELECT without its key from every shard, as one
+// result set; what a concatenation cannot answer is refused; DDL runs on every shard and reports each.
+func TestShardScatterAndDDL(t *testing.T) {
+	f := newShardFarm(t)
+	db := f.proxy
+	perShard := map[string]int{}
+	for id := 1; id <= 30; id++ {
+		mustExec(t, db, fmt.Sprintf("INSERT INTO events (id, user_id, what) VALUES (%d, %d, 'e%d')", id, id, id))
+		perShard[f.groupOf(t, "users", strconv.Itoa(id), false)]++
+	}
+	if perShard["s1"] == 0 || perShard["s2"] == 0 {
+		t.Fatalf("events all on one shard: %v", perShard)
+	}
+	for _, q := range []string{"SELECT id, what FROM events", "SELECT id, what FROM events WHERE what LIKE 'e%'", "SELECT id, what FROM events WHERE user_id IN (1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30)"} {
+		rows, err := db.Query(q)
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		seen := map[int]bool{}
+		for rows.Next() {
+			var id int
+			var what string
+			if err := rows.Scan(&id, &what); err != nil {
+				t.Fatal(err)
+			}
+			if what != fmt.Sprintf("e%d", id) || seen[id] {
+				t.Fatalf("%s: row %d %q (seen before: %v)", q, id, what, seen[id])
+			}
+			seen[id] = true
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		rows.Close()
+		if len(seen) != 30 {
+			t.Fatalf("%s: %d rows, want 30 from both shards", q, len(seen))
+		}
+	}
+	for q, want := range map[string]string{
+		"SELECT COUNT(*) FROM events":           "an aggregate function",
+		"SELECT * FROM events ORDER BY id":      "ORDER BY",
+		"SELECT * FROM events LIMIT 3":          "LIMIT",
+		"SELECT DISTINCT what FROM events":      "DISTINCT",
+		"SELECT what FROM events GROUP BY what": "GROUP BY",
+		"UPDATE events SET what = 'x'":          "not a plain SELECT",
+	} {
+		_, err := db.Exec(q)
+		wantRefusal(t, err, want)
+	}
+	// DDL on a sharded table runs on each shard.
+	mustExec(t, db, "ALTER TABLE events ADD COLUMN note VARCHAR(10)")
+	for _, g := range []string{"s1", "s2"} {
+		var n int
+		if err := f.direct[g].QueryRow("SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = 'test' AND table_name = 'events' AND column_name = 'note'").Scan(&n); err != nil || n != 1 {
+			t.Fatalf("events.note on %s: %d, %v", g, n, err)
+		}
+	}
+	// A shard where it fails: each shard's outcome is in the error.
+	mustExec(t, f.direct["s2"], "ALTER TABLE events ADD COLUMN only_s2 INT")
+	_, err := db.Exec("ALTER TABLE events ADD COLUMN only_s2 INT")
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) || !strings.Contains(me.Message, "s1: ok") || !strings.Contains(me.Message, "s2: ") || !strings.Contains(me.Message, "Duplicate column") {
+		t.Fatalf("DDL failing on one shard: %v", err)
+	}
+	// The session goes on, and the scatter still reads both shards' rows.
+	var n int
+	rows, err := db.Query("SELECT id FROM events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		n++
+	}
+	rows.Close()
+	if n != 30 {
+		t.Fatalf("after the DDL, scatter read %d rows", n)
+	}
+	// DROP and CREATE of a table of the map run on every shard, and not on the global group.
+	mustExec(t, db, "DROP TABLE events")
+	mustExec(t, db, "CREATE TABLE events (id INT PRIMARY KEY, user_id BIGINT)")
+	for _, g := range []string{"global", "s1", "s2"} {
+		var cols int
+		if err := f.direct[g].QueryRow("SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = 'test' AND table_name = 'events'").Scan(&cols); err != nil {
+			t.Fatal(err)
+		}
+		if want := map[string]int{"global": 0, "s1": 2, "s2": 2}[g]; cols != want {
+			t.Fatalf("after DROP and CREATE through keyway, events has %d columns on %s, want %d", cols, g, want)
+		}
 	}
 }

@@ -18,8 +18,11 @@ package sqlproxy
 
 import (
 	"cmp"
+	"context"
+	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/pingcap/tidb/pkg/parser"
 
@@ -114,74 +117,121 @@ func (pc *PlanCache) routeOfText(sql string) (r *routeRef) {
 	return r
 }
 
-// shardGroup returns the group that must run plan in this execution (rv): nil when no map is loaded or the
-// statement names no sharded table (the session's own group), else the shard's group; or the refusal the client
-// gets instead.
-func (ss *session) shardGroup(plan *Plan, rv *routeValues) (*backend.Group, *mysqlwire.Error) {
-	sh, e := routeShard(ss.s.shardMap(), plan, ss.db, rv)
-	if sh == nil || e != nil {
-		return nil, e
-	}
-	g := ss.s.opts.Topology.Group(sh.Group)
-	if g == nil {
-		return nil, shardRefusal("shard %s is on group %s, which is not configured", sh.Name, sh.Group)
-	}
-	return g, nil
+// shardRoute is where the router sends one execution of a statement: one shard, or every shard of a mapping (DDL,
+// and a scatter read of a table that allows it), or nowhere in particular (no sharded table: the session's group).
+type shardRoute struct {
+	table *shard.Table
+	one   *shard.Shard
+	all   bool // every group of table's mapping, in shard order
+	ddl   bool // all, for DDL: each shard runs it, and the client hears every shard's result
 }
 
-// routeShard is the router: the shard of m that must run plan in this execution (rv), with db the session's
-// default database; nil when the statement names no sharded table; or the refusal.
-func routeShard(m *shard.Map, plan *Plan, db string, rv *routeValues) (*shard.Shard, *mysqlwire.Error) {
+// shardGroups returns the backend groups of route: one, or all of the mapping's; or the refusal when one of them is
+// not configured.
+func (ss *session) shardGroups(route shardRoute) ([]*backend.Group, *mysqlwire.Error) {
+	var names []string
+	switch {
+	case route.one != nil:
+		names = []string{route.one.Group}
+	case route.all:
+		names = route.table.Mapping.Groups()
+	}
+	gs := make([]*backend.Group, 0, len(names))
+	for _, name := range names {
+		g := ss.s.opts.Topology.Group(name)
+		if g == nil {
+			return nil, shardRefusal("table %s has a shard on group %s, which is not configured", route.table, name)
+		}
+		gs = append(gs, g)
+	}
+	return gs, nil
+}
+
+// shardGroup is shardGroups for a statement that must run on one group: nil for the session's own; the refusal
+// for one that would need several (an execute: scatters and DDL fan-out run as text queries).
+func (ss *session) shardGroup(plan *Plan, rv *routeValues) (*backend.Group, *mysqlwire.Error) {
+	route, e := routeShard(ss.s.shardMap(), plan, ss.db, rv)
+	if e != nil || route.table == nil {
+		return nil, e
+	}
+	if route.all {
+		return nil, shardRefusal("a prepared statement on sharded table %s must name one shard's key; a statement for every shard runs as a text query", route.table)
+	}
+	gs, e := ss.shardGroups(route)
+	if e != nil {
+		return nil, e
+	}
+	return gs[0], nil
+}
+
+// routeShard is the router: where plan runs in this execution (rv) under map m, with db the session's default
+// database; the zero route when the statement names no sharded table; or the refusal.
+func routeShard(m *shard.Map, plan *Plan, db string, rv *routeValues) (shardRoute, *mysqlwire.Error) {
 	if m == nil || plan == nil || len(plan.Tables) == 0 {
-		return nil, nil
+		return shardRoute{}, nil
 	}
 	var t *shard.Table
 	ids := plan.TableIDs(db)
 	for _, id := range ids {
 		if x := m.Table(id.Schema, id.Name); x != nil {
 			if t != nil && t != x {
-				return nil, shardRefusal("the statement names sharded tables %s and %s: a statement runs on one shard", t, x)
+				return shardRoute{}, shardRefusal("the statement names sharded tables %s and %s: a statement runs on one shard", t, x)
 			}
 			t = x
 		}
 	}
 	if t == nil {
-		return nil, nil
+		return shardRoute{}, nil
 	}
 	r := plan.route
 	switch {
 	case r == nil:
-		return nil, shardRefusal("cannot route a statement on sharded table %s: %s", t, cmp.Or(plan.ParseError, "it could not be parsed"))
+		return shardRoute{}, shardRefusal("cannot route a statement on sharded table %s: %s", t, cmp.Or(plan.ParseError, "it could not be parsed"))
+	case r.ddl && len(ids) == 1 && !plan.multi:
+		return shardRoute{table: t, all: true, ddl: true}, nil
 	case r.ddl:
-		return nil, shardRefusal("DDL on sharded table %s must run on each of its shards (groups %s); keyway does not fan DDL out yet", t, strings.Join(t.Mapping.Groups(), ", "))
+		return shardRoute{}, shardRefusal("DDL on sharded table %s runs on every shard, alone: send it as a statement of its own, naming only that table", t)
 	case len(ids) > 1:
-		return nil, shardRefusal("the statement joins sharded table %s with another table: a statement on a sharded table names only it", t)
+		return shardRoute{}, shardRefusal("the statement joins sharded table %s with another table: a statement on a sharded table names only it", t)
 	case r.unroutable != "":
-		return nil, shardRefusal("cannot route a statement on sharded table %s: %s", t, r.unroutable)
+		return shardRoute{}, shardRefusal("cannot route a statement on sharded table %s: %s", t, r.unroutable)
 	}
 	for _, c := range r.sets {
 		if c == t.Column {
-			return nil, shardRefusal("the statement changes shard key %s.%s: delete the row and insert it with its new key instead", t, t.Column)
+			return shardRoute{}, shardRefusal("the statement changes shard key %s.%s: delete the row and insert it with its new key instead", t, t.Column)
 		}
+	}
+	// scatter is the route of a read the key does not confine to one shard, where the table allows it.
+	scatter := func(why string) (shardRoute, *mysqlwire.Error) {
+		if !t.Scatter || r.insert || plan.Class != ClassRead || plan.Pins != 0 {
+			return shardRoute{}, shardRefusal("%s (table %s does not allow scatter, or the statement is not a plain SELECT)", why, t)
+		}
+		if r.gathers != "" {
+			return shardRoute{}, shardRefusal("a SELECT of %s on every shard cannot use %s: keyway concatenates the shards' rows and does not merge them", t, r.gathers)
+		}
+		return shardRoute{table: t, all: true}, nil
 	}
 	rv.plan = plan
 	var sh *shard.Shard
+	several := false
 	pick := func(v []byte, str bool) *mysqlwire.Error {
 		s, err := t.ShardOf(v, str)
 		if err != nil {
 			return shardRefusal("%v", err)
 		}
 		if sh != nil && s != sh {
+			several = true
 			return shardRefusal("the statement's %s values are on several shards of %s (%s and %s): send one statement per shard", t.Column, t, sh.Name, s.Name)
 		}
 		sh = s
 		return nil
 	}
+	one := func() (shardRoute, *mysqlwire.Error) { return shardRoute{table: t, one: sh}, nil }
 	if key, ok := hintShardKey(rv.sql); ok {
 		if e := pick([]byte(key), !isDecimal(key)); e != nil {
-			return nil, e
+			return shardRoute{}, e
 		}
-		return sh, nil
+		return one()
 	}
 	if r.insert {
 		col := -1
@@ -191,21 +241,21 @@ func routeShard(m *shard.Map, plan *Plan, db string, rv *routeValues) (*shard.Sh
 			}
 		}
 		if len(r.cols) == 0 {
-			return nil, shardRefusal("INSERT into sharded table %s without a column list: name the columns, so that keyway can find shard key %s among the values", t, t.Column)
+			return shardRoute{}, shardRefusal("INSERT into sharded table %s without a column list: name the columns, so that keyway can find shard key %s among the values", t, t.Column)
 		}
 		if col < 0 {
-			return nil, shardRefusal("INSERT into sharded table %s must name its shard key column %s (an AUTO_INCREMENT key cannot be routed before the row exists: take the key from a sequence on the global group and insert it)", t, t.Column)
+			return shardRoute{}, shardRefusal("INSERT into sharded table %s must name its shard key column %s (an AUTO_INCREMENT key cannot be routed before the row exists: take the key from a sequence on the global group and insert it)", t, t.Column)
 		}
 		for i := range r.rows {
 			v, str, ok := rv.value(func(r *routeRef) *routeVal { return rowVal(r, i, col) })
 			if !ok {
-				return nil, shardRefusal("the value of shard key %s in row %d of the INSERT into %s is not a literal or parameter keyway can read", t.Column, i+1, t)
+				return shardRoute{}, shardRefusal("the value of shard key %s in row %d of the INSERT into %s is not a literal or parameter keyway can read", t.Column, i+1, t)
 			}
 			if e := pick(v, str); e != nil {
-				return nil, e
+				return shardRoute{}, e
 			}
 		}
-		return sh, nil
+		return one()
 	}
 	eq := -1
 	for i := range r.eqs {
@@ -215,18 +265,21 @@ func routeShard(m *shard.Map, plan *Plan, db string, rv *routeValues) (*shard.Sh
 		}
 	}
 	if eq < 0 {
-		return nil, shardRefusal("the statement on sharded table %s has no %s = value in its WHERE (or /*+ keyway shard_key=VALUE */): keyway cannot tell its shard", t, t.Column)
+		return scatter(fmt.Sprintf("the statement on sharded table %s has no %s = value in its WHERE (or /*+ keyway shard_key=VALUE */): keyway cannot tell its shard", t, t.Column))
 	}
 	for j := range r.eqs[eq].vals {
 		v, str, ok := rv.value(func(r *routeRef) *routeVal { return eqVal(r, eq, j) })
 		if !ok {
-			return nil, shardRefusal("the value of shard key %s of %s is not a literal or parameter keyway can read", t.Column, t)
+			return shardRoute{}, shardRefusal("the value of shard key %s of %s is not a literal or parameter keyway can read", t.Column, t)
 		}
 		if e := pick(v, str); e != nil {
-			return nil, e
+			if several {
+				return scatter(strings.TrimPrefix(e.Message, "keyway: "))
+			}
+			return shardRoute{}, e
 		}
 	}
-	return sh, nil
+	return one()
 }
 
 // rowVal and eqVal find a value in r by position (nil when this statement's parse has no such value).
@@ -326,4 +379,90 @@ func (ss *session) deferBegin(plan *Plan, sql string) (done bool, err error) {
 		return false, nil
 	}
 	return true, ss.c.WriteOK(ss.status)
+}
+
+// routeQuery routes a text statement (query): done reports that the client has its reply (a refusal, a scatter, a
+// DDL fan-out); otherwise ss.shard is the group that runs it (nil: the session's own) until the statement ends.
+func (ss *session) routeQuery(p []byte, sql string, plan *Plan, start time.Time) (done bool, err error) {
+	if done, err := ss.deferBegin(plan, sql); done {
+		return true, err
+	}
+	route, e := routeShard(ss.s.shardMap(), plan, ss.db, &routeValues{sql: sql, plans: ss.s.plans})
+	var gs []*backend.Group
+	if e == nil && route.table != nil {
+		gs, e = ss.shardGroups(route)
+	}
+	if e == nil && route.all && ss.be != nil {
+		if pinned, why := ss.pinned(); pinned && !ss.holdNext {
+			e = shardRefusal("a statement for every shard of %s runs outside transactions and pins (this session: %s)", route.table, why)
+		} else {
+			ss.holdNext = false
+			ss.release()
+		}
+	}
+	switch {
+	case e != nil:
+		ss.record(plan, 0, time.Since(start), true)
+		return true, ss.reply(e)
+	case route.ddl:
+		return true, ss.fanOutDDL(sql, plan, route.table, gs, start)
+	case route.all:
+		return true, ss.scatter(p, plan, gs, start)
+	case len(gs) == 1:
+		ss.shard = gs[0]
+	}
+	return false, nil
+}
+
+// fanOutDDL runs DDL statement sql on every group of gs, one after the other, each on a connection borrowed with
+// the session's state. DDL is not transactional: each shard's outcome stands, and the client hears all of them
+// (an ERR naming each shard's result when any failed, else an OK).
+func (ss *session) fanOutDDL(sql string, plan *Plan, t *shard.Table, gs []*backend.Group, start time.Time) error {
+	var results []string
+	failed := false
+	for _, g := range gs {
+		pool := g.Pool(ss.pool.Key(), ss.user.backendPassword)
+		be, err := pool.Lease(context.Background(), &ss.state, backend.Needs{})
+		if err == nil {
+			err = be.Exec(sql)
+			be.Release()
+		}
+		if err != nil {
+			failed = true
+			results = append(results, fmt.Sprintf("%s: %v", g.Name(), err))
+		} else {
+			results = append(results, g.Name()+": ok")
+		}
+	}
+	ss.invalidateWritten(plan, false) // whatever ran, the definitions may have changed
+	ss.record(plan, 0, time.Since(start), failed)
+	if failed {
+		return ss.reply(mysqlwire.NewError(mysqlwire.ERUnknownError, "HY000",
+			"keyway: DDL on sharded table %s did not succeed on every shard (each shard's result: %s)", t, strings.Join(results, "; ")))
+	}
+	return ss.c.WriteOK(ss.status)
+}
+
+// scatter runs plan's SELECT (COM_QUERY p) on every group of gs in turn and streams one result set to the client: the column
+// definitions of the first shard, the rows of each, in shard order, and the last shard's terminator
+// (relay.scatterPart). An ERR from any shard ends the reply (an ERR is legal at any point of a result set).
+func (ss *session) scatter(p []byte, plan *Plan, gs []*backend.Group, start time.Time) error {
+	var total int64
+	failed := false
+	for i, g := range gs {
+		ss.shard = g
+		first, last := i == 0, i == len(gs)-1
+		rows, bad, err := ss.exchange(p, plan, nil, func(r relay) (int64, bool, error) { return r.scatterPart(first, last) }, toClient)
+		total += rows
+		if err != nil || bad {
+			failed = true
+			ss.shard = nil
+			ss.record(plan, total, time.Since(start), true)
+			return err
+		}
+		ss.release() // each shard's connection goes back before the next is borrowed
+	}
+	ss.shard = nil
+	ss.record(plan, total, time.Since(start), failed)
+	return nil
 }

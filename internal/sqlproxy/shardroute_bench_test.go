@@ -25,7 +25,7 @@ func BenchmarkRoute(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			rv := routeValues{sql: sql, plans: pc}
-			if sh, e := routeShard(m, plan, "test", &rv); sh == nil || e != nil {
+			if route, e := routeShard(m, plan, "test", &rv); route.one == nil || e != nil {
 				b.Fatal(e)
 			}
 		}
@@ -39,7 +39,7 @@ func BenchmarkRoute(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			rv := routeValues{st: st, params: params, plans: pc}
-			if sh, e := routeShard(m, plan, "test", &rv); sh == nil || e != nil {
+			if route, e := routeShard(m, plan, "test", &rv); route.one == nil || e != nil {
 				b.Fatal(e)
 			}
 		}
