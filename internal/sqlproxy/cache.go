@@ -89,7 +89,8 @@ func (ss *session) throughCache(p []byte, plan *Plan, st *prepared, keyBuf []byt
 
 // replayCached answers from the result cache when a valid entry is under key; hit is false otherwise.
 func (ss *session) replayCached(key []byte) (rows int64, hit bool, err error) {
-	reply, rows, ok := ss.s.opts.Cache.Get(ss.user.gate, key)
+	gate, _ := ss.gate()
+	reply, rows, ok := ss.s.opts.Cache.Get(gate, key)
 	if !ok {
 		return 0, false, nil
 	}

@@ -267,14 +267,14 @@ const (
 // hint, can ask for any cacheable read to be cached, or for none.
 func (ss *session) route(plan *Plan, h hint) target {
 	c := ss.s.opts.Cache
-	if c == nil || plan == nil || !plan.Cacheable || h.nocache || (plan.Key == nil && !h.cache) || ss.shard != nil {
+	if c == nil || plan == nil || !plan.Cacheable || h.nocache || (plan.Key == nil && !h.cache) {
 		return toSession
 	}
 	if ss.pins()&^connectionPins != 0 {
 		c.Bypassed(qcache.Pinned)
 		return toSession
 	}
-	if !c.Usable(ss.user.gate) {
+	if gate, ok := ss.gate(); !ok || !c.Usable(gate) {
 		c.Bypassed(qcache.NotFresh)
 		return toSession
 	}

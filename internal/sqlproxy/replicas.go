@@ -28,34 +28,40 @@ import (
 	"github.com/keywaydb/keyway/internal/validity"
 )
 
-// leasePool is the pool the statement of plan borrows from: a replica's, when the statement may read there and a
-// replica covers what it needs, else the session's (its group's primary). When no replica covers it but one may
-// soon, wait is the position the borrowed connection must wait for first (leaseWaited); zero otherwise.
-func (ss *session) leasePool(plan *Plan) (pool *backend.Pool, wait validity.Position) {
-	g := ss.user.group
-	if ss.shard != nil && ss.shard != g { // the shard router's choice; its replicas are not read yet
-		return ss.shard.Pool(ss.pool.Key(), ss.user.backendPassword), wait
+// runGroup is the group that runs the session's statement: the shard the router chose (shardroute.go), else the
+// session's own; primary is that group's pool for the session.
+func (ss *session) runGroup() (g *backend.Group, primary *backend.Pool) {
+	if ss.shard != nil && ss.shard != ss.user.group {
+		return ss.shard, ss.shard.Pool(ss.pool.Key(), ss.user.backendPassword)
 	}
+	return ss.user.group, ss.pool
+}
+
+// leasePool is the pool the statement of plan borrows from: a replica's, when the statement may read there and a
+// replica covers what it needs, else its group's primary's (primary). When no replica covers it but one may
+// soon, wait is the position the borrowed connection must wait for first (leaseWaited); zero otherwise.
+func (ss *session) leasePool(plan *Plan) (pool, primary *backend.Pool, wait validity.Position) {
+	g, primary := ss.runGroup()
 	if plan == nil || !g.ReadsReplicas() || !ss.mayReadReplica(plan) {
-		return ss.pool, wait
+		return primary, primary, wait
 	}
 	need, ok := ss.readNeeds(plan)
 	if !ok {
-		return ss.pool, wait
+		return primary, primary, wait
 	}
 	if m := g.ReadMember(need); m != g {
-		return m.Pool(ss.pool.Key(), ss.user.backendPassword), wait
+		return m.Pool(ss.pool.Key(), ss.user.backendPassword), primary, wait
 	}
 	if m := g.WaitMember(need); m != nil {
-		return m.Pool(ss.pool.Key(), ss.user.backendPassword), need
+		return m.Pool(ss.pool.Key(), ss.user.backendPassword), primary, need
 	}
-	return ss.pool, wait
+	return primary, primary, wait
 }
 
-// leaseWaited makes be, borrowed from a replica's pool, wait until its server has applied wait (at most
-// backend.DefaultReplicaWait): be when it has, else nil, be given back, and the read goes to the primary.
-func (ss *session) leaseWaited(be *backend.Conn, wait validity.Position) *backend.Conn {
-	defer ss.user.group.DoneWaiting()
+// leaseWaited makes be, borrowed from a replica's pool of group g, wait until its server has applied wait (at
+// most backend.DefaultReplicaWait): be when it has, else nil, be given back, and the read goes to the primary.
+func (ss *session) leaseWaited(g *backend.Group, be *backend.Conn, wait validity.Position) *backend.Conn {
+	defer g.DoneWaiting()
 	if ok, err := be.WaitApplied(wait, backend.DefaultReplicaWait); !ok || err != nil {
 		be.Release()
 		return nil
@@ -66,13 +72,13 @@ func (ss *session) leaseWaited(be *backend.Conn, wait validity.Position) *backen
 // mayReadReplica reports whether plan, run now by the session, may run on a replica.
 func (ss *session) mayReadReplica(plan *Plan) bool {
 	return plan.Cacheable && retrySafe(plan) && !plan.ReadsLastInsertID && !plan.ReadsDiagnostics &&
-		ss.status&mysqlwire.StatusInTrans == 0 && ss.pins() == 0 && ss.user.gate != nil
+		ss.status&mysqlwire.StatusInTrans == 0 && ss.pins() == 0 && ss.hasGate()
 }
 
 // readNeeds is the position a server must have applied to run plan: the positions of its tables, or the group's
 // newest known one when keyway cannot name them. ok is false when there is no way to tell.
 func (ss *session) readNeeds(plan *Plan) (validity.Position, bool) {
-	gate := ss.user.gate
+	gate, _ := ss.gate()
 	ids := plan.TableIDs(ss.db)
 	reg := ss.s.opts.Validity
 	for _, id := range ids {
@@ -87,7 +93,7 @@ func (ss *session) readNeeds(plan *Plan) (validity.Position, bool) {
 // the tables it wrote, before the client is told of it. tx are the tables written in the transaction the
 // statement ended, if it ended one.
 func (ss *session) notePosition(plan *Plan, before string, be *backend.Conn, tx []validity.TableID) {
-	gate := ss.user.gate
+	gate, _ := ss.gateOf(be.Pool().Group()) // the server the write ran on: a shard's, in a sharded farm
 	if gate == nil || be.State.LastGTID == before || be.State.LastGTID == "" {
 		return
 	}

@@ -336,17 +336,18 @@ func (ss *session) lease(plan *Plan) (*mysqlwire.Error, error) {
 		needs = backend.Needs{LastInsertID: plan.ReadsLastInsertID && ss.state.LastInsertID != 0, FreshDiagnostics: plan.ReadsDiagnostics}
 	}
 	// No deadline of its own: the pool bounds a wait by pool_wait and a dial by connect_timeout.
-	pool, wait := ss.leasePool(plan) // a replica's, for a read one may run (replicas.go)
+	pool, primary, wait := ss.leasePool(plan) // a replica's, for a read one may run (replicas.go)
 	be, err := pool.Lease(context.Background(), &ss.state, needs)
 	if !wait.IsZero() {
+		g, _ := ss.runGroup()
 		if err == nil {
-			be = ss.leaseWaited(be, wait)
+			be = ss.leaseWaited(g, be, wait)
 		} else {
-			ss.user.group.DoneWaiting()
+			g.DoneWaiting()
 		}
 	}
-	if pool != ss.pool && (err != nil || be == nil) {
-		be, err = ss.pool.Lease(context.Background(), &ss.state, needs) // the replica failed: the primary has it all
+	if pool != primary && (err != nil || be == nil) {
+		be, err = primary.Lease(context.Background(), &ss.state, needs) // the replica failed: the primary has it all
 	}
 	if err == nil && ss.pendingBegin != "" {
 		if err = be.Exec(ss.pendingBegin); err != nil {
@@ -355,7 +356,8 @@ func (ss *session) lease(plan *Plan) (*mysqlwire.Error, error) {
 		ss.pendingBegin = ""
 	}
 	if err != nil {
-		return clientError(ss.user.group, err), nil
+		g, _ := ss.runGroup()
+		return clientError(g, err), nil
 	}
 	ss.be, ss.insertIDs = be, be.InsertIDs()
 	if ss.s.opts.Spin > 0 {

@@ -6,14 +6,18 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/keywaydb/keyway/internal/backend"
+	"github.com/keywaydb/keyway/internal/qcache"
 	"github.com/keywaydb/keyway/internal/shard"
 	"github.com/keywaydb/keyway/internal/testenv"
+	"github.com/keywaydb/keyway/internal/validity"
 )
 
 // shardFarm is a global server and two shards behind one keyway SQL door with a shard map: test.users by id and
@@ -25,9 +29,10 @@ type shardFarm struct {
 	direct map[string]*sql.DB // group name → a direct connection to its server
 	proxy  *sql.DB
 	addr   string
+	holder *shard.Holder
 }
 
-func newShardFarm(t *testing.T) *shardFarm {
+func newShardFarm(t *testing.T, tweak ...func(*Options)) *shardFarm {
 	t.Helper()
 	farm := testenv.NewShards(t, 2)
 	f := &shardFarm{farm: farm, direct: map[string]*sql.DB{}}
@@ -58,13 +63,18 @@ func newShardFarm(t *testing.T) *shardFarm {
 		t.Fatal(err)
 	}
 	f.m = m
-	var holder shard.Holder
-	if _, err := holder.Store(m); err != nil {
+	f.holder = &shard.Holder{}
+	if _, err := f.holder.Store(m); err != nil {
 		t.Fatal(err)
 	}
 	cfg := testConfig("")
 	cfg.Groups = groups
-	_, f.addr = startProxyOpts(t, cfg.with(t, func(o *Options) { o.Shards = &holder }))
+	_, f.addr = startProxyOpts(t, cfg.with(t, func(o *Options) {
+		o.Shards = f.holder
+		for _, tw := range tweak {
+			tw(o)
+		}
+	}))
 	f.proxy = open(t, "app", "secret", f.addr, "")
 	return f
 }
@@ -386,5 +396,140 @@ func TestShardScatterAndDDL(t *testing.T) {
 		if want := map[string]int{"global": 0, "s1": 2, "s2": 2}[g]; cols != want {
 			t.Fatalf("after DROP and CREATE through keyway, events has %d columns on %s, want %d", cols, g, want)
 		}
+	}
+}
+
+// TestShardCached: point selects on a sharded table are answered from the result cache like any other, and a
+// write through keyway to the row's shard invalidates them.
+func TestShardCached(t *testing.T) {
+	reg := validity.NewRegistry()
+	cache := qcache.New(qcache.Options{Registry: reg})
+	f := newShardFarm(t, func(o *Options) { o.Validity, o.Cache = reg, cache })
+	db := f.proxy
+	for id := 1; id <= 10; id++ {
+		mustExec(t, db, fmt.Sprintf("INSERT INTO users (id, name) VALUES (%d, 'u%d')", id, id))
+	}
+	for id := 1; id <= 10; id++ {
+		before := cache.Stats().Hits
+		for range 3 {
+			var name string
+			if err := db.QueryRow(fmt.Sprintf("SELECT name FROM users WHERE id = %d", id)).Scan(&name); err != nil || name != fmt.Sprintf("u%d", id) {
+				t.Fatalf("user %d: %q, %v", id, name, err)
+			}
+		}
+		if hits := cache.Stats().Hits - before; hits != 2 {
+			t.Fatalf("user %d: %d of 3 reads from the cache, want 2", id, hits)
+		}
+		mustExec(t, db, fmt.Sprintf("UPDATE users SET name = 'v%d' WHERE id = %d", id, id))
+		var name string
+		if err := db.QueryRow(fmt.Sprintf("SELECT name FROM users WHERE id = %d", id)).Scan(&name); err != nil || name != fmt.Sprintf("v%d", id) {
+			t.Fatalf("user %d after its update: %q, %v", id, name, err)
+		}
+	}
+}
+
+// TestShardMapReloadUnderLoad: a writer and readers run while the map changes: the writer's ids past the first
+// map's last shard are refused until the new map gives them a shard, then land there; no read misses a row written
+// before it, and afterwards every row is where the new map says.
+func TestShardMapReloadUnderLoad(t *testing.T) {
+	f := newShardFarm(t)
+	mapWith := func(shards ...shard.ShardConfig) *shard.Map {
+		m, err := shard.FromConfig(shard.Config{Global: "global", Mappings: []shard.MappingConfig{
+			{Name: "users", Kind: "range_int", Tables: []shard.TableConfig{{Table: "test.users", Column: "id"}}, Shards: shards}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	if _, err := f.holder.Store(mapWith(shard.ShardConfig{Name: "low", Group: "s1", To: "1000"})); err != nil {
+		t.Fatal(err)
+	}
+	var written atomic.Int64 // ids 900 … written-1 are written
+	written.Store(900)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	refused := 0
+	wg.Add(1)
+	go func() { // the writer
+		defer wg.Done()
+		db := open(t, "app", "secret", f.addr, "")
+		for id := 900; id < 1100; {
+			_, err := db.Exec(fmt.Sprintf("INSERT INTO users (id, name) VALUES (%d, 'w')", id))
+			var me *mysql.MySQLError
+			switch {
+			case err == nil:
+				id++
+				written.Store(int64(id))
+			case errors.As(err, &me) && me.Number == 1235 && strings.Contains(me.Message, "no shard holds") && id >= 1000:
+				refused++
+				time.Sleep(time.Millisecond)
+			default:
+				errs <- fmt.Errorf("insert %d: %v", id, err)
+				return
+			}
+		}
+	}()
+	for r := 0; r < 3; r++ {
+		wg.Add(1)
+		go func() { // a reader: every row written before the read is found
+			defer wg.Done()
+			db := open(t, "app", "secret", f.addr, "")
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				n := written.Load()
+				id := 900 + int64(i)%(n-900+1)
+				if id >= n {
+					continue
+				}
+				var name string
+				if err := db.QueryRow("SELECT name FROM users WHERE id = ?", id).Scan(&name); err != nil {
+					errs <- fmt.Errorf("read %d (written up to %d): %v", id, n, err)
+					return
+				}
+			}
+		}()
+	}
+	for written.Load() < 1000 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // the writer is refused meanwhile
+	if _, err := f.holder.Store(mapWith(shard.ShardConfig{Name: "low", Group: "s1", To: "1000"}, shard.ShardConfig{Name: "high", Group: "s2", From: "1000"})); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); written.Load() < 1100; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the writer reached id %d only", written.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if refused == 0 {
+		t.Fatal("the writer was never refused under the first map")
+	}
+	for id := 900; id < 1100; id += 7 {
+		want := "s1"
+		if id >= 1000 {
+			want = "s2"
+		}
+		if at := f.where(t, "users", "id", id); len(at) != 1 || at[0] != want {
+			t.Fatalf("user %d is on %v, want %s", id, at, want)
+		}
+	}
+	var n1, n2 int
+	if err := f.direct["s1"].QueryRow("SELECT COUNT(*) FROM users WHERE id >= 1000").Scan(&n1); err != nil || n1 != 0 {
+		t.Fatalf("s1 holds %d rows of the new range (%v)", n1, err)
+	}
+	if err := f.direct["s2"].QueryRow("SELECT COUNT(*) FROM users").Scan(&n2); err != nil || n2 != 100 {
+		t.Fatalf("s2 holds %d rows, want 100 (%v)", n2, err)
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/keywaydb/keyway/internal/backend"
 	"github.com/keywaydb/keyway/internal/mysqlwire"
 	"github.com/keywaydb/keyway/internal/shard"
+	"github.com/keywaydb/keyway/internal/validity"
 )
 
 // shardRefusal is the ERR for a statement the router cannot send to one shard.
@@ -465,4 +466,28 @@ func (ss *session) scatter(p []byte, plan *Plan, gs []*backend.Group, start time
 	ss.shard = nil
 	ss.record(plan, total, time.Since(start), failed)
 	return nil
+}
+
+// gate is the freshness gate of the group that runs the session's statement (runGroup): its own group's, or the
+// shard's the router chose (each shard group has its binlog follower, so one lagging shard stops only its own
+// cached answers and replica reads). ok is false when nothing vouches for that group's copies.
+func (ss *session) gate() (*validity.Gate, bool) {
+	g, _ := ss.runGroup()
+	return ss.gateOf(g)
+}
+
+// gateOf is group g's gate (see gate): the session's own group's as the server resolved it at login, another's from
+// the registry; ok is false for a group without one while the session's has one.
+func (ss *session) gateOf(g *backend.Group) (*validity.Gate, bool) {
+	if g == ss.user.group || ss.s.opts.Validity == nil {
+		return ss.user.gate, true
+	}
+	gate := ss.s.opts.Validity.LookupGate(g.Name())
+	return gate, gate != nil || ss.user.gate == nil
+}
+
+// hasGate reports whether the group that runs the session's statement has a gate (replica reads need one).
+func (ss *session) hasGate() bool {
+	g, ok := ss.gate()
+	return ok && g != nil
 }
