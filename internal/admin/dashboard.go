@@ -42,6 +42,8 @@ type Dashboard struct {
 	Containers []ContainerRow        `json:"containers"`
 	Store      StoreRow              `json:"store"`
 	Digests    []DigestRow           `json:"digests"`
+	// ShardMapVersion is the shard map's version, absent without sharding.
+	ShardMapVersion *float64 `json:"shard_map_version,omitempty"`
 }
 
 // GroupRow is one member of a backend group.
@@ -197,6 +199,9 @@ func (s *Server) dashboard(withSeries bool) Dashboard {
 			d.Groups = groupRows(last)
 			d.Containers = containerRows(last)
 			d.Store = storeRow(last)
+			if v, ok := last.sum(stats.ShardMapVersion); ok {
+				d.ShardMapVersion = num(v)
+			}
 		}
 	}
 	d.Digests = s.digestRows()

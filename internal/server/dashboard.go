@@ -44,6 +44,9 @@ func (s *Server) adminSamples() []stats.Sample {
 			}
 		}
 	}
+	if s.shards != nil {
+		add(stats.ShardMapVersion, "The version of the shard map statements and keys are routed by.", "", float64(s.ShardMapVersion()))
+	}
 	for _, t := range s.containers.tables {
 		st := t.Status()
 		c := [2]string{"container", t.Name}

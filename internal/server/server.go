@@ -45,6 +45,7 @@ import (
 	"github.com/keywaydb/keyway/internal/memcache"
 	"github.com/keywaydb/keyway/internal/mysqlwire"
 	"github.com/keywaydb/keyway/internal/qcache"
+	"github.com/keywaydb/keyway/internal/shard"
 	"github.com/keywaydb/keyway/internal/sqlproxy"
 	"github.com/keywaydb/keyway/internal/stats"
 	"github.com/keywaydb/keyway/internal/store"
@@ -432,6 +433,16 @@ type Status struct {
 	Containers map[string]engine.ContainerStatus `json:"containers,omitempty"`
 	Binlog     []binlog.Status                   `json:"binlog,omitempty"`
 	SQLCache   *qcache.Stats                     `json:"sql_cache,omitempty"`
+	Shards     *ShardsStatus                     `json:"shards,omitempty"`
+}
+
+// ShardsStatus is the shard map statements and keys are routed by: its version, where it comes from, and one row
+// per shard (then the global group) as SHOW KEYWAY SHARDS lists them.
+type ShardsStatus struct {
+	Version uint64     `json:"version"`
+	Source  string     `json:"source"`
+	Columns []string   `json:"columns"`
+	Map     [][]string `json:"map"`
 }
 
 // MemcacheStatus is the memcache door's listener and its `stats`.
@@ -554,6 +565,11 @@ func (s *Server) status() any {
 	if s.sqlCache != nil {
 		cs := s.sqlCache.Stats()
 		st.SQLCache = &cs
+	}
+	if s.shards != nil {
+		m := s.shards.holder.Load()
+		st.Shards = &ShardsStatus{Version: m.Version, Source: cmp.Or(s.cfg.Sharding.Source, config.ShardSourceConfig),
+			Columns: shard.DescribeColumns, Map: m.Describe()}
 	}
 	return st
 }

@@ -86,6 +86,9 @@ source = "table"
 	if v := s.ShardMapVersion(); v != 1 {
 		t.Fatalf("map version %d at start, want 1", v)
 	}
+	if st := s.status().(Status); st.Shards == nil || st.Shards.Version != 1 || st.Shards.Source != "table" || len(st.Shards.Map) != 2 {
+		t.Fatalf("/status shards: %+v", st.Shards)
+	}
 	db := openTestDB(t, fmt.Sprintf("app:secret@tcp(%s)/test", s.sqlLn.Addr()))
 	on := func(id int) string {
 		t.Helper()

@@ -9,6 +9,8 @@ const (
 	// and the reads routing sent to the member.
 	BackendReplicaLag = "keyway_backend_replica_lag_seconds"
 	BackendReads      = "keyway_backend_reads_total"
+	// The shard map's version (only with sharding configured): the map statements and keys are routed by now.
+	ShardMapVersion = "keyway_shard_map_version"
 	// Per group: the most connections a pool of the group may open.
 	BackendPoolMaxConnections = "keyway_backend_pool_max_connections"
 
