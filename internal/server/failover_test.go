@@ -563,3 +563,200 @@ func binlogRows(t *testing.T, dataDir string) map[gtid][][2]int {
 	}
 	return out
 }
+
+// mcWriters set unique keys through the memcache door, each writer its own, until stopped, and remember every
+// set acknowledged (STORED) and the errors.
+type mcWriters struct {
+	mu     sync.Mutex
+	acked  map[string]string // "@@container.key" → value
+	errs   []error
+	stopc  chan struct{}
+	wg     sync.WaitGroup
+	counts map[string]int // acknowledged sets by container
+}
+
+func startMCWriters(mc *memcache.Client, containers ...string) *mcWriters {
+	m := &mcWriters{acked: map[string]string{}, stopc: make(chan struct{}), counts: map[string]int{}}
+	for _, c := range containers {
+		m.counts[c] = 0
+	}
+	for i, c := range containers {
+		m.wg.Go(func() {
+			for n := 1; ; n++ {
+				select {
+				case <-m.stopc:
+					return
+				default:
+				}
+				key := fmt.Sprintf("@@%s.w%d-%d", c, i, n)
+				val := fmt.Sprintf("v%d-%d", i, n)
+				err := mc.Set(&memcache.Item{Key: key, Value: []byte(val)})
+				m.mu.Lock()
+				if err == nil {
+					m.acked[key] = val
+					m.counts[c]++
+				} else {
+					m.errs = append(m.errs, err)
+				}
+				m.mu.Unlock()
+				if err != nil {
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+		})
+	}
+	return m
+}
+
+// waitAcked waits until every container has n more acknowledged sets than now.
+func (m *mcWriters) waitAcked(t *testing.T, n int) {
+	t.Helper()
+	m.mu.Lock()
+	want := map[string]int{}
+	for c, k := range m.counts {
+		want[c] = k + n
+	}
+	m.mu.Unlock()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		m.mu.Lock()
+		done := true
+		for c, k := range want {
+			done = done && m.counts[c] >= k
+		}
+		counts, errs := fmt.Sprint(m.counts), len(m.errs)
+		m.mu.Unlock()
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("memcache sets acknowledged: %s, want %d more each; %d errors", counts, n, errs)
+		}
+	}
+}
+
+func (m *mcWriters) stop() {
+	close(m.stopc)
+	m.wg.Wait()
+}
+
+// TestFailoverPreparedAndContainers: with semi-synchronous replication, across a kill -9 of the primary and keyway
+// failover: a statement prepared through go-sql-driver's pool, and one prepared on one client connection and kept
+// (keyway re-prepares it on the new primary behind the same id), run on the new primary afterwards; a session that
+// prepared with SQL PREPARE (state on the dead primary) is ended, not silently moved; containers (the memcache
+// door on a table, write = "sync" and write-behind) write to the new primary, and no set acknowledged through the
+// memcache door is lost.
+func TestFailoverPreparedAndContainers(t *testing.T) {
+	e := newPromoteEnv(t, testenv.ReplicationOptions{SemiSync: true}, false)
+	ctx := context.Background()
+	pooled, err := e.sql.Prepare("INSERT INTO acked (w, n) VALUES (?, ?)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pooled.Close()
+	conn, err := e.sql.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	kept, err := conn.PrepareContext(ctx, "INSERT INTO acked (w, n) VALUES (?, ?)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kept.Close()
+	sqlPrepared, err := e.sql.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sqlPrepared.Close()
+	for _, q := range []string{"PREPARE up FROM 'UPDATE cached SET v = v + 1 WHERE id = 1'", "EXECUTE up"} {
+		if _, err := sqlPrepared.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if _, err := pooled.Exec(100, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kept.Exec(101, 1); err != nil {
+		t.Fatal(err)
+	}
+
+	mw := startMCWriters(e.mc, "sync", "sync", "async")
+	mw.waitAcked(t, 50)
+	if err := e.repl.Primary.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	newAddr := e.promote(t, "failover")
+	mw.waitAcked(t, 50)
+	mw.stop()
+	t.Logf("memcache sets acknowledged %v, failed %d", mw.counts, len(mw.errs))
+	for i, err := range mw.errs[:min(len(mw.errs), 3)] {
+		t.Logf("memcache error %d: %v", i, err)
+	}
+
+	// Prepared statements, first try: the failover is over.
+	if _, err := pooled.Exec(100, 2); err != nil {
+		t.Errorf("a pooled prepared statement after the failover: %v", err)
+	}
+	if _, err := kept.Exec(101, 2); err != nil {
+		t.Errorf("a statement prepared on one connection before the failover, executed after it: %v", err)
+	}
+	var v int
+	if err := conn.QueryRowContext(ctx, "SELECT v FROM cached WHERE id = ?", 1).Scan(&v); err != nil {
+		t.Errorf("a prepared read on that connection after the failover: %v", err)
+	}
+	if _, err := sqlPrepared.ExecContext(ctx, "EXECUTE up"); err == nil {
+		t.Errorf("EXECUTE of a statement that SQL PREPARE made on the dead primary succeeded after the failover")
+	} else {
+		t.Logf("EXECUTE of the SQL PREPARE statement after the failover: %v", err)
+	}
+	newPrimary := openTestDB(t, "app:secret@tcp("+newAddr+")/test")
+	have := onServer(t, newPrimary)
+	for _, k := range [][2]int{{100, 1}, {100, 2}, {101, 1}, {101, 2}} {
+		if have[k] != 1 {
+			t.Errorf("row %v is %d times on the new primary, want once", k, have[k])
+		}
+	}
+
+	// Every acknowledged set is on the new primary; the write-behind ones once the queue wrote them.
+	var missing []string
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		rows := map[string]string{}
+		rs, err := newPrimary.Query("SELECT k, v FROM kv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rs.Next() {
+			var k, v string
+			if err := rs.Scan(&k, &v); err != nil {
+				t.Fatal(err)
+			}
+			rows[k] = v
+		}
+		rs.Close()
+		missing = missing[:0]
+		for key, val := range mw.acked {
+			_, k, _ := strings.Cut(key, ".")
+			if rows[k] != val {
+				missing = append(missing, key)
+			}
+		}
+		if len(missing) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		t.Errorf("%d of %d sets acknowledged through the memcache door are not on the new primary: %v", len(missing), len(mw.acked), missing)
+	}
+	// The containers read and write the new primary.
+	if err := e.mc.Set(&memcache.Item{Key: "@@sync.after", Value: []byte("new")}); err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	if err := newPrimary.QueryRow("SELECT v FROM kv WHERE k = 'after'").Scan(&got); err != nil || got != "new" {
+		t.Errorf("a set after the failover: the new primary has %q (%v)", got, err)
+	}
+	if it, err := e.mc.Get("@@sync.after"); err != nil || string(it.Value) != "new" {
+		t.Errorf("a get after the failover: %v %v", it, err)
+	}
+}
