@@ -360,6 +360,7 @@ func checkNoneTwice(t *testing.T, have map[[2]int]int) {
 // that remember every acknowledged id run through keyway; the primary is killed (-9) and keyway failover promotes
 // a replica. Writes fail only between the kill and the end of the promotion, every acknowledged id is on the new
 // primary, no row is applied twice, and sysbench runs to its end (its errors retried, as an application would).
+// Afterwards the binlog follower reads the new primary (a direct write there invalidates a cached reply).
 func TestFailoverUnderLoadSemiSync(t *testing.T) {
 	e := newPromoteEnv(t, testenv.ReplicationOptions{SemiSync: true}, true)
 	waitSysbench := e.sysbench(t, 2, 6*time.Second)
@@ -388,6 +389,7 @@ func TestFailoverUnderLoadSemiSync(t *testing.T) {
 		t.Errorf("%d of %d acknowledged rows are not on the new primary, with semi-synchronous replication", lost, len(w.acked))
 	}
 	checkNoneTwice(t, have)
+	e.checkDirectWriteSeen(t, newAddr, 7) // the binlog follower follows the new primary
 }
 
 // sysbenchLine is sysbench's count of queries and errors, for the log.
@@ -408,6 +410,7 @@ func sysbenchLine(out string) string {
 // writers and sysbench go on through keyway, so the primary acknowledges commits no replica has; kill -9, keyway
 // failover. The acknowledged ids the new primary lacks are exactly those of the transactions keyway logged as
 // missing (their GTIDs read from the dead primary's binary log), and some are missing; none is applied twice.
+// The binlog follower, which had read those commits, restarts on the new primary as after a gap.
 func TestFailoverUnderLoadAsync(t *testing.T) {
 	testenv.Need(t, "mariadb-binlog")
 	e := newPromoteEnv(t, testenv.ReplicationOptions{}, true)
@@ -464,6 +467,11 @@ func TestFailoverUnderLoadAsync(t *testing.T) {
 	if !slices.Equal(absent, inLogged) {
 		t.Errorf("acknowledged rows absent on the new primary: %v\nacknowledged rows in the transactions keyway logged as missing: %v", absent, inLogged)
 	}
+	// The binlog follower applied commits the new primary lacks: a gap, after which it follows the new primary.
+	if st := e.srv.followers[0].Status(); st.Gaps != 1 {
+		t.Errorf("the binlog follower counted %d gaps, want 1 (it had applied commits the new primary lacks): %+v", st.Gaps, st)
+	}
+	e.checkDirectWriteSeen(t, newAddr, 7)
 }
 
 // gtid is a MariaDB GTID.
@@ -758,5 +766,75 @@ func TestFailoverPreparedAndContainers(t *testing.T) {
 	}
 	if it, err := e.mc.Get("@@sync.after"); err != nil || string(it.Value) != "new" {
 		t.Errorf("a get after the failover: %v %v", it, err)
+	}
+}
+
+// readCached reads cached's row through keyway's SQL door (a point select the result cache answers while the
+// binlog follower vouches) and reports whether the cache answered it.
+func (e *promoteEnv) readCached(t *testing.T) (v int, hit bool) {
+	t.Helper()
+	before := e.srv.sqlCache.Stats().Hits
+	if err := e.sql.QueryRow("SELECT v FROM cached WHERE id = 1").Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v, e.srv.sqlCache.Stats().Hits > before
+}
+
+// checkDirectWriteSeen: a direct write on the primary at addr is seen through keyway (its binlog follower reads
+// that primary's binlog and invalidates the cached reply), and the result cache answers again afterwards (the
+// follower vouches on that primary). want is the value to write.
+func (e *promoteEnv) checkDirectWriteSeen(t *testing.T, addr string, want int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, hit := e.readCached(t); hit {
+			break // filled, and served from the cache: the follower vouches
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the result cache does not answer the point select: %+v", e.srv.followers[0].Status())
+		}
+	}
+	if _, err := openTestDB(t, "app:secret@tcp("+addr+")/test").Exec("UPDATE cached SET v = ? WHERE id = 1", want); err != nil {
+		t.Fatal(err)
+	}
+	// max_staleness is 1 s; a follower that does not read this primary never sees the write.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if v, _ := e.readCached(t); v == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a direct write on the primary %s is not seen through keyway: the binlog follower does not follow it (%+v)", addr, e.srv.followers[0].Status())
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		v, hit := e.readCached(t)
+		if v != want {
+			t.Fatalf("read %d after %d was seen", v, want)
+		}
+		if hit {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the result cache no longer answers after the primary changed: %+v", e.srv.followers[0].Status())
+		}
+	}
+}
+
+// TestSwitchoverFollowerMovesToNewPrimary: after keyway switchover, the binlog follower reads the new primary:
+// a direct write there invalidates a reply the result cache holds, even once the former primary stops relaying
+// the new one's commits (STOP SLAVE on it), and the cache answers again, with no gap (copies kept).
+func TestSwitchoverFollowerMovesToNewPrimary(t *testing.T) {
+	e := newPromoteEnv(t, testenv.ReplicationOptions{}, false)
+	e.checkDirectWriteSeen(t, e.repl.Primary.Addr, 1)
+	former := e.repl.Primary
+	newAddr := e.promote(t, "switchover")
+	if err := former.ExecUnlogged(context.Background(), "STOP SLAVE"); err != nil {
+		t.Fatal(err)
+	}
+	e.checkDirectWriteSeen(t, newAddr, 2)
+	if st := e.srv.followers[0].Status(); st.Gaps != 0 {
+		t.Errorf("the follower counted %d gaps across a switchover, want none (copies kept): %+v", st.Gaps, st)
+	}
+	if !strings.Contains(e.logs.String(), "binlog follower follows the group's new primary") {
+		t.Errorf("the follower did not log that it follows the new primary\n%s", e.logs)
 	}
 }
