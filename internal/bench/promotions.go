@@ -3,7 +3,8 @@ package bench
 // Part 3 of keyway bench replicas: a switchover, then a failover, of the group keyway serves, under writers that
 // insert rows through keyway and remember every row keyway acknowledged. keyway promotes through its admin
 // listener (what keyway switchover and keyway failover call), so it reaches the members over TCP: CHANGE MASTER
-// needs a host and a port.
+// needs a host and a port. Then the same failover on a second primary and two replicas that replicate
+// semi-synchronously (AFTER_SYNC), where no acknowledged row may be lost.
 
 import (
 	"context"
@@ -26,6 +27,10 @@ type Promotions struct {
 	Replicated string // the replication mode
 	Switchover Promotion
 	Failover   Promotion
+	// SemiSyncFailover is the failover again, on servers that replicate semi-synchronously (AFTER_SYNC); nil when
+	// it could not be measured, and SemiSyncNote says why.
+	SemiSyncFailover *Promotion `json:",omitempty"`
+	SemiSyncNote     string     `json:",omitempty"`
 }
 
 // Promotion is one switchover or failover under the writers.
@@ -96,28 +101,94 @@ func (e *replicasEnv) promotions(ctx context.Context, bin string) (*Promotions, 
 		return nil, err
 	}
 
-	// Failover: kill -9 the primary, then keyway failover; the first write acknowledged after the kill.
-	w = startPromoWriters(db, e.o.Writers, 1_000_000)
-	time.Sleep(time.Second)
-	killed := time.Now()
-	if err := newPrimary.Kill(); err != nil {
+	if out.Failover, err = failover(ctx, e.repl, newPrimary, db, admin, e.o.Writers, 1_000_000); err != nil {
 		return nil, err
 	}
-	w.since(killed)
-	report, err = promote(ctx, admin, "failover")
-	time.Sleep(time.Second)
-	acked = w.stop()
-	if err != nil {
-		return nil, fmt.Errorf("bench: failover: %w", err)
-	}
-	out.Failover = Promotion{Report: report, Pause: w.firstAfter, Acked: len(acked), Errors: w.errors}
-	if newPrimary, err = currentPrimary(ctx, e.repl); err != nil {
-		return nil, err
-	}
-	if out.Failover.Lost, err = lost(ctx, newPrimary, acked); err != nil {
-		return nil, err
+	fmt.Fprintf(e.o.Out, "replicas bench 3/3: the failover again, with semi-synchronous replication\n")
+	if p, err := e.semiSyncFailover(ctx, bin); err != nil {
+		out.SemiSyncNote = "failover with semi-synchronous replication: not measured: " + err.Error()
+		fmt.Fprintln(e.o.Out, out.SemiSyncNote)
+	} else {
+		out.SemiSyncFailover = &p
 	}
 	return out, nil
+}
+
+// failover kills primary (-9) under writers that insert through keyway at db, asks keyway's admin listener for a
+// failover, and measures it: the first write acknowledged after the kill, the failed writes, and the acknowledged
+// rows the new primary lacks. Each writer numbers its rows from base up.
+func failover(ctx context.Context, repl *peers.Replication, primary *peers.MariaDB, db *sql.DB, admin string, writers, base int) (Promotion, error) {
+	w := startPromoWriters(db, writers, base)
+	time.Sleep(time.Second)
+	killed := time.Now()
+	if err := primary.Kill(); err != nil {
+		w.stop()
+		return Promotion{}, err
+	}
+	w.since(killed)
+	report, err := promote(ctx, admin, "failover")
+	time.Sleep(time.Second)
+	acked := w.stop()
+	if err != nil {
+		return Promotion{}, fmt.Errorf("bench: failover: %w", err)
+	}
+	out := Promotion{Report: report, Pause: w.firstAfter, Acked: len(acked), Errors: w.errors}
+	newPrimary, err := currentPrimary(ctx, repl)
+	if err != nil {
+		return Promotion{}, err
+	}
+	if out.Lost, err = lost(ctx, newPrimary, acked); err != nil {
+		return Promotion{}, err
+	}
+	return out, nil
+}
+
+// semiSyncFailover starts a primary and two replicas that replicate semi-synchronously (AFTER_SYNC), and a keyway
+// in front of them, and measures a failover under the writers there.
+func (e *replicasEnv) semiSyncFailover(ctx context.Context, bin string) (Promotion, error) {
+	repl, err := peers.StartReplication(ctx, peers.ReplicationOptions{SemiSync: true})
+	if err != nil {
+		return Promotion{}, fmt.Errorf("bench: %w", err)
+	}
+	defer repl.Stop()
+	pdb, err := sql.Open("mysql", repl.Primary.AppDSN)
+	if err != nil {
+		return Promotion{}, err
+	}
+	_, err = pdb.ExecContext(ctx, "CREATE TABLE promo (w INT, n INT, PRIMARY KEY (w, n))")
+	pdb.Close()
+	if err != nil {
+		return Promotion{}, fmt.Errorf("bench: %w", err)
+	}
+	if err := repl.Sync(ctx, prepareTimeout); err != nil {
+		return Promotion{}, fmt.Errorf("bench: %w", err)
+	}
+	var replicas []string
+	for _, r := range repl.Replicas {
+		replicas = append(replicas, r.Addr)
+	}
+	cfg, err := writeKeywaySQLConfig(repl.Primary.Addr, false, keywayLimits{replicas: replicas, readFrom: "replicas"})
+	if err != nil {
+		return Promotion{}, err
+	}
+	defer os.Remove(cfg)
+	port, err := peers.FreePort()
+	if err != nil {
+		return Promotion{}, err
+	}
+	admin := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	kw, err := keywaySQLStarter(kwReplicasTarget, bin, cfg, "--admin-listen", admin).start(ctx)
+	if err != nil {
+		return Promotion{}, err
+	}
+	defer kw.stop()
+	time.Sleep(replicasSettle)
+	db, err := sql.Open("mysql", sqlUser+":"+sqlPassword+"@tcp("+kw.addr+")/test")
+	if err != nil {
+		return Promotion{}, err
+	}
+	defer db.Close()
+	return failover(ctx, repl, repl.Primary, db, admin, e.o.Writers, 0)
 }
 
 // promote asks keyway's admin listener for a switchover or a failover of group main and returns its report.
@@ -251,6 +322,17 @@ func (p *Promotions) writeText(w io.Writer) {
 		"longest write "+p.Switchover.Pause.Round(time.Millisecond).String())
 	fmt.Fprintf(w, "%-11s %8d %8d %6d %-40s\n", "failover", p.Failover.Acked, p.Failover.Errors, p.Failover.Lost,
 		"kill to first write acknowledged "+p.Failover.Pause.Round(time.Millisecond).String())
+	if s := p.SemiSyncFailover; s != nil {
+		fmt.Fprintf(w, "%-11s %8d %8d %6d %-40s\n", "failover*", s.Acked, s.Errors, s.Lost,
+			"kill to first write acknowledged "+s.Pause.Round(time.Millisecond).String())
+		fmt.Fprintf(w, "  * on another primary and two replicas, with semi-synchronous replication (AFTER_SYNC): lost must be 0\n")
+	}
 	fmt.Fprintf(w, "  switchover report: %s", p.Switchover.Report)
 	fmt.Fprintf(w, "  failover report: %s", p.Failover.Report)
+	if s := p.SemiSyncFailover; s != nil {
+		fmt.Fprintf(w, "  semi-synchronous failover report: %s", s.Report)
+	}
+	if p.SemiSyncNote != "" {
+		fmt.Fprintln(w, p.SemiSyncNote)
+	}
 }

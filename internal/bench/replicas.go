@@ -33,8 +33,9 @@ import (
 //     keyway-replicas.
 //  3. a switchover, then a failover (kill -9 of the primary), through keyway's admin listener, under writers that
 //     insert rows through keyway: the longest write during the switchover, the time from the kill to the first
-//     write acknowledged after it, the failed writes, and the acknowledged rows the new primary lacks
-//     (promotions.go).
+//     write acknowledged after it, the failed writes, and the acknowledged rows the new primary lacks; then the
+//     failover again on a second primary and two replicas replicating semi-synchronously (AFTER_SYNC), where
+//     none may be lost (promotions.go).
 //
 // keyway needs the group's validity gate to route reads to replicas (sqlproxy's mayReadReplica); the server makes
 // every group's gate, and starts its binlog follower, whether or not the result cache is on, so [cache] enabled =

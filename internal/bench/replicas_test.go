@@ -96,12 +96,14 @@ func TestReplicasReport(t *testing.T) {
 	rep := &ReplicasReport{Server: "MariaDB 10.11", Members: []string{"primary a", "replica1 b", "replica2 c"}, RowsCounter: "Rows_read",
 		SQL: &SQLReport{Load: "sysbench", Cases: []SQLCase{c}}, Work: []ReplicasWork{work}, ReadYourWrites: ryw,
 		Promotions: &Promotions{Writers: 4, Replicated: "asynchronous", Switchover: Promotion{Acked: 100, Pause: 250 * time.Millisecond},
-			Failover: Promotion{Acked: 90, Errors: 4, Lost: 1, Pause: 1200 * time.Millisecond}}}
+			Failover:         Promotion{Acked: 90, Errors: 4, Lost: 1, Pause: 1200 * time.Millisecond},
+			SemiSyncFailover: &Promotion{Acked: 80, Errors: 3, Pause: 900 * time.Millisecond}}}
 	var b bytes.Buffer
 	rep.WriteText(&b)
 	out := b.String()
 	for _, want := range []string{"keyway-replicas", "0.40", "Rows_read per server", "primary 0% replica1 50% replica2 50%",
-		"read-your-writes", "longest write 250ms", "kill to first write acknowledged 1.2s"} {
+		"read-your-writes", "longest write 250ms", "kill to first write acknowledged 1.2s",
+		"kill to first write acknowledged 900ms", "semi-synchronous replication (AFTER_SYNC)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}

@@ -42,6 +42,13 @@
 //     after the last applied commit; a reconnect (with backoff) resumes there. When the primary no longer has it
 //     (purged, RESET MASTER, GTID domain change: error 1236) the follower reads the primary's current position
 //     (noting it on the gate), invalidates everything, and starts from there.
+//   - A new primary (PrimaryChanged: the group followed a switchover or a failover, and Options.Dial reaches the new
+//     server): the follower leaves the former primary at once (after a switchover it would go on relaying the new
+//     one's commits; after a failover it is gone) and resumes on the new one by GTID from its checkpoint, so no
+//     commit goes unseen and the copies stay valid. The probes taken of the former primary are dropped, and the
+//     applied file and position are unknown until the new primary's stream names them: binlog coordinates are
+//     per server, so only the new primary's own vouch. When the new primary lacks a commit the follower applied
+//     (a failover that lost commits), or the server is MySQL (no GTIDs here), that is a gap, handled as above.
 //
 // Invariant: the checkpoint and the vouched position only move forward over applied commits; invalidations of a
 // transaction are applied before its commit's position counts as reached, and after its GTID is noted as its
@@ -258,6 +265,10 @@ type Follower struct {
 		freshAt   time.Time
 		lastErr   error
 		syncer    *replication.BinlogSyncer
+		// repoint: the group follows a new primary (PrimaryChanged) and the run loop has not yet left the
+		// former one; primaryGen counts those changes (a probe read across one is dropped).
+		repoint    bool
+		primaryGen uint64
 	}
 
 	// The event loop's own state.
@@ -499,7 +510,15 @@ func (f *Follower) run() {
 		f.reconnects.Add(1)
 		f.discardOpenTx()
 		var me *mysql.MyError
-		if errors.As(err, &me) && me.Code == mysql.ER_MASTER_FATAL_ERROR_READING_BINLOG {
+		if f.takeRepoint() {
+			if !f.resumeOnNewPrimary() {
+				f.mu.Lock()
+				f.mu.repoint = true // undecided: again after the pause
+				f.mu.Unlock()
+			} else {
+				continue // at once: a switchover's copies stay valid only while the follower keeps up
+			}
+		} else if errors.As(err, &me) && me.Code == mysql.ER_MASTER_FATAL_ERROR_READING_BINLOG {
 			// The primary no longer has our position: what changed since cannot be known. The new position is
 			// read (and noted on the gate) before the copies are dropped: a stamp taken after the drop must find
 			// every table's position at or after it (see package validity), and whatever commits after the
@@ -523,6 +542,75 @@ func (f *Follower) run() {
 		}
 		backoff = min(backoff*2, f.o.RetryMax)
 	}
+}
+
+// errRepoint ends a follow on the former primary (PrimaryChanged).
+var errRepoint = errors.New("binlog: the group follows a new primary")
+
+// PrimaryChanged tells the follower that its group now follows a new primary (backend.GroupOptions.OnNewPrimary;
+// Options.Dial reaches the new server): it leaves the former primary and resumes on the new one (see the package
+// comment). It returns at once; safe to call from any goroutine.
+func (f *Follower) PrimaryChanged() {
+	f.metaMu.Lock() // a probe in flight on the former primary ends first, and is dropped by the generation
+	f.mu.Lock()
+	f.mu.repoint = true
+	f.mu.primaryGen++
+	f.mu.probes = nil
+	f.mu.file, f.mu.pos = "", 0 // before every probe (see before), until the new primary's stream names a position
+	if f.mu.syncer != nil {
+		f.mu.syncer.Close()
+	}
+	f.mu.Unlock()
+	if f.meta != nil {
+		f.meta.Close()
+		f.meta = nil
+	}
+	f.metaMu.Unlock()
+}
+
+// takeRepoint reports whether PrimaryChanged asked to leave the former primary, and clears the request.
+func (f *Follower) takeRepoint() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := f.mu.repoint
+	f.mu.repoint = false
+	return r
+}
+
+// resumeOnNewPrimary decides where the follower resumes on a new primary: from its checkpoint, by GTID, when the
+// new primary has every commit the follower applied; else at the new primary's current position, with every
+// copy dropped (a gap). It reports false when it could not ask the new primary (run asks again).
+func (f *Follower) resumeOnNewPrimary() bool {
+	var s string
+	err := f.metaQuery(func(c *client.Conn) error {
+		r, err := c.Execute("SELECT @@gtid_binlog_pos")
+		if err == nil {
+			s, _ = r.GetString(0, 0)
+		}
+		return err
+	})
+	if err != nil {
+		f.log.Warn("binlog follower: the group's new primary does not answer yet; retrying", "err", err)
+		return false
+	}
+	f.mu.Lock()
+	applied := positionOf(f.mu.gtids)
+	f.mu.Unlock()
+	has, perr := parseGTIDs(s)
+	if f.server.Flavor == mysql.MariaDBFlavor && perr == nil && positionOf(has).Covers(applied) {
+		f.log.Info("binlog follower follows the group's new primary from the commits it applied (GTID): none is missed, cached copies stay valid",
+			"gtid", applied.String(), "new_primary_has", s)
+		return true
+	}
+	f.log.Warn("binlog follower: the group's new primary lacks commits the follower applied (or has no GTID position to resume at): every cached copy is dropped and following restarts at the new primary's current position",
+		"applied", applied.String(), "new_primary_has", s)
+	if err := f.startAtCurrent(); err != nil {
+		f.log.Warn("binlog follower: reading the new primary's position", "err", err)
+		return false
+	}
+	f.o.Registry.InvalidateAll()
+	f.gaps.Add(1)
+	return true
 }
 
 // disconnected records a failed follow (see run): the first of an outage and the first failed reconnection are
@@ -569,6 +657,11 @@ func (f *Follower) follow() error {
 		Logger:           slog.New(slog.DiscardHandler),
 	})
 	f.mu.Lock()
+	if f.mu.repoint { // PrimaryChanged found no syncer to close
+		f.mu.Unlock()
+		syncer.Close()
+		return errRepoint
+	}
 	f.mu.syncer = syncer
 	file, pos, gtids := f.mu.file, f.mu.pos, f.mu.gtids
 	f.mu.Unlock()
@@ -959,9 +1052,12 @@ func (f *Follower) probeLoop() {
 		}
 		at := time.Now()
 		f.applyRechecks(at)
+		f.mu.Lock()
+		gen := f.mu.primaryGen
+		f.mu.Unlock()
 		if file, pos, err := f.masterPos(); err == nil {
 			f.mu.Lock()
-			if len(f.mu.probes) < maxProbes {
+			if len(f.mu.probes) < maxProbes && f.mu.primaryGen == gen { // coordinates of the primary followed now
 				f.mu.probes = append(f.mu.probes, probe{at, file, pos})
 			}
 			f.mu.Unlock()

@@ -344,7 +344,7 @@ func (c *Container) writeRows(ctx context.Context, rows []Row, distinct bool) []
 		alone = make([]error, len(rows))
 		for i := range rows {
 			if isLast(i) {
-				alone[i] = c.mapErr(c.upsertRetry(ctx, q, w, [][]any{args[i]}))
+				alone[i] = c.writeErr(c.upsertRetry(ctx, q, w, [][]any{args[i]}))
 				wrote = wrote || alone[i] == nil
 			}
 		}
@@ -365,7 +365,7 @@ func (c *Container) writeRows(ctx context.Context, rows []Row, distinct bool) []
 		switch {
 		case errs[i] != nil:
 		case alone == nil:
-			errs[i] = c.mapErr(err)
+			errs[i] = c.writeErr(err)
 		case last != nil:
 			errs[i] = alone[last[norm[i]]]
 		default:

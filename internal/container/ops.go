@@ -31,6 +31,21 @@ func (c *Container) mapErr(err error) error {
 	return c.errorf("%w", err)
 }
 
+// ErrOutcomeUnknown is in the error of a write whose connection to MySQL broke after the statement may have
+// reached the server (a primary that died, a failover): the write may have been applied, and keyway does not send
+// it again. The memcache door's SERVER_ERROR says so.
+var ErrOutcomeUnknown = errors.New("its outcome is unknown: it may have been applied, and keyway did not send it again")
+
+// writeErr is mapErr for the error of an autocommit write: a connection lost after the statement went out (the
+// driver's ErrInvalidConn; one lost before, the driver's ErrBadConn, is retried on another connection by
+// database/sql, and a dial that fails sent nothing) leaves its outcome unknown, and the error says so.
+func (c *Container) writeErr(err error) error {
+	if err != nil && errors.Is(err, mysql.ErrInvalidConn) {
+		return c.errorf("the connection to MySQL was lost during the write (%w): %w", err, ErrOutcomeUnknown)
+	}
+	return c.mapErr(err)
+}
+
 func now() int64 { return time.Now().Unix() }
 
 // live is the SQL condition "the row has not expired" and its arguments.

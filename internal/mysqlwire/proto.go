@@ -109,8 +109,10 @@ const (
 	// ERConnectionKilled is MariaDB's "Connection was killed" (1927, SQLSTATE 70100): keyway sends it when a
 	// session's backend connection is lost in the middle of a command.
 	ERConnectionKilled = 1927
-	// CRServerLost is the client library's "Lost connection to server during query" (2013): keyway sends it, as
-	// an ERR, when the connection a statement ran on died before its reply ended.
+	// CRServerLost is the client library's "Lost connection to server during query" (2013). keyway never sends it
+	// in an ERR: MariaDB's client library (libmariadb: the mariadb CLI, sysbench) reports an ERR carrying a client
+	// error number (2000-2999) as "Received malformed packet" (2027). A connection lost mid-statement is
+	// ERConnectionKilled.
 	CRServerLost = 2013
 
 	// A server refusing an account (check's login problems).

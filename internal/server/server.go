@@ -64,17 +64,20 @@ type Server struct {
 	containerDBs atomic.Pointer[map[string]*sql.DB]
 	validity     *validity.Registry
 	followers    []*binlog.Follower // one per group that follows its binlog
-	sqlCache     *qcache.Cache      // the SQL door's result cache; nil when off
-	containers   *containerSet
-	memcache     *memcache.Server
-	mcLn         net.Listener
-	sql          *sqlproxy.Server // nil when the SQL door is off
-	sqlLn        net.Listener
-	admin        *admin.Server // nil when the admin listener is off
-	metrics      *stats.Metrics
-	adminLn      net.Listener
-	shards       *shardState // the shard map; nil without sharding (shards.go)
-	errc         chan error
+	// followerOf is the followers by group, for followedPrimary (which a group's watcher may call before they
+	// start).
+	followerOf atomic.Pointer[map[string]*binlog.Follower]
+	sqlCache   *qcache.Cache // the SQL door's result cache; nil when off
+	containers *containerSet
+	memcache   *memcache.Server
+	mcLn       net.Listener
+	sql        *sqlproxy.Server // nil when the SQL door is off
+	sqlLn      net.Listener
+	admin      *admin.Server // nil when the admin listener is off
+	metrics    *stats.Metrics
+	adminLn    net.Listener
+	shards     *shardState // the shard map; nil without sharding (shards.go)
+	errc       chan error
 }
 
 // Options are what Start needs beside the config.
@@ -152,6 +155,11 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 	if s.followers, err = startFollowers(cfg, s.topo, s.validity, snap.Resume, log); err != nil {
 		return fail(err)
 	}
+	followerOf := map[string]*binlog.Follower{}
+	for _, f := range s.followers {
+		followerOf[f.Status().Group] = f
+	}
+	s.followerOf.Store(&followerOf)
 	s.sqlCache = newSQLCache(cfg, s.followers, s.validity, log)
 	s.restoreWarm(snap)
 	if left := st.TakeJournal(engine.JournalPrefix); len(left) > 0 {
@@ -267,14 +275,20 @@ func groupOptions(cfg config.Config, log *slog.Logger) []backend.GroupOptions {
 	return out
 }
 
-// followedPrimary is told when a group followed a new primary (backend.GroupOptions.OnNewPrimary). After a
-// failover the former primary may have acknowledged commits the new one never got: every cached copy goes, and the
-// commits keyway knows were acknowledged (through its doors, or seen by its binlog follower) that the new primary
-// lacks are logged, by GTID domain, for an operator to act on.
+// followedPrimary is told when a group followed a new primary (backend.GroupOptions.OnNewPrimary). The group's
+// binlog follower moves to the new primary (binlog.Follower.PrimaryChanged: by GTID from what it applied, so a
+// switchover's copies stay valid). After a failover the former primary may have acknowledged commits the new one
+// never got: every cached copy goes, and the commits keyway knows were acknowledged (through its doors, or seen by
+// its binlog follower) that the new primary lacks are logged, by GTID domain, for an operator to act on.
 func (s *Server) followedPrimary(c backend.NewPrimary) {
 	if dbs := s.containerDBs.Load(); dbs != nil {
 		if db := (*dbs)[c.Group]; db != nil {
 			container.DropIdle(db) // containers' next statements dial the new primary
+		}
+	}
+	if fs := s.followerOf.Load(); fs != nil {
+		if f := (*fs)[c.Group]; f != nil {
+			f.PrimaryChanged()
 		}
 	}
 	if !c.Failover {

@@ -324,7 +324,7 @@ func TestSysbenchOnSmallPool(t *testing.T) {
 
 // TestBackendLostMidStatement: the connection a statement runs on dies before its reply (dropped on the way, the
 // server still up). A read of an unpinned session runs again on another connection, and the client never notices; a
-// write is never sent twice: the client gets error 2013, and its session goes on with its next statement.
+// write is never sent twice: the client gets error 1927 saying so, and its session goes on with its next statement.
 func TestBackendLostMidStatement(t *testing.T) {
 	m := mariadb(t)
 	direct := open(t, "app", "secret", m.Addr, "")
@@ -348,15 +348,15 @@ func TestBackendLostMidStatement(t *testing.T) {
 		t.Fatalf("read cut off mid-statement: %q, want 42 (run again on another connection)", got)
 	}
 	const write = "UPDATE lease_lost SET c = c + 1 WHERE id = 1 AND SLEEP(1) = 0"
-	if got := cut(write); !strings.Contains(got, "2013") {
-		t.Fatalf("write cut off mid-statement: %q, want error 2013", got)
+	if got := cut(write); !strings.Contains(got, "1927") || !strings.Contains(got, "not sent again") {
+		t.Fatalf("write cut off mid-statement: %q, want error 1927 saying it was not sent again", got)
 	}
 	var c int
 	waitFor(t, func() bool { // the server finishes the statement it was running
 		return direct.QueryRow("SELECT c FROM lease_lost WHERE id = 1").Scan(&c) == nil && c >= 0
 	})
 	if got, err := a.query("SELECT 'still here'"); err != nil || len(got) != 1 || got[0] != "still here" {
-		t.Fatalf("the session after error 2013: %q %v", got, err)
+		t.Fatalf("the session after error 1927: %q %v", got, err)
 	}
 	if err := direct.QueryRow("SELECT c FROM lease_lost WHERE id = 1").Scan(&c); err != nil || c > 1 {
 		t.Fatalf("the write applied %d times (%v): at most once", c, err)

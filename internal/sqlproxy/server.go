@@ -25,7 +25,7 @@
 //     (COM_RESET_CONNECTION) before anyone else borrows it; any other goes back with the state keyway recorded.
 //   - A statement whose connection died before its reply ended is never sent again, unless it is a read without
 //     side effects of an unpinned session of whose reply the client has seen nothing; otherwise the client gets
-//     error 2013, and an unpinned session goes on.
+//     error 1927 (ER_CONNECTION_KILLED) saying so, and an unpinned session goes on.
 //   - Every failure a client can be told about reaches it as a protocol-correct ERR; bad input from one client ends
 //     only that client's session.
 //   - Strangers are bounded: at most Options.MaxHandshakes connections are in their handshake at once (past that,

@@ -703,8 +703,9 @@ func (ss *session) exchange(p []byte, plan *Plan, st *prepared, fn func(relay) (
 			"session", ss.id, "err", err)
 		return ss.exchange(p, plan, st, fn, to)
 	}
-	// An ERR is legal at any point of a reply, and the client must not wait.
-	ss.sendErr(mysqlwire.NewError(mysqlwire.CRServerLost, "HY000",
+	// An ERR is legal at any point of a reply, and the client must not wait. Not 2013: MariaDB's client library
+	// takes a client error number (2000-2999) in an ERR for a malformed packet (and sysbench then crashes).
+	ss.sendErr(mysqlwire.NewError(mysqlwire.ERConnectionKilled, "70100",
 		"Lost connection to server during query (keyway: the connection to backend group %s (%s) failed: %v; the statement was not sent again, since it may have taken effect)",
 		ss.user.group.Name(), ss.user.group.Addr(), err))
 	if pinned {
