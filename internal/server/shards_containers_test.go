@@ -139,6 +139,15 @@ func TestShardedContainers(t *testing.T) {
 		}
 	}
 
+	// keyway check looks for the tables on the shards' groups, not on the containers' group (global has none).
+	cfg, err := config.Parse([]byte(toml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if problems, _ := Check(context.Background(), cfg); len(problems) > 0 {
+		t.Fatalf("keyway check: %q", problems)
+	}
+
 	s, err := start(toml)
 	if err != nil {
 		t.Fatal(err)
