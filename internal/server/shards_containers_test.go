@@ -17,6 +17,7 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 
 	"github.com/keywaydb/keyway/internal/config"
+	"github.com/keywaydb/keyway/internal/shard"
 	"github.com/keywaydb/keyway/internal/testenv"
 )
 
@@ -96,7 +97,7 @@ write_window = "20ms"
 // multi-gets (keys of both shards in one request, answered in request order), deletes, incr and add land where the
 // map says, checked on each server directly, for a sync and a write-behind container; a key that cannot be routed
 // gets a CLIENT_ERROR and the connection goes on; a container whose key column is not the shard key, or with get =
-// caching, is refused at start.
+// caching, is refused at start; after a map reload the next commands route by the new map.
 func TestShardedContainers(t *testing.T) {
 	farm := testenv.NewShards(t, 2)
 	servers := map[string]*sql.DB{}
@@ -326,6 +327,50 @@ func TestShardedContainers(t *testing.T) {
 	send("version\r\n")
 	if l := readLine(); !strings.HasPrefix(l, "VERSION ") {
 		t.Fatalf("version after the error: %q", l)
+	}
+
+	// A reload applies to the next command: under the new map every kv key is on s2, and wb keys from 1 on.
+	var moved string
+	for i := 0; moved == ""; i++ {
+		if k := "r" + strconv.Itoa(i); want("kv", k) == "s1" {
+			moved = k
+		}
+	}
+	sc := cfg.ShardConfig()
+	sc.Mappings[0].Shards = []shard.ShardConfig{{Name: "-", Group: "s2"}}
+	sc.Mappings[2].Shards = []shard.ShardConfig{{Name: "low", Group: "s1", To: "1"}, {Name: "high", Group: "s2", From: "1"}}
+	m2, err := shard.FromConfig(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.shards.holder.Store(m2); err != nil {
+		t.Fatal(err)
+	}
+	m = s.shards.holder.Load()
+	if err := mc.Set(&memcache.Item{Key: "@@kv." + moved, Value: []byte("after")}); err != nil {
+		t.Fatal(err)
+	}
+	on("kv", moved, "after")
+	if want("kv", moved) != "s2" {
+		t.Fatalf("under the new map %s is on %s", moved, want("kv", moved))
+	}
+	if err := mc.Set(&memcache.Item{Key: "@@wb.5", Value: []byte("moved")}); err != nil {
+		t.Fatal(err)
+	}
+	if it, err := mc.Get("@@wb.5"); err != nil || string(it.Value) != "moved" {
+		t.Fatalf("get @@wb.5 after the reload: %v, %v", it, err)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		var v string
+		err := servers["s2"].QueryRow("SELECT v FROM wb WHERE k = '5'").Scan(&v)
+		if err == nil && v == "moved" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("@@wb.5 set after the reload is not on s2: %q, %v", v, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
