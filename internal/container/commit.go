@@ -67,6 +67,13 @@ type setResp struct {
 // queues the write, so the caller may reuse them (a connection's read buffer)
 // once Set returns, whatever it returned.
 func (c *Container) Set(ctx context.Context, key []byte, it Item) (uint64, error) {
+	if c.sh != nil {
+		p, err := c.PartFor(ctx, key)
+		if err != nil {
+			return 0, err
+		}
+		return p.Set(ctx, key, it)
+	}
 	if err := c.notLive(); err != nil {
 		return 0, err
 	}
@@ -275,6 +282,9 @@ func (c *Container) WriteDistinctRows(ctx context.Context, rows []Row) []error {
 
 // writeRows is WriteRows, or with distinct WriteDistinctRows.
 func (c *Container) writeRows(ctx context.Context, rows []Row, distinct bool) []error {
+	if c.sh != nil {
+		return c.shardedWriteRows(ctx, rows, distinct)
+	}
 	errs := make([]error, len(rows))
 	w := getWriteScratch()
 	defer w.release()

@@ -253,6 +253,7 @@ type Container struct {
 	db  *sql.DB
 	def Def
 	opt Options
+	sh  *sharded // a router of a sharded table (shards.go); nil for a container on one pool
 
 	sep    string
 	table  string              // `schema`.`table`
@@ -667,6 +668,9 @@ func (c *Container) checkPrivileges(ctx context.Context) error {
 // A write-behind queue uses it to key its waiting writes by the live rule
 // before any command can act on a row under it (see package writebehind).
 func (c *Container) OnLive(f func(norm func(string) string)) bool {
+	if c.sh != nil {
+		return false // each part goes live alone (shards.go)
+	}
 	c.liveMu.Lock()
 	defer c.liveMu.Unlock()
 	if c.checked.Load() {
@@ -769,11 +773,21 @@ func (c *Container) notLive() error {
 
 // Checked reports whether the container's table has been checked, so it
 // serves.
-func (c *Container) Checked() bool { return c.checked.Load() }
+func (c *Container) Checked() bool {
+	if c.sh != nil {
+		return c.shardedNotChecked() == nil
+	}
+	return c.checked.Load()
+}
 
 // NotChecked is nil once the container is live, else the *NotCheckedError
 // its operations fail with.
-func (c *Container) NotChecked() error { return c.notLive() }
+func (c *Container) NotChecked() error {
+	if c.sh != nil {
+		return c.shardedNotChecked()
+	}
+	return c.notLive()
+}
 
 // checkKeyIndex requires the primary key or a unique index on exactly the key
 // column (no prefix).
@@ -819,6 +833,9 @@ func (c *Container) Def() Def { return c.def }
 
 // Stats returns the group committer's counters.
 func (c *Container) Stats() Stats {
+	if c.sh != nil {
+		return c.shardedStats()
+	}
 	return Stats{Batches: c.batches.Load(), BatchedSets: c.batchedSets.Load()}
 }
 
@@ -826,6 +843,9 @@ func (c *Container) Stats() Stats {
 // committer after it answered every queued Set. Sets after Close return
 // ErrClosed.
 func (c *Container) Close() error {
+	if c.sh != nil {
+		return c.shardedClose()
+	}
 	c.mu.Lock()
 	if !c.closed {
 		c.closed = true
@@ -891,6 +911,13 @@ func (c *Container) appendSplit(dst []any, v []byte) ([]any, error) {
 // writing anything. A nil error does not promise the server accepts the row,
 // only that keyway knows no reason it would not.
 func (c *Container) Check(key []byte, it Item) error {
+	if c.sh != nil {
+		p, err := c.PartFor(context.Background(), key)
+		if err != nil {
+			return err
+		}
+		return p.Check(key, it)
+	}
 	if err := c.checkKey(key); err != nil {
 		return err
 	}
@@ -1003,6 +1030,12 @@ func escapes(b []byte) int {
 // BatchLen is how many of rows, from the first, one WriteRows statement can carry within the server's
 // max_allowed_packet (see rowBytes): at least one.
 func (c *Container) BatchLen(rows []Row) int {
+	if c.sh != nil {
+		if p := c.checkedPart(); p != nil {
+			return p.BatchLen(rows)
+		}
+		return min(len(rows), 1)
+	}
 	return c.batchLen(len(rows), func(i int) ([]byte, Item) { return rows[i].Key, rows[i].Item })
 }
 
@@ -1023,6 +1056,12 @@ func (c *Container) batchLen(n int, row func(i int) ([]byte, Item)) int {
 // them. ok is false when keyway cannot tell what the table returns (a column type it does not model): then only a
 // read of the row knows. it must have passed Check (every write does).
 func (c *Container) AsStored(it Item, cas uint64) (stored Item, ok bool) {
+	if c.sh != nil {
+		if p := c.checkedPart(); p != nil {
+			return p.AsStored(it, cas)
+		}
+		return Item{}, false
+	}
 	stored = it
 	if len(c.valCols) == 1 {
 		if stored.Value, ok = c.valCols[0].asStored(it.Value); !ok {

@@ -12,6 +12,12 @@ import (
 // so false only costs the copy. The item's Value may be the image's own bytes (a view of a string): read it, never
 // write into it.
 func (c *Container) FromImage(value func(column string) (any, bool)) (it Item, ok bool) {
+	if c.sh != nil {
+		if p := c.checkedPart(); p != nil {
+			return p.FromImage(value)
+		}
+		return Item{}, false
+	}
 	if !c.checked.Load() {
 		return Item{}, false // valCols are not known yet
 	}

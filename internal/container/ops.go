@@ -162,6 +162,13 @@ func joinBytes(parts [][]byte, sep string) []byte {
 
 // Get reads key's row; expired rows are misses.
 func (c *Container) Get(ctx context.Context, key []byte) (Item, bool, error) {
+	if c.sh != nil {
+		p, err := c.PartFor(ctx, key)
+		if err != nil {
+			return Item{}, false, err
+		}
+		return p.Get(ctx, key)
+	}
 	if err := c.checkKey(key); err != nil {
 		return Item{}, false, err
 	}
@@ -183,7 +190,15 @@ func (c *Container) Get(ctx context.Context, key []byte) (Item, bool, error) {
 // NormKey is how the key column compares keys, approximately: case folded
 // for a _ci collation, trailing spaces ignored for a PAD SPACE one. Keys with
 // the same NormKey address the same row.
-func (c *Container) NormKey(k string) string { return c.normKey(k) }
+func (c *Container) NormKey(k string) string {
+	if c.sh != nil {
+		if p := c.checkedPart(); p != nil {
+			return p.normKey(k)
+		}
+		return k
+	}
+	return c.normKey(k)
+}
 
 // Until the table is checked the collation is not known and keys are taken
 // as they are: nothing keyed by NormKey is stored then (every operation
@@ -211,6 +226,12 @@ func (c *Container) normLive(k string) string {
 // AppendNormKey appends NormKey(key) to dst without converting key to a
 // string (the engine builds a cache key with it on every cached read).
 func (c *Container) AppendNormKey(dst, key []byte) []byte {
+	if c.sh != nil {
+		if p := c.checkedPart(); p != nil {
+			return p.AppendNormKey(dst, key)
+		}
+		return append(dst, key...)
+	}
 	if !c.checked.Load() {
 		return append(dst, key...)
 	}
@@ -238,6 +259,9 @@ func (c *Container) AppendNormKey(dst, key []byte) []byte {
 // live items, keyed by the requested key (a row matches every requested key
 // its column's collation considers equal).
 func (c *Container) GetMulti(ctx context.Context, keys [][]byte) (map[string]Item, error) {
+	if c.sh != nil {
+		return c.shardedGetMulti(ctx, keys)
+	}
 	out := map[string]Item{}
 	want := map[string][]string{} // normalized → requested keys
 	var args []any
@@ -434,6 +458,13 @@ type queryer interface {
 // first, then a plain INSERT (a duplicate key is NotStored). INSERT IGNORE is
 // not used because it would turn a too-long value into a silent truncation.
 func (c *Container) Add(ctx context.Context, key []byte, it Item) (uint64, Status, error) {
+	if c.sh != nil {
+		p, err := c.PartFor(ctx, key)
+		if err != nil {
+			return 0, 0, err
+		}
+		return p.Add(ctx, key, it)
+	}
 	if err := c.checkKey(key); err != nil {
 		return 0, 0, err
 	}
@@ -470,6 +501,13 @@ func (c *Container) Add(ctx context.Context, key []byte, it Item) (uint64, Statu
 
 // Replace stores it only when key has a live row: one UPDATE … WHERE.
 func (c *Container) Replace(ctx context.Context, key []byte, it Item) (uint64, Status, error) {
+	if c.sh != nil {
+		p, err := c.PartFor(ctx, key)
+		if err != nil {
+			return 0, 0, err
+		}
+		return p.Replace(ctx, key, it)
+	}
 	if err := c.checkKey(key); err != nil {
 		return 0, 0, err
 	}
@@ -519,11 +557,25 @@ func (c *Container) updated(ctx context.Context, q queryer, key []byte, stmt str
 // Append adds it.Value after the value of a live row; like memcached, the
 // row's flags and expiry are kept (it.Flags and it.Exptime are ignored).
 func (c *Container) Append(ctx context.Context, key []byte, it Item) (uint64, Status, error) {
+	if c.sh != nil {
+		p, err := c.PartFor(ctx, key)
+		if err != nil {
+			return 0, 0, err
+		}
+		return p.Append(ctx, key, it)
+	}
 	return c.concat(ctx, key, it.Value, false)
 }
 
 // Prepend adds it.Value before the value of a live row (flags and expiry kept).
 func (c *Container) Prepend(ctx context.Context, key []byte, it Item) (uint64, Status, error) {
+	if c.sh != nil {
+		p, err := c.PartFor(ctx, key)
+		if err != nil {
+			return 0, 0, err
+		}
+		return p.Prepend(ctx, key, it)
+	}
 	return c.concat(ctx, key, it.Value, true)
 }
 
@@ -631,6 +683,13 @@ func (c *Container) rewrite(ctx context.Context, tx *sql.Tx, key []byte, it Item
 // is one `UPDATE … WHERE cas_col = ?`; without one, a transaction compares
 // the hash of the row read FOR UPDATE.
 func (c *Container) CompareAndSwap(ctx context.Context, key []byte, it Item, cas uint64) (uint64, Status, error) {
+	if c.sh != nil {
+		p, err := c.PartFor(ctx, key)
+		if err != nil {
+			return 0, 0, err
+		}
+		return p.CompareAndSwap(ctx, key, it, cas)
+	}
 	if err := c.checkKey(key); err != nil {
 		return 0, 0, err
 	}
@@ -696,6 +755,13 @@ func (c *Container) CompareAndSwap(ctx context.Context, key []byte, it Item, cas
 // NonNumeric. Flags and expiry are kept. With several value columns the
 // joined value is the number.
 func (c *Container) IncrDecr(ctx context.Context, key []byte, delta uint64, decr bool) (uint64, Status, error) {
+	if c.sh != nil {
+		p, err := c.PartFor(ctx, key)
+		if err != nil {
+			return 0, 0, err
+		}
+		return p.IncrDecr(ctx, key, delta, decr)
+	}
 	if err := c.checkKey(key); err != nil {
 		return 0, 0, err
 	}
@@ -732,6 +798,13 @@ func (c *Container) IncrDecr(ctx context.Context, key []byte, delta uint64, decr
 // Touch sets the expiry of key's live row: Touched or NotFound. Without an
 // expiry column it only reports whether the row exists.
 func (c *Container) Touch(ctx context.Context, key []byte, exptime int64) (Status, error) {
+	if c.sh != nil {
+		p, err := c.PartFor(ctx, key)
+		if err != nil {
+			return 0, err
+		}
+		return p.Touch(ctx, key, exptime)
+	}
 	if err := c.checkKey(key); err != nil {
 		return 0, err
 	}
@@ -761,6 +834,13 @@ func (c *Container) Touch(ctx context.Context, key []byte, exptime int64) (Statu
 // Delete removes key's row: Deleted, or NotFound when it was missing or
 // expired (an expired row is removed too).
 func (c *Container) Delete(ctx context.Context, key []byte) (Status, error) {
+	if c.sh != nil {
+		p, err := c.PartFor(ctx, key)
+		if err != nil {
+			return 0, err
+		}
+		return p.Delete(ctx, key)
+	}
 	if err := c.checkKey(key); err != nil {
 		return 0, err
 	}
@@ -803,6 +883,9 @@ func (c *Container) Delete(ctx context.Context, key []byte) (Status, error) {
 // Truncate empties the table (TRUNCATE TABLE). Queued Sets are not affected:
 // they may land after it.
 func (c *Container) Truncate(ctx context.Context) error {
+	if c.sh != nil {
+		return c.shardedTruncate(ctx)
+	}
 	if err := c.notLive(); err != nil {
 		return err
 	}

@@ -16,7 +16,7 @@ const (
 	// "SERVER_ERROR <reason>"; binary status 0x84 (internal error).
 	ServerFault ErrorKind = iota
 	// ClientFault: the request cannot succeed as sent (a key that does not fit
-	// the key column, a container that does not exist, an operation its policy
+	// the key column or has no shard, a container that does not exist, an operation its policy
 	// disables): "CLIENT_ERROR <reason>"; binary status 0x04 (invalid arguments).
 	ClientFault
 	// ValueTooLarge: the value does not fit its column, memcached's "object
@@ -41,7 +41,7 @@ func KindOf(err error) ErrorKind {
 	case errors.Is(err, container.ErrValueTooLong):
 		return ValueTooLarge
 	case errors.As(err, &ce), errors.Is(err, ErrNoContainer),
-		errors.Is(err, container.ErrKeyTooLong), errors.Is(err, container.ErrTooManyValues), errors.Is(err, container.ErrValueType):
+		errors.Is(err, container.ErrKeyTooLong), errors.Is(err, container.ErrNoShard), errors.Is(err, container.ErrTooManyValues), errors.Is(err, container.ErrValueType):
 		return ClientFault
 	}
 	return ServerFault

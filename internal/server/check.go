@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/go-sql-driver/mysql"
@@ -16,13 +17,15 @@ import (
 	"github.com/keywaydb/keyway/internal/config"
 	"github.com/keywaydb/keyway/internal/container"
 	"github.com/keywaydb/keyway/internal/mysqlwire"
+	"github.com/keywaydb/keyway/internal/shard"
 )
 
 // Check connects to every backend group of cfg (a validated config) as keyway would when serving it, and returns
 // one line per problem it finds, without opening any listener:
 //   - a primary that cannot be reached, or that refuses the group's account or a SQL user's backend account;
 //   - a container table the group's account lacks SELECT, INSERT, UPDATE or DELETE on;
-//   - a container table that does not fit its definition (the same check as at startup: container.Open);
+//   - a container table that does not fit its definition (the same check as at startup: container.Open); a
+//     container on a table the config's shard map shards, on each of its shards' groups;
 //   - a binary log the follower cannot use, or an account without REPLICATION SLAVE and CLIENT (binlog.Check),
 //     for groups whose invalidate is "auto" or "binlog".
 //
@@ -91,9 +94,22 @@ func checkGroup(ctx context.Context, cfg config.Config, g config.Group, grp *bac
 			cs = append(cs, checked{c.Def, c.Policies})
 		}
 	}
+	// A container on a table the config's shard map shards is checked on each of its shards' groups instead of its
+	// own (a map in keyway_shards tables is not read here: such containers are checked on their group).
+	var shards *shard.Map
+	if cfg.ShardingInUse() && cfg.Sharding.Source != config.ShardSourceTable {
+		shards, _ = shard.FromConfig(cfg.ShardConfig()) // the config was validated: it builds
+	}
 	for _, c := range cfg.Containers {
+		def := containerDef(c)
+		if t := shards.Table(def.Schema, def.Table); t != nil {
+			if slices.Contains(t.Mapping.Groups(), g.Name) {
+				cs = append(cs, checked{def, containerPolicies(c)})
+			}
+			continue
+		}
 		if c.Group == g.Name {
-			cs = append(cs, checked{containerDef(c), containerPolicies(c)})
+			cs = append(cs, checked{def, containerPolicies(c)})
 		}
 	}
 	for _, c := range cs {

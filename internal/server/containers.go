@@ -11,6 +11,7 @@ import (
 	"github.com/keywaydb/keyway/internal/config"
 	"github.com/keywaydb/keyway/internal/container"
 	"github.com/keywaydb/keyway/internal/engine"
+	"github.com/keywaydb/keyway/internal/shard"
 	"github.com/keywaydb/keyway/internal/validity"
 	"github.com/keywaydb/keyway/internal/writebehind"
 )
@@ -37,6 +38,12 @@ type containerSet struct {
 // table, and note each write's GTID on the group's gate in reg before acknowledging it (see container.Replicas).
 // On an error nothing stays open.
 func openContainers(ctx context.Context, cfg config.Config, eng *engine.Engine, topo *backend.Topology, reg *validity.Registry, log *slog.Logger) (_ *containerSet, err error) {
+	return openShardedContainers(ctx, cfg, eng, topo, reg, nil, log)
+}
+
+// openShardedContainers is openContainers where a container on a table the shard map (shards; nil without
+// sharding) shards routes each key to its shard's group (container.OpenSharded; see shards_containers.go).
+func openShardedContainers(ctx context.Context, cfg config.Config, eng *engine.Engine, topo *backend.Topology, reg *validity.Registry, shards *shard.Holder, log *slog.Logger) (_ *containerSet, err error) {
 	ts := &containerSet{byGroup: map[string]*sql.DB{}}
 	defer func() {
 		if err != nil {
@@ -98,13 +105,34 @@ func openContainers(ctx context.Context, cfg config.Config, eng *engine.Engine, 
 		}
 		seen[p.def.Name] = true
 	}
-	for _, p := range plan {
-		// An unreachable group does not stop the start: the container serves once its table is checked.
-		ct, err := container.Open(ctx, dbFor(p.group), p.def, container.Options{
-			Backend: fmt.Sprintf("group %s (%s)", p.group.Name(), p.group.Addr()), Logger: log,
+	optionsFor := func(g *backend.Group, p container.Policies) container.Options {
+		return container.Options{
+			Backend: fmt.Sprintf("group %s (%s)", g.Name(), g.Addr()), Logger: log,
 			PoolDeadline: container.StatementTimeout,
-			ReadOnly:     !p.policies.WritesTable(),
-			Replicas:     replicasOf(p.group)})
+			ReadOnly:     !p.WritesTable(),
+			Replicas:     replicasOf(g)}
+	}
+	var openSharded func(context.Context, container.Def, container.Policies) (*container.Container, error)
+	for _, p := range plan {
+		if container.IsSharded(shards, p.def) {
+			openSharded = shardedOpener(topo, shards, dbFor, optionsFor)
+			break
+		}
+	}
+	for _, p := range plan {
+		group := p.group.Name()
+		var ct *container.Container
+		var err error
+		if container.IsSharded(shards, p.def) {
+			group = "" // each key's shard's (see shardedOpener); copies are not kept (get = caching is refused)
+			ct, err = openSharded(ctx, p.def, p.policies)
+			if err != nil {
+				return nil, err
+			}
+		} else {
+			// An unreachable group does not stop the start: the container serves once its table is checked.
+			ct, err = container.Open(ctx, dbFor(p.group), p.def, optionsFor(p.group, p.policies))
+		}
 		if err != nil {
 			// Said as keyway check says it: the container once, and the fix.
 			return nil, fmt.Errorf("group %q: %s", p.group.Name(), containerProblem(p.group.Addr(), p.group.SQLConfig().User, p.def, err))
@@ -113,9 +141,9 @@ func openContainers(ctx context.Context, cfg config.Config, eng *engine.Engine, 
 			log.Warn("container writes behind without a persistent store: sets acknowledged but not yet in the table are lost if keyway dies (set [store] data_dir and durability)", "container", p.def.Name)
 		}
 		// On a group with invalidate = "ttl" no follower sees direct writes: copies live for the group's ttl.
-		copyTTL := ttlOnly(cfg)[p.group.Name()]
+		copyTTL := ttlOnly(cfg)[group]
 		ts.tables = append(ts.tables, eng.NewContainer(engine.ContainerOptions{Container: ct, Policies: p.policies,
-			WriteBehind: p.behind, CopyTTL: copyTTL, Group: p.group.Name()}))
+			WriteBehind: p.behind, CopyTTL: copyTTL, Group: group}))
 	}
 	return ts, nil
 }

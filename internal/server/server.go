@@ -135,8 +135,16 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 	if s.topo, err = backend.NewTopology(gopts); err != nil {
 		return fail(err)
 	}
+	// Before the containers (a container on a sharded table routes by the map) and the followers: see startShards.
+	if err := s.startShards(context.Background()); err != nil {
+		return fail(err)
+	}
+	var shards *shard.Holder
+	if s.shards != nil {
+		shards = &s.shards.holder
+	}
 	openCtx, cancelOpen := context.WithTimeout(context.Background(), 30*time.Second)
-	s.containers, err = openContainers(openCtx, cfg, s.engine, s.topo, s.validity, log)
+	s.containers, err = openShardedContainers(openCtx, cfg, s.engine, s.topo, s.validity, shards, log)
 	cancelOpen()
 	if err != nil {
 		return fail(err)
@@ -145,9 +153,6 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 	s.engine.SetContainers(s.containers.tables, s.containers.defaultName)
 	if n := s.containers.defaultName; n != "" && n != "default" {
 		log.Info("keys without @@ go to the innodb_memcache schema's first container, as the InnoDB plugin sends them", "container", n)
-	}
-	if err := s.startShards(context.Background()); err != nil { // before the followers: see startShards
-		return fail(err)
 	}
 	// After the containers: they register the tables and key columns the followers watch. The warm-restart
 	// snapshot is stamped before the followers replay from its checkpoints, and restored after (package warm).

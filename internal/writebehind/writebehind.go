@@ -115,6 +115,7 @@ type Queue struct {
 	j      Journal
 	prefix string // journal keys: prefix + row
 	o      Options
+	sh     *shardedQueue // a sharded container's: one queue per part (shards.go); nil otherwise
 
 	mu      sync.Mutex
 	cond    sync.Cond
@@ -195,6 +196,10 @@ func New(c *container.Container, j Journal, prefix string, o Options) *Queue {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if c.Sharded() {
+		q := &Queue{name: c.Def().Name, c: c, j: j, prefix: prefix, o: o}
+		return q.newSharded()
 	}
 	q := &Queue{
 		name: c.Def().Name, c: c, j: j, prefix: prefix, o: o,
@@ -303,6 +308,9 @@ func (q *Queue) keyLocked(row []byte) (k string, found bool) {
 // row and item.Value are only read during the call: Put copies them (once,
 // into the journal record) so the caller may reuse them when it returns.
 func (q *Queue) Put(row []byte, item container.Item, queued func()) error {
+	if q.sh != nil {
+		return q.shardedPut(row, item, queued)
+	}
 	rec := encode(row, item)
 	e := &entry{item: item}
 	e.row, e.item.Value = recordSlices(rec)
@@ -363,6 +371,9 @@ func (q *Queue) countLocked() {
 // that must not wait for room (an event loop) asks first, and when the table falls behind or is down, the queue
 // stops being roomy long before Put would wait.
 func (q *Queue) Roomy() bool {
+	if q.sh != nil {
+		return q.shardedRoomy()
+	}
 	return q.queued.Load() < int64(q.o.MaxPending)/2 && q.queuedBytes.Load() < q.o.MaxPendingBytes/2
 }
 
@@ -385,6 +396,9 @@ func (q *Queue) fullLocked(k string, e *entry) bool {
 // when it cannot tell (see the package comment): the caller must not read
 // the table for row then.
 func (q *Queue) Get(row []byte) (container.Item, bool, error) {
+	if q.sh != nil {
+		return q.shardedGet(row)
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	k, known := q.keyLocked(row)
@@ -411,6 +425,9 @@ func (q *Queue) notCheckedLocked() error {
 // is in the table, or fails after WaitTimeout. While the container is not
 // checked it fails as Get does when it cannot tell.
 func (q *Queue) Sync(row []byte) error {
+	if q.sh != nil {
+		return q.shardedSync(row)
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	k, known := q.keyLocked(row)
@@ -438,6 +455,9 @@ func (q *Queue) Sync(row []byte) error {
 // Drain returns once every write waiting when it was called is in the table,
 // or fails after WaitTimeout.
 func (q *Queue) Drain() error {
+	if q.sh != nil {
+		return q.shardedDrain()
+	}
 	if q.queued.Load() == 0 {
 		return nil // every acknowledged write has left the queue: its removal stored 0 after its Put stored more
 	}
@@ -470,6 +490,9 @@ func (q *Queue) drainUntil(deadline time.Time) error {
 
 // Stats returns the queue's counters.
 func (q *Queue) Stats() Stats {
+	if q.sh != nil {
+		return q.shardedStats()
+	}
 	q.mu.Lock()
 	n, b := len(q.pending), q.bytes
 	q.mu.Unlock()
@@ -483,6 +506,9 @@ const closeTimeout = 3 * time.Second
 // not take stay in the journal for the next start (with a persistent store;
 // without one they are lost, and the log says how many).
 func (q *Queue) Close() error {
+	if q.sh != nil {
+		return q.shardedClose()
+	}
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
