@@ -24,6 +24,7 @@ const benchUsage = `usage: keyway bench memcache [flags]
        keyway bench staleness [flags]
        keyway bench cache [flags]
        keyway bench replicas [flags]
+       keyway bench shard [flags]
        keyway bench report --out DIR [--suites LIST] [--duration D] [--reps N] [--SUITE.FLAG V ...]
        keyway bench report --out DIR --json FILE.json...
        keyway bench compare OLD.json NEW.json
@@ -76,8 +77,20 @@ alternating; prints queries/s min/median/max, errors, each server's share
 of the rows read and the CPU per query of every process. Then
 read-your-writes with one replica's SQL thread stopped: clients update a
 row and read it back on another session; violations (target 0) and the
-share of reads each server answered. Failover and switchover are not built
-yet: one line says so.
+share of reads each server answered. Then a switchover and a failover
+through keyway's admin listener under writers, with asynchronous and then
+semi-synchronous replication: the longest write, kill to first write,
+errors, acknowledged rows lost.
+
+shard: seed 004's experiment: a global MariaDB and two shards; one PHP
+process runs loops of prepared UPDATE and SELECT by id through keyway with
+its local shard map (keyway-sharded), through keyway to one unsharded
+server holding the whole table (keyway-unsharded, the baseline), direct to
+the shard the application computes (direct-shard), and through keyway with
+a map lookup query on the global server before each statement (strawman,
+Fabric's pattern; --strawman=false leaves it out); statements/s
+min/median/max, the ratios (target: sharded ≥ 0.95× unsharded) and the
+strawman's slowdown beside the seed's 83×.
 
 report: runs the suites (default all four; --duration and --reps go to
 every suite that has them, --sql.threads 1,4 and the like to one) or reads
@@ -92,7 +105,7 @@ the old min-max band on the bad side; exits 1 if any did.
 
 On a terminal, a status line shows the scenario, the round and the time left.
 
-keyway bench memcache -h, sql -h, kv -h, staleness -h, cache -h, replicas -h and report -h list the flags.
+keyway bench memcache -h, sql -h, kv -h, staleness -h, cache -h, replicas -h, shard -h and report -h list the flags.
 `
 
 func runBench(args []string, stdout, stderr io.Writer) int {
@@ -131,7 +144,7 @@ type suiteRun struct {
 }
 
 // suites in the order `keyway bench report` runs them.
-var suites = []suite{{"memcache", memcacheFlags}, {"sql", sqlFlags}, {"kv", kvFlags}, {"staleness", stalenessFlags}, {"cache", cacheFlags}, {"replicas", replicasFlags}}
+var suites = []suite{{"memcache", memcacheFlags}, {"sql", sqlFlags}, {"kv", kvFlags}, {"staleness", stalenessFlags}, {"cache", cacheFlags}, {"replicas", replicasFlags}, {"shard", shardFlags}}
 
 func memcacheFlags(fs *flag.FlagSet) suiteRun {
 	o := &bench.MemcacheOptions{}
@@ -227,6 +240,18 @@ func replicasFlags(fs *flag.FlagSet) suiteRun {
 	return suiteRun{func() (int, time.Duration) { return o.Plan() }, func(ctx context.Context, self string, out io.Writer, prog *bench.Progress) (report, error) {
 		o.KeywayBinary, o.Out, o.Progress = self, out, prog
 		return bench.RunReplicas(ctx, *o)
+	}}
+}
+
+func shardFlags(fs *flag.FlagSet) suiteRun {
+	o := &bench.ShardOptions{}
+	fs.IntVar(&o.Statements, "statements", 0, "`statements` per loop (default 2000)")
+	fs.IntVar(&o.Rows, "rows", 0, "`rows` of the sharded table (default 10000)")
+	fs.IntVar(&o.Repetitions, "reps", 0, "`loops` per target and statement, alternating between targets (default 5)")
+	strawman := fs.Bool("strawman", true, "also run the strawman: a map lookup query on the global server before each statement")
+	return suiteRun{func() (int, time.Duration) { o.NoStrawman = !*strawman; return o.Plan() }, func(ctx context.Context, self string, out io.Writer, prog *bench.Progress) (report, error) {
+		o.KeywayBinary, o.Out, o.Progress, o.NoStrawman = self, out, prog, !*strawman
+		return bench.RunShard(ctx, *o)
 	}}
 }
 
@@ -386,7 +411,7 @@ func benchReport(args []string, stdout, stderr io.Writer) int {
 		for _, name := range strings.Split(*only, ",") {
 			i := slices.IndexFunc(all, func(p prepared) bool { return p.name == strings.TrimSpace(name) })
 			if i < 0 {
-				fmt.Fprintf(stderr, "keyway bench report: unknown suite %q in --suites (have memcache, sql, kv, staleness, cache, replicas)\n", name)
+				fmt.Fprintf(stderr, "keyway bench report: unknown suite %q in --suites (have memcache, sql, kv, staleness, cache, replicas, shard)\n", name)
 				return 2
 			}
 			chosen = append(chosen, all[i])

@@ -26,6 +26,7 @@ type Report struct {
 	Staleness *StalenessReport `json:",omitempty"`
 	Cache     *CacheReport     `json:",omitempty"`
 	Replicas  *ReplicasReport  `json:",omitempty"`
+	Shard     *ShardReport     `json:",omitempty"`
 }
 
 // ReadReports reads JSON files written by `keyway bench report` (report.json) or by `keyway bench SUITE --json`,
@@ -55,6 +56,8 @@ func ReadReports(files ...string) (*Report, error) {
 		switch {
 		case fields["Machine"] != nil:
 			err = json.Unmarshal(b, &sub)
+		case fields["ShardCases"] != nil:
+			err = json.Unmarshal(b, &sub.Shard)
 		case fields["ReadYourWrites"] != nil:
 			err = json.Unmarshal(b, &sub.Replicas)
 		case fields["Restart"] != nil:
@@ -68,7 +71,7 @@ func ReadReports(files ...string) (*Report, error) {
 		case fields["Results"] != nil:
 			err = json.Unmarshal(b, &sub.Memcache)
 		default:
-			return nil, fmt.Errorf("bench: %s: not the JSON of `keyway bench report` or of `keyway bench memcache|sql|kv|staleness|cache|replicas --json`", file)
+			return nil, fmt.Errorf("bench: %s: not the JSON of `keyway bench report` or of `keyway bench memcache|sql|kv|staleness|cache|replicas|shard --json`", file)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("bench: %s: %w", file, err)
@@ -119,8 +122,15 @@ func ReadReports(files ...string) (*Report, error) {
 			r.Replicas = sub.Replicas
 			r.addCommand(sub.Machine, sub.Replicas.Command)
 		}
+		if sub.Shard != nil {
+			if err := claim("shard", file); err != nil {
+				return nil, err
+			}
+			r.Shard = sub.Shard
+			r.addCommand(sub.Machine, sub.Shard.Command)
+		}
 	}
-	if r.Memcache == nil && r.SQL == nil && r.KV == nil && r.Staleness == nil && r.Cache == nil && r.Replicas == nil {
+	if r.Memcache == nil && r.SQL == nil && r.KV == nil && r.Staleness == nil && r.Cache == nil && r.Replicas == nil && r.Shard == nil {
 		return nil, errors.New("bench: no benchmark results in the files given")
 	}
 	return r, nil
@@ -406,6 +416,8 @@ func (r *Report) Add(suite any) error {
 		r.Cache = s
 	case *ReplicasReport:
 		r.Replicas = s
+	case *ShardReport:
+		r.Shard = s
 	default:
 		return fmt.Errorf("bench: %T is not a suite's report", suite)
 	}
