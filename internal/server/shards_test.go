@@ -158,3 +158,102 @@ source = "table"
 		t.Fatalf("30 ids all on one shard under map 2: %v", seen)
 	}
 }
+
+// TestShardMapConfigReload: a map in the config ([[shard_maps]]) is swapped on a reload (SIGHUP) when it changed,
+// with the next version; one that does not build is refused and the running map stays.
+func TestShardMapConfigReload(t *testing.T) {
+	farm := testenv.NewShards(t, 2)
+	for _, m := range farm.Shards {
+		if _, err := openTestDB(t, m.AppDSN).Exec("CREATE TABLE users (id BIGINT PRIMARY KEY)"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	file := func(shards string) string {
+		return fmt.Sprintf(`
+[memcache]
+listen = ""
+[sql]
+listen = "127.0.0.1:0"
+[[sql.users]]
+name = "app"
+password = "secret"
+[[groups]]
+name = "global"
+primary = %q
+user = "app"
+password = "secret"
+[[groups]]
+name = "s1"
+primary = %q
+user = "app"
+password = "secret"
+[[groups]]
+name = "s2"
+primary = %q
+user = "app"
+password = "secret"
+[[shard_maps]]
+name = "users"
+kind = "range_int"
+tables = [{ table = "test.users", column = "id" }]
+%s`, farm.Global.Addr, farm.Shards[0].Addr, farm.Shards[1].Addr, shards)
+	}
+	parse := func(text string) config.Config {
+		t.Helper()
+		cfg, err := config.Parse([]byte(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	one := "[[shard_maps.shards]]\nname = \"all\"\ngroup = \"s1\"\n"
+	s, err := Start(parse(file(one)), Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.Stop(ctx)
+	}()
+	db := openTestDB(t, fmt.Sprintf("app:secret@tcp(%s)/test", s.sqlLn.Addr()))
+	count := func(shard int, cond string) int {
+		var n int
+		if err := openTestDB(t, farm.Shards[shard].AppDSN).QueryRow("SELECT COUNT(*) FROM users WHERE " + cond).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if _, err := db.Exec("INSERT INTO users (id) VALUES (5), (500)"); err != nil {
+		t.Fatal(err)
+	}
+	if count(0, "id IN (5, 500)") != 2 || s.ShardMapVersion() != 1 {
+		t.Fatalf("under map 1: %d rows on s1, version %d", count(0, "id IN (5, 500)"), s.ShardMapVersion())
+	}
+	two := "[[shard_maps.shards]]\nname = \"low\"\ngroup = \"s1\"\nto = 100\n[[shard_maps.shards]]\nname = \"high\"\ngroup = \"s2\"\nfrom = 100\n"
+	applied, restart, err := s.Reload(parse(file(two)))
+	if err != nil || len(restart) != 0 || len(applied) == 0 {
+		t.Fatalf("reload: applied %v, restart %v, %v", applied, restart, err)
+	}
+	if v := s.ShardMapVersion(); v != 2 {
+		t.Fatalf("after the reload the map is version %d, want 2", v)
+	}
+	for _, q := range []string{"INSERT INTO users (id) VALUES (6)", "INSERT INTO users (id) VALUES (600)"} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if count(0, "id = 6") != 1 || count(1, "id = 600") != 1 || count(0, "id = 600") != 0 {
+		t.Fatal("after the reload, 6 is not on s1 or 600 not on s2")
+	}
+	// A map whose shards overlap does not build: the reload fails and version 2 stays.
+	bad := "[[shard_maps.shards]]\nname = \"a\"\ngroup = \"s1\"\nto = 200\n[[shard_maps.shards]]\nname = \"b\"\ngroup = \"s2\"\nfrom = 100\n"
+	if cfg, err := config.Parse([]byte(file(bad))); err == nil {
+		if _, _, err := s.Reload(cfg); err == nil {
+			t.Fatal("a reload with overlapping shards succeeded")
+		}
+	}
+	if v := s.ShardMapVersion(); v != 2 {
+		t.Fatalf("after the refused reload the map is version %d, want 2", v)
+	}
+}

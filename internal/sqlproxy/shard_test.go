@@ -22,7 +22,7 @@ import (
 
 // shardFarm is a global server and two shards behind one keyway SQL door with a shard map: test.users by id and
 // events by user_id, which allows scatter (xxhash, -80 on s1, 80- on s2), test.accounts by name (range_string, ["", "m") on s1, ["m", …) on s2); other
-// tables are global.
+// orders by id (Vitess's hash, -80 on s1, 80- on s2); other tables are global.
 type shardFarm struct {
 	farm   *testenv.Shards
 	m      *shard.Map
@@ -51,10 +51,13 @@ func newShardFarm(t *testing.T, tweak ...func(*Options)) *shardFarm {
 			mustExec(t, db, "CREATE TABLE users (id BIGINT PRIMARY KEY, name VARCHAR(32))")
 			mustExec(t, db, "CREATE TABLE accounts (name VARCHAR(32) PRIMARY KEY, balance INT)")
 			mustExec(t, db, "CREATE TABLE events (id INT PRIMARY KEY, user_id BIGINT, what VARCHAR(20))")
+			mustExec(t, db, "CREATE TABLE orders (id BIGINT UNSIGNED PRIMARY KEY, total INT)")
 		}
 	}
 	m, err := shard.FromConfig(shard.Config{Global: "global", Mappings: []shard.MappingConfig{
 		{Name: "users", Kind: "xxhash", Tables: []shard.TableConfig{{Table: "test.users", Column: "id"}, {Table: "events", Column: "user_id", Scatter: true}},
+			Shards: []shard.ShardConfig{{Name: "-80", Group: "s1"}, {Name: "80-", Group: "s2"}}},
+		{Name: "orders", Kind: "hash", Tables: []shard.TableConfig{{Table: "orders", Column: "id"}},
 			Shards: []shard.ShardConfig{{Name: "-80", Group: "s1"}, {Name: "80-", Group: "s2"}}},
 		{Name: "accounts", Kind: "range_string", Tables: []shard.TableConfig{{Table: "accounts", Column: "name"}},
 			Shards: []shard.ShardConfig{{Name: "a-l", Group: "s1", To: "m"}, {Name: "m-z", Group: "s2", From: "m"}}},
@@ -192,6 +195,26 @@ func TestShardRouting(t *testing.T) {
 			t.Fatalf("account %s is on %v, want %s", acct, at, want)
 		}
 	}
+	// Vitess's hash (DES) mapping, text and prepared.
+	seen := map[string]bool{}
+	for id := 1; id <= 20; id++ {
+		if id%2 == 0 {
+			mustExec(t, db, fmt.Sprintf("INSERT INTO orders (id, total) VALUES (%d, 1)", id))
+		} else if _, err := db.Exec("INSERT INTO orders (id, total) VALUES (?, 1)", id); err != nil {
+			t.Fatal(err)
+		}
+		sh, err := f.m.Table("test", "orders").ShardOf([]byte(strconv.Itoa(id)), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[sh.Group] = true
+		if at := f.where(t, "orders", "id", id); len(at) != 1 || at[0] != sh.Group {
+			t.Fatalf("order %d is on %v, want %s", id, at, sh.Group)
+		}
+	}
+	if !seen["s1"] || !seen["s2"] {
+		t.Fatalf("20 orders all on one shard: %v", seen)
+	}
 	// Global tables go to the global group.
 	mustExec(t, db, "INSERT INTO settings VALUES ('a', 1)")
 	if at := f.where(t, "settings", "k", "a"); len(at) != 1 || at[0] != "global" {
@@ -284,8 +307,8 @@ func TestShardRefusals(t *testing.T) {
 		n++
 	}
 	rows.Close()
-	if len(cols) < 3 || cols[0] != "Version" || n != 5 {
-		t.Fatalf("SHOW KEYWAY SHARDS: columns %v, %d rows; want 4 shards and the global group", cols, n)
+	if len(cols) < 3 || cols[0] != "Version" || n != 7 {
+		t.Fatalf("SHOW KEYWAY SHARDS: columns %v, %d rows; want 6 shards and the global group", cols, n)
 	}
 	if _, err := db.Prepare("SELECT * FROM events WHERE what = ?"); err != nil {
 		t.Fatal(err) // the prepare itself is fine (on the first shard); its executes need a key
