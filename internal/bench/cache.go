@@ -398,15 +398,19 @@ exit(2);
 
 // writePHP writes a PHP script (code) to a temporary file named after pattern and returns its path; the caller
 // removes it. Every PHP load of the suites runs from one.
-func writePHP(pattern, code string) (string, error) {
+func writePHP(pattern, code string) (string, error) { return writeTemp(pattern, code, "PHP script") }
+
+// writeTemp writes text to a new temporary file named after pattern and returns its name; what names the file in
+// errors. The caller removes it.
+func writeTemp(pattern, text, what string) (string, error) {
 	f, err := os.CreateTemp("", pattern)
 	if err != nil {
-		return "", fmt.Errorf("bench: %w", err)
+		return "", fmt.Errorf("bench: %s: %w", what, err)
 	}
-	_, werr := f.WriteString(code)
+	_, werr := f.WriteString(text)
 	if err := errors.Join(werr, f.Close()); err != nil {
 		_ = os.Remove(f.Name())
-		return "", fmt.Errorf("bench: %w", err)
+		return "", fmt.Errorf("bench: %s: %w", what, err)
 	}
 	return f.Name(), nil
 }

@@ -206,7 +206,7 @@ func RunShard(ctx context.Context, o ShardOptions) (*ShardReport, error) {
 		return nil, err
 	}
 	defer os.Remove(e.script)
-	shardedCfg, err := writeTempConfig("keyway-bench-shard-*.toml", e.shardedConfig())
+	shardedCfg, err := writeTemp("keyway-bench-shard-*.toml", e.shardedConfig(), "keyway config")
 	if err != nil {
 		return nil, err
 	}
@@ -413,18 +413,4 @@ func (r *ShardReport) WriteText(w io.Writer) {
 				c.Strawman, seedFabricRatio)
 		}
 	}
-}
-
-// writeTempConfig writes a configuration file and returns its name.
-func writeTempConfig(pattern, text string) (string, error) {
-	f, err := os.CreateTemp("", pattern)
-	if err != nil {
-		return "", fmt.Errorf("bench: keyway config: %w", err)
-	}
-	_, werr := f.WriteString(text)
-	if err := errors.Join(werr, f.Close()); err != nil {
-		_ = os.Remove(f.Name())
-		return "", fmt.Errorf("bench: keyway config: %w", err)
-	}
-	return f.Name(), nil
 }

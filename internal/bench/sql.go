@@ -537,16 +537,7 @@ password = %[2]q
 // writeKeywaySQLConfig writes keywaySQLConfig(primary, cache, l) to a temporary file
 // and returns its path; the caller removes it.
 func writeKeywaySQLConfig(primary string, cache bool, l keywayLimits) (string, error) {
-	f, err := os.CreateTemp("", "keyway-bench-sql-*.toml")
-	if err != nil {
-		return "", fmt.Errorf("bench: keyway config: %w", err)
-	}
-	_, werr := f.WriteString(keywaySQLConfig(primary, cache, l))
-	if err := errors.Join(werr, f.Close()); err != nil {
-		_ = os.Remove(f.Name())
-		return "", fmt.Errorf("bench: keyway config: %w", err)
-	}
-	return f.Name(), nil
+	return writeTemp("keyway-bench-sql-*.toml", keywaySQLConfig(primary, cache, l), "keyway config")
 }
 
 // sqlStartTimeout bounds the wait for keyway's SQL port once its memcache
