@@ -209,7 +209,7 @@ func (ss *session) execute(p []byte, st *prepared) error {
 	plan := st.plan
 	st.noteTypes(p)
 	if ss.s.shardMap() != nil {
-		g, e := ss.shardGroup(plan, &routeValues{st: st, params: ss.routeParams(st, p), plans: ss.s.plans})
+		g, e := ss.shardGroup(plan, &routeValues{sql: st.query, st: st, params: ss.routeParams(st, p), plans: ss.s.plans})
 		if e != nil {
 			ss.record(plan, 0, time.Since(start), true)
 			return ss.reply(e)

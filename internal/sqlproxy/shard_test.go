@@ -1,6 +1,7 @@
 package sqlproxy
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -249,6 +250,28 @@ func TestShardRouting(t *testing.T) {
 	if err := db.QueryRow("SELECT name FROM users WHERE id = 1").Scan(&name); err != nil || name != "u1" {
 		t.Fatalf("after the rollback user 1 is %q (%v)", name, err)
 	}
+	// A write on one shard keeps its connection for the next statement (ROW_COUNT()); a BEGIN after it still
+	// starts the transaction on the shard of the statement that follows.
+	conn, err := db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{fmt.Sprintf("UPDATE users SET name = 'x' WHERE id = %d", other), "BEGIN",
+		"UPDATE users SET name = 'y' WHERE id = 1", "COMMIT"} {
+		if _, err := conn.ExecContext(context.Background(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	conn.Close()
+	// A prepared statement with its key as a literal.
+	lit, err := db.Prepare("SELECT name FROM users WHERE id = 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lit.QueryRow().Scan(&name); err != nil || name != "y" {
+		t.Fatalf("prepared with a literal key: %q, %v", name, err)
+	}
+	lit.Close()
 	tx, err = db.Begin()
 	if err != nil {
 		t.Fatal(err)

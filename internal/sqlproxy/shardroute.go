@@ -361,13 +361,20 @@ func (ss *session) prepareShard(query string) *backend.Group {
 	return nil
 }
 
-// deferBegin answers a transaction start (BEGIN, START TRANSACTION) of a session that holds no connection itself,
-// when a shard map is loaded: the statement runs later, first on the connection the transaction's next statement
+// deferBegin answers a transaction start (BEGIN, START TRANSACTION) of a session that is not pinned, when a shard
+// map is loaded (a connection kept only for the previous statement's diagnostics goes back first): the statement runs later, first on the connection the transaction's next statement
 // borrows (session.lease), so the transaction starts on the shard that statement routes to. A COMMIT or ROLLBACK
 // of such a transaction before any statement ran ends it here too. done reports that the client got its reply.
 func (ss *session) deferBegin(plan *Plan, sql string) (done bool, err error) {
-	if ss.be != nil || len(plan.Tables) > 0 || plan.multi || plan.ParseError != "" {
+	if len(plan.Tables) > 0 || plan.multi || plan.ParseError != "" {
 		return false, nil
+	}
+	if ss.be != nil {
+		if pinned, _ := ss.pinned(); pinned || !plan.InTransaction || plan.EndsTransaction {
+			return false, nil
+		}
+		ss.holdNext = false
+		ss.release()
 	}
 	switch {
 	case ss.pendingBegin == "" && plan.InTransaction && plan.Pins == 0 && plan.Class == ClassTransaction:
