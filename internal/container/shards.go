@@ -23,6 +23,8 @@ package container
 //     (casCounters), shared by the parts.
 //   - A sharded container has no single moment it goes live: OnLive registers nothing (a write-behind queue keeps
 //     one queue per part, each keyed by its part's rule: see package writebehind).
+//   - Copies of rows (get = "caching") are not the parts': the engine keeps one cache for the container and asks
+//     GroupFor which group's freshness gate vouches for each key's copy (see package rowcache, Options.GateOf).
 
 import (
 	"context"
