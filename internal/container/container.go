@@ -311,6 +311,7 @@ type Container struct {
 
 	batches     atomic.Uint64
 	batchedSets atomic.Uint64
+	reads       atomic.Uint64 // row reads sent to the table (Reads)
 }
 
 // column is one row of information_schema.COLUMNS.
@@ -837,6 +838,20 @@ func (c *Container) Stats() Stats {
 		return c.shardedStats()
 	}
 	return Stats{Batches: c.batches.Load(), BatchedSets: c.batchedSets.Load()}
+}
+
+// Reads counts the reads of rows the container sent to its table (one per Get, one per GetMulti query; a sharded
+// container's are its parts'), whether they found a row or failed. A caching container's reads answered by a held
+// copy never get here: tests count cache hits by it.
+func (c *Container) Reads() uint64 {
+	if c.sh != nil {
+		var n uint64
+		for _, p := range *c.sh.order.Load() {
+			n += p.Reads()
+		}
+		return n
+	}
+	return c.reads.Load()
 }
 
 // Close stops checking the table (when it was not checked yet) and the group

@@ -172,6 +172,7 @@ func (c *Container) Get(ctx context.Context, key []byte) (Item, bool, error) {
 	if err := c.checkKey(key); err != nil {
 		return Item{}, false, err
 	}
+	c.reads.Add(1)
 	db := c.reader()
 	_, it, ok, err := c.scanItem(db.QueryRowContext(c.unwatched(ctx, ctx), c.stmt.get, key))
 	if err != nil && !errors.Is(err, sql.ErrNoRows) && db != c.db && ctx.Err() == nil {
@@ -281,6 +282,7 @@ func (c *Container) GetMulti(ctx context.Context, keys [][]byte) (map[string]Ite
 		return out, nil
 	}
 	q := c.stmt.getIn + "?" + strings.Repeat(", ?", len(args)-1) + ")"
+	c.reads.Add(1)
 	db := c.reader()
 	err := c.getMulti(ctx, db, q, args, want, out)
 	if err != nil && db != c.db && ctx.Err() == nil {

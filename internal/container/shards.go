@@ -23,6 +23,8 @@ package container
 //     (casCounters), shared by the parts.
 //   - A sharded container has no single moment it goes live: OnLive registers nothing (a write-behind queue keeps
 //     one queue per part, each keyed by its part's rule: see package writebehind).
+//   - Copies of rows (get = "caching") are not the parts': the engine keeps one cache for the container and asks
+//     GroupFor which group's freshness gate vouches for each key's copy (see package rowcache, Options.GateOf).
 
 import (
 	"context"
@@ -165,25 +167,44 @@ func (c *Container) PartFor(ctx context.Context, key []byte) (*Container, error)
 	return c.partFor(ctx, c.sh.holder.Load(), key)
 }
 
+// GroupFor returns the backend group that holds key under the current map (the group of its shard, or the global
+// group when the map no longer shards the table), without opening a part: a caching container asks it for the
+// freshness gate of each key's copy. A key no shard holds is an error wrapping ErrNoShard, as PartFor's. It is ""
+// for a container that is not sharded.
+func (c *Container) GroupFor(key []byte) (string, error) {
+	if c.sh == nil {
+		return "", nil
+	}
+	return c.groupFor(c.sh.holder.Load(), key)
+}
+
+// groupFor is GroupFor under map m.
+func (c *Container) groupFor(m *shard.Map, key []byte) (string, error) {
+	t := m.Table(c.def.Schema, c.def.Table)
+	if t == nil {
+		return m.Global, nil
+	}
+	if t.Column != c.sh.col {
+		return "", c.errorf("%w: shard map version %d shards table %s by column %q, not by the key column %q",
+			ErrNoShard, m.Version, t, t.Column, c.def.KeyColumn)
+	}
+	s, err := t.ShardOf(key, true)
+	if err != nil {
+		return "", c.errorf("%w: %w", ErrNoShard, err)
+	}
+	return s.Group, nil
+}
+
 // partFor is PartFor under map m.
 func (c *Container) partFor(ctx context.Context, m *shard.Map, key []byte) (*Container, error) {
-	sh := c.sh
-	group := m.Global
-	if t := m.Table(c.def.Schema, c.def.Table); t != nil {
-		if t.Column != sh.col {
-			return nil, c.errorf("%w: shard map version %d shards table %s by column %q, not by the key column %q",
-				ErrNoShard, m.Version, t, t.Column, c.def.KeyColumn)
-		}
-		s, err := t.ShardOf(key, true)
-		if err != nil {
-			return nil, c.errorf("%w: %w", ErrNoShard, err)
-		}
-		group = s.Group
+	group, err := c.groupFor(m, key)
+	if err != nil {
+		return nil, err
 	}
-	if p := (*sh.parts.Load())[group]; p != nil {
+	if p := (*c.sh.parts.Load())[group]; p != nil {
 		return p, nil
 	}
-	return sh.openPart(ctx, c.def, group)
+	return c.sh.openPart(ctx, c.def, group)
 }
 
 // checkedPart is a part whose table was checked, or nil: what is the table's and not a row's comes from it.

@@ -17,7 +17,8 @@ package engine
 // rowcache.Cache, and every read that may serve a copy asks its Held. While the container's group cannot vouch for
 // its copies (validity.Gate.Serves: its binlog follower is behind max_staleness or disconnected, or the group has no
 // usable binlog and no invalidate = "ttl" or "none"), caching reads go to the table as db_only ones do and store
-// nothing.
+// nothing. For a container on a sharded table that group is, row by row, the group of the row's shard: one lagging
+// shard sends only its own rows' reads to MySQL (see shardGates).
 //
 // Write-behind (write = "async"): a plain set is checked against the table's
 // columns, queued (see package writebehind) and cached, and acknowledged
@@ -73,7 +74,9 @@ type ContainerOptions struct {
 	WriteBehind *writebehind.Options
 	CopyTTL     time.Duration // see rowcache.Options.CopyTTL
 	// Group is the backend group the table lives on: its validity.Gate decides whether copies are served. ""
-	// (tests without a server) serves every valid copy.
+	// (tests without a server) serves every valid copy. A container on a sharded table (container.Sharded) has no
+	// one group: each row's copy is served while the gate of the group that holds the row's shard vouches
+	// (container.GroupFor; see rowcache.Options.GateOf), and Group is ignored.
 	Group string
 }
 
@@ -84,11 +87,16 @@ func (e *Engine) NewContainer(o ContainerOptions) *Table {
 	id := validity.TableID{Schema: strings.ToLower(def.Schema), Name: strings.ToLower(def.Table)}
 	t := &Table{Name: def.Name, Source: id.String(), C: o.Container, Policies: o.Policies, Group: o.Group}
 	var gate *validity.Gate
-	if o.Group != "" {
+	var gateOf func([]byte) (*validity.Gate, bool)
+	switch {
+	case o.Container.Sharded():
+		gateOf = e.shardGates(o.Container)
+	case o.Group != "":
 		gate = e.validity.Gate(o.Group)
 	}
 	t.rows = rowcache.New(rowcache.Options{Container: o.Container, Store: e.st, Prefix: string(prefix(t, 0)),
-		Validity: e.validity.Table(id), Gate: gate, Caching: o.Policies.Get == container.Caching, CopyTTL: o.CopyTTL})
+		Validity: e.validity.Table(id), Gate: gate, GateOf: gateOf, Caching: o.Policies.Get == container.Caching,
+		CopyTTL: o.CopyTTL})
 	t.space = tableSpace{t}
 	if o.WriteBehind != nil {
 		wo := *o.WriteBehind
@@ -100,6 +108,30 @@ func (e *Engine) NewContainer(o ContainerOptions) *Table {
 		e.validity.OnSettle(id, t.Behind.Drain)
 	}
 	return t
+}
+
+// shardGates is rowcache.Options.GateOf for a container on a sharded table: the gate of the group that holds row's
+// shard under the map now (a gate no follower set up serves nothing: validity.Registry.Gate). No copy is kept of a
+// row no shard holds, nor of one whose key the key column's collation folds (case, trailing spaces) into a key the
+// map puts on another group: the shard map routes the key as written, so the two are different rows, while their
+// copies would share one store key.
+func (e *Engine) shardGates(c *container.Container) func([]byte) (*validity.Gate, bool) {
+	return func(row []byte) (*validity.Gate, bool) {
+		g, err := c.GroupFor(row)
+		if err != nil {
+			return nil, false
+		}
+		var buf [128]byte
+		if norm := c.AppendNormKey(buf[:0], row); !bytes.Equal(norm, row) {
+			if ng, err := c.GroupFor(norm); err != nil || ng != g {
+				return nil, false
+			}
+		}
+		if gate := e.validity.LookupGate(g); gate != nil {
+			return gate, true
+		}
+		return e.validity.Gate(g), true
+	}
 }
 
 // tableTimeout bounds one operation on a table.
@@ -516,10 +548,17 @@ func (e *Engine) tableGetMany(t *Table, idx []int, rows [][]byte, items []store.
 		n, use := 0, rowcache.Serve
 		for j, row := range rows {
 			it, look := t.rows.Held(row, use)
-			if look == rowcache.Bypass { // the first row: the gate is closed for all of them
-				e.counters.CacheBypasses.Add(int64(len(rows)))
-				n = len(rows)
-				break
+			if look == rowcache.Bypass {
+				if !t.rows.PerRowGates() { // the first row: the one gate is closed for all of them
+					e.counters.CacheBypasses.Add(int64(len(rows)))
+					n = len(rows)
+					break
+				}
+				// A sharded table: this row's shard's group does not vouch; the other rows' groups may.
+				e.counters.CacheBypasses.Add(1)
+				idx[n], rows[n] = idx[j], row
+				n++
+				continue
 			}
 			use = rowcache.Vouched
 			if look == rowcache.Hit {

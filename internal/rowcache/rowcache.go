@@ -3,9 +3,16 @@
 // keep copies valid, the copies writes leave, and the binlog echo check (HoldsRow).
 //
 // Invariants:
-//   - A copy is served only through Held, the one rule: the container's group vouches for its copies
+//   - A copy is served only through Held, the one rule: the row's group vouches for its copies
 //     (validity.Gate.Serves), and the copy is in the store with a stamp the row's validity still accepts
 //     (validity.Table.KeyValid).
+//   - The row's group is the container's, or, for a container on a sharded table (Options.GateOf), the group of
+//     the row's shard under the map now: each shard group has its own binlog follower and gate, so one lagging
+//     shard stops only its own rows' copies. Everything else is the table's, whichever shard holds the row: one
+//     store prefix, one validity (a row key lives on one shard, so invalidating by table and key is exact), one
+//     fill per row. That is why a sharded container has one Cache with a gate per row, not one Cache per shard
+//     part: the parts (opened late, for a group a reloaded map names first) need nothing of their own, and a key a
+//     reloaded map moves keeps its one copy, vouched for by its new group.
 //   - A fill takes the table's stamp before its query, and the copy keeps it (the store item's Tag). Every write
 //     (through either door, or seen in the binlog, unless HoldsRow finds it is the row the copy already is)
 //     invalidates copies stamped before it, so a fill that raced with a write is discarded, never stored.
@@ -45,6 +52,11 @@ type Options struct {
 	Validity *validity.Table
 	// Gate is the container's group's freshness: whether copies may be served now; nil serves every valid copy.
 	Gate *validity.Gate
+	// GateOf, when set, replaces Gate for a container whose rows live on several groups (a sharded table): the
+	// gate of the group that holds row now. ok is false for a row of which no copy may be kept: no group holds it
+	// (a key with no shard: the read goes to the container, which says why), or the key column's collation folds
+	// its key into one a group other than its own holds (a different row, which would share its copy).
+	GateOf func(row []byte) (gate *validity.Gate, ok bool)
 	// Caching says the container's gets keep copies (get policy caching). Without it the cache holds none and lets
 	// no change of a row pass its watch.
 	Caching bool
@@ -61,6 +73,7 @@ type Cache struct {
 	prefix  string
 	v       *validity.Table
 	gate    *validity.Gate
+	gateOf  func(row []byte) (*validity.Gate, bool) // Options.GateOf; nil: gate is every row's
 	caching bool
 	queue   *writebehind.Queue // the container's write-behind queue; nil for sync writes
 
@@ -83,7 +96,7 @@ type Cache struct {
 // New returns the cache of o.Container's rows and registers its key column with the table's validity, so the binlog
 // follower invalidates its copies by key and lets the echo of a row it holds pass (HoldsRow).
 func New(o Options) *Cache {
-	c := &Cache{c: o.Container, st: o.Store, prefix: o.Prefix, v: o.Validity, gate: o.Gate, caching: o.Caching,
+	c := &Cache{c: o.Container, st: o.Store, prefix: o.Prefix, v: o.Validity, gate: o.Gate, gateOf: o.GateOf, caching: o.Caching,
 		CopyTTL: o.CopyTTL, fills: make(map[string]*fill)}
 	c.v.WatchKey(validity.KeyWatch{Column: o.Container.Def().KeyColumn, Norm: o.Container.AppendNormKey,
 		Holds: c.HoldsRow, Settling: c.settling.Load})
@@ -125,15 +138,43 @@ const (
 type Use uint8
 
 const (
-	Serve   Use = iota // a read that serves the copy: the gate is asked
-	Vouched            // a read of a batch that found the gate open (a multi-get's later rows): it is not asked again
+	Serve Use = iota // a read that serves the copy: the gate is asked
+	// Vouched is a read of a batch that found the gate open (a multi-get's later rows): it is not asked again,
+	// unless the rows have gates of their own (PerRowGates), when each row's is asked.
+	Vouched
 )
 
+// PerRowGates reports whether each row has its own group's gate (Options.GateOf: a sharded table), so a batch's
+// rows must each ask Held as a Serve would.
+func (c *Cache) PerRowGates() bool { return c.gateOf != nil }
+
+// serves reports whether row's group vouches for its copies now (see Options.GateOf): ok is false for a row no
+// group holds.
+func (c *Cache) serves(row []byte) (serves, ok bool) {
+	if c.gateOf == nil {
+		return c.gate.Serves(), true
+	}
+	g, ok := c.gateOf(row)
+	return ok && g.Serves(), ok
+}
+
+// keeps reports whether a copy of row may be kept at all (see Options.GateOf).
+func (c *Cache) keeps(row []byte) bool {
+	if c.gateOf == nil {
+		return true
+	}
+	_, ok := c.gateOf(row)
+	return ok
+}
+
 // Held is the one rule for serving a held copy: the copy of row that may be served now, if the cache holds one
-// (marked used, as a get marks an item). Every path that serves a copy asks it.
+// (marked used, as a get marks an item). Every path that serves a copy asks it. A row of which no copy may be kept
+// (Options.GateOf) is a Bypass too: the read goes to the container and keeps nothing.
 func (c *Cache) Held(row []byte, use Use) (store.Item, Lookup) {
-	if use != Vouched && !c.gate.Serves() {
-		return store.Item{}, Bypass
+	if use != Vouched || c.gateOf != nil {
+		if serves, _ := c.serves(row); !serves {
+			return store.Item{}, Bypass
+		}
 	}
 	var buf [128]byte
 	sk := c.appendKey(buf[:0], row) // a lookup's key: on the stack unless long
@@ -264,7 +305,7 @@ func (c *Cache) ReadMany(idx []int, rows [][]byte, items []store.Item, found []b
 			continue
 		}
 		items[i], found[i] = FromRow(r), true
-		if keep && c.gate.Serves() { // a group that stopped vouching meanwhile stores nothing either
+		if serves, _ := c.serves(rows[j]); keep && serves { // a group that stopped vouching meanwhile stores nothing either
 			c.storeCopy(c.Key(rows[j]), items[i], stamp)
 		}
 	}
@@ -321,7 +362,7 @@ func (c *Cache) Stamp() uint64 { return c.v.Stamp() }
 func (c *Cache) WroteThrough(row []byte, since uint64, written store.Item) {
 	sk := c.Key(row)
 	tick, unchanged := c.v.WroteThrough(c.validityKey(sk), since)
-	c.keepWritten(sk, written, tick, unchanged)
+	c.keepWritten(sk, written, tick, unchanged && c.keeps(row))
 }
 
 // Drop records a write of row whose result the cache does not know (or that failed, and may have committed anyway)
@@ -342,7 +383,7 @@ func (c *Cache) WriteBehind(row []byte, item container.Item, keep bool) error {
 	if err := c.queue.Put(row, item, func() { tick = c.v.Wrote(vk) }); err != nil {
 		return err
 	}
-	c.keepWritten(sk, FromRow(item), tick, keep)
+	c.keepWritten(sk, FromRow(item), tick, keep && c.keeps(row))
 	return nil
 }
 

@@ -117,3 +117,48 @@ func TestSlotsGrowWithCopies(t *testing.T) {
 		t.Error("a copy stamped before a write of its key is valid again once the slots grew")
 	}
 }
+
+// TestHeldGateOf: with a gate per row (a sharded table's), each row's copy is served by its own group's gate, even
+// in a batch that found another row's gate open; a batch read keeps copies only of the rows whose gate serves; and
+// no copy is served or kept of a row GateOf refuses (a key with no shard), by a read or a write.
+func TestHeldGateOf(t *testing.T) {
+	reg := validity.NewRegistry()
+	open, shut := reg.Gate("open"), reg.Gate("shut")
+	open.SetMode(validity.TTLBounded, "test")
+	c, st := newTestCache(t, nil)
+	c.gateOf = func(row []byte) (*validity.Gate, bool) {
+		switch string(row) {
+		case "a":
+			return open, true
+		case "b":
+			return shut, true
+		}
+		return nil, false
+	}
+	if _, err := testenv.SharedDB(t).Exec("INSERT INTO test.rowcache_rows VALUES ('a', 'ra'), ('b', 'rb'), ('x', 'rx')"); err != nil {
+		t.Fatal(err)
+	}
+	rows := [][]byte{[]byte("a"), []byte("b"), []byte("x")}
+	items, found := make([]store.Item, 3), make([]bool, 3)
+	if err := c.ReadMany([]int{0, 1, 2}, rows, items, found, true); err != nil || !found[0] || !found[1] || !found[2] {
+		t.Fatalf("read many: %v %v", found, err)
+	}
+	if it, look := c.Held([]byte("a"), Serve); look != Hit || string(it.Value) != "ra" {
+		t.Errorf("row a, its gate open: %q %v, want Hit", it.Value, look)
+	}
+	for _, use := range []Use{Serve, Vouched} {
+		for _, row := range []string{"b", "x"} {
+			if _, look := c.Held([]byte(row), use); look != Bypass {
+				t.Errorf("row %s, use %d: %v, want Bypass", row, use, look)
+			}
+		}
+	}
+	shut.SetMode(validity.TTLBounded, "test")
+	if _, look := c.Held([]byte("b"), Serve); look != Miss {
+		t.Errorf("row b, its gate now open: %v, want Miss (the batch read kept no copy while it was shut)", look)
+	}
+	c.WroteThrough([]byte("x"), c.Stamp(), store.Item{Value: []byte("written")})
+	if _, ok := st.Get(c.Key([]byte("x"))); ok {
+		t.Error("a write of a row GateOf refuses kept a copy")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/keywaydb/keyway/internal/backend"
 	"github.com/keywaydb/keyway/internal/config"
@@ -123,8 +124,12 @@ func openShardedContainers(ctx context.Context, cfg config.Config, eng *engine.E
 		group := p.group.Name()
 		var ct *container.Container
 		var err error
+		// On a group with invalidate = "ttl" no follower sees direct writes: copies live for the group's ttl.
+		copyTTL := ttlOnly(cfg)[group]
 		if container.IsSharded(shards, p.def) {
-			group = "" // each key's shard's (see shardedOpener); copies are not kept (get = caching is refused)
+			// Each key's shard's group (see shardedOpener); each row's copy is served while its group's gate
+			// vouches (see engine.NewContainer). Copies have one life: the shortest ttl of a group a map may name.
+			group, copyTTL = "", shardCopyTTL(cfg)
 			ct, err = openSharded(ctx, p.def, p.policies)
 			if err != nil {
 				return nil, err
@@ -140,12 +145,23 @@ func openShardedContainers(ctx context.Context, cfg config.Config, eng *engine.E
 		if p.behind != nil && !eng.Persistent() {
 			log.Warn("container writes behind without a persistent store: sets acknowledged but not yet in the table are lost if keyway dies (set [store] data_dir and durability)", "container", p.def.Name)
 		}
-		// On a group with invalidate = "ttl" no follower sees direct writes: copies live for the group's ttl.
-		copyTTL := ttlOnly(cfg)[group]
 		ts.tables = append(ts.tables, eng.NewContainer(engine.ContainerOptions{Container: ct, Policies: p.policies,
 			WriteBehind: p.behind, CopyTTL: copyTTL, Group: group}))
 	}
 	return ts, nil
+}
+
+// shardCopyTTL is the copy life of a container on a sharded table (rowcache.Options.CopyTTL): the shortest ttl
+// of a group with invalidate = "ttl" (a reloaded map may send keys to any configured group), 0 when none has one.
+// A copy of a followed shard's row that expires early is only a miss.
+func shardCopyTTL(cfg config.Config) time.Duration {
+	var d time.Duration
+	for _, ttl := range ttlOnly(cfg) {
+		if d == 0 || ttl < d {
+			d = ttl
+		}
+	}
+	return d
 }
 
 // close stops the containers' write-behind queues (writing what they can; the rest stays in the store's journal)

@@ -1,0 +1,231 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+
+	"github.com/keywaydb/keyway/internal/config"
+	"github.com/keywaydb/keyway/internal/container"
+	"github.com/keywaydb/keyway/internal/testenv"
+)
+
+// TestShardedCachingContainer: a container with get = "caching" on a sharded table, each shard group with its own
+// binlog follower. Repeated gets and multi-gets of keys of both shards are answered from the cache (no read reaches
+// either shard's table); a write made directly on one shard's server is seen once that shard's follower reads it;
+// when one shard's follower stops and its gate no longer vouches, that shard's keys go to its server (and a direct
+// write there is seen at once) while the other shard's keys are still answered from the cache.
+func TestShardedCachingContainer(t *testing.T) {
+	farm := testenv.NewShards(t, 2)
+	servers := map[string]*testenv.MariaDB{"s1": farm.Shards[0], "s2": farm.Shards[1]}
+	direct := map[string]func(q string, args ...any){}
+	for g, m := range servers {
+		db := openTestDB(t, m.AppDSN)
+		if _, err := db.Exec("CREATE TABLE kv (k VARCHAR(64) PRIMARY KEY, v VARCHAR(100))"); err != nil {
+			t.Fatal(err)
+		}
+		direct[g] = func(q string, args ...any) {
+			t.Helper()
+			if _, err := db.Exec(q, args...); err != nil {
+				t.Fatalf("%s on %s: %v", q, g, err)
+			}
+		}
+	}
+	toml := fmt.Sprintf(`
+[memcache]
+listen = "127.0.0.1:0"
+[sql]
+listen = ""
+[cache]
+max_staleness = "1s"
+[[groups]]
+name = "global"
+primary = %q
+user = "app"
+password = "secret"
+invalidate = "none"
+[[groups]]
+name = "s1"
+primary = %q
+user = "app"
+password = "secret"
+invalidate = "binlog"
+[[groups]]
+name = "s2"
+primary = %q
+user = "app"
+password = "secret"
+invalidate = "binlog"
+[sharding]
+global = "global"
+[[shard_maps]]
+name = "kv"
+kind = "xxhash"
+tables = [{ table = "test.kv", column = "k" }]
+shards = [{ name = "-80", group = "s1" }, { name = "80-", group = "s2" }]
+[[containers]]
+name = "kv"
+table = "test.kv"
+key = "k"
+values = ["v"]
+get = "caching"
+set = "caching"
+delete = "caching"
+`, farm.Global.Addr, farm.Shards[0].Addr, farm.Shards[1].Addr)
+	cfg, err := config.Parse([]byte(toml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Start(cfg, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s.Stop(ctx)
+	}()
+	var ct *container.Container
+	for _, tb := range s.containers.tables {
+		if tb.Name == "kv" {
+			ct = tb.C
+		}
+	}
+	if ct == nil || !ct.Sharded() {
+		t.Fatalf("container kv: %v, want a sharded container", ct)
+	}
+	// Both shards' followers vouch before the copies are served.
+	fresh := func(g string) bool { gate := s.validity.LookupGate(g); return gate != nil && gate.Serves() }
+	for deadline := time.Now().Add(20 * time.Second); !fresh("s1") || !fresh("s2"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the shards' followers do not vouch: %+v", s.validity.Gates())
+		}
+	}
+
+	mc := memcache.New(s.mcLn.Addr().String())
+	mc.Timeout = 10 * time.Second
+	// keyOn is a key the map puts on group g, set to its own name through keyway.
+	m := s.shards.holder.Load()
+	keyOn := map[string]string{}
+	for i := 0; keyOn["s1"] == "" || keyOn["s2"] == ""; i++ {
+		k := "user" + strconv.Itoa(i)
+		sh, err := m.Table("test", "kv").ShardOf([]byte(k), true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if keyOn[sh.Group] == "" {
+			keyOn[sh.Group] = k
+			if err := mc.Set(&memcache.Item{Key: "@@kv." + k, Value: []byte(k)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	part := map[string]*container.Container{}
+	for g, k := range keyOn {
+		p, err := ct.PartFor(context.Background(), []byte(k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		part[g] = p
+	}
+	reads := func() map[string]uint64 {
+		return map[string]uint64{"s1": part["s1"].Reads(), "s2": part["s2"].Reads()}
+	}
+	get := func(g string) string {
+		t.Helper()
+		it, err := mc.Get("@@kv." + keyOn[g])
+		if err != nil {
+			t.Fatalf("get %s (on %s): %v", keyOn[g], g, err)
+		}
+		return string(it.Value)
+	}
+	multiGet := func() {
+		t.Helper()
+		got, err := mc.GetMulti([]string{"@@kv." + keyOn["s1"], "@@kv." + keyOn["s2"]})
+		if err != nil || len(got) != 2 {
+			t.Fatalf("multi-get: %v, %v", got, err)
+		}
+	}
+	// wantReads checks that each group's part sent n reads to its table since before.
+	wantReads := func(what string, before map[string]uint64, n map[string]uint64) {
+		t.Helper()
+		now := reads()
+		for _, g := range []string{"s1", "s2"} {
+			if now[g]-before[g] != n[g] {
+				t.Errorf("%s: %s's part read its table %d times, want %d", what, g, now[g]-before[g], n[g])
+			}
+		}
+	}
+
+	// The sets kept their rows (set = "caching" writes through): gets and multi-gets of both shards come from the
+	// cache, however often.
+	before := reads()
+	for range 5 {
+		for _, g := range []string{"s1", "s2"} {
+			if v := get(g); v != keyOn[g] {
+				t.Fatalf("get %s: %q", keyOn[g], v)
+			}
+		}
+		multiGet()
+	}
+	wantReads("repeated gets of copies kept by sets", before, map[string]uint64{"s1": 0, "s2": 0})
+	// A row keyway did not write is filled once, then served from the cache.
+	direct["s2"]("UPDATE kv SET v = 'seen' WHERE k = ?", keyOn["s2"]) // invalidates the copy once s2's follower sees it
+	var v string
+	for deadline := time.Now().Add(10 * time.Second); v != "seen"; time.Sleep(20 * time.Millisecond) {
+		if v = get("s2"); v != "seen" && time.Now().After(deadline) {
+			t.Fatalf("a direct write on s2 is not seen through keyway: %q (s2's follower %+v)", v, s.validity.LookupGate("s2").Status())
+		}
+	}
+	// The follower applies a commit's invalidations again a moment later (a recheck, within three tenths of
+	// max_staleness): the copy filled meanwhile goes once more. Let it pass, and fill again.
+	time.Sleep(500 * time.Millisecond)
+	get("s2")
+	before = reads()
+	for range 5 {
+		get("s1")
+		if v := get("s2"); v != "seen" {
+			t.Fatalf("get %s after the direct write: %q", keyOn["s2"], v)
+		}
+		multiGet()
+	}
+	wantReads("repeated gets after s2's refill", before, map[string]uint64{"s1": 0, "s2": 0})
+
+	// s1's follower stops: once its last vouch runs out (max_staleness), s1's keys go to s1's server, every time,
+	// while s2's keys are still answered from the cache.
+	(*s.followerOf.Load())["s1"].Close()
+	for deadline := time.Now().Add(10 * time.Second); fresh("s1"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("s1's gate still vouches with its follower stopped")
+		}
+	}
+	if !fresh("s2") {
+		t.Fatalf("s2's gate stopped vouching with s1's follower: %+v", s.validity.LookupGate("s2").Status())
+	}
+	bypasses := s.engine.Counters().CacheBypasses.Load()
+	before = reads()
+	for range 3 {
+		if v := get("s1"); v != keyOn["s1"] {
+			t.Fatalf("get %s with s1 stale: %q", keyOn["s1"], v)
+		}
+		if v := get("s2"); v != "seen" {
+			t.Fatalf("get %s with s1 stale: %q", keyOn["s2"], v)
+		}
+		multiGet()
+	}
+	wantReads("gets with s1's follower stopped", before, map[string]uint64{"s1": 6, "s2": 0})
+	if n := s.engine.Counters().CacheBypasses.Load() - bypasses; n != 6 {
+		t.Errorf("with s1's follower stopped: %d cache bypasses, want 6 (s1's key, by get and multi-get)", n)
+	}
+	// No follower sees s1's direct writes now, but its keys are read from s1: a direct write there is seen at once.
+	direct["s1"]("UPDATE kv SET v = 'direct' WHERE k = ?", keyOn["s1"])
+	if v := get("s1"); v != "direct" {
+		t.Fatalf("get %s after a direct write on stale s1: %q, want it read from s1", keyOn["s1"], v)
+	}
+}
