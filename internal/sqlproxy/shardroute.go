@@ -39,47 +39,48 @@ func shardRefusal(format string, args ...any) *mysqlwire.Error {
 
 // routeValues is where the values of one execution come from.
 type routeValues struct {
-	sql    string     // a text statement's text ("" for an execute)
-	st     *prepared  // an execute's statement
-	params []byte     // an execute's parameters (executeParams' three parts, joined)
+	sql    string     // the statement's text (an execute's: its prepared text)
+	st     *prepared  // an execute's statement; nil for a text statement
+	params []byte     // an execute's parameters (paramValue's form: null bitmap, types, values)
 	spans  [][2]int   // sql's literal spans, read on first use
-	parsed *routeRef  // sql's own routeRef, when the plan's cannot be read by token
 	plans  *PlanCache // parses sql when needed
-	plan   *Plan
 	buf    []byte
+	// src is the routeRef whose values are this execution's: the plan's, when every literal can be read by its
+	// token (or the statement is an execute, whose text is the plan's own), else this statement's own parse (an IN
+	// list or an INSERT's rows may be longer or shorter than in the statement the plan was built from).
+	src  *routeRef
+	fast bool // src is the plan's: literals are read by token
 }
 
-// value returns v's value in this execution: its text, whether it is a string, and ok.
-func (rv *routeValues) value(at func(r *routeRef) *routeVal) ([]byte, bool, bool) {
-	r := rv.plan.route
-	v := at(r)
-	if v == nil || !v.ok {
-		return nil, false, false
+// shape sets rv.src for plan's route; false when the statement's own parse fails.
+func (rv *routeValues) shape(r *routeRef) bool {
+	if r.fast || rv.st != nil {
+		rv.src, rv.fast = r, r.fast
+		return true
 	}
-	if v.param >= 0 {
+	rv.src = rv.plans.routeOfText(rv.sql)
+	return rv.src != nil
+}
+
+// value returns v's value in this execution (v one of rv.src's): its text, whether it is a string, and ok.
+func (rv *routeValues) value(v *routeVal) ([]byte, bool, bool) {
+	switch {
+	case !v.ok:
+		return nil, false, false
+	case v.param >= 0:
 		return rv.param(v.param)
+	case !rv.fast:
+		return []byte(v.lit), v.str, true // this statement's own parse, or an execute's text
 	}
-	if r.fast && v.tok >= 0 {
-		if rv.spans == nil {
-			rv.spans, _ = literalSpans(rv.sql)
-		}
-		if v.tok < len(rv.spans) {
-			if text, str, ok := literalText(rv.sql[rv.spans[v.tok][0]:rv.spans[v.tok][1]]); ok {
-				return []byte(text), str, true
-			}
-		}
+	if rv.spans == nil {
+		rv.spans, _ = literalSpans(rv.sql)
 	}
-	// The text cannot be read by token: this statement's own parse says.
-	if rv.parsed == nil {
-		rv.parsed = rv.plans.routeOfText(rv.sql)
-		if rv.parsed == nil {
-			return nil, false, false
+	if v.tok >= 0 && v.tok < len(rv.spans) {
+		if text, str, ok := literalText(rv.sql[rv.spans[v.tok][0]:rv.spans[v.tok][1]]); ok {
+			return []byte(text), str, true
 		}
 	}
-	if v = at(rv.parsed); v == nil || !v.ok || v.param >= 0 {
-		return nil, false, false
-	}
-	return []byte(v.lit), v.str, true
+	return nil, false, false
 }
 
 // param returns parameter n of the execute as a shard key value: an integer as decimal text, a string as its bytes.
@@ -212,7 +213,6 @@ func routeShard(m *shard.Map, plan *Plan, db string, rv *routeValues) (shardRout
 		}
 		return shardRoute{table: t, all: true}, nil
 	}
-	rv.plan = plan
 	var sh *shard.Shard
 	several := false
 	pick := func(v []byte, str bool) *mysqlwire.Error {
@@ -234,6 +234,10 @@ func routeShard(m *shard.Map, plan *Plan, db string, rv *routeValues) (shardRout
 		}
 		return one()
 	}
+	if !rv.shape(r) {
+		return shardRoute{}, shardRefusal("cannot route a statement on sharded table %s: it does not parse", t)
+	}
+	src := rv.src
 	if r.insert {
 		col := -1
 		for i, c := range r.cols {
@@ -247,8 +251,12 @@ func routeShard(m *shard.Map, plan *Plan, db string, rv *routeValues) (shardRout
 		if col < 0 {
 			return shardRoute{}, shardRefusal("INSERT into sharded table %s must name its shard key column %s (an AUTO_INCREMENT key cannot be routed before the row exists: take the key from a sequence on the global group and insert it)", t, t.Column)
 		}
-		for i := range r.rows {
-			v, str, ok := rv.value(func(r *routeRef) *routeVal { return rowVal(r, i, col) })
+		for i := range src.rows {
+			var v []byte
+			var str, ok bool
+			if col < len(src.rows[i]) {
+				v, str, ok = rv.value(&src.rows[i][col])
+			}
 			if !ok {
 				return shardRoute{}, shardRefusal("the value of shard key %s in row %d of the INSERT into %s is not a literal or parameter keyway can read", t.Column, i+1, t)
 			}
@@ -259,8 +267,8 @@ func routeShard(m *shard.Map, plan *Plan, db string, rv *routeValues) (shardRout
 		return one()
 	}
 	eq := -1
-	for i := range r.eqs {
-		if r.eqs[i].column == t.Column {
+	for i := range src.eqs {
+		if src.eqs[i].column == t.Column {
 			eq = i
 			break
 		}
@@ -268,8 +276,8 @@ func routeShard(m *shard.Map, plan *Plan, db string, rv *routeValues) (shardRout
 	if eq < 0 {
 		return scatter(fmt.Sprintf("the statement on sharded table %s has no %s = value in its WHERE (or /*+ keyway shard_key=VALUE */): keyway cannot tell its shard", t, t.Column))
 	}
-	for j := range r.eqs[eq].vals {
-		v, str, ok := rv.value(func(r *routeRef) *routeVal { return eqVal(r, eq, j) })
+	for j := range src.eqs[eq].vals {
+		v, str, ok := rv.value(&src.eqs[eq].vals[j])
 		if !ok {
 			return shardRoute{}, shardRefusal("the value of shard key %s of %s is not a literal or parameter keyway can read", t.Column, t)
 		}
@@ -281,21 +289,6 @@ func routeShard(m *shard.Map, plan *Plan, db string, rv *routeValues) (shardRout
 		}
 	}
 	return one()
-}
-
-// rowVal and eqVal find a value in r by position (nil when this statement's parse has no such value).
-func rowVal(r *routeRef, row, col int) *routeVal {
-	if row < len(r.rows) && col < len(r.rows[row]) {
-		return &r.rows[row][col]
-	}
-	return nil
-}
-
-func eqVal(r *routeRef, eq, j int) *routeVal {
-	if eq < len(r.eqs) && j < len(r.eqs[eq].vals) {
-		return &r.eqs[eq].vals[j]
-	}
-	return nil
 }
 
 // hintShardKey reads /*+ keyway shard_key=VALUE */ from sql (VALUE unquoted, or in single quotes).
