@@ -177,12 +177,13 @@ func (e *promoteEnv) sysbenchArgs(addr string, extra ...string) []string {
 // transactions (skip_trx: a session in a transaction on the dead primary is closed, and sysbench 1.0.20 crashes
 // when it reconnects, even to MariaDB itself), retrying every statement that fails, as an application that rides
 // out a failover would. So sysbench runs to its end only if keyway never closes a session outside a transaction.
-// It returns once sysbench's threads started; wait returns its output once it ended, and fails the test if it did
+// With --verbosity=5 sysbench names each error it retried, which a failure prints. It returns once sysbench's
+// threads started; wait returns its output once it ended, and fails the test if it did
 // not run to the end.
 func (e *promoteEnv) sysbench(t *testing.T, threads int, d time.Duration) (wait func() string) {
 	t.Helper()
 	cmd := exec.Command("sysbench", append([]string{"oltp_read_write"}, e.sysbenchArgs(e.sqlAddr,
-		"--threads="+strconv.Itoa(threads), "--time="+strconv.Itoa(int(d/time.Second)), "--report-interval=0", "--skip_trx=on",
+		"--threads="+strconv.Itoa(threads), "--time="+strconv.Itoa(int(d/time.Second)), "--report-interval=0", "--skip_trx=on", "--verbosity=5",
 		"--mysql-ignore-errors=all", "run")...)...)
 	out := &testenv.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
