@@ -232,6 +232,8 @@ type server struct {
 // Group is one backend group: its members, a health monitor and the pools.
 type Group struct {
 	cfg GroupOptions
+	// log names the group; a line about its server adds "addr", g.Addr() when it is written, since the server
+	// changes when the group follows a new primary (a member's with it).
 	log *slog.Logger
 	// srv is where the group's connections go; it changes only when the group follows a new primary (swapServers).
 	// gen counts those changes: a connection dialed before the last one is closed when it comes back.
@@ -279,7 +281,7 @@ type Group struct {
 // NewGroup starts the group's health monitor and pool maintenance. Zero fields of o take the defaults above.
 func NewGroup(o GroupOptions) *Group {
 	o.ensureDefaults()
-	g := &Group{cfg: o, log: o.Logger.With("group", o.Name, "addr", o.Primary.Address), stop: make(chan struct{})}
+	g := &Group{cfg: o, log: o.Logger.With("group", o.Name), stop: make(chan struct{})}
 	tc, tlsErr := o.tlsConfig()
 	g.srv.Store(&server{Member: o.Primary, tls: tc, tlsErr: tlsErr})
 	g.stmtsPerConn.Store(MaxStmtsPerConn)
@@ -362,13 +364,13 @@ func (g *Group) learnBudget(c *Conn) {
 		maxStmts, err = strconv.Atoi(vals[1])
 	}
 	if err != nil {
-		g.log.Debug("reading max_connections and max_prepared_stmt_count failed", "err", err)
+		g.log.Debug("reading max_connections and max_prepared_stmt_count failed", "addr", g.Addr(), "err", err)
 		return
 	}
 	g.mu.Lock()
 	if !g.mu.budgetKnown {
 		g.mu.budget, g.mu.budgetKnown = budgetFor(maxConns), true
-		g.log.Info("backend connection budget", "max_connections", maxConns, "budget", g.mu.budget)
+		g.log.Info("backend connection budget", "addr", g.Addr(), "max_connections", maxConns, "budget", g.mu.budget)
 	}
 	if !g.mu.stmtsKnown {
 		conns := g.mu.budget
@@ -664,7 +666,7 @@ func (g *Group) failed(err error) {
 	g.mu.Unlock()
 	if !wasDown {
 		g.log.Warn("backend down: its clients get an error naming it until it answers again; the health check keeps trying and logs once it does",
-			"err", err, "health_interval", g.cfg.HealthInterval.String())
+			"addr", g.Addr(), "err", err, "health_interval", g.cfg.HealthInterval.String())
 		// Idle connections to a server that went away are dead; drop them now rather than on checkout.
 		for _, p := range pools {
 			p.closeIdle(0)
@@ -684,7 +686,7 @@ func (g *Group) succeeded(info *mysqlwire.ServerInfo) {
 	}
 	g.mu.Unlock()
 	if wasDown {
-		g.log.Info("backend up again", "failed_attempts", failures, "down_for", time.Since(since).Round(time.Millisecond).String())
+		g.log.Info("backend up again", "addr", g.Addr(), "failed_attempts", failures, "down_for", time.Since(since).Round(time.Millisecond).String())
 	}
 }
 
@@ -776,9 +778,9 @@ func (g *Group) monitorRefusedBy(e *mysqlwire.Error) {
 	switch {
 	case changed && e != nil:
 		g.log.Warn("the server refuses the group's account: containers and the binlog follower of this group cannot log in, and its health check only sees that the server answers; fix the group's account (user, password) in [[groups]], or the account on the server",
-			"user", g.cfg.User, "err", msg)
+			"addr", g.Addr(), "user", g.cfg.User, "err", msg)
 	case changed:
-		g.log.Info("the server accepts the group's account again", "user", g.cfg.User)
+		g.log.Info("the server accepts the group's account again", "addr", g.Addr(), "user", g.cfg.User)
 	}
 }
 

@@ -304,7 +304,7 @@ func (p *Pool) put(c *Conn) {
 		_ = c.SetDeadline(time.Time{})
 		ok, c.dirty = err == nil, false
 		if err != nil {
-			p.g.log.Debug("backend connection reset failed; closing it", "err", err)
+			p.g.log.Debug("backend connection reset failed; closing it", "addr", p.g.Addr(), "err", err)
 		}
 	}
 	// While another pool waits for the group's budget and none of this pool's Gets waits for this connection,

@@ -269,6 +269,7 @@ type Follower struct {
 		// former one; primaryGen counts those changes (a probe read across one is dropped).
 		repoint    bool
 		primaryGen uint64
+		stream     net.Conn // the replication connection of the running follow, once dialed
 	}
 
 	// The event loop's own state.
@@ -283,8 +284,9 @@ type Follower struct {
 	pendAll    bool
 	columns    map[validity.TableID]map[string]int // column ordinals by lower-case name
 
-	metaMu sync.Mutex
-	meta   *client.Conn // probes and information_schema lookups
+	metaMu  sync.Mutex
+	meta    *client.Conn // probes and information_schema lookups
+	metaGen uint64       // the primaryGen meta was dialed in
 
 	recheckMu sync.Mutex
 	rechecks  []recheck // applied commits' invalidations, in commit order, to apply again when due
@@ -549,23 +551,19 @@ var errRepoint = errors.New("binlog: the group follows a new primary")
 
 // PrimaryChanged tells the follower that its group now follows a new primary (backend.GroupOptions.OnNewPrimary;
 // Options.Dial reaches the new server): it leaves the former primary and resumes on the new one (see the package
-// comment). It returns at once; safe to call from any goroutine.
+// comment). It returns at once, waiting on no server (the group's watcher calls it); safe from any goroutine.
 func (f *Follower) PrimaryChanged() {
-	f.metaMu.Lock() // a probe in flight on the former primary ends first, and is dropped by the generation
 	f.mu.Lock()
 	f.mu.repoint = true
-	f.mu.primaryGen++
+	f.mu.primaryGen++ // a probe read before is dropped, and the query connection is dialed again (metaQuery)
 	f.mu.probes = nil
 	f.mu.file, f.mu.pos = "", 0 // before every probe (see before), until the new primary's stream names a position
-	if f.mu.syncer != nil {
-		f.mu.syncer.Close()
-	}
+	stream := f.mu.stream
+	f.mu.stream = nil
 	f.mu.Unlock()
-	if f.meta != nil {
-		f.meta.Close()
-		f.meta = nil
+	if stream != nil {
+		stream.Close() // the follow's read fails at once (closing the syncer would wait for its read)
 	}
-	f.metaMu.Unlock()
 }
 
 // takeRepoint reports whether PrimaryChanged asked to leave the former primary, and clears the request.
@@ -643,6 +641,27 @@ func (f *Follower) reconnected() {
 
 // follow runs one replication connection from the checkpoint until it fails.
 func (f *Follower) follow() error {
+	// The syncer dials once. Closing it would otherwise dial again to KILL its dump thread by id, and Dial reaches
+	// the group's primary of the moment: after a failover or a switchover another server, where that id is some
+	// other session's. Unkilled, the dump thread on the server left ends at its next write (a heartbeat).
+	var dialed atomic.Bool
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if dialed.Swap(true) {
+			return nil, errors.New("binlog: the follower's replication connection is not dialed twice")
+		}
+		c, err := f.o.Dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		f.mu.Lock()
+		f.mu.stream = c
+		repoint := f.mu.repoint
+		f.mu.Unlock()
+		if repoint { // PrimaryChanged came between follow's look and the dial
+			c.Close()
+		}
+		return c, nil
+	}
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
 		ServerID:         f.o.ServerID,
 		Flavor:           f.server.Flavor,
@@ -650,14 +669,14 @@ func (f *Follower) follow() error {
 		User:             f.o.User,
 		Password:         f.o.Password,
 		TLSConfig:        f.o.TLS,
-		Dialer:           client.Dialer(f.o.Dial),
+		Dialer:           client.Dialer(dial),
 		HeartbeatPeriod:  time.Second,
 		ReadTimeout:      5 * time.Second,
 		DisableRetrySync: true,
 		Logger:           slog.New(slog.DiscardHandler),
 	})
 	f.mu.Lock()
-	if f.mu.repoint { // PrimaryChanged found no syncer to close
+	if f.mu.repoint { // PrimaryChanged came first: this follow would read the former primary
 		f.mu.Unlock()
 		syncer.Close()
 		return errRepoint
@@ -1121,17 +1140,25 @@ func (f *Follower) masterPos() (file string, pos uint32, err error) {
 	return file, pos, err
 }
 
-// metaQuery runs fn on the follower's query connection, reconnecting it once if it fails.
+// metaQuery runs fn on the follower's query connection, reconnecting it once if it fails, and after the group
+// followed a new primary (PrimaryChanged).
 func (f *Follower) metaQuery(fn func(*client.Conn) error) error {
 	f.metaMu.Lock()
 	defer f.metaMu.Unlock()
+	f.mu.Lock()
+	gen := f.mu.primaryGen
+	f.mu.Unlock()
+	if f.meta != nil && f.metaGen != gen {
+		f.meta.Close()
+		f.meta = nil
+	}
 	for attempt := 0; ; attempt++ {
 		if f.meta == nil {
 			c, err := connect(context.Background(), f.o)
 			if err != nil {
 				return err
 			}
-			f.meta = c
+			f.meta, f.metaGen = c, gen
 		}
 		err := fn(f.meta)
 		if err == nil || attempt > 0 {

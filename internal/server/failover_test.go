@@ -27,6 +27,7 @@ import (
 
 	"github.com/keywaydb/keyway/internal/config"
 	"github.com/keywaydb/keyway/internal/testenv"
+	"github.com/keywaydb/keyway/internal/validity"
 )
 
 // promoteEnv is a whole keyway serving group main: a primary and two replicas, read_from = "replicas". Table acked
@@ -176,11 +177,13 @@ func (e *promoteEnv) sysbenchArgs(addr string, extra ...string) []string {
 // transactions (skip_trx: a session in a transaction on the dead primary is closed, and sysbench 1.0.20 crashes
 // when it reconnects, even to MariaDB itself), retrying every statement that fails, as an application that rides
 // out a failover would. So sysbench runs to its end only if keyway never closes a session outside a transaction.
-// wait returns its output once it ended, and fails the test if it did not run to the end.
+// With --verbosity=5 sysbench names each error it retried, which a failure prints. It returns once sysbench's
+// threads started; wait returns its output once it ended, and fails the test if it did
+// not run to the end.
 func (e *promoteEnv) sysbench(t *testing.T, threads int, d time.Duration) (wait func() string) {
 	t.Helper()
 	cmd := exec.Command("sysbench", append([]string{"oltp_read_write"}, e.sysbenchArgs(e.sqlAddr,
-		"--threads="+strconv.Itoa(threads), "--time="+strconv.Itoa(int(d/time.Second)), "--report-interval=0", "--skip_trx=on",
+		"--threads="+strconv.Itoa(threads), "--time="+strconv.Itoa(int(d/time.Second)), "--report-interval=0", "--skip_trx=on", "--verbosity=5",
 		"--mysql-ignore-errors=all", "run")...)...)
 	out := &testenv.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
@@ -197,6 +200,18 @@ func (e *promoteEnv) sysbench(t *testing.T, threads int, d time.Duration) (wait 
 			<-done
 		}
 	})
+	// Its threads prepare their statements as they start, and a failure there ends sysbench: the load is on
+	// once they have.
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(out.String(), "Threads started!"); {
+		select {
+		case err := <-done:
+			t.Fatalf("sysbench oltp_read_write through keyway: %v\n%s", err, out)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sysbench's threads did not start\n%s", out)
+		}
+	}
 	return func() string {
 		t.Helper()
 		select {
@@ -425,6 +440,23 @@ func TestFailoverUnderLoadAsync(t *testing.T) {
 	}
 	w.waitAcked(t, 50) // acknowledged by the primary alone
 	old := e.repl.Primary
+	// The binlog follower has read commits the replicas lack (so it must restart on the new primary as after a gap).
+	pos, err := old.GTIDs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := validity.ParsePosition(pos.Binlog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if got, err := validity.ParsePosition(e.srv.followers[0].Status().GTID); err == nil && got.Covers(want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the binlog follower did not read the primary's commits up to %s: %+v", want, e.srv.followers[0].Status())
+		}
+	}
 	killed := time.Now()
 	if err := old.Kill(); err != nil {
 		t.Fatal(err)
