@@ -31,6 +31,7 @@ type shardFarm struct {
 	proxy  *sql.DB
 	addr   string
 	holder *shard.Holder
+	srv    *Server
 }
 
 func newShardFarm(t *testing.T, tweak ...func(*Options)) *shardFarm {
@@ -73,7 +74,7 @@ func newShardFarm(t *testing.T, tweak ...func(*Options)) *shardFarm {
 	}
 	cfg := testConfig("")
 	cfg.Groups = groups
-	_, f.addr = startProxyOpts(t, cfg.with(t, func(o *Options) {
+	f.srv, f.addr = startProxyOpts(t, cfg.with(t, func(o *Options) {
 		o.Shards = f.holder
 		for _, tw := range tweak {
 			tw(o)
