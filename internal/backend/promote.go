@@ -5,8 +5,8 @@ package backend
 // (roleCheck in replicas.go): promotion only changes the servers, and the position watcher is told to look at once.
 //
 // Switchover (the primary is up): new borrowers of the primary's connections wait (hold, at most the hold given)
-// while connections in use on the primary (statements, transactions) get that long to come back; the primary turns
-// read-only; the target applies everything the primary has (MASTER_GTID_WAIT); it is promoted; the other members,
+// while the transactions open on the primary that wrote get that long to end (openTransactions); the primary turns
+// read-only (which waits for the statements in flight); the target applies everything the primary has (MASTER_GTID_WAIT); it is promoted; the other members,
 // the former primary included, replicate from it; the group follows; the held borrowers go on, to the new primary.
 // Nothing is lost, and a session outside a transaction sees a pause, not an error.
 //
@@ -29,8 +29,9 @@ import (
 // PromoteReport says what a Failover or Switchover did.
 type PromoteReport struct {
 	Group, Former, New string
-	// Held is how long new borrowers of the primary's connections waited (switchover); StillOpen the connections
-	// still in use on the former primary when the hold ended (their next statements fail there).
+	// Held is how long new borrowers of the primary's connections waited (switchover); StillOpen the transactions
+	// that had written (or held locks) on the former primary and were still open when the hold ended (their COMMIT
+	// fails there), -1 when the primary could not say (information_schema.INNODB_TRX needs the PROCESS privilege).
 	Held      time.Duration
 	StillOpen int
 	Position  string // the new primary's position when it was promoted
@@ -103,10 +104,11 @@ func (g *Group) Switchover(ctx context.Context, to string, hold time.Duration) (
 	deadline := start.Add(hold)
 	for {
 		rep.StillOpen = g.openTransactions(ctx)
-		if rep.StillOpen == 0 || time.Now().After(deadline) {
+		left := time.Until(deadline)
+		if rep.StillOpen == 0 || left <= 0 {
 			break
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(min(trxPollInterval, left)) // the last look may be early, and see the snapshot before it
 	}
 	if err := g.memberExec(ctx, g, "SET GLOBAL read_only = 1"); err != nil {
 		return rep, err
@@ -257,9 +259,23 @@ func (g *Group) waitHold(ctx context.Context) error {
 	return nil
 }
 
-// openTransactions counts the transactions open on the primary, but the asking connection's (-1 when it cannot tell).
+// trxPollInterval spaces a switchover's looks at INNODB_TRX. The server answers from a snapshot of its
+// transactions that it takes again only when the table was not read for 100 ms (trx_i_s_cache, CACHE_MIN_IDLE_TIME_US):
+// read more often, it keeps the snapshot of the first read however long the reads go on. Polled every 10 ms, a
+// switchover under writers saw the INSERTs in flight at its start as open transactions for its whole hold, and
+// every write waited the hold out.
+const trxPollInterval = 120 * time.Millisecond
+
+// openTransactions counts the transactions on the primary that a switchover waits for (-1 when it cannot tell):
+// those that wrote rows or hold locks, but the asking connection's. A transaction that wrote cannot commit once
+// the primary is read-only: its client gets the hold to end it. One that has only read (a read view, no locks)
+// loses nothing and commits on a read-only primary as well: an idle reader (a long report, a consistent dump) does
+// not hold every writer for the hold. A write in flight outside a transaction is counted once it locks, and need
+// not be before: SET GLOBAL read_only waits for the statements in flight and their commits, so the binary log
+// position read after it covers them.
 func (g *Group) openTransactions(ctx context.Context) int {
-	vals, err := g.memberQuery(ctx, g, "SELECT COUNT(*) AS n FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id <> CONNECTION_ID()")
+	vals, err := g.memberQuery(ctx, g, "SELECT COUNT(*) AS n FROM information_schema.INNODB_TRX "+
+		"WHERE trx_mysql_thread_id <> CONNECTION_ID() AND (trx_rows_modified > 0 OR trx_lock_structs > 0)")
 	if err != nil {
 		return -1
 	}
