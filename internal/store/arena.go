@@ -6,11 +6,15 @@ package store
 // never walks the items and what they take is exactly what the process holds
 // for them.
 //
-// A record is a 40-byte header, the key and the value, contiguous:
+// A record is a 28-byte header, the tag when the item has one, the key and the value, contiguous:
 //
 //	0 value length (u32)   4 key length (u16)   6 bits (live, visited, ...)   7 slab class - 1
-//	8 flags (u32)          12 last access (u32, Unix seconds)
-//	16 exptime (i64)       24 CAS (u64)         32 tag (u64)                  40 key, then value
+//	8 flags (u32)          12 last access (u32, Unix seconds)                16 exptime (u32, Unix seconds)
+//	20 CAS (u64)           28 tag (u64, only with bTagged), then key, then value
+//
+// Times are kept in 32 bits, as memcached keeps them: an exptime past 2106 is kept as the last second of 2106,
+// and one before 1970 as 1970's first (long expired). Most items have no tag (the engine stamps rows cached from
+// a table with one), so it costs only those that do; an item's tag is written with it and never changed in place.
 //
 // Records are written at the head; the tail is the oldest record. A removed
 // item's record stays, dead, until the tail reaches it. The ring wraps at
@@ -36,7 +40,8 @@ import (
 )
 
 const (
-	hdrLen = 40
+	hdrLen = 28
+	tagLen = 8 // after the header, when bTagged
 
 	hVlen   = 0
 	hKlen   = 4
@@ -45,8 +50,7 @@ const (
 	hFlags  = 8
 	hAccess = 12
 	hExp    = 16
-	hCAS    = 24
-	hTag    = 32
+	hCAS    = 20
 
 	// MaxKeyLen is the longest key the store holds (its header has 16 bits for it).
 	MaxKeyLen = 1<<16 - 1
@@ -67,6 +71,7 @@ const (
 	bStale
 	bWinSent
 	bEphemeral
+	bTagged // a tag follows the header
 )
 
 type arena struct {
@@ -128,11 +133,40 @@ func (a *arena) free() {
 // memory is what the arena holds: the ring's pages that may be resident and the index.
 func (a *arena) memory() int64 { return a.touched + int64(len(a.tableMem)) }
 
-func recLen(keyLen, valueLen int) int64 { return hdrLen + int64(keyLen) + int64(valueLen) }
+// recLen is the ring bytes of a record of this key, value and tag (0: none).
+func recLen(keyLen, valueLen int, tag uint64) int64 {
+	n := hdrLen + int64(keyLen) + int64(valueLen)
+	if tag != 0 {
+		n += tagLen
+	}
+	return n
+}
 
-func (a *arena) klen(off int64) int             { return int(binary.LittleEndian.Uint16(a.buf[off+hKlen:])) }
-func (a *arena) vlen(off int64) int             { return int(binary.LittleEndian.Uint32(a.buf[off+hVlen:])) }
-func (a *arena) size(off int64) int64           { return recLen(a.klen(off), a.vlen(off)) }
+func (a *arena) klen(off int64) int { return int(binary.LittleEndian.Uint16(a.buf[off+hKlen:])) }
+func (a *arena) vlen(off int64) int { return int(binary.LittleEndian.Uint32(a.buf[off+hVlen:])) }
+func (a *arena) size(off int64) int64 {
+	return a.keyAt(off) - off + int64(a.klen(off)) + int64(a.vlen(off))
+}
+
+// keyAt is where the key of the record at off starts: after the header and its tag, if it has one.
+func (a *arena) keyAt(off int64) int64 {
+	if a.buf[off+hBits]&bTagged != 0 {
+		return off + hdrLen + tagLen
+	}
+	return off + hdrLen
+}
+
+// charge is what the record at off is charged against the limit: its bytes and its index entry (Size, and the
+// tag's bytes when it has one).
+func (a *arena) charge(off int64) int64 { return a.size(off) + ItemOverhead - hdrLen }
+
+func (a *arena) tag(off int64) uint64 {
+	if a.buf[off+hBits]&bTagged == 0 {
+		return 0
+	}
+	return binary.LittleEndian.Uint64(a.buf[off+hdrLen:])
+}
+
 func (a *arena) bits(off int64) uint8           { return a.buf[off+hBits] }
 func (a *arena) cls(off int64) uint8            { return a.buf[off+hCls] }
 func (a *arena) live(off int64) bool            { return a.buf[off+hBits]&bLive != 0 }
@@ -140,18 +174,29 @@ func (a *arena) setBits(off int64, set uint8)   { a.buf[off+hBits] |= set }
 func (a *arena) clearBits(off int64, clr uint8) { a.buf[off+hBits] &^= clr }
 
 func (a *arena) key(off int64) []byte {
-	k := off + hdrLen
+	k := a.keyAt(off)
 	return a.buf[k : k+int64(a.klen(off)) : k+int64(a.klen(off))]
 }
 
 func (a *arena) value(off int64) []byte {
-	v := off + hdrLen + int64(a.klen(off))
+	v := a.keyAt(off) + int64(a.klen(off))
 	n := int64(a.vlen(off))
 	return a.buf[v : v+n : v+n]
 }
 
-func (a *arena) exptime(off int64) int64 { return int64(binary.LittleEndian.Uint64(a.buf[off+hExp:])) }
-func (a *arena) cas(off int64) uint64    { return binary.LittleEndian.Uint64(a.buf[off+hCAS:]) }
+func (a *arena) exptime(off int64) int64 { return int64(binary.LittleEndian.Uint32(a.buf[off+hExp:])) }
+
+// time32 is a Unix time as a record keeps it (see the record's layout): 0 stays 0.
+func time32(t int64) uint32 {
+	switch {
+	case t < 0:
+		return 1
+	case t > 1<<32-1:
+		return 1<<32 - 1
+	}
+	return uint32(t)
+}
+func (a *arena) cas(off int64) uint64 { return binary.LittleEndian.Uint64(a.buf[off+hCAS:]) }
 func (a *arena) access(off int64) int64 {
 	return int64(binary.LittleEndian.Uint32(a.buf[off+hAccess:]))
 }
@@ -165,10 +210,10 @@ func (a *arena) item(off int64, copyValue bool) Item {
 	b := a.buf[off:]
 	bits := b[hBits]
 	it := Item{
-		Exptime:    int64(binary.LittleEndian.Uint64(b[hExp:])),
+		Exptime:    int64(binary.LittleEndian.Uint32(b[hExp:])),
 		CAS:        binary.LittleEndian.Uint64(b[hCAS:]),
 		LastAccess: int64(binary.LittleEndian.Uint32(b[hAccess:])),
-		Tag:        binary.LittleEndian.Uint64(b[hTag:]),
+		Tag:        a.tag(off),
 		Flags:      binary.LittleEndian.Uint32(b[hFlags:]),
 		Fetched:    bits&bFetched != 0,
 		Stale:      bits&bStale != 0,
@@ -182,15 +227,15 @@ func (a *arena) item(off int64, copyValue bool) Item {
 	return it
 }
 
-// setMeta writes it's metadata (not its value) into the record at off; the live and visited bits stay.
+// setMeta writes it's metadata (not its value, nor its tag: see the record's layout) into the record at off; the
+// live, visited and tagged bits stay.
 func (a *arena) setMeta(off int64, it *Item) {
 	b := a.buf[off:]
 	binary.LittleEndian.PutUint32(b[hFlags:], it.Flags)
 	binary.LittleEndian.PutUint32(b[hAccess:], uint32(it.LastAccess))
-	binary.LittleEndian.PutUint64(b[hExp:], uint64(it.Exptime))
+	binary.LittleEndian.PutUint32(b[hExp:], time32(it.Exptime))
 	binary.LittleEndian.PutUint64(b[hCAS:], it.CAS)
-	binary.LittleEndian.PutUint64(b[hTag:], it.Tag)
-	bits := b[hBits] & (bLive | bVisited)
+	bits := b[hBits] & (bLive | bVisited | bTagged)
 	if it.Fetched {
 		bits |= bFetched
 	}
@@ -208,15 +253,21 @@ func (a *arena) setMeta(off int64, it *Item) {
 
 // write puts a live record of key and it at off (which has room) and counts the bytes as touched.
 func (a *arena) write(off int64, key []byte, it *Item, cls uint8) {
-	n := recLen(len(key), len(it.Value))
+	n := recLen(len(key), len(it.Value), it.Tag)
 	b := a.buf[off : off+n]
 	binary.LittleEndian.PutUint32(b[hVlen:], uint32(len(it.Value)))
 	binary.LittleEndian.PutUint16(b[hKlen:], uint16(len(key)))
 	b[hBits] = bLive
 	b[hCls] = cls
+	k := hdrLen
+	if it.Tag != 0 {
+		b[hBits] |= bTagged
+		binary.LittleEndian.PutUint64(b[hdrLen:], it.Tag)
+		k += tagLen
+	}
 	a.setMeta(off, it)
-	copy(b[hdrLen:], key)
-	copy(b[hdrLen+len(key):], it.Value)
+	copy(b[k:], key)
+	copy(b[k+len(key):], it.Value)
 	a.touched = max(a.touched, off+n)
 }
 

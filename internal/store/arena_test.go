@@ -51,7 +51,7 @@ func checkArenas(t *testing.T, s *Store) {
 				continue
 			}
 			items++
-			used += Size(a.klen(off), a.vlen(off))
+			used += a.charge(off)
 			classes[a.cls(off)]++
 			key := a.key(off)
 			if got, _ := a.find(key, a.hashOf(key)); got != off {
@@ -608,4 +608,50 @@ func TestPendingChunksReused(t *testing.T) {
 			t.Fatalf("%s after a restart: flags %d", k, it.Flags)
 		}
 	}
+}
+
+// TestTaggedRecords checks the header's optional tag and 32-bit times: a tagged item keeps its tag and is charged
+// its 8 bytes, an untagged one is charged Size; a change in place keeps the tag; an exptime outside 32 bits is
+// kept as the nearest second that fits (before 1970: long expired).
+func TestTaggedRecords(t *testing.T) {
+	s, err := Open(Options{MemoryLimit: 1 << 20, Now: func() int64 { return 1000 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	put := func(key string, it Item) {
+		t.Helper()
+		if _, err := s.Update([]byte(key), func(*Item) (Action, Item) { return Replace, it }); err != nil {
+			t.Fatalf("set %s: %v", key, err)
+		}
+	}
+	put("tagged", Item{Value: []byte("abc"), Tag: 1 << 40, Flags: 5})
+	put("plain", Item{Value: []byte("abc"), Flags: 5})
+	if got, want := s.Stats().Bytes, Size(6, 3)+tagLen+Size(5, 3); got != want {
+		t.Errorf("bytes %d, want %d (two items, one with a tag)", got, want)
+	}
+	if it, ok := s.Get([]byte("tagged")); !ok || it.Tag != 1<<40 || string(it.Value) != "abc" || it.Flags != 5 {
+		t.Errorf("tagged: %+v %v", it, ok)
+	}
+	if it, ok := s.Get([]byte("plain")); !ok || it.Tag != 0 || string(it.Value) != "abc" {
+		t.Errorf("plain: %+v %v", it, ok)
+	}
+	for _, k := range []string{"tagged", "plain"} {
+		s.Update([]byte(k), func(cur *Item) (Action, Item) { cur.Flags, cur.Tag = 9, 7; return Save, Item{} })
+	}
+	if it, _ := s.Get([]byte("tagged")); it.Tag != 1<<40 || it.Flags != 9 || string(it.Value) != "abc" {
+		t.Errorf("tagged after a change in place: %+v", it)
+	}
+	if it, _ := s.Get([]byte("plain")); it.Tag != 0 || it.Flags != 9 || string(it.Value) != "abc" {
+		t.Errorf("plain after a change in place: %+v", it)
+	}
+	put("far", Item{Value: []byte("x"), Exptime: 1 << 40})
+	if it, ok := s.Get([]byte("far")); !ok || it.Exptime != 1<<32-1 {
+		t.Errorf("far future: %+v %v, want exptime %d", it, ok, int64(1<<32-1))
+	}
+	put("past", Item{Value: []byte("x"), Exptime: -5})
+	if _, ok := s.Get([]byte("past")); ok {
+		t.Error("an exptime before 1970 is live")
+	}
+	checkArenas(t, s)
 }

@@ -263,7 +263,7 @@ func (d *disk) load() error {
 		}
 		key := k[1:]
 		idx, sh, h := s.locate(key)
-		if int(k[0]) != idx || item.Expired(now) || len(key) > MaxKeyLen || recLen(len(key), len(item.Value)) > sh.mu.a.end ||
+		if int(k[0]) != idx || item.Expired(now) || len(key) > MaxKeyLen || recLen(len(key), len(item.Value), 0) > sh.mu.a.end ||
 			!s.insertLocked(sh, key, h, &item, now) {
 			drop.Delete(k, nil)
 			dropped++
