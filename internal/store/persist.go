@@ -82,15 +82,19 @@ const (
 	itemHeaderLen = 1 + 4 + 8 + 8
 	metaKey       = "\xffkeyway-format"
 	// kickBytes of pending changes start a commit round without waiting for
-	// the async tick, so a burst of writes does not pile up in memory.
-	kickBytes = 4 << 20
+	// the async tick, so a burst of writes does not pile up in memory. Each
+	// round's changes pass through Go's heap three times (the pending log,
+	// the batch, Pebble's WAL blocks) and the heap grows to several times what
+	// is live between collections (GOGC), up to its limit (HeapMemory): under
+	// a load it sits at that limit, so the round's size is resident memory.
+	kickBytes = 1 << 20
 	// maxBatchBytes splits a round into batches of bounded size; only the
 	// last is synced (the WAL is sequential, so that sync covers all). It is
 	// kept under what Pebble's batch pool retains (1 MiB: a batch's buffer
 	// grows by doubling), so every batch reuses a buffer rather than growing a
 	// new one, and far under Pebble's large-batch threshold (half a memtable),
 	// past which a batch becomes a memtable of its own and forces a flush.
-	maxBatchBytes = 768 << 10
+	maxBatchBytes = 256 << 10
 	// maxPendingBytes is where async writers start to wait for the disk
 	// (backpressure): memory never holds more than this not yet handed to Pebble.
 	// Two rounds' worth (kickBytes starts one): the server gives Go's heap this
