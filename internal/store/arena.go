@@ -29,11 +29,15 @@ package store
 // (which also give the entry's home slot while the table has at most 2^24
 // slots); a lookup compares the stored key, so two keys with one hash are two
 // entries. Removal shifts the probe run back, so there are no tombstones. The
-// table doubles when it is three quarters full.
+// table grows when it is three quarters full, by half or by a third in turn
+// (64, 96, 128, 192 ... slots), so it is half to three quarters full, not
+// three eighths to three quarters as it would be if it doubled: a slot's home
+// is the hash scaled to the table's size (a multiply and a shift), not masked.
 
 import (
 	"bytes"
 	"encoding/binary"
+	"math/bits"
 	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
@@ -90,8 +94,8 @@ type arena struct {
 
 	table    []uint64
 	tableMem []byte
-	mask     uint64
-	count    int // live records (entries in table)
+	slots    uint64 // len(table)
+	count    int    // live records (entries in table)
 
 	hashMask uint64 // see Store.hashMask
 }
@@ -101,7 +105,7 @@ func newArena(limit int64, hashMask uint64, tableSize int) arena {
 	a.buf = mapBytes(int(max(pageSize, (limit+pageSize-1)/pageSize*pageSize)))
 	size := minTable
 	for size*3/4 < tableSize {
-		size *= 2
+		size = nextTableSize(size)
 	}
 	a.setTable(size)
 	return a
@@ -111,7 +115,7 @@ func newArena(limit int64, hashMask uint64, tableSize int) arena {
 func closedArena(hashMask uint64) arena {
 	a := arena{limit: pageSize, hashMask: hashMask, buf: make([]byte, pageSize)}
 	a.table = make([]uint64, minTable)
-	a.mask = minTable - 1
+	a.slots = minTable
 	a.end = pageSize
 	return a
 }
@@ -120,7 +124,7 @@ func (a *arena) setTable(size int) {
 	mem := mapBytes(size * 8)
 	a.tableMem = mem
 	a.table = unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(mem))), size)
-	a.mask = uint64(size - 1)
+	a.slots = uint64(size)
 	a.end = a.limit - int64(len(a.tableMem))
 }
 
@@ -387,6 +391,32 @@ func (a *arena) reset() {
 
 // --- the index ---
 
+// nextTableSize is the index's size after n slots: 1.5 n from a power of two, then the next power of two.
+func nextTableSize(n int) int {
+	if n&(n-1) == 0 {
+		return n + n/2
+	}
+	return n + n/3
+}
+
+// homeOf is the slot where the probe run of a key with hash h starts: 24 bits of the hash scaled to the table,
+// or (past 2^24 slots) all of them.
+func (a *arena) homeOf(h uint64) uint64 {
+	if a.slots <= 1<<tagBits {
+		return (h >> 4 & tagMask) * a.slots >> tagBits
+	}
+	hi, _ := bits.Mul64(h, a.slots)
+	return hi
+}
+
+// step is the slot after i, the table's first after its last.
+func (a *arena) step(i uint64) uint64 {
+	if i++; i == a.slots {
+		return 0
+	}
+	return i
+}
+
 // hashOf is key's hash in the index (the store's locate computes the same).
 func (a *arena) hashOf(key []byte) uint64 { return xxhash.Sum64(key) & a.hashMask }
 
@@ -394,18 +424,19 @@ func (a *arena) entry(h uint64, off int64) uint64 {
 	return (h>>4&tagMask)<<offBits | uint64(off+1)
 }
 
-// home is the slot an entry's probe run starts from.
+// home is the slot an entry's probe run starts from (homeOf its key's hash, from the entry's bits where they
+// suffice).
 func (a *arena) home(e uint64) uint64 {
-	if a.mask <= tagMask {
-		return e >> offBits & a.mask
+	if a.slots <= 1<<tagBits {
+		return (e >> offBits) * a.slots >> tagBits
 	}
-	return a.hashOf(a.key(int64(e&offMask)-1)) >> 4 & a.mask
+	return a.homeOf(a.hashOf(a.key(int64(e&offMask) - 1)))
 }
 
 // find returns the offset of key's live record and its slot in the index, or -1, -1. h is a.hashOf(key).
 func (a *arena) find(key []byte, h uint64) (off int64, slot int) {
 	tag := h >> 4 & tagMask
-	for i := h >> 4 & a.mask; ; i = (i + 1) & a.mask {
+	for i := a.homeOf(h); ; i = a.step(i) {
 		e := a.table[i]
 		if e == 0 {
 			return -1, -1
@@ -423,7 +454,7 @@ func (a *arena) find(key []byte, h uint64) (off int64, slot int) {
 func (a *arena) slotOf(off int64) int {
 	h := a.hashOf(a.key(off))
 	want := uint64(off + 1)
-	for i := h >> 4 & a.mask; ; i = (i + 1) & a.mask {
+	for i := a.homeOf(h); ; i = a.step(i) {
 		e := a.table[i]
 		if e == 0 {
 			panic("store: a live record is not in its shard's index")
@@ -439,34 +470,26 @@ func (a *arena) index(h uint64, off int64) {
 	if (a.count+1)*4 > len(a.table)*3 {
 		a.grow()
 	}
-	a.put(a.entry(h, off), h>>4&a.mask)
+	a.put(a.entry(h, off), a.homeOf(h))
 	a.count++
 }
 
 func (a *arena) put(e, i uint64) {
 	for a.table[i] != 0 {
-		i = (i + 1) & a.mask
+		i = a.step(i)
 	}
 	a.table[i] = e
 }
 
-// grow doubles the index. The ring's end moves down by the table's growth: records above it stay until the
-// tail reaches them, and their pages are given back then (tailWrap).
+// grow makes the index larger (nextTableSize). The ring's end moves down by the table's growth: records above it
+// stay until the tail reaches them, and their pages are given back then (tailWrap).
 func (a *arena) grow() {
 	old, oldMem := a.table, a.tableMem
-	oldMask := a.mask
-	a.setTable(len(old) * 2)
+	a.setTable(nextTableSize(len(old)))
 	for _, e := range old {
-		if e == 0 {
-			continue
+		if e != 0 {
+			a.put(e, a.home(e))
 		}
-		var i uint64
-		if oldMask*2+1 <= tagMask {
-			i = e >> offBits & a.mask
-		} else {
-			i = a.hashOf(a.key(int64(e&offMask)-1)) >> 4 & a.mask
-		}
-		a.put(e, i)
 	}
 	unmapBytes(oldMem)
 }
@@ -482,7 +505,7 @@ func (a *arena) unindex(slot int) {
 	i := uint64(slot)
 	j := i
 	for {
-		j = (j + 1) & a.mask
+		j = a.step(j)
 		e := a.table[j]
 		if e == 0 {
 			break

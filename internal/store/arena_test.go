@@ -655,3 +655,65 @@ func TestTaggedRecords(t *testing.T) {
 	}
 	checkArenas(t, s)
 }
+
+// TestIndexSizes grows one arena's index through sizes that are not powers of two, with keys added and removed at
+// random (and hashes narrowed, so probe runs are long and cross the table's end): every live key is found at its
+// record, no removed one is, and the table is at most three quarters full, and at least half just after it grew.
+func TestIndexSizes(t *testing.T) {
+	for _, mask := range []uint64{^uint64(0), 0xff0} {
+		a := newArena(4<<20, mask, 0)
+		live := map[string]int64{}
+		rng := rand.New(rand.NewPCG(1, 2))
+		sizes := map[int]bool{}
+		var removed []string
+		for i := range 20000 {
+			if len(live) > 0 && rng.IntN(3) == 0 {
+				for k, off := range live {
+					slot := a.slotOf(off)
+					a.clearBits(off, bLive)
+					a.unindex(slot)
+					delete(live, k)
+					removed = append(removed, k)
+					break
+				}
+				continue
+			}
+			key := fmt.Appendf(nil, "k%d", i)
+			it := Item{Value: []byte("v")}
+			n := recLen(len(key), 1, 0)
+			if !a.fits(n) {
+				break
+			}
+			off := a.alloc(n)
+			a.write(off, key, &it, 0)
+			a.index(a.hashOf(key), off)
+			live[string(key)] = off
+			if !sizes[len(a.table)] && len(a.table) > minTable && a.count*2 < len(a.table) {
+				t.Fatalf("mask %#x: grown to %d slots for %d entries", mask, len(a.table), a.count)
+			}
+			sizes[len(a.table)] = true
+			if a.count*4 > len(a.table)*3 {
+				t.Fatalf("mask %#x: %d entries in %d slots", mask, a.count, len(a.table))
+			}
+		}
+		for k, off := range live {
+			if got, _ := a.find([]byte(k), a.hashOf([]byte(k))); got != off {
+				t.Fatalf("mask %#x: %s at %d found at %d", mask, k, off, got)
+			}
+		}
+		for _, k := range removed {
+			if got, _ := a.find([]byte(k), a.hashOf([]byte(k))); got >= 0 {
+				t.Fatalf("mask %#x: removed %s found at %d", mask, k, got)
+			}
+		}
+		if a.count != len(live) {
+			t.Fatalf("mask %#x: %d entries, %d live", mask, a.count, len(live))
+		}
+		for _, want := range []int{64, 96, 128, 192, 256, 384, 512, 768, 1024} {
+			if !sizes[want] {
+				t.Errorf("mask %#x: the index never had %d slots (had %v)", mask, want, sizes)
+			}
+		}
+		a.free()
+	}
+}
