@@ -167,7 +167,10 @@ type MemoryResult struct {
 	RSSMiB Series // VmRSS after the load and a pause for a commit round
 	// AnonMiB is the part of it that is not a file's pages (RssAnon): RSS less the program's own text and data
 	// mapped from its binary, which for keyway (a Go binary with a SQL parser) is some 30 MiB and for memcached 1.
-	AnonMiB     Series
+	AnonMiB Series
+	// FileMiB is the part of it that is pages of files (RssFile): the binary's text and data and the libraries'
+	// (read from their files, and dropped and read again when memory is short). RSS is the two (and RssShmem, none).
+	FileMiB     Series
 	PeakMiB     Series // VmHWM then: the most the process held during the load
 	Held        Series // curr_items after the load
 	LoadSeconds Series
@@ -185,16 +188,17 @@ type MemoryResult struct {
 
 // memoryRun is one repetition's figures for one target.
 type memoryRun struct {
-	rss, anon, peak, held, load float64
-	restart, rHeld, rRSS        float64
-	before                      float64 // items held just before the stop (memcaslap's sets added some)
-	hasRestart                  bool
-	ops, p99                    float64
+	rss, anon, file, peak, held, load float64
+	restart, rHeld, rRSS              float64
+	before                            float64 // items held just before the stop (memcaslap's sets added some)
+	hasRestart                        bool
+	ops, p99                          float64
 }
 
 func (r *MemoryResult) add(m memoryRun) {
 	r.RSSMiB.Runs = append(r.RSSMiB.Runs, m.rss)
 	r.AnonMiB.Runs = append(r.AnonMiB.Runs, m.anon)
+	r.FileMiB.Runs = append(r.FileMiB.Runs, m.file)
 	r.PeakMiB.Runs = append(r.PeakMiB.Runs, m.peak)
 	r.Held.Runs = append(r.Held.Runs, m.held)
 	r.LoadSeconds.Runs = append(r.LoadSeconds.Runs, m.load)
@@ -209,7 +213,7 @@ func (r *MemoryResult) add(m memoryRun) {
 }
 
 func (r *MemoryResult) summarize() {
-	for _, s := range []*Series{&r.RSSMiB, &r.AnonMiB, &r.PeakMiB, &r.Held, &r.LoadSeconds, &r.Ops, &r.P99us, r.BeforeStop, r.RestartSeconds, r.RestartHeld, r.RestartRSSMiB} {
+	for _, s := range []*Series{&r.RSSMiB, &r.AnonMiB, &r.FileMiB, &r.PeakMiB, &r.Held, &r.LoadSeconds, &r.Ops, &r.P99us, r.BeforeStop, r.RestartSeconds, r.RestartHeld, r.RestartRSSMiB} {
 		if s != nil {
 			s.summarize()
 		}
@@ -311,7 +315,7 @@ func runMemoryOnce(ctx context.Context, bin string, t memoryStarter, c MemoryCas
 		return m, fmt.Errorf("load: %w", err)
 	}
 	m.load = took.Seconds()
-	if m.rss, m.anon, m.peak, m.held, err = measure(ctx, p); err != nil {
+	if m.rss, m.anon, m.file, m.peak, m.held, err = measure(ctx, p); err != nil {
 		return m, err
 	}
 	s, err := ml.runLatency(ctx, p.Addr)
@@ -337,28 +341,30 @@ func runMemoryOnce(ctx context.Context, bin string, t memoryStarter, c MemoryCas
 	if m.rHeld, err = itemsHeld(p.Addr); err != nil {
 		return m, err
 	}
-	if m.rRSS, _, _, _, err = measure(ctx, p); err != nil {
+	if m.rRSS, _, _, _, _, err = measure(ctx, p); err != nil {
 		return m, err
 	}
 	return m, nil
 }
 
-// measure waits settle, then reads the process's RSS, anonymous RSS and peak RSS in MiB and the items it holds.
-func measure(ctx context.Context, p *peers.Process) (rss, anon, peak, held float64, err error) {
+// measure waits settle, then reads the process's RSS, anonymous RSS, file-backed RSS and peak RSS in MiB and the
+// items it holds.
+func measure(ctx context.Context, p *peers.Process) (rss, anon, file, peak, held float64, err error) {
 	select {
 	case <-ctx.Done():
-		return 0, 0, 0, 0, ctx.Err()
+		return 0, 0, 0, 0, 0, ctx.Err()
 	case <-time.After(settle):
 	}
 	pid := p.Cmd.Process.Pid
 	rssKB, err1 := procStatusKB(pid, "VmRSS")
 	anonKB, err2 := procStatusKB(pid, "RssAnon")
-	peakKB, err3 := procStatusKB(pid, "VmHWM")
-	held, err4 := itemsHeld(p.Addr)
-	if err := errors.Join(err1, err2, err3, err4); err != nil {
-		return 0, 0, 0, 0, err
+	fileKB, err3 := procStatusKB(pid, "RssFile")
+	peakKB, err4 := procStatusKB(pid, "VmHWM")
+	held, err5 := itemsHeld(p.Addr)
+	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
+		return 0, 0, 0, 0, 0, err
 	}
-	return float64(rssKB) / 1024, float64(anonKB) / 1024, float64(peakKB) / 1024, held, nil
+	return float64(rssKB) / 1024, float64(anonKB) / 1024, float64(fileKB) / 1024, float64(peakKB) / 1024, held, nil
 }
 
 // loadItems sets c's items over one connection, pipelined in batches of noreply sets, each batch ended by mn so the
@@ -599,6 +605,7 @@ func (c MemoryCaseReport) Rows() []MemoryRow {
 	}{
 		{"RSS after the load, MiB", 1, func(r *MemoryResult) *Series { return &r.RSSMiB }},
 		{"anonymous RSS (RssAnon), MiB", 1, func(r *MemoryResult) *Series { return &r.AnonMiB }},
+		{"file pages in RSS (RssFile: binary, libraries), MiB", 1, func(r *MemoryResult) *Series { return &r.FileMiB }},
 		{"peak RSS, MiB", 1, func(r *MemoryResult) *Series { return &r.PeakMiB }},
 		{"items held", 0, func(r *MemoryResult) *Series { return &r.Held }},
 		{"load, s", 2, func(r *MemoryResult) *Series { return &r.LoadSeconds }},

@@ -139,13 +139,13 @@ var metaTranscripts = []struct {
 
 	// me
 	{"me", "me a\r\nms a 2 T100\r\nhi\r\nme a\r\nmg a\r\nme a\r\nme\r\nme a b\r\n",
-		"EN\r\nHD\r\nME a exp=-100 la=0 cas=1 fetch=no cls=1 size=51\r\nHD\r\n" +
-			"ME a exp=-100 la=0 cas=1 fetch=yes cls=1 size=51\r\nCLIENT_ERROR bad command line format\r\nCLIENT_ERROR bad command line format\r\n"},
+		"EN\r\nHD\r\nME a exp=-100 la=0 cas=1 fetch=no cls=1 size=39\r\nHD\r\n" +
+			"ME a exp=-100 la=0 cas=1 fetch=yes cls=1 size=39\r\nCLIENT_ERROR bad command line format\r\nCLIENT_ERROR bad command line format\r\n"},
 
 	// base64 keys
 	{"base64", "ms Zm9v 2 b k c\r\nhi\r\nmg Zm9v b k v s\r\nmg foo v k\r\nmg Zm9 b k\r\nmg Zm8= b k v\r\nme Zm9v b\r\nmd Zm9v b k q\r\nmg foo\r\n",
 		"HD kZm9v b c1\r\nVA 2 kZm9v b s2\r\nhi\r\nVA 2 kfoo\r\nhi\r\nCLIENT_ERROR error decoding key\r\nEN kZm8= b\r\n" +
-			"ME Zm9v exp=-1 la=0 cas=1 fetch=yes cls=1 size=53\r\nEN\r\n"},
+			"ME Zm9v exp=-1 la=0 cas=1 fetch=yes cls=1 size=41\r\nEN\r\n"},
 	{"base64 binary key", "ms AAEC/w== 1 b\r\nx\r\nmg AAEC/w== b k v\r\nma AAEC/w== b\r\n",
 		"HD\r\nVA 1 kAAEC/w== b\r\nx\r\nCLIENT_ERROR cannot increment or decrement non-numeric value\r\n"},
 
@@ -187,7 +187,7 @@ func TestMetaClock(t *testing.T) {
 	c.expect("HD\r\n")
 	clk.advance(7)
 	c.send("mg a l h t\r\nmg a l h\r\nme a\r\n")
-	c.expect("HD l7 h0 t93\r\nHD l0 h1\r\nME a exp=-93 la=0 cas=1 fetch=yes cls=1 size=51\r\n")
+	c.expect("HD l7 h0 t93\r\nHD l0 h1\r\nME a exp=-93 la=0 cas=1 fetch=yes cls=1 size=39\r\n")
 	// Early recache: R wins once the TTL left drops below its token.
 	c.send("mg a R20\r\n")
 	c.expect("HD\r\n")

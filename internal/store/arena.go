@@ -6,11 +6,15 @@ package store
 // never walks the items and what they take is exactly what the process holds
 // for them.
 //
-// A record is a 40-byte header, the key and the value, contiguous:
+// A record is a 28-byte header, the tag when the item has one, the key and the value, contiguous:
 //
 //	0 value length (u32)   4 key length (u16)   6 bits (live, visited, ...)   7 slab class - 1
-//	8 flags (u32)          12 last access (u32, Unix seconds)
-//	16 exptime (i64)       24 CAS (u64)         32 tag (u64)                  40 key, then value
+//	8 flags (u32)          12 last access (u32, Unix seconds)                16 exptime (u32, Unix seconds)
+//	20 CAS (u64)           28 tag (u64, only with bTagged), then key, then value
+//
+// Times are kept in 32 bits, as memcached keeps them: an exptime past 2106 is kept as the last second of 2106,
+// and one before 1970 as 1970's first (long expired). Most items have no tag (the engine stamps rows cached from
+// a table with one), so it costs only those that do; an item's tag is written with it and never changed in place.
 //
 // Records are written at the head; the tail is the oldest record. A removed
 // item's record stays, dead, until the tail reaches it. The ring wraps at
@@ -25,18 +29,23 @@ package store
 // (which also give the entry's home slot while the table has at most 2^24
 // slots); a lookup compares the stored key, so two keys with one hash are two
 // entries. Removal shifts the probe run back, so there are no tombstones. The
-// table doubles when it is three quarters full.
+// table grows when it is three quarters full, by half or by a third in turn
+// (64, 96, 128, 192 ... slots), so it is half to three quarters full, not
+// three eighths to three quarters as it would be if it doubled: a slot's home
+// is the hash scaled to the table's size (a multiply and a shift), not masked.
 
 import (
 	"bytes"
 	"encoding/binary"
+	"math/bits"
 	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
 )
 
 const (
-	hdrLen = 40
+	hdrLen = 28
+	tagLen = 8 // after the header, when bTagged
 
 	hVlen   = 0
 	hKlen   = 4
@@ -45,8 +54,7 @@ const (
 	hFlags  = 8
 	hAccess = 12
 	hExp    = 16
-	hCAS    = 24
-	hTag    = 32
+	hCAS    = 20
 
 	// MaxKeyLen is the longest key the store holds (its header has 16 bits for it).
 	MaxKeyLen = 1<<16 - 1
@@ -67,6 +75,7 @@ const (
 	bStale
 	bWinSent
 	bEphemeral
+	bTagged // a tag follows the header
 )
 
 type arena struct {
@@ -85,8 +94,8 @@ type arena struct {
 
 	table    []uint64
 	tableMem []byte
-	mask     uint64
-	count    int // live records (entries in table)
+	slots    uint64 // len(table)
+	count    int    // live records (entries in table)
 
 	hashMask uint64 // see Store.hashMask
 }
@@ -96,7 +105,7 @@ func newArena(limit int64, hashMask uint64, tableSize int) arena {
 	a.buf = mapBytes(int(max(pageSize, (limit+pageSize-1)/pageSize*pageSize)))
 	size := minTable
 	for size*3/4 < tableSize {
-		size *= 2
+		size = nextTableSize(size)
 	}
 	a.setTable(size)
 	return a
@@ -106,7 +115,7 @@ func newArena(limit int64, hashMask uint64, tableSize int) arena {
 func closedArena(hashMask uint64) arena {
 	a := arena{limit: pageSize, hashMask: hashMask, buf: make([]byte, pageSize)}
 	a.table = make([]uint64, minTable)
-	a.mask = minTable - 1
+	a.slots = minTable
 	a.end = pageSize
 	return a
 }
@@ -115,7 +124,7 @@ func (a *arena) setTable(size int) {
 	mem := mapBytes(size * 8)
 	a.tableMem = mem
 	a.table = unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(mem))), size)
-	a.mask = uint64(size - 1)
+	a.slots = uint64(size)
 	a.end = a.limit - int64(len(a.tableMem))
 }
 
@@ -128,11 +137,40 @@ func (a *arena) free() {
 // memory is what the arena holds: the ring's pages that may be resident and the index.
 func (a *arena) memory() int64 { return a.touched + int64(len(a.tableMem)) }
 
-func recLen(keyLen, valueLen int) int64 { return hdrLen + int64(keyLen) + int64(valueLen) }
+// recLen is the ring bytes of a record of this key, value and tag (0: none).
+func recLen(keyLen, valueLen int, tag uint64) int64 {
+	n := hdrLen + int64(keyLen) + int64(valueLen)
+	if tag != 0 {
+		n += tagLen
+	}
+	return n
+}
 
-func (a *arena) klen(off int64) int             { return int(binary.LittleEndian.Uint16(a.buf[off+hKlen:])) }
-func (a *arena) vlen(off int64) int             { return int(binary.LittleEndian.Uint32(a.buf[off+hVlen:])) }
-func (a *arena) size(off int64) int64           { return recLen(a.klen(off), a.vlen(off)) }
+func (a *arena) klen(off int64) int { return int(binary.LittleEndian.Uint16(a.buf[off+hKlen:])) }
+func (a *arena) vlen(off int64) int { return int(binary.LittleEndian.Uint32(a.buf[off+hVlen:])) }
+func (a *arena) size(off int64) int64 {
+	return a.keyAt(off) - off + int64(a.klen(off)) + int64(a.vlen(off))
+}
+
+// keyAt is where the key of the record at off starts: after the header and its tag, if it has one.
+func (a *arena) keyAt(off int64) int64 {
+	if a.buf[off+hBits]&bTagged != 0 {
+		return off + hdrLen + tagLen
+	}
+	return off + hdrLen
+}
+
+// charge is what the record at off is charged against the limit: its bytes and its index entry (Size, and the
+// tag's bytes when it has one).
+func (a *arena) charge(off int64) int64 { return a.size(off) + ItemOverhead - hdrLen }
+
+func (a *arena) tag(off int64) uint64 {
+	if a.buf[off+hBits]&bTagged == 0 {
+		return 0
+	}
+	return binary.LittleEndian.Uint64(a.buf[off+hdrLen:])
+}
+
 func (a *arena) bits(off int64) uint8           { return a.buf[off+hBits] }
 func (a *arena) cls(off int64) uint8            { return a.buf[off+hCls] }
 func (a *arena) live(off int64) bool            { return a.buf[off+hBits]&bLive != 0 }
@@ -140,18 +178,29 @@ func (a *arena) setBits(off int64, set uint8)   { a.buf[off+hBits] |= set }
 func (a *arena) clearBits(off int64, clr uint8) { a.buf[off+hBits] &^= clr }
 
 func (a *arena) key(off int64) []byte {
-	k := off + hdrLen
+	k := a.keyAt(off)
 	return a.buf[k : k+int64(a.klen(off)) : k+int64(a.klen(off))]
 }
 
 func (a *arena) value(off int64) []byte {
-	v := off + hdrLen + int64(a.klen(off))
+	v := a.keyAt(off) + int64(a.klen(off))
 	n := int64(a.vlen(off))
 	return a.buf[v : v+n : v+n]
 }
 
-func (a *arena) exptime(off int64) int64 { return int64(binary.LittleEndian.Uint64(a.buf[off+hExp:])) }
-func (a *arena) cas(off int64) uint64    { return binary.LittleEndian.Uint64(a.buf[off+hCAS:]) }
+func (a *arena) exptime(off int64) int64 { return int64(binary.LittleEndian.Uint32(a.buf[off+hExp:])) }
+
+// time32 is a Unix time as a record keeps it (see the record's layout): 0 stays 0.
+func time32(t int64) uint32 {
+	switch {
+	case t < 0:
+		return 1
+	case t > 1<<32-1:
+		return 1<<32 - 1
+	}
+	return uint32(t)
+}
+func (a *arena) cas(off int64) uint64 { return binary.LittleEndian.Uint64(a.buf[off+hCAS:]) }
 func (a *arena) access(off int64) int64 {
 	return int64(binary.LittleEndian.Uint32(a.buf[off+hAccess:]))
 }
@@ -165,10 +214,10 @@ func (a *arena) item(off int64, copyValue bool) Item {
 	b := a.buf[off:]
 	bits := b[hBits]
 	it := Item{
-		Exptime:    int64(binary.LittleEndian.Uint64(b[hExp:])),
+		Exptime:    int64(binary.LittleEndian.Uint32(b[hExp:])),
 		CAS:        binary.LittleEndian.Uint64(b[hCAS:]),
 		LastAccess: int64(binary.LittleEndian.Uint32(b[hAccess:])),
-		Tag:        binary.LittleEndian.Uint64(b[hTag:]),
+		Tag:        a.tag(off),
 		Flags:      binary.LittleEndian.Uint32(b[hFlags:]),
 		Fetched:    bits&bFetched != 0,
 		Stale:      bits&bStale != 0,
@@ -182,15 +231,15 @@ func (a *arena) item(off int64, copyValue bool) Item {
 	return it
 }
 
-// setMeta writes it's metadata (not its value) into the record at off; the live and visited bits stay.
+// setMeta writes it's metadata (not its value, nor its tag: see the record's layout) into the record at off; the
+// live, visited and tagged bits stay.
 func (a *arena) setMeta(off int64, it *Item) {
 	b := a.buf[off:]
 	binary.LittleEndian.PutUint32(b[hFlags:], it.Flags)
 	binary.LittleEndian.PutUint32(b[hAccess:], uint32(it.LastAccess))
-	binary.LittleEndian.PutUint64(b[hExp:], uint64(it.Exptime))
+	binary.LittleEndian.PutUint32(b[hExp:], time32(it.Exptime))
 	binary.LittleEndian.PutUint64(b[hCAS:], it.CAS)
-	binary.LittleEndian.PutUint64(b[hTag:], it.Tag)
-	bits := b[hBits] & (bLive | bVisited)
+	bits := b[hBits] & (bLive | bVisited | bTagged)
 	if it.Fetched {
 		bits |= bFetched
 	}
@@ -208,15 +257,21 @@ func (a *arena) setMeta(off int64, it *Item) {
 
 // write puts a live record of key and it at off (which has room) and counts the bytes as touched.
 func (a *arena) write(off int64, key []byte, it *Item, cls uint8) {
-	n := recLen(len(key), len(it.Value))
+	n := recLen(len(key), len(it.Value), it.Tag)
 	b := a.buf[off : off+n]
 	binary.LittleEndian.PutUint32(b[hVlen:], uint32(len(it.Value)))
 	binary.LittleEndian.PutUint16(b[hKlen:], uint16(len(key)))
 	b[hBits] = bLive
 	b[hCls] = cls
+	k := hdrLen
+	if it.Tag != 0 {
+		b[hBits] |= bTagged
+		binary.LittleEndian.PutUint64(b[hdrLen:], it.Tag)
+		k += tagLen
+	}
 	a.setMeta(off, it)
-	copy(b[hdrLen:], key)
-	copy(b[hdrLen+len(key):], it.Value)
+	copy(b[k:], key)
+	copy(b[k+len(key):], it.Value)
 	a.touched = max(a.touched, off+n)
 }
 
@@ -336,6 +391,32 @@ func (a *arena) reset() {
 
 // --- the index ---
 
+// nextTableSize is the index's size after n slots: 1.5 n from a power of two, then the next power of two.
+func nextTableSize(n int) int {
+	if n&(n-1) == 0 {
+		return n + n/2
+	}
+	return n + n/3
+}
+
+// homeOf is the slot where the probe run of a key with hash h starts: 24 bits of the hash scaled to the table,
+// or (past 2^24 slots) all of them.
+func (a *arena) homeOf(h uint64) uint64 {
+	if a.slots <= 1<<tagBits {
+		return (h >> 4 & tagMask) * a.slots >> tagBits
+	}
+	hi, _ := bits.Mul64(h, a.slots)
+	return hi
+}
+
+// step is the slot after i, the table's first after its last.
+func (a *arena) step(i uint64) uint64 {
+	if i++; i == a.slots {
+		return 0
+	}
+	return i
+}
+
 // hashOf is key's hash in the index (the store's locate computes the same).
 func (a *arena) hashOf(key []byte) uint64 { return xxhash.Sum64(key) & a.hashMask }
 
@@ -343,18 +424,19 @@ func (a *arena) entry(h uint64, off int64) uint64 {
 	return (h>>4&tagMask)<<offBits | uint64(off+1)
 }
 
-// home is the slot an entry's probe run starts from.
+// home is the slot an entry's probe run starts from (homeOf its key's hash, from the entry's bits where they
+// suffice).
 func (a *arena) home(e uint64) uint64 {
-	if a.mask <= tagMask {
-		return e >> offBits & a.mask
+	if a.slots <= 1<<tagBits {
+		return (e >> offBits) * a.slots >> tagBits
 	}
-	return a.hashOf(a.key(int64(e&offMask)-1)) >> 4 & a.mask
+	return a.homeOf(a.hashOf(a.key(int64(e&offMask) - 1)))
 }
 
 // find returns the offset of key's live record and its slot in the index, or -1, -1. h is a.hashOf(key).
 func (a *arena) find(key []byte, h uint64) (off int64, slot int) {
 	tag := h >> 4 & tagMask
-	for i := h >> 4 & a.mask; ; i = (i + 1) & a.mask {
+	for i := a.homeOf(h); ; i = a.step(i) {
 		e := a.table[i]
 		if e == 0 {
 			return -1, -1
@@ -372,7 +454,7 @@ func (a *arena) find(key []byte, h uint64) (off int64, slot int) {
 func (a *arena) slotOf(off int64) int {
 	h := a.hashOf(a.key(off))
 	want := uint64(off + 1)
-	for i := h >> 4 & a.mask; ; i = (i + 1) & a.mask {
+	for i := a.homeOf(h); ; i = a.step(i) {
 		e := a.table[i]
 		if e == 0 {
 			panic("store: a live record is not in its shard's index")
@@ -388,34 +470,26 @@ func (a *arena) index(h uint64, off int64) {
 	if (a.count+1)*4 > len(a.table)*3 {
 		a.grow()
 	}
-	a.put(a.entry(h, off), h>>4&a.mask)
+	a.put(a.entry(h, off), a.homeOf(h))
 	a.count++
 }
 
 func (a *arena) put(e, i uint64) {
 	for a.table[i] != 0 {
-		i = (i + 1) & a.mask
+		i = a.step(i)
 	}
 	a.table[i] = e
 }
 
-// grow doubles the index. The ring's end moves down by the table's growth: records above it stay until the
-// tail reaches them, and their pages are given back then (tailWrap).
+// grow makes the index larger (nextTableSize). The ring's end moves down by the table's growth: records above it
+// stay until the tail reaches them, and their pages are given back then (tailWrap).
 func (a *arena) grow() {
 	old, oldMem := a.table, a.tableMem
-	oldMask := a.mask
-	a.setTable(len(old) * 2)
+	a.setTable(nextTableSize(len(old)))
 	for _, e := range old {
-		if e == 0 {
-			continue
+		if e != 0 {
+			a.put(e, a.home(e))
 		}
-		var i uint64
-		if oldMask*2+1 <= tagMask {
-			i = e >> offBits & a.mask
-		} else {
-			i = a.hashOf(a.key(int64(e&offMask)-1)) >> 4 & a.mask
-		}
-		a.put(e, i)
 	}
 	unmapBytes(oldMem)
 }
@@ -431,7 +505,7 @@ func (a *arena) unindex(slot int) {
 	i := uint64(slot)
 	j := i
 	for {
-		j = (j + 1) & a.mask
+		j = a.step(j)
 		e := a.table[j]
 		if e == 0 {
 			break

@@ -51,7 +51,7 @@ func checkArenas(t *testing.T, s *Store) {
 				continue
 			}
 			items++
-			used += Size(a.klen(off), a.vlen(off))
+			used += a.charge(off)
 			classes[a.cls(off)]++
 			key := a.key(off)
 			if got, _ := a.find(key, a.hashOf(key)); got != off {
@@ -607,5 +607,113 @@ func TestPendingChunksReused(t *testing.T) {
 		if want := uint32(0); i%3 == 0 && it.Flags != 2 || i%3 != 0 && it.Flags != want {
 			t.Fatalf("%s after a restart: flags %d", k, it.Flags)
 		}
+	}
+}
+
+// TestTaggedRecords checks the header's optional tag and 32-bit times: a tagged item keeps its tag and is charged
+// its 8 bytes, an untagged one is charged Size; a change in place keeps the tag; an exptime outside 32 bits is
+// kept as the nearest second that fits (before 1970: long expired).
+func TestTaggedRecords(t *testing.T) {
+	s, err := Open(Options{MemoryLimit: 1 << 20, Now: func() int64 { return 1000 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	put := func(key string, it Item) {
+		t.Helper()
+		if _, err := s.Update([]byte(key), func(*Item) (Action, Item) { return Replace, it }); err != nil {
+			t.Fatalf("set %s: %v", key, err)
+		}
+	}
+	put("tagged", Item{Value: []byte("abc"), Tag: 1 << 40, Flags: 5})
+	put("plain", Item{Value: []byte("abc"), Flags: 5})
+	if got, want := s.Stats().Bytes, Size(6, 3)+tagLen+Size(5, 3); got != want {
+		t.Errorf("bytes %d, want %d (two items, one with a tag)", got, want)
+	}
+	if it, ok := s.Get([]byte("tagged")); !ok || it.Tag != 1<<40 || string(it.Value) != "abc" || it.Flags != 5 {
+		t.Errorf("tagged: %+v %v", it, ok)
+	}
+	if it, ok := s.Get([]byte("plain")); !ok || it.Tag != 0 || string(it.Value) != "abc" {
+		t.Errorf("plain: %+v %v", it, ok)
+	}
+	for _, k := range []string{"tagged", "plain"} {
+		s.Update([]byte(k), func(cur *Item) (Action, Item) { cur.Flags, cur.Tag = 9, 7; return Save, Item{} })
+	}
+	if it, _ := s.Get([]byte("tagged")); it.Tag != 1<<40 || it.Flags != 9 || string(it.Value) != "abc" {
+		t.Errorf("tagged after a change in place: %+v", it)
+	}
+	if it, _ := s.Get([]byte("plain")); it.Tag != 0 || it.Flags != 9 || string(it.Value) != "abc" {
+		t.Errorf("plain after a change in place: %+v", it)
+	}
+	put("far", Item{Value: []byte("x"), Exptime: 1 << 40})
+	if it, ok := s.Get([]byte("far")); !ok || it.Exptime != 1<<32-1 {
+		t.Errorf("far future: %+v %v, want exptime %d", it, ok, int64(1<<32-1))
+	}
+	put("past", Item{Value: []byte("x"), Exptime: -5})
+	if _, ok := s.Get([]byte("past")); ok {
+		t.Error("an exptime before 1970 is live")
+	}
+	checkArenas(t, s)
+}
+
+// TestIndexSizes grows one arena's index through sizes that are not powers of two, with keys added and removed at
+// random (and hashes narrowed, so probe runs are long and cross the table's end): every live key is found at its
+// record, no removed one is, and the table is at most three quarters full, and at least half just after it grew.
+func TestIndexSizes(t *testing.T) {
+	for _, mask := range []uint64{^uint64(0), 0xff0} {
+		a := newArena(4<<20, mask, 0)
+		live := map[string]int64{}
+		rng := rand.New(rand.NewPCG(1, 2))
+		sizes := map[int]bool{}
+		var removed []string
+		for i := range 20000 {
+			if len(live) > 0 && rng.IntN(3) == 0 {
+				for k, off := range live {
+					slot := a.slotOf(off)
+					a.clearBits(off, bLive)
+					a.unindex(slot)
+					delete(live, k)
+					removed = append(removed, k)
+					break
+				}
+				continue
+			}
+			key := fmt.Appendf(nil, "k%d", i)
+			it := Item{Value: []byte("v")}
+			n := recLen(len(key), 1, 0)
+			if !a.fits(n) {
+				break
+			}
+			off := a.alloc(n)
+			a.write(off, key, &it, 0)
+			a.index(a.hashOf(key), off)
+			live[string(key)] = off
+			if !sizes[len(a.table)] && len(a.table) > minTable && a.count*2 < len(a.table) {
+				t.Fatalf("mask %#x: grown to %d slots for %d entries", mask, len(a.table), a.count)
+			}
+			sizes[len(a.table)] = true
+			if a.count*4 > len(a.table)*3 {
+				t.Fatalf("mask %#x: %d entries in %d slots", mask, a.count, len(a.table))
+			}
+		}
+		for k, off := range live {
+			if got, _ := a.find([]byte(k), a.hashOf([]byte(k))); got != off {
+				t.Fatalf("mask %#x: %s at %d found at %d", mask, k, off, got)
+			}
+		}
+		for _, k := range removed {
+			if got, _ := a.find([]byte(k), a.hashOf([]byte(k))); got >= 0 {
+				t.Fatalf("mask %#x: removed %s found at %d", mask, k, got)
+			}
+		}
+		if a.count != len(live) {
+			t.Fatalf("mask %#x: %d entries, %d live", mask, a.count, len(live))
+		}
+		for _, want := range []int{64, 96, 128, 192, 256, 384, 512, 768, 1024} {
+			if !sizes[want] {
+				t.Errorf("mask %#x: the index never had %d slots (had %v)", mask, want, sizes)
+			}
+		}
+		a.free()
 	}
 }

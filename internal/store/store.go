@@ -8,7 +8,7 @@
 // Items live in arenas (arena.go): each shard keeps its items as records in a
 // ring of bytes, indexed by a table of offsets, with no Go pointer in either,
 // so a million items are a few large blocks to the garbage collector, not a
-// million objects, and an item costs its key, its value and 48 bytes.
+// million objects, and an item costs its key, its value and 36 bytes.
 //
 // Invariants:
 //   - Keys are split over a fixed number of shards by hash; every read and
@@ -63,7 +63,8 @@ import (
 const numShards = 16
 
 // ItemOverhead is the bytes charged per item on top of its key and value:
-// its record's header in the ring (hdrLen) and its entry in the index.
+// its record's header in the ring (hdrLen) and its entry in the index. An
+// item with a Tag is charged the tag's 8 bytes more (see arena.go).
 const ItemOverhead = hdrLen + 8
 
 var (
@@ -79,14 +80,14 @@ var (
 // in its shard's arena (arena.go).
 type Item struct {
 	Value   []byte // the caller's own: a copy out of the arena, or what it gives Update
-	Exptime int64  // absolute Unix seconds; 0 means never
+	Exptime int64  // absolute Unix seconds; 0 means never (kept in 32 bits: see arena.go)
 	CAS     uint64 // unique id of this version; 0 in a new item means "assign one"
 
 	// Volatile state for the meta protocol; not persisted.
 	// LastAccess also decides a delayed flush_all (see Store.FlushAt), as
 	// memcached's it->time does; an item loaded from disk counts as stored then.
 	LastAccess int64  // Unix seconds of the last fetch or store (kept in 32 bits: until 2106)
-	Tag        uint64 // opaque to the store: the engine marks rows cached from a table with its epoch
+	Tag        uint64 // opaque to the store: the engine marks rows cached from a table with its epoch; set by Replace only (a change of cur.Tag in Update's callback is not kept)
 	Flags      uint32 // client flags, opaque to keyway
 	Fetched    bool   // fetched at least once since stored
 	Stale      bool   // marked stale by an invalidation (meta I flag)
@@ -631,7 +632,7 @@ func (s *Store) update(key []byte, fn func(cur *Item) (Action, Item), withValue 
 			seq = s.lastSeqLocked(sh)
 		}
 	case Replace:
-		if len(key) > MaxKeyLen || recLen(len(key), len(next.Value)) > a.end {
+		if len(key) > MaxKeyLen || recLen(len(key), len(next.Value), next.Tag) > a.end {
 			sh.mu.Unlock()
 			return Item{}, ErrNoMemory
 		}
@@ -728,7 +729,7 @@ func (s *Store) forget(sh *shard, key []byte, cas uint64) {
 			s.removeLocked(sh, off, slot, false)
 		}
 		delete(sh.mu.unsynced, string(key))
-		if u.priorOK && recLen(len(key), len(u.prior.Value)) <= a.end {
+		if u.priorOK && recLen(len(key), len(u.prior.Value), u.prior.Tag) <= a.end {
 			s.insertLocked(sh, key, h, &u.prior, s.now())
 		}
 		return
@@ -1052,7 +1053,7 @@ func (s *Store) insertLocked(sh *shard, key []byte, h uint64, it *Item, now int6
 	if (a.count+1)*4 > len(a.table)*3 {
 		a.grow()
 	}
-	n := recLen(len(key), len(it.Value))
+	n := recLen(len(key), len(it.Value), it.Tag)
 	for !a.fits(n) {
 		if !s.freeTailLocked(sh, now) {
 			return false
@@ -1063,7 +1064,7 @@ func (s *Store) insertLocked(sh *shard, key []byte, h uint64, it *Item, now int6
 	a.write(off, key, it, cls)
 	a.index(h, off)
 	sh.mu.items++
-	size := Size(len(key), len(it.Value))
+	size := a.charge(off)
 	sh.mu.used += size
 	sh.mu.peak = max(sh.mu.peak, sh.mu.used)
 	sh.classCountLocked(cls, size, 1)
@@ -1077,7 +1078,7 @@ func (s *Store) removeLocked(sh *shard, off int64, slot int, log bool) {
 	a := &sh.mu.a
 	a.clearBits(off, bLive)
 	a.unindex(slot)
-	size := Size(a.klen(off), a.vlen(off))
+	size := a.charge(off)
 	sh.mu.items--
 	sh.mu.used -= size
 	sh.classCountLocked(a.cls(off), size, -1)

@@ -993,7 +993,7 @@ func TestItemLayout(t *testing.T) {
 	if item := unsafe.Sizeof(Item{}); item > 64 {
 		t.Errorf("Item is %d bytes (want ≤ 64, no padding)", item)
 	}
-	if hdrLen != hTag+8 || ItemOverhead != hdrLen+8 {
+	if hdrLen != hCAS+8 || ItemOverhead != hdrLen+8 {
 		t.Errorf("record header %d bytes, ItemOverhead %d", hdrLen, ItemOverhead)
 	}
 }
