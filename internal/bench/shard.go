@@ -11,6 +11,8 @@ package bench
 //     cost is the difference from keyway-sharded;
 //   - direct-shard: no keyway, the application computing the shard itself (PHP's xxh64, as Vitess's xxhash) and
 //     keeping a connection to each shard;
+//   - direct-unsharded: no keyway, the global server holding the whole table: with direct-shard, what spreading the
+//     rows over two servers costs or gains by itself on this machine, apart from keyway;
 //   - strawman (unless --strawman=false): keyway-sharded, with the map looked up before every statement by a query
 //     on the global group (keyway_shards.shards), as a lookup service would: Fabric's pattern with one query
 //     instead of ten and an RPC. It is the client's doing: keyway never routes that way.
@@ -36,6 +38,7 @@ const (
 	shardedTarget   = "keyway-sharded"
 	unshardedTarget = "keyway-unsharded"
 	directShard     = "direct-shard"
+	directUnsharded = "direct-unsharded"
 	strawmanTarget  = "strawman"
 )
 
@@ -88,7 +91,7 @@ func (o ShardOptions) Validate() error {
 }
 
 func (o ShardOptions) targets() []string {
-	t := []string{unshardedTarget, shardedTarget, directShard}
+	t := []string{unshardedTarget, shardedTarget, directUnsharded, directShard}
 	if !o.NoStrawman {
 		t = append(t, strawmanTarget)
 	}
@@ -116,9 +119,10 @@ type ShardCase struct {
 	Statement string
 	Results   []Result
 	// Routing is keyway-sharded's statements/s over keyway-unsharded's (target ≥ 0.95); Direct is direct-shard's
-	// over keyway-unsharded's; Strawman keyway-unsharded's over the strawman's (how many times slower a lookup per
-	// statement makes the loop: the seed's figure was 83).
-	Routing, Direct, Strawman float64
+	// over keyway-unsharded's; TwoServers direct-shard's over direct-unsharded's (the farm's own effect, without
+	// keyway); Strawman keyway-unsharded's over the strawman's (how many times slower a lookup per statement makes
+	// the loop: the seed's figure was 83).
+	Routing, Direct, TwoServers, Strawman float64
 }
 
 // SetCommand records the command line that produced the report.
@@ -224,6 +228,9 @@ func RunShard(ctx context.Context, o ShardOptions) (*ShardReport, error) {
 		directShard: {name: directShard, start: func(context.Context) (running, error) {
 			return running{addr: directShard, stop: func() error { return nil }}, nil
 		}},
+		directUnsharded: {name: directUnsharded, start: func(context.Context) (running, error) {
+			return running{addr: farm.Global.Addr, stop: func() error { return nil }}, nil
+		}},
 	}
 	var targets []target
 	for _, n := range o.targets() {
@@ -253,6 +260,9 @@ func RunShard(ctx context.Context, o ShardOptions) (*ShardReport, error) {
 		rs := ratios(results, unshardedTarget)
 		c.Routing = rs[ratioKey(shardedTarget, unshardedTarget)]
 		c.Direct = rs[ratioKey(directShard, unshardedTarget)]
+		if d := rs[ratioKey(directUnsharded, unshardedTarget)]; d > 0 {
+			c.TwoServers = c.Direct / d
+		}
 		if v := rs[ratioKey(strawmanTarget, unshardedTarget)]; v > 0 {
 			c.Strawman = 1 / v
 		}
@@ -407,7 +417,8 @@ func (r *ShardReport) WriteText(w io.Writer) {
 		if c.Routing < 0.95 {
 			verdict = "MISSED"
 		}
-		fmt.Fprintf(w, "routing: keyway-sharded %.2f× keyway-unsharded (target ≥ 0.95: %s); direct-shard %.2f×\n", c.Routing, verdict, c.Direct)
+		fmt.Fprintf(w, "routing: keyway-sharded %.2f× keyway-unsharded (target ≥ 0.95: %s); direct-shard %.2f×; without keyway, two shards run at %.2f× one server\n",
+			c.Routing, verdict, c.Direct, c.TwoServers)
 		if c.Strawman > 0 {
 			fmt.Fprintf(w, "strawman (a map lookup query on the global group before each statement): %.2f× slower than keyway-unsharded (seed 004's Fabric: %.0f×)\n",
 				c.Strawman, seedFabricRatio)
