@@ -352,6 +352,7 @@ func (ss *session) lease(plan *Plan) (*mysqlwire.Error, error) {
 	if err == nil && ss.pendingBegin != "" {
 		if err = be.Exec(ss.pendingBegin); err != nil {
 			be.Release()
+			ss.status &^= mysqlwire.StatusInTrans // the transaction the client was told of did not start
 		}
 		ss.pendingBegin = ""
 	}
@@ -705,9 +706,13 @@ func (ss *session) exchange(p []byte, plan *Plan, st *prepared, fn func(relay) (
 	}
 	// An ERR is legal at any point of a reply, and the client must not wait. Not 2013: MariaDB's client library
 	// takes a client error number (2000-2999) in an ERR for a malformed packet (and sysbench then crashes).
+	lostGroup := ss.user.group
+	if be.Pool() != nil {
+		lostGroup = be.Pool().Group() // a shard's or a replica's, where the statement ran
+	}
 	ss.sendErr(mysqlwire.NewError(mysqlwire.ERConnectionKilled, "70100",
 		"Lost connection to server during query (keyway: the connection to backend group %s (%s) failed: %v; the statement was not sent again, since it may have taken effect)",
-		ss.user.group.Name(), ss.user.group.Addr(), err))
+		lostGroup.Name(), lostGroup.Addr(), err))
 	if pinned {
 		return rows, true, errSessionEnd // the session's state was on that connection
 	}
@@ -814,7 +819,7 @@ func (ss *session) changeUser(p []byte) error {
 	ss.quit = false
 	ss.hs.User, ss.hs.Account, ss.hs.Collation = acct.User, acct, collation
 	ss.user = ss.accounts.users[acct.User]
-	ss.stmts, ss.pin = nil, pinState{}
+	ss.stmts, ss.pin, ss.pendingBegin = nil, pinState{}, ""
 	if err := ss.attach(dbName); err != nil {
 		return err
 	}
@@ -831,7 +836,7 @@ func (ss *session) resetConnection() error {
 		be.MarkDirty()
 		be.Release()
 	}
-	ss.stmts, ss.pin, ss.txTables, ss.txSeen = nil, pinState{}, ss.txTables[:0], false
+	ss.stmts, ss.pin, ss.txTables, ss.txSeen, ss.pendingBegin = nil, pinState{}, ss.txTables[:0], false, ""
 	db := ss.state.DB
 	ss.state = ss.pool.Baseline()
 	ss.state.DB = db
