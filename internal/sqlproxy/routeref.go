@@ -48,8 +48,8 @@ type routeEq struct {
 
 // routeVal is where one value comes from: the param-th parameter of an execute (param ≥ 0), or a literal, whose
 // text is lit (for the statement this ref was built from) and which is the tok-th literal of the fingerprint's
-// token stream (literalSpans) when tok ≥ 0. ok is false for anything else (an expression, NULL, a negative
-// number): a shard key value the router cannot take.
+// token stream (literalSpans) when tok ≥ 0. A negative integer (-5) is a value too, read from the statement's own
+// parse. ok is false for anything else (an expression, NULL, a float): a shard key value the router cannot take.
 type routeVal struct {
 	param, tok int
 	pos        int // the literal's offset in the text it was parsed from (0: unknown)
@@ -183,12 +183,21 @@ func routeValue(stmt ast.StmtNode, e ast.ExprNode) routeVal {
 	case *test_driver.ParamMarkerExpr:
 		v.param = paramIndex(stmt, x)
 		v.ok = v.param >= 0
+	case *ast.UnaryOperationExpr: // -5: a negative key, for range_int (its text is parsed per execution)
+		if in, isLit := x.V.(*test_driver.ValueExpr); isLit && x.Op == opcode.Minus {
+			switch in.Datum.Kind() {
+			case test_driver.KindInt64:
+				v.lit, v.ok = strconv.FormatInt(-in.Datum.GetInt64(), 10), true
+			case test_driver.KindUint64:
+				if u := in.Datum.GetUint64(); u <= 1<<63 {
+					v.lit, v.ok = "-"+strconv.FormatUint(u, 10), true
+				}
+			}
+		}
 	case *test_driver.ValueExpr:
 		switch x.Datum.Kind() {
 		case test_driver.KindInt64:
-			if n := x.Datum.GetInt64(); n >= 0 {
-				v.lit, v.ok = strconv.FormatInt(n, 10), true
-			}
+			v.lit, v.ok = strconv.FormatInt(x.Datum.GetInt64(), 10), true
 		case test_driver.KindUint64:
 			v.lit, v.ok = strconv.FormatUint(x.Datum.GetUint64(), 10), true
 		case test_driver.KindString:

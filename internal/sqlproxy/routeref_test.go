@@ -26,6 +26,7 @@ func TestRouteOf(t *testing.T) {
 		{sql: "select a from app.t where x > 3 and (id = ? and name = 'bo''b')", table: "app.t",
 			eqs: []eq{{"id", []string{"p0"}}, {"name", []string{"bo'b"}}}, fast: true},
 		{sql: "SELECT * FROM t WHERE 7 = id OR id = 8", table: "t", fast: true},
+		{sql: "SELECT * FROM t WHERE id = -5", table: "t", eqs: []eq{{"id", []string{"-5"}}}},
 		{sql: "SELECT * FROM t WHERE id IN (1, 2, 3)", table: "t", eqs: []eq{{"id", []string{"1", "2", "3"}}}},
 		{sql: "SELECT * FROM t WHERE id = 5 ORDER BY a", table: "t", eqs: []eq{{"id", []string{"5"}}}, gathers: "ORDER BY", fast: true},
 		{sql: "SELECT count(*) FROM t", table: "t", gathers: "an aggregate function", fast: true},

@@ -590,4 +590,18 @@ func TestShardMapReloadUnderLoad(t *testing.T) {
 	if err := f.direct["s2"].QueryRow("SELECT COUNT(*) FROM users").Scan(&n2); err != nil || n2 != 100 {
 		t.Fatalf("s2 holds %d rows, want 100 (%v)", n2, err)
 	}
+	// A negative key of a range_int mapping, as a literal and as a parameter.
+	mustExec(t, f.proxy, "INSERT INTO users (id, name) VALUES (-3, 'neg')")
+	if _, err := f.proxy.Exec("INSERT INTO users (id, name) VALUES (?, 'neg')", -4); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []int{-3, -4} {
+		if at := f.where(t, "users", "id", id); len(at) != 1 || at[0] != "s1" {
+			t.Fatalf("user %d is on %v, want s1", id, at)
+		}
+	}
+	var name string
+	if err := f.proxy.QueryRow("SELECT name FROM users WHERE id = -3").Scan(&name); err != nil || name != "neg" {
+		t.Fatalf("user -3 through keyway: %q, %v", name, err)
+	}
 }
