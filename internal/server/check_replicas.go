@@ -31,13 +31,18 @@ import (
 //     or whose replication the group's account may not see (it lacks SLAVE MONITOR, which the member monitor needs);
 //   - an account keyway uses on the replica that may write through read_only: READ ONLY ADMIN (which ALL
 //     PRIVILEGES includes), or SUPER where it still implies it (MariaDB before 10.11, MySQL). The grants are read
-//     from SHOW GRANTS, which lists the account's own grants and its current (default) role's.
+//     from SHOW GRANTS, which lists the account's own grants and its current (default) role's;
+//   - a group account that may not read the primary's information_schema.INNODB_TRX (PROCESS): a switchover
+//     cannot see its writes in flight end, and holds new writes for its whole hold.
 func checkReplicas(ctx context.Context, cfg config.Config, g config.Group, grp *backend.Group) []string {
 	if len(g.Replicas) == 0 {
 		return nil
 	}
 	var out []string
 	primary := primaryIdentity(ctx, grp)
+	if warning := switchoverSight(ctx, grp, g); warning != "" {
+		out = append(out, warning)
+	}
 	type account struct{ user, password, what string }
 	accounts := []account{{g.User, g.Password, groupAccount}}
 	seen := map[[2]string]bool{{g.User, g.Password}: true}
@@ -116,6 +121,20 @@ func primaryIdentity(ctx context.Context, grp *backend.Group) primaryID {
 		return primaryID{}
 	}
 	return id
+}
+
+// switchoverSight warns when the group's account may not read the primary's INNODB_TRX, from which a switchover
+// learns that the writes in flight have ended (backend.Group.Switchover); "" when it may, or when the primary
+// cannot be reached (the primary's own checks say so).
+func switchoverSight(ctx context.Context, grp *backend.Group, g config.Group) string {
+	db := container.OpenDB(grp.SQLConfig())
+	defer db.Close()
+	var n int
+	err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.INNODB_TRX").Scan(&n)
+	if me, ok := errors.AsType[*mysql.MySQLError](err); ok {
+		return fmt.Sprintf("group %q: user %q may not read information_schema.INNODB_TRX on the primary (%v): a switchover cannot see the writes in flight end and holds new writes for its whole hold; GRANT PROCESS ON *.* TO the account", g.Name, g.User, me)
+	}
+	return ""
 }
 
 // replicaState warns about the replica's read_only and its replication. db is logged in as user (current is the
