@@ -33,7 +33,9 @@ func (c *Container) mapErr(err error) error {
 
 // ErrOutcomeUnknown is in the error of a write whose connection to MySQL broke after the statement may have
 // reached the server (a primary that died, a failover): the write may have been applied, and keyway does not send
-// it again. The memcache door's SERVER_ERROR says so.
+// it again. The memcache door's SERVER_ERROR says so. It covers autocommit writes (set, add, delete, cas, incr,
+// append… outside a transaction) and a COMMIT cut off; a statement cut inside a transaction is known not to have
+// applied (its transaction dies with the connection).
 var ErrOutcomeUnknown = errors.New("its outcome is unknown: it may have been applied, and keyway did not send it again")
 
 // writeErr is mapErr for the error of an autocommit write: a connection lost after the statement went out (the
@@ -490,7 +492,7 @@ func (c *Container) Add(ctx context.Context, key []byte, it Item) (uint64, Statu
 			st = NotStored
 			return nil
 		}
-		return c.mapErr(err)
+		return c.writeErr(err)
 	})
 	if err != nil {
 		return 0, 0, err
@@ -536,8 +538,10 @@ func (c *Container) Replace(ctx context.Context, key []byte, it Item) (uint64, S
 // new values: still yes.
 func (c *Container) updated(ctx context.Context, q queryer, key []byte, stmt string, args []any, yes, no Status) (Status, error) {
 	res, err := q.ExecContext(ctx, stmt, args...)
-	if err != nil {
-		return 0, c.mapErr(err)
+	if _, inTx := q.(*sql.Tx); err != nil && inTx {
+		return 0, c.mapErr(err) // the transaction is lost with its connection: nothing of it applied
+	} else if err != nil {
+		return 0, c.writeErr(err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
@@ -661,7 +665,7 @@ func (c *Container) inTxOn(ctx context.Context, db sqlConn, key []byte, fn func(
 		return 0, err
 	}
 	if err := tx.Commit(); err != nil {
-		return 0, c.mapErr(err)
+		return 0, c.writeErr(err) // a COMMIT cut off may have been applied
 	}
 	return st, nil
 }
@@ -724,7 +728,7 @@ func (c *Container) CompareAndSwap(ctx context.Context, key []byte, it Item, cas
 	err = c.onPrimary(ctx, func(db sqlConn) error {
 		res, err := db.ExecContext(ctx, q, append(append(wargs, key, cas), cargs...)...)
 		if err != nil {
-			return c.mapErr(err)
+			return c.writeErr(err)
 		}
 		if n, err := res.RowsAffected(); err != nil {
 			return c.mapErr(err)
@@ -851,7 +855,7 @@ func (c *Container) Delete(ctx context.Context, key []byte) (Status, error) {
 	if c.qExp == "" {
 		err = c.onPrimary(ctx, func(db sqlConn) (err error) {
 			res, err = db.ExecContext(ctx, c.stmt.delete, key)
-			return c.mapErr(err)
+			return c.writeErr(err)
 		})
 		if err != nil {
 			return 0, err

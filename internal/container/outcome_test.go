@@ -38,39 +38,46 @@ func TestSetOutcomeUnknown(t *testing.T) {
 	}
 	defer c.Close()
 
-	// The row is locked, so the set's statement waits on the server until the relay cuts its connection.
-	lock, err := live.Begin()
-	if err != nil {
-		t.Fatal(err)
+	// The row is locked, so each write's statement waits on the server until the relay cuts its connection: a set,
+	// an add (its duplicate check waits on the lock too) and a delete, each an autocommit statement.
+	writes := []struct {
+		name, running string
+		do            func() error
+	}{
+		{"set", "INSERT INTO%outcome%", func() error { _, err := c.Set(ctx, []byte("k"), Item{Value: []byte("new")}); return err }},
+		{"add", "INSERT INTO%outcome%", func() error { _, _, err := c.Add(ctx, []byte("k"), Item{Value: []byte("new")}); return err }},
+		{"delete", "DELETE FROM%outcome%", func() error { _, err := c.Delete(ctx, []byte("k")); return err }},
 	}
-	defer lock.Rollback()
-	if _, err := lock.Exec("SELECT * FROM test.outcome WHERE c1 = 'k' FOR UPDATE"); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		_, err := c.Set(ctx, []byte("k"), Item{Value: []byte("new")})
-		done <- err
-	}()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		var n int
-		if err := live.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'INSERT INTO%outcome%'").Scan(&n); err != nil {
+	for _, w := range writes {
+		lock, err := live.Begin()
+		if err != nil {
 			t.Fatal(err)
 		}
-		if n > 0 {
-			break
+		if _, err := lock.Exec("SELECT * FROM test.outcome WHERE c1 = 'k' FOR UPDATE"); err != nil {
+			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the set's statement never ran on the server")
+		done := make(chan error, 1)
+		go func() { done <- w.do() }()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			var n int
+			if err := live.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE ?", w.running).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the %s's statement never ran on the server", w.name)
+			}
 		}
+		r.Cut()
+		err = <-done
+		if !errors.Is(err, ErrOutcomeUnknown) || !strings.Contains(err.Error(), "outcome is unknown") || !strings.Contains(err.Error(), `container "oc"`) {
+			t.Fatalf("a %s whose connection broke mid-statement: %v; want an error naming the container and saying its outcome is unknown", w.name, err)
+		}
+		t.Logf("the %s's error: %v", w.name, err)
+		lock.Rollback()
 	}
-	r.Cut()
-	err = <-done
-	if !errors.Is(err, ErrOutcomeUnknown) || !strings.Contains(err.Error(), "outcome is unknown") || !strings.Contains(err.Error(), `container "oc"`) {
-		t.Fatalf("a set whose connection broke mid-statement: %v; want an error naming the container and saying its outcome is unknown", err)
-	}
-	t.Logf("the set's error: %v", err)
-	lock.Rollback()
 
 	// A set that never reached the server: its outcome is known.
 	r.Down()
