@@ -267,9 +267,12 @@ func (r relay) scatterPart(first, last bool) (rows int64, failed bool, err error
 	if err != nil {
 		return 0, false, err
 	}
-	cols, _, ok := mysqlwire.ReadColumnCount(head, r.ss.c.ExtCapabilities)
+	cols, defs, ok := mysqlwire.ReadColumnCount(head, r.ss.c.ExtCapabilities)
 	if !ok || cols == 0 {
 		return 0, false, errUnexpected("as a scattered SELECT's column count", head)
+	}
+	if !defs {
+		cols = 0 // the client has them (MariaDB's metadata cache): none follow, as in results
 	}
 	for i := uint64(0); i < cols; i++ {
 		if _, _, err := r.pkt(); err != nil {

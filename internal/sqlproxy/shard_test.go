@@ -415,6 +415,20 @@ func TestShardScatterAndDDL(t *testing.T) {
 		_, err := db.Exec(q)
 		wantRefusal(t, err, want)
 	}
+	// A scatter inside a transaction is refused, even before the transaction touched a server.
+	conn, err := db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(context.Background(), "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = conn.ExecContext(context.Background(), "SELECT id FROM events")
+	wantRefusal(t, err, "runs outside transactions")
+	if _, err := conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
 	// DDL on a sharded table runs on each shard.
 	mustExec(t, db, "ALTER TABLE events ADD COLUMN note VARCHAR(10)")
 	for _, g := range []string{"s1", "s2"} {
@@ -425,7 +439,7 @@ func TestShardScatterAndDDL(t *testing.T) {
 	}
 	// A shard where it fails: each shard's outcome is in the error.
 	mustExec(t, f.direct["s2"], "ALTER TABLE events ADD COLUMN only_s2 INT")
-	_, err := db.Exec("ALTER TABLE events ADD COLUMN only_s2 INT")
+	_, err = db.Exec("ALTER TABLE events ADD COLUMN only_s2 INT")
 	var me *mysql.MySQLError
 	if !errors.As(err, &me) || !strings.Contains(me.Message, "s1: ok") || !strings.Contains(me.Message, "s2: ") || !strings.Contains(me.Message, "Duplicate column") {
 		t.Fatalf("DDL failing on one shard: %v", err)

@@ -393,6 +393,9 @@ func (ss *session) routeQuery(p []byte, sql string, plan *Plan, start time.Time)
 	if e == nil && route.table != nil {
 		gs, e = ss.shardGroups(route)
 	}
+	if e == nil && route.all && !route.ddl && ss.pendingBegin != "" {
+		e = shardRefusal("a statement for every shard of %s runs outside transactions", route.table)
+	}
 	if e == nil && route.all && ss.be != nil {
 		if pinned, why := ss.pinned(); pinned && !ss.holdNext {
 			e = shardRefusal("a statement for every shard of %s runs outside transactions and pins (this session: %s)", route.table, why)
@@ -400,6 +403,11 @@ func (ss *session) routeQuery(p []byte, sql string, plan *Plan, start time.Time)
 			ss.holdNext = false
 			ss.release()
 		}
+	}
+	if e == nil && route.ddl && ss.pendingBegin != "" {
+		// DDL commits the transaction open before it, as on one server: the BEGIN keyway holds is over.
+		ss.pendingBegin = ""
+		ss.status &^= mysqlwire.StatusInTrans
 	}
 	switch {
 	case e != nil:
