@@ -29,19 +29,22 @@ import (
 )
 
 // runGroup is the group that runs the session's statement: the shard the router chose (shardroute.go), else the
-// session's own; primary is that group's pool for the session.
-func (ss *session) runGroup() (g *backend.Group, primary *backend.Pool) {
+// session's own.
+func (ss *session) runGroup() *backend.Group {
 	if ss.shard != nil && ss.shard != ss.user.group {
-		return ss.shard, ss.shard.Pool(ss.pool.Key(), ss.user.backendPassword)
+		return ss.shard
 	}
-	return ss.user.group, ss.pool
+	return ss.user.group
 }
 
 // leasePool is the pool the statement of plan borrows from: a replica's, when the statement may read there and a
 // replica covers what it needs, else its group's primary's (primary). When no replica covers it but one may
 // soon, wait is the position the borrowed connection must wait for first (leaseWaited); zero otherwise.
 func (ss *session) leasePool(plan *Plan) (pool, primary *backend.Pool, wait validity.Position) {
-	g, primary := ss.runGroup()
+	g, primary := ss.runGroup(), ss.pool
+	if g != ss.user.group {
+		primary = g.Pool(ss.pool.Key(), ss.user.backendPassword) // the shard's: looked up once, here
+	}
 	if plan == nil || !g.ReadsReplicas() || !ss.mayReadReplica(plan) {
 		return primary, primary, wait
 	}

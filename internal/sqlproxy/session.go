@@ -339,7 +339,7 @@ func (ss *session) lease(plan *Plan) (*mysqlwire.Error, error) {
 	pool, primary, wait := ss.leasePool(plan) // a replica's, for a read one may run (replicas.go)
 	be, err := pool.Lease(context.Background(), &ss.state, needs)
 	if !wait.IsZero() {
-		g, _ := ss.runGroup()
+		g := ss.runGroup()
 		if err == nil {
 			be = ss.leaseWaited(g, be, wait)
 		} else {
@@ -357,7 +357,7 @@ func (ss *session) lease(plan *Plan) (*mysqlwire.Error, error) {
 		ss.pendingBegin = ""
 	}
 	if err != nil {
-		g, _ := ss.runGroup()
+		g := ss.runGroup()
 		return clientError(g, err), nil
 	}
 	ss.be, ss.insertIDs = be, be.InsertIDs()

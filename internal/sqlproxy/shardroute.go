@@ -480,7 +480,7 @@ func (ss *session) scatter(p []byte, plan *Plan, gs []*backend.Group, start time
 // shard's the router chose (each shard group has its binlog follower, so one lagging shard stops only its own
 // cached answers and replica reads). ok is false when nothing vouches for that group's copies.
 func (ss *session) gate() (*validity.Gate, bool) {
-	g, _ := ss.runGroup()
+	g := ss.runGroup()
 	return ss.gateOf(g)
 }
 
