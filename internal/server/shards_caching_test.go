@@ -44,25 +44,7 @@ listen = "127.0.0.1:0"
 listen = ""
 [cache]
 max_staleness = "1s"
-[[groups]]
-name = "global"
-primary = %q
-user = "app"
-password = "secret"
-invalidate = "none"
-[[groups]]
-name = "s1"
-primary = %q
-user = "app"
-password = "secret"
-invalidate = "binlog"
-[[groups]]
-name = "s2"
-primary = %q
-user = "app"
-password = "secret"
-invalidate = "binlog"
-[sharding]
+%s[sharding]
 global = "global"
 [[shard_maps]]
 name = "kv"
@@ -77,7 +59,7 @@ values = ["v"]
 get = "caching"
 set = "caching"
 delete = "caching"
-`, farm.Global.Addr, farm.Shards[0].Addr, farm.Shards[1].Addr)
+`, farmGroups(farm, "invalidate = \"none\"\n", "invalidate = \"binlog\"\n"))
 	cfg, err := config.Parse([]byte(toml))
 	if err != nil {
 		t.Fatal(err)

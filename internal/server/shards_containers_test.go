@@ -23,31 +23,13 @@ import (
 
 // shardedContainersTOML is a keyway with the memcache door, a global group and two shard groups, and three
 // containers on sharded tables: kv (xxhash by its string key, write = "sync"), nums (hash: keys must be integers)
-// and wb (range_int, write = "async"). Placeholders: the three servers' addresses.
+// and wb (range_int, write = "async"). Placeholder: the farm's groups (farmGroups).
 const shardedContainersTOML = `
 [memcache]
 listen = "127.0.0.1:0"
 [sql]
 listen = ""
-[[groups]]
-name = "global"
-primary = %q
-user = "app"
-password = "secret"
-invalidate = "none"
-[[groups]]
-name = "s1"
-primary = %q
-user = "app"
-password = "secret"
-invalidate = "none"
-[[groups]]
-name = "s2"
-primary = %q
-user = "app"
-password = "secret"
-invalidate = "none"
-[sharding]
+%s[sharding]
 global = "global"
 [[shard_maps]]
 name = "kv"
@@ -115,7 +97,7 @@ func TestShardedContainers(t *testing.T) {
 		}
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	toml := fmt.Sprintf(shardedContainersTOML, farm.Global.Addr, farm.Shards[0].Addr, farm.Shards[1].Addr)
+	toml := fmt.Sprintf(shardedContainersTOML, farmGroups(farm, "invalidate = \"none\"\n", "invalidate = \"none\"\n"))
 	start := func(toml string) (*Server, error) {
 		cfg, err := config.Parse([]byte(toml))
 		if err != nil {

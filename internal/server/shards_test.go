@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,26 +51,10 @@ listen = "127.0.0.1:0"
 [[sql.users]]
 name = "app"
 password = "secret"
-[[groups]]
-name = "global"
-primary = %q
-user = "app"
-password = "secret"
-binlog_user = "root"
-[[groups]]
-name = "s1"
-primary = %q
-user = "app"
-password = "secret"
-[[groups]]
-name = "s2"
-primary = %q
-user = "app"
-password = "secret"
-[sharding]
+%s[sharding]
 global = "global"
 source = "table"
-`, farm.Global.Addr, farm.Shards[0].Addr, farm.Shards[1].Addr)
+`, farmGroups(farm, "binlog_user = \"root\"\n", ""))
 	cfg, err := config.Parse([]byte(toml))
 	if err != nil {
 		t.Fatal(err)
@@ -177,26 +162,11 @@ listen = "127.0.0.1:0"
 [[sql.users]]
 name = "app"
 password = "secret"
-[[groups]]
-name = "global"
-primary = %q
-user = "app"
-password = "secret"
-[[groups]]
-name = "s1"
-primary = %q
-user = "app"
-password = "secret"
-[[groups]]
-name = "s2"
-primary = %q
-user = "app"
-password = "secret"
-[[shard_maps]]
+%s[[shard_maps]]
 name = "users"
 kind = "range_int"
 tables = [{ table = "test.users", column = "id" }]
-%s`, farm.Global.Addr, farm.Shards[0].Addr, farm.Shards[1].Addr, shards)
+%s`, farmGroups(farm, "", ""), shards)
 	}
 	parse := func(text string) config.Config {
 		t.Helper()
@@ -256,4 +226,19 @@ tables = [{ table = "test.users", column = "id" }]
 	if v := s.ShardMapVersion(); v != 2 {
 		t.Fatalf("after the refused reload the map is version %d, want 2", v)
 	}
+}
+
+// farmGroups is the [[groups]] of a keyway in front of farm: "global" on its global server, then "s1", "s2", … on
+// its shards, each with the app account, and the TOML lines globalExtra and shardExtra added to the global group's
+// table and to each shard group's.
+func farmGroups(farm *testenv.Shards, globalExtra, shardExtra string) string {
+	var b strings.Builder
+	group := func(name, addr, extra string) {
+		fmt.Fprintf(&b, "[[groups]]\nname = %q\nprimary = %q\nuser = \"app\"\npassword = \"secret\"\n%s", name, addr, extra)
+	}
+	group("global", farm.Global.Addr, globalExtra)
+	for i, m := range farm.Shards {
+		group("s"+strconv.Itoa(i+1), m.Addr, shardExtra)
+	}
+	return b.String()
 }
