@@ -5,10 +5,16 @@ package bench
 // the UPDATE alone. keyway holds the map and routes from the statement itself; this bench measures what that costs.
 //
 // One PHP process (mysqli, prepared statements bound per id) runs loops of Statements statements by primary key on
-// a table of Rows rows, UPDATE then SELECT, against four targets, alternating, Repetitions rounds:
+// a table of Rows rows, UPDATE then SELECT, after 200 untimed ones (each target is a fresh process: the warm-up
+// dials its shards' connections and prepares the statement on them), against these targets, alternating,
+// Repetitions rounds:
 //   - keyway-sharded: keyway with a local map (xxhash, two shards -80 and 80-), each statement routed by its id;
 //   - keyway-unsharded: keyway in front of one group (the global server) holding the whole table: the routing's
 //     cost is the difference from keyway-sharded;
+//   - keyway-one-shard: keyway with a map of one shard ("-") on a group of its own on the global server: every
+//     statement is routed as keyway-sharded's are (the plan's reference read, the hash, the lookup, the shard's
+//     pool) but runs on the same server as keyway-unsharded's, so the difference is the router's own cost, apart
+//     from what a second server costs this machine (which direct-shard against direct-unsharded shows);
 //   - direct-shard: no keyway, the application computing the shard itself (PHP's xxh64, as Vitess's xxhash) and
 //     keeping a connection to each shard;
 //   - direct-unsharded: no keyway, the global server holding the whole table: with direct-shard, what spreading the
@@ -36,6 +42,7 @@ import (
 // The shard bench's targets.
 const (
 	shardedTarget   = "keyway-sharded"
+	oneShardTarget  = "keyway-one-shard"
 	unshardedTarget = "keyway-unsharded"
 	directShard     = "direct-shard"
 	directUnsharded = "direct-unsharded"
@@ -91,7 +98,7 @@ func (o ShardOptions) Validate() error {
 }
 
 func (o ShardOptions) targets() []string {
-	t := []string{unshardedTarget, shardedTarget, directUnsharded, directShard}
+	t := []string{unshardedTarget, oneShardTarget, shardedTarget, directUnsharded, directShard}
 	if !o.NoStrawman {
 		t = append(t, strawmanTarget)
 	}
@@ -118,11 +125,12 @@ type ShardReport struct {
 type ShardCase struct {
 	Statement string
 	Results   []Result
-	// Routing is keyway-sharded's statements/s over keyway-unsharded's (target ≥ 0.95); Direct is direct-shard's
-	// over keyway-unsharded's; TwoServers direct-shard's over direct-unsharded's (the farm's own effect, without
-	// keyway); Strawman keyway-unsharded's over the strawman's (how many times slower a lookup per statement makes
-	// the loop: the seed's figure was 83).
-	Routing, Direct, TwoServers, Strawman float64
+	// Routing is keyway-sharded's statements/s over keyway-unsharded's (target ≥ 0.95); Router keyway-one-shard's
+	// over keyway-unsharded's (the router alone, on the same server); Direct is direct-shard's over
+	// keyway-unsharded's; TwoServers direct-shard's over direct-unsharded's (the farm's own effect, without keyway);
+	// Strawman keyway-unsharded's over the strawman's (how many times slower a lookup per statement makes the loop:
+	// the seed's figure was 83).
+	Routing, Router, Direct, TwoServers, Strawman float64
 }
 
 // SetCommand records the command line that produced the report.
@@ -149,8 +157,12 @@ foreach ($dbs as $db) {
 }
 mt_srand(4);
 $fail = 0; $first = ''; $id = 0;
-$t = microtime(true);
-for ($i = 0; $i < $n; $i++) {
+// Pass 0 warms up, untimed: keyway's pools dial each shard's connection and prepare the statement on it at its first
+// execute, and a fresh process grows its heap; pass 1 is the measured loop.
+for ($pass = 0; $pass < 2; $pass++) {
+$count = $pass === 0 ? min(200, $n) : $n;
+if ($pass === 1) { $fail = 0; $first = ''; $t = microtime(true); }
+for ($i = 0; $i < $count; $i++) {
 	$id = mt_rand(1, $rows);
 	$c = 0;
 	if ($mode === 'direct') { $c = hexdec(substr(hash('xxh64', (string)$id), 14, 2)) >= 0x80 ? 1 : 0; }
@@ -164,6 +176,7 @@ for ($i = 0; $i < $n; $i++) {
 	mysqli_stmt_bind_param($st, 'i', $id);
 	if (!mysqli_stmt_execute($st)) { $fail++; if ($first === '') { $first = mysqli_stmt_errno($st) . " " . mysqli_stmt_error($st); } continue; }
 	if ($kind === 'select') { mysqli_stmt_store_result($st); mysqli_stmt_free_result($st); }
+}
 }
 $el = microtime(true) - $t;
 printf("%d %d %.6f %s\n", $n, $fail, $el, $first);
@@ -210,11 +223,16 @@ func RunShard(ctx context.Context, o ShardOptions) (*ShardReport, error) {
 		return nil, err
 	}
 	defer os.Remove(e.script)
-	shardedCfg, err := writeTemp("keyway-bench-shard-*.toml", e.shardedConfig(), "keyway config")
+	shardedCfg, err := writeTemp("keyway-bench-shard-*.toml", e.shardedConfig(false), "keyway config")
 	if err != nil {
 		return nil, err
 	}
 	defer os.Remove(shardedCfg)
+	oneShardCfg, err := writeTemp("keyway-bench-shard-one-*.toml", e.shardedConfig(true), "keyway config")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(oneShardCfg)
 	unshardedCfg, err := writeKeywaySQLConfig(farm.Global.Socket, false, keywayLimits{})
 	if err != nil {
 		return nil, err
@@ -224,6 +242,7 @@ func RunShard(ctx context.Context, o ShardOptions) (*ShardReport, error) {
 	byName := map[string]target{
 		unshardedTarget: keywaySQLStarter(unshardedTarget, bin, unshardedCfg),
 		shardedTarget:   keywaySQLStarter(shardedTarget, bin, shardedCfg),
+		oneShardTarget:  keywaySQLStarter(oneShardTarget, bin, oneShardCfg),
 		strawmanTarget:  keywaySQLStarter(strawmanTarget, bin, shardedCfg),
 		directShard: {name: directShard, start: func(context.Context) (running, error) {
 			return running{addr: directShard, stop: func() error { return nil }}, nil
@@ -259,6 +278,7 @@ func RunShard(ctx context.Context, o ShardOptions) (*ShardReport, error) {
 		c := ShardCase{Statement: stmt, Results: results}
 		rs := ratios(results, unshardedTarget)
 		c.Routing = rs[ratioKey(shardedTarget, unshardedTarget)]
+		c.Router = rs[ratioKey(oneShardTarget, unshardedTarget)]
 		c.Direct = rs[ratioKey(directShard, unshardedTarget)]
 		if d := rs[ratioKey(directUnsharded, unshardedTarget)]; d > 0 {
 			c.TwoServers = c.Direct / d
@@ -280,20 +300,30 @@ func (e *shardEnv) mapConfig() shard.Config {
 }
 
 // shardedConfig is keyway-sharded's (and the strawman's) configuration: the three servers over their sockets,
-// the map, the cache off (routing is what is measured).
-func (e *shardEnv) shardedConfig() string {
+// the map, the cache off (routing is what is measured). With oneShard, keyway-one-shard's: the map has one shard,
+// "-", on group s0, a second group on the global server.
+func (e *shardEnv) shardedConfig(oneShard bool) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "[memcache]\nlisten = \"\"\n[cache]\nenabled = false\n[sql]\n[[sql.users]]\nname = %q\npassword = %q\nauth_plugin = \"mysql_native_password\"\n", sqlUser, sqlPassword)
-	for i, s := range e.farm.All() {
-		name := "global"
-		if i > 0 {
-			name = "s" + strconv.Itoa(i)
+	group := func(name, socket string) {
+		fmt.Fprintf(&b, "[[groups]]\nname = %q\nprimary = %q\nuser = %q\npassword = %q\n", name, socket, sqlUser, sqlPassword)
+	}
+	shards := "[[shard_maps.shards]]\nname = \"-80\"\ngroup = \"s1\"\n[[shard_maps.shards]]\nname = \"80-\"\ngroup = \"s2\"\n"
+	if oneShard {
+		group("global", e.farm.Global.Socket)
+		group("s0", e.farm.Global.Socket)
+		shards = "[[shard_maps.shards]]\nname = \"-\"\ngroup = \"s0\"\n"
+	} else {
+		for i, s := range e.farm.All() {
+			name := "global"
+			if i > 0 {
+				name = "s" + strconv.Itoa(i)
+			}
+			group(name, s.Socket)
 		}
-		fmt.Fprintf(&b, "[[groups]]\nname = %q\nprimary = %q\nuser = %q\npassword = %q\n", name, s.Socket, sqlUser, sqlPassword)
 	}
 	b.WriteString("[sharding]\nglobal = \"global\"\n[[shard_maps]]\nname = \"accounts\"\nkind = \"xxhash\"\n" +
-		"tables = [{ table = \"test.accounts\", column = \"id\" }]\n" +
-		"[[shard_maps.shards]]\nname = \"-80\"\ngroup = \"s1\"\n[[shard_maps.shards]]\nname = \"80-\"\ngroup = \"s2\"\n")
+		"tables = [{ table = \"test.accounts\", column = \"id\" }]\n" + shards)
 	return b.String()
 }
 
@@ -413,12 +443,16 @@ func (r *ShardReport) WriteText(w io.Writer) {
 		rs := ratios(c.Results, unshardedTarget)
 		writeTable(w, c.Results, unshardedTarget, rs)
 		writeCPU(w, c.Results)
-		verdict := "met"
-		if c.Routing < 0.95 {
-			verdict = "MISSED"
+		verdict := func(r float64) string {
+			if r < 0.95 {
+				return "MISSED"
+			}
+			return "met"
 		}
 		fmt.Fprintf(w, "routing: keyway-sharded %.2f× keyway-unsharded (target ≥ 0.95: %s); direct-shard %.2f×; without keyway, two shards run at %.2f× one server\n",
-			c.Routing, verdict, c.Direct, c.TwoServers)
+			c.Routing, verdict(c.Routing), c.Direct, c.TwoServers)
+		fmt.Fprintf(w, "router alone: keyway-one-shard (every statement routed, to the same server) %.2f× keyway-unsharded (target ≥ 0.95: %s)\n",
+			c.Router, verdict(c.Router))
 		if c.Strawman > 0 {
 			fmt.Fprintf(w, "strawman (a map lookup query on the global group before each statement): %.2f× slower than keyway-unsharded (seed 004's Fabric: %.0f×)\n",
 				c.Strawman, seedFabricRatio)
