@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/keywaydb/keyway/internal/chart"
 )
@@ -21,19 +22,23 @@ import (
 //go:embed report.html.tmpl
 var reportHTML string
 
-var reportTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
-	"figure": fmtFigure,
-	"ratio":  func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) },
-	"share":  func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }, // a hit ratio
-	"color":  func(i int) template.CSS { return template.CSS(chart.ColorHex(i)) },
-	"micros": microsBand, // "95.1 [90.2–99.0]"
-	"added": func(s *Series) string { // "+90.0 [85.2–95.1]", "-" for none
-		if s == nil {
-			return "-"
-		}
-		return signedBand(*s)
-	},
-}).Parse(reportHTML))
+// reportTemplate is parsed on first use, not at init: the binary that writes reports is the one that serves, and a
+// server has no use for the parse's allocations or for the template packages' pages it would make resident.
+var reportTemplate = sync.OnceValue(func() *template.Template {
+	return template.Must(template.New("report").Funcs(template.FuncMap{
+		"figure": fmtFigure,
+		"ratio":  func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) },
+		"share":  func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }, // a hit ratio
+		"color":  func(i int) template.CSS { return template.CSS(chart.ColorHex(i)) },
+		"micros": microsBand, // "95.1 [90.2–99.0]"
+		"added": func(s *Series) string { // "+90.0 [85.2–95.1]", "-" for none
+			if s == nil {
+				return "-"
+			}
+			return signedBand(*s)
+		},
+	}).Parse(reportHTML))
+})
 
 // Chart sizes in CSS pixels: wide enough for four targets at four concurrencies.
 const (
@@ -89,7 +94,7 @@ func (r *Report) WriteHTML(w io.Writer) error {
 		data.StalenessChart = inlineSVG(svg)
 	}
 	var b bytes.Buffer
-	if err := reportTemplate.Execute(&b, data); err != nil {
+	if err := reportTemplate().Execute(&b, data); err != nil {
 		return fmt.Errorf("bench: report page: %w", err)
 	}
 	_, err := w.Write(b.Bytes())

@@ -98,11 +98,11 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 	}
 	// The store's items live in its arenas, outside Go's heap (within memory_limit: store.Stats.Arena); what it
 	// keeps on the heap is its changes on their way to the disk, store.HeapMemory at most.
-	offHeap, storeHeap := int64(0), int64(0)
+	allowance, storeHeap := int64(heapAllowance), int64(0)
 	if durName != config.DurabilityNone {
-		offHeap, storeHeap = store.DiskMemory, store.HeapMemory
+		allowance, storeHeap = diskHeapAllowance, store.HeapMemory
 	}
-	heapLimit := memoryLimit(sqlCacheBudget(cfg), offHeap) + storeHeap
+	heapLimit := memoryLimit(sqlCacheBudget(cfg), allowance) + storeHeap
 	setMemoryLimit(heapLimit)
 	dur := durabilities[durName]
 	began := time.Now()
@@ -719,14 +719,26 @@ var durabilities = map[string]store.Durability{
 }
 
 // memoryLimit is the bound Go's heap is given (see setMemoryLimit): items on the heap (the SQL result cache's; the
-// store's are in its arenas, off the heap) are charged with overhead already, and the rest covers connections,
-// Pebble's caches and garbage between cycles. offHeap is memory the process holds outside Go's heap beside the
-// arenas (Pebble's cache and memtables, store.DiskMemory): the heap gets that much less, so the whole process
-// keeps to the same bound. The validity slots that containers' copies
-// widen come on top as they grow (validity.Registry.OnSlotsGrown): up to an eighth of the items' limit per table,
-// they are not items' overhead, and a limit that left them out kept a full cache collecting back to back (see
-// docs/benchmarks.md).
-func memoryLimit(items, offHeap int64) int64 { return items + items/4 + 48<<20 - offHeap }
+// store's are in its arenas, off the heap) are charged with overhead already, and allowance (heapAllowance or
+// diskHeapAllowance) covers the rest: connections, the disk's work and garbage between cycles. The validity slots
+// that containers' copies widen come on top as they grow (validity.Registry.OnSlotsGrown): up to an eighth of the
+// items' limit per table, they are not items' overhead, and a limit that left them out kept a full cache
+// collecting back to back (see docs/benchmarks.md).
+func memoryLimit(items, allowance int64) int64 { return items + items/4 + allowance }
+
+const (
+	// heapAllowance is the heap's room beside the items when the store has no disk.
+	heapAllowance = 48 << 20
+	// diskHeapAllowance is the heap's room beside the items when the store has a disk; the store's changes on
+	// their way to it (store.HeapMemory) come on top, and Pebble's memory (store.DiskMemory) is outside the heap,
+	// beside it. Every change passes through the heap on its way to Pebble, and under a write load the heap grows
+	// with that garbage to whatever bound it has (GOGC=400, see setMemoryLimit): its bound is what the process
+	// holds. What is live then is some 8-11 MiB (the pending changes, Pebble's batch, WAL blocks and index block),
+	// so 16 MiB and the pending 4.25 keep the heap at about 13 MiB, where 24 let it sit at 20: 7 MiB less RSS for
+	// about four times the collections during a load (26-29 against 6 for the mix), with loads and memcaslap on
+	// par (docs/benchmarks.md).
+	diskHeapAllowance = 16 << 20
+)
 
 // setMemoryLimit tells the Go runtime to collect before the heap outgrows limit (memoryLimit) by much. Without it
 // the default GOGC lets the heap reach twice the live items.
