@@ -85,8 +85,9 @@ const (
 	// the async tick, so a burst of writes does not pile up in memory. Each
 	// round's changes pass through Go's heap three times (the pending log,
 	// the batch, Pebble's WAL blocks) and the heap grows to several times what
-	// is live between collections (GOGC), up to its limit (HeapMemory): under
-	// a load it sits at that limit, so the round's size is resident memory.
+	// is live between collections (GOGC), up to the limit the server gives it
+	// (HeapMemory plus a fixed allowance): under a load it sits at that
+	// limit, so the round's size is resident memory.
 	kickBytes = 1 << 20
 	// maxBatchBytes splits a round into batches of bounded size; only the
 	// last is synced (the WAL is sequential, so that sync covers all). It is
