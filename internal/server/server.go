@@ -730,8 +730,8 @@ const (
 	// heapAllowance is the heap's room beside the items when the store has no disk.
 	heapAllowance = 48 << 20
 	// diskHeapAllowance is the heap's room beside the items when the store has a disk; the store's changes on
-	// their way to it (store.HeapMemory) come on top, and Pebble's memory (store.DiskMemory) is outside the heap,
-	// beside it. Every change passes through the heap on its way to Pebble, and under a write load the heap grows
+	// their way to it (store.HeapMemory) come on top, and Pebble's memory (its cache and memtables) is outside the
+	// heap, beside it. Every change passes through the heap on its way to Pebble, and under a write load the heap grows
 	// with that garbage to whatever bound it has (GOGC=400, see setMemoryLimit): its bound is what the process
 	// holds. What is live then is some 8-11 MiB (the pending changes, Pebble's batch, WAL blocks and index block),
 	// so 16 MiB and the pending 4.25 keep the heap at about 13 MiB, where 24 let it sit at 20: 7 MiB less RSS for

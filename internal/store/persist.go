@@ -156,19 +156,16 @@ type disk struct {
 	}
 }
 
-// Pebble's memory, outside Go's heap: memtables (writes stop at two: one filling, one flushing) and a block cache.
-// Pebble reserves each memtable's size in the cache (Cache.Reserve), so the two share one budget: while two
-// memtables are live the cache holds no blocks, which costs nothing here, as the store reads Pebble only when it
-// loads at open (and reads aside records). Memtables of 4 MiB (Pebble's default) kept 8 MiB less resident, but in
-// the one run that measured them async loads were slower and memcaslap's p99 on an async store twice as long
-// (docs/benchmarks.md; the machine was shared, and a run of the old build was as noisy), so they stay 8 MiB until a
-// quieter measurement says otherwise.
+// Pebble's memory, outside Go's heap: memtables (writes stop at two: one filling, one flushing) and a block cache,
+// 16 MiB as a rule, not 24: Pebble reserves each memtable's size in the cache (Cache.Reserve), so the two share one
+// budget, the larger of the cache and two memtables. While two memtables are live the cache holds no blocks, which
+// costs nothing here, as the store reads Pebble only when it loads at open (and reads aside records). Memtables of
+// 4 MiB (Pebble's default) kept 8 MiB less resident, but in the one run that measured them async loads were slower
+// and memcaslap's p99 on an async store twice as long (docs/benchmarks.md; the machine was shared, and a run of the
+// old build was as noisy), so they stay 8 MiB until a quieter measurement says otherwise.
 const (
 	pebbleCache    = 8 << 20
 	pebbleMemTable = 8 << 20
-	// DiskMemory is what a store with a disk holds outside Go's heap as a rule: the larger of the cache and two
-	// memtables, which share the cache's budget (see above).
-	DiskMemory = max(pebbleCache, 2*pebbleMemTable)
 	// HeapMemory is what a store with a disk holds on Go's heap at most, beside a little bookkeeping: the changes
 	// not yet handed to Pebble (maxPendingBytes) and the batch being committed (maxBatchBytes). The items are in
 	// the arenas, outside the heap.
@@ -184,7 +181,7 @@ func openDisk(s *Store, o Options) (*disk, error) {
 		// Small, fixed memory: the item data lives in the store already.
 		Cache:                       cache,
 		MemTableSize:                pebbleMemTable,
-		MemTableStopWritesThreshold: 2, // one filling, one flushing: DiskMemory bounds them
+		MemTableStopWritesThreshold: 2, // one filling, one flushing: their memory stays bounded (see pebbleMemTable)
 	})
 	if err != nil && (errors.Is(err, syscall.EAGAIN) || strings.Contains(err.Error(), "lock held by current process")) {
 		// Pebble's LOCK file is held: by another process (fcntl's F_SETLK refuses with EAGAIN), or by a store
