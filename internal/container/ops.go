@@ -538,9 +538,10 @@ func (c *Container) Replace(ctx context.Context, key []byte, it Item) (uint64, S
 // new values: still yes.
 func (c *Container) updated(ctx context.Context, q queryer, key []byte, stmt string, args []any, yes, no Status) (Status, error) {
 	res, err := q.ExecContext(ctx, stmt, args...)
-	if _, inTx := q.(*sql.Tx); err != nil && inTx {
-		return 0, c.mapErr(err) // the transaction is lost with its connection: nothing of it applied
-	} else if err != nil {
+	if err != nil {
+		if _, inTx := q.(*sql.Tx); inTx {
+			return 0, c.mapErr(err) // the transaction is lost with its connection: nothing of it applied
+		}
 		return 0, c.writeErr(err)
 	}
 	n, err := res.RowsAffected()
