@@ -79,25 +79,30 @@ func (s *replicaSetup) proxy(t *testing.T, readFrom string) (db *sql.DB, addr st
 	reg := validity.NewRegistry()
 	reg.Gate("main")
 	srv, addr := startProxyOpts(t, cfg.with(t, func(o *Options) { o.Validity = reg }))
-	g := srv.groups[0]
-	s.group = g
+	s.group = srv.groups[0]
+	waitMembersKnown(t, s.group)
+	return open(t, "app", "secret", addr, ""), addr
+}
+
+// waitMembersKnown waits until g's position watcher knows every member of g up.
+func waitMembersKnown(t *testing.T, g *backend.Group) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		known := 0
-		for _, m := range g.Members() {
+		known, ms := 0, g.Members()
+		for _, m := range ms {
 			if m.Known && m.Up {
 				known++
 			}
 		}
-		if known == 1+len(s.repl.Replicas) {
-			break
+		if known == len(ms) {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the position watcher does not know every member: %+v", g.Members())
+			t.Fatalf("the position watcher does not know every member of group %s: %+v", g.Name(), ms)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return open(t, "app", "secret", addr, ""), addr
 }
 
 // who runs q (its first column is whoami's name, its second a value) through db and returns both.

@@ -70,19 +70,7 @@ func TestShardReplicaReads(t *testing.T) {
 			g = x
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for known := 0; known < 1+len(r.Replicas); {
-		known = 0
-		for _, mb := range g.Members() {
-			if mb.Known && mb.Up {
-				known++
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the position watcher does not know every member of s1: %+v", g.Members())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitMembersKnown(t, g)
 	db := open(t, "app", "secret", addr, "")
 	stmt, err := db.Prepare("SELECT name FROM users WHERE id = ?")
 	if err != nil {
