@@ -39,8 +39,10 @@ func checkReplicas(ctx context.Context, cfg config.Config, g config.Group, grp *
 		return nil
 	}
 	var out []string
-	primary := primaryIdentity(ctx, grp)
-	if warning := switchoverSight(ctx, grp, g); warning != "" {
+	primaryDB := container.OpenDB(grp.SQLConfig())
+	defer primaryDB.Close()
+	primary := primaryIdentity(ctx, primaryDB)
+	if warning := switchoverSight(ctx, primaryDB, g); warning != "" {
 		out = append(out, warning)
 	}
 	type account struct{ user, password, what string }
@@ -113,9 +115,8 @@ type primaryID struct {
 	port     int
 }
 
-func primaryIdentity(ctx context.Context, grp *backend.Group) primaryID {
-	db := container.OpenDB(grp.SQLConfig())
-	defer db.Close()
+// primaryIdentity asks the primary (db, the group's account) for its primaryID.
+func primaryIdentity(ctx context.Context, db *sql.DB) primaryID {
 	var id primaryID
 	if err := db.QueryRowContext(ctx, "SELECT @@server_id, @@port").Scan(&id.serverID, &id.port); err != nil {
 		return primaryID{}
@@ -123,12 +124,10 @@ func primaryIdentity(ctx context.Context, grp *backend.Group) primaryID {
 	return id
 }
 
-// switchoverSight warns when the group's account may not read the primary's INNODB_TRX, from which a switchover
-// learns that the writes in flight have ended (backend.Group.Switchover); "" when it may, or when the primary
-// cannot be reached (the primary's own checks say so).
-func switchoverSight(ctx context.Context, grp *backend.Group, g config.Group) string {
-	db := container.OpenDB(grp.SQLConfig())
-	defer db.Close()
+// switchoverSight warns when the group's account (db, on the primary) may not read the primary's INNODB_TRX, from
+// which a switchover learns that the writes in flight have ended (backend.Group.Switchover); "" when it may, or when
+// the primary cannot be reached (the primary's own checks say so).
+func switchoverSight(ctx context.Context, db *sql.DB, g config.Group) string {
 	var n int
 	err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.INNODB_TRX").Scan(&n)
 	if me, ok := errors.AsType[*mysql.MySQLError](err); ok {
