@@ -170,7 +170,12 @@ type MemoryResult struct {
 	AnonMiB Series
 	// FileMiB is the part of it that is pages of files (RssFile): the binary's text and data and the libraries'
 	// (read from their files, and dropped and read again when memory is short). RSS is the two (and RssShmem, none).
-	FileMiB     Series
+	FileMiB Series
+	// StartMiB is VmRSS before the load, once the server accepts connections: what the program costs with no item
+	// (its binary's pages, runtime, empty tables; with a data_dir, Pebble's). AddedMiB is RSSMiB less it, per run:
+	// what the items cost, which is what the server's design decides; the start is what its make-up does.
+	StartMiB    Series
+	AddedMiB    Series
 	PeakMiB     Series // VmHWM then: the most the process held during the load
 	Held        Series // curr_items after the load
 	LoadSeconds Series
@@ -189,6 +194,7 @@ type MemoryResult struct {
 // memoryRun is one repetition's figures for one target.
 type memoryRun struct {
 	rss, anon, file, peak, held, load float64
+	start                             float64 // VmRSS before the load
 	restart, rHeld, rRSS              float64
 	before                            float64 // items held just before the stop (memcaslap's sets added some)
 	hasRestart                        bool
@@ -199,6 +205,8 @@ func (r *MemoryResult) add(m memoryRun) {
 	r.RSSMiB.Runs = append(r.RSSMiB.Runs, m.rss)
 	r.AnonMiB.Runs = append(r.AnonMiB.Runs, m.anon)
 	r.FileMiB.Runs = append(r.FileMiB.Runs, m.file)
+	r.StartMiB.Runs = append(r.StartMiB.Runs, m.start)
+	r.AddedMiB.Runs = append(r.AddedMiB.Runs, m.rss-m.start)
 	r.PeakMiB.Runs = append(r.PeakMiB.Runs, m.peak)
 	r.Held.Runs = append(r.Held.Runs, m.held)
 	r.LoadSeconds.Runs = append(r.LoadSeconds.Runs, m.load)
@@ -213,7 +221,7 @@ func (r *MemoryResult) add(m memoryRun) {
 }
 
 func (r *MemoryResult) summarize() {
-	for _, s := range []*Series{&r.RSSMiB, &r.AnonMiB, &r.FileMiB, &r.PeakMiB, &r.Held, &r.LoadSeconds, &r.Ops, &r.P99us, r.BeforeStop, r.RestartSeconds, r.RestartHeld, r.RestartRSSMiB} {
+	for _, s := range []*Series{&r.RSSMiB, &r.AnonMiB, &r.FileMiB, &r.StartMiB, &r.AddedMiB, &r.PeakMiB, &r.Held, &r.LoadSeconds, &r.Ops, &r.P99us, r.BeforeStop, r.RestartSeconds, r.RestartHeld, r.RestartRSSMiB} {
 		if s != nil {
 			s.summarize()
 		}
@@ -310,6 +318,11 @@ func runMemoryOnce(ctx context.Context, bin string, t memoryStarter, c MemoryCas
 			}
 		}
 	}()
+	rssKB, err := procStatusKB(p.Cmd.Process.Pid, "VmRSS")
+	if err != nil {
+		return m, err
+	}
+	m.start = float64(rssKB) / 1024
 	took, err := loadItems(ctx, p.Addr, c)
 	if err != nil {
 		return m, fmt.Errorf("load: %w", err)
@@ -606,6 +619,8 @@ func (c MemoryCaseReport) Rows() []MemoryRow {
 		{"RSS after the load, MiB", 1, func(r *MemoryResult) *Series { return &r.RSSMiB }},
 		{"anonymous RSS (RssAnon), MiB", 1, func(r *MemoryResult) *Series { return &r.AnonMiB }},
 		{"file pages in RSS (RssFile: binary, libraries), MiB", 1, func(r *MemoryResult) *Series { return &r.FileMiB }},
+		{"RSS at start (before the load), MiB", 1, func(r *MemoryResult) *Series { return &r.StartMiB }},
+		{"RSS the load added (after less at start), MiB", 1, func(r *MemoryResult) *Series { return &r.AddedMiB }},
 		{"peak RSS, MiB", 1, func(r *MemoryResult) *Series { return &r.PeakMiB }},
 		{"items held", 0, func(r *MemoryResult) *Series { return &r.Held }},
 		{"load, s", 2, func(r *MemoryResult) *Series { return &r.LoadSeconds }},

@@ -108,8 +108,11 @@ func TestMemoryCaseAgainstMemcached(t *testing.T) {
 		t.Fatalf("report: %+v, want the memory case alone, 3 targets", rep)
 	}
 	for _, r := range rep.Memory[0].Results {
-		if r.RSSMiB.Median <= 0 || r.AnonMiB.Median <= 0 || r.Held.Median <= 0 || r.LoadSeconds.Median <= 0 || r.Ops.Median <= 0 || r.P99us.Median <= 0 {
+		if r.RSSMiB.Median <= 0 || r.AnonMiB.Median <= 0 || r.Held.Median <= 0 || r.LoadSeconds.Median <= 0 || r.Ops.Median <= 0 || r.P99us.Median <= 0 || r.StartMiB.Median <= 0 {
 			t.Errorf("%s: %+v, want every figure measured", r.Target, r)
+		}
+		if d := r.RSSMiB.Runs[0] - r.StartMiB.Runs[0]; r.AddedMiB.Runs[0] != d {
+			t.Errorf("%s: added %v MiB, want RSS less RSS at start, %v", r.Target, r.AddedMiB.Runs[0], d)
 		}
 		if (r.Target == memKeywayAsync) != (r.RestartSeconds != nil) {
 			t.Errorf("%s: restart %+v", r.Target, r.RestartSeconds)
@@ -120,7 +123,7 @@ func TestMemoryCaseAgainstMemcached(t *testing.T) {
 	}
 	var text bytes.Buffer
 	rep.WriteText(&text)
-	if !strings.Contains(text.String(), "memory 20K/mix/16") || !strings.Contains(text.String(), "restart, s") {
+	if !strings.Contains(text.String(), "memory 20K/mix/16") || !strings.Contains(text.String(), "restart, s") || !strings.Contains(text.String(), "RSS at start") {
 		t.Fatalf("text:\n%s", text.String())
 	}
 	t.Logf("%s\n%s", out.String(), text.String())
