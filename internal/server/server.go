@@ -96,13 +96,13 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 	if cfg.Store.DataDir == "" {
 		durName = config.DurabilityNone
 	}
-	// The store's items live in its arenas, outside Go's heap (within memory_limit: store.Stats.Arena); what it
-	// keeps on the heap is its changes on their way to the disk, store.HeapMemory at most.
-	allowance, storeHeap := int64(heapAllowance), int64(0)
+	// The store's items, and the SQL result cache's entries (a store of its own, within [cache] memory_limit),
+	// live in arenas, outside Go's heap (store.Stats.Arena); what the store keeps on the heap is its changes on
+	// their way to the disk, store.HeapMemory at most.
+	heapLimit := int64(heapAllowance)
 	if durName != config.DurabilityNone {
-		allowance, storeHeap = diskHeapAllowance, store.HeapMemory
+		heapLimit = diskHeapAllowance + store.HeapMemory
 	}
-	heapLimit := memoryLimit(sqlCacheBudget(cfg), allowance) + storeHeap
 	setMemoryLimit(heapLimit)
 	dur := durabilities[durName]
 	began := time.Now()
@@ -698,17 +698,10 @@ func (s *Server) close() error {
 		s.topo.Close()
 	}
 	errs = append(errs, s.store.Close())
-	return errors.Join(errs...)
-}
-
-// sqlCacheBudget is what the SQL result cache may hold ([cache] memory_limit) when it can be on: the SQL door
-// and groups configured, and the cache not turned off. Whether a follower will vouch is known only later, so
-// the budget is counted whenever the cache might run.
-func sqlCacheBudget(cfg config.Config) int64 {
-	if cfg.SQL.Listen == "" || len(cfg.Groups) == 0 || cfg.Cache.Disabled {
-		return 0
+	if s.sqlCache != nil {
+		errs = append(errs, s.sqlCache.Close())
 	}
-	return cfg.Cache.MemoryLimit
+	return errors.Join(errs...)
 }
 
 // durabilities maps the config's durability names to the store's.
@@ -718,14 +711,11 @@ var durabilities = map[string]store.Durability{
 	config.DurabilitySync:  store.DurabilitySync,
 }
 
-// memoryLimit is the bound Go's heap is given (see setMemoryLimit): items on the heap (the SQL result cache's; the
-// store's are in its arenas, off the heap) are charged with overhead already, and allowance (heapAllowance or
-// diskHeapAllowance) covers the rest: connections, the disk's work and garbage between cycles. The validity slots
-// that containers' copies widen come on top as they grow (validity.Registry.OnSlotsGrown): up to an eighth of the
-// items' limit per table, they are not items' overhead, and a limit that left them out kept a full cache
-// collecting back to back (see docs/benchmarks.md).
-func memoryLimit(items, allowance int64) int64 { return items + items/4 + allowance }
-
+// The bound Go's heap is given (see setMemoryLimit) is an allowance, heapAllowance or diskHeapAllowance, for what
+// lives there: connections, the disk's work and garbage between cycles; no items, since the store's and the SQL
+// result cache's are in arenas, off the heap. The validity slots that containers' copies widen come on top as they
+// grow (validity.Registry.OnSlotsGrown): up to an eighth of the items' limit per table, they are not items'
+// overhead, and a limit that left them out kept a full cache collecting back to back (see docs/benchmarks.md).
 const (
 	// heapAllowance is the heap's room beside the items when the store has no disk.
 	heapAllowance = 48 << 20
@@ -740,7 +730,7 @@ const (
 	diskHeapAllowance = 16 << 20
 )
 
-// setMemoryLimit tells the Go runtime to collect before the heap outgrows limit (memoryLimit) by much. Without it
+// setMemoryLimit tells the Go runtime to collect before the heap outgrows limit (an allowance; see above) by much. Without it
 // the default GOGC lets the heap reach twice the live items.
 //
 // Under that bound the heap may grow gcPercent% over what is live before a

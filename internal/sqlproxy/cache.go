@@ -87,12 +87,19 @@ func (ss *session) throughCache(p []byte, plan *Plan, st *prepared, keyBuf []byt
 	return ss.fillingExchange(p, plan, st, key, ks, ttl, fn)
 }
 
-// replayCached answers from the result cache when a valid entry is under key; hit is false otherwise.
+// maxReplyBuf is the largest reply buffer a session keeps between hits: a larger reply's is let go.
+const maxReplyBuf = 64 << 10
+
+// replayCached answers from the result cache when a valid entry is under key; hit is false otherwise. The reply
+// is copied out of the cache to the session's reply buffer, so a hit allocates nothing.
 func (ss *session) replayCached(key []byte) (rows int64, hit bool, err error) {
 	gate, _ := ss.gate()
-	reply, rows, ok := ss.s.opts.Cache.Get(gate, key)
+	reply, rows, ok := ss.s.opts.Cache.Get(gate, key, ss.replyBuf[:0])
 	if !ok {
 		return 0, false, nil
+	}
+	if ss.replyBuf = reply[:0]; cap(reply) > maxReplyBuf {
+		ss.replyBuf = nil
 	}
 	if err := ss.c.WriteCaptured(reply); err != nil {
 		return rows, true, err

@@ -69,6 +69,7 @@ type session struct {
 	nextStmt     uint32               // the last statement id given
 	exec         execState            // the statement of the execute being relayed (prepared.go)
 	keyBuf       []byte               // the result cache's key of the statement being run (cacheKey)
+	replyBuf     []byte               // what a result cache hit is copied to before it is replayed (replayCached)
 	beUsed       time.Time            // when be was checked out or last sent a command (see freshBackend)
 	// state is the session state a connection must have to run the session's next statement (backend.State): the
 	// state of the connection its last statement ran on, as the server reported it. status is the status flags of

@@ -60,7 +60,7 @@
 //
 // Invariants: a table's clock, slots, rows mark, single-key mark and epoch only grow, and no mark is ever above
 // the clock; a gate's positions only rise, per domain, and a commit's position is noted before its invalidations; a Table, once created, is never replaced, so a *Table may be kept (on a plan, on a container) for the
-// registry's life.
+// registry's life, and so may its Index, which TableAt turns back into it (for copies kept without Go pointers).
 package validity
 
 import (
@@ -128,6 +128,7 @@ const WideSlots = 1 << 16
 // Table is the validity state of one table.
 type Table struct {
 	id    TableID
+	index uint32        // its place in the registry (Index, Registry.TableAt)
 	clock atomic.Uint64 // the last tick handed out
 	epoch atomic.Uint64 // tick of the last invalidation of every copy
 	rows  atomic.Uint64 // tick of the last write of any row
@@ -237,6 +238,11 @@ func (r RowImage) Value(column string) (v any, ok bool) {
 
 // ID is the table's identity.
 func (t *Table) ID() TableID { return t.id }
+
+// Index is the table's number in its registry, small and stable for the registry's life: a cache that keeps its
+// copies where the garbage collector does not look (no Go pointers) names a table by it, and finds it again with
+// Registry.TableAt.
+func (t *Table) Index() uint32 { return t.index }
 
 // Stamp is the table's clock now: take it before a fill asks the backend, and keep it with the copy.
 func (t *Table) Stamp() uint64 { return t.clock.Load() }
@@ -562,6 +568,9 @@ type Registry struct {
 		tables map[TableID]*Table
 		byName map[string][]*Table // the tables of each name, in every schema
 	}
+	// byIndex are the tables by Index: appended under mu, the slice's header replaced whole, so TableAt reads
+	// it without a lock (an element is written before the header that covers it is published).
+	byIndex atomic.Pointer[[]*Table]
 	settles atomic.Bool // some table has a settle function: Settle has work to do
 	// kindLookup answers Table.Trusted: whether a table is a base table whose writes the binlog names.
 	kindLookup atomic.Pointer[func(TableID) (bool, error)]
@@ -598,7 +607,11 @@ func (r *Registry) Table(id TableID) *Table {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if t = r.mu.tables[id]; t == nil {
-		t = &Table{id: id, reg: r}
+		var all []*Table
+		if p := r.byIndex.Load(); p != nil {
+			all = *p
+		}
+		t = &Table{id: id, reg: r, index: uint32(len(all))}
 		slots := make([]keySlot, keySlots)
 		t.slots.Store(&slots)
 		t.clock.Store(1)
@@ -606,9 +619,20 @@ func (r *Registry) Table(id TableID) *Table {
 		t.rows.Store(1)
 		r.mu.tables[id] = t
 		r.mu.byName[id.Name] = append(r.mu.byName[id.Name], t)
+		all = append(all, t) // past every published length: no reader looks at the slot it writes
+		r.byIndex.Store(&all)
 		r.slotBytes.Add(keySlots * slotSize) // too little to make the heap's room change for
 	}
 	return t
+}
+
+// TableAt returns the table whose Index is i, or nil when the registry has none: it takes no lock.
+func (r *Registry) TableAt(i uint32) *Table {
+	p := r.byIndex.Load()
+	if p == nil || int(i) >= len(*p) {
+		return nil
+	}
+	return (*p)[i]
 }
 
 // OnSettle registers fn on table id; see Table.OnSettle.

@@ -21,6 +21,38 @@ func TestResolveNamingRule(t *testing.T) {
 	}
 }
 
+// A table's Index finds it again (TableAt), from any goroutine, while other tables are created.
+func TestTableAt(t *testing.T) {
+	r := NewRegistry()
+	if r.TableAt(0) != nil {
+		t.Fatal("an empty registry has a table 0")
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 200 {
+			r.Table(TableID{"other", strconv.Itoa(i)})
+		}
+	}()
+	var mine []*Table
+	for i := range 200 {
+		tb := r.Table(TableID{"s", strconv.Itoa(i)})
+		mine = append(mine, tb)
+		if r.TableAt(tb.Index()) != tb {
+			t.Fatalf("TableAt(%d) is not %v", tb.Index(), tb.ID())
+		}
+	}
+	<-done
+	for _, tb := range mine {
+		if r.TableAt(tb.Index()) != tb || r.Table(tb.ID()).Index() != tb.Index() {
+			t.Fatalf("%v moved", tb.ID())
+		}
+	}
+	if r.TableAt(400) != nil {
+		t.Fatal("TableAt past the last table is not nil")
+	}
+}
+
 func TestLookupAndInvalidate(t *testing.T) {
 	r := NewRegistry()
 	a, b := r.Table(TableID{"s1", "t"}), r.Table(TableID{"s2", "t"})
