@@ -87,8 +87,9 @@ func (ss *session) throughCache(p []byte, plan *Plan, st *prepared, keyBuf []byt
 	return ss.fillingExchange(p, plan, st, key, ks, ttl, fn)
 }
 
-// maxReplyBuf is the largest reply buffer a session keeps between hits: a larger reply's is let go.
-const maxReplyBuf = 64 << 10
+// maxReplyBuf is the largest reply buffer a session keeps between hits: a larger reply's is let go, so thousands
+// of idle sessions hold at most 16 KiB each for it.
+const maxReplyBuf = 16 << 10
 
 // replayCached answers from the result cache when a valid entry is under key; hit is false otherwise. The reply
 // is copied out of the cache to the session's reply buffer, so a hit allocates nothing.
