@@ -23,48 +23,8 @@ import (
 // write there is seen at once) while the other shard's keys are still answered from the cache.
 func TestShardedCachingContainer(t *testing.T) {
 	farm := testenv.NewShards(t, 2)
-	servers := map[string]*testenv.MariaDB{"s1": farm.Shards[0], "s2": farm.Shards[1]}
-	direct := map[string]func(q string, args ...any){}
-	for g, m := range servers {
-		db := openTestDB(t, m.AppDSN)
-		if _, err := db.Exec("CREATE TABLE kv (k VARCHAR(64) PRIMARY KEY, v VARCHAR(100))"); err != nil {
-			t.Fatal(err)
-		}
-		direct[g] = func(q string, args ...any) {
-			t.Helper()
-			if _, err := db.Exec(q, args...); err != nil {
-				t.Fatalf("%s on %s: %v", q, g, err)
-			}
-		}
-	}
-	toml := fmt.Sprintf(`
-[memcache]
-listen = "127.0.0.1:0"
-[sql]
-listen = ""
-[cache]
-max_staleness = "1s"
-%s[sharding]
-global = "global"
-[[shard_maps]]
-name = "kv"
-kind = "xxhash"
-tables = [{ table = "test.kv", column = "k" }]
-shards = [{ name = "-80", group = "s1" }, { name = "80-", group = "s2" }]
-[[containers]]
-name = "kv"
-table = "test.kv"
-key = "k"
-values = ["v"]
-get = "caching"
-set = "caching"
-delete = "caching"
-`, farmGroups(farm, "invalidate = \"none\"\n", "invalidate = \"binlog\"\n"))
-	cfg, err := config.Parse([]byte(toml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := Start(cfg, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	direct := shardKVTables(t, farm)
+	s, err := Start(shardedCachingConfig(t, farm, ""), Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,22 +33,10 @@ delete = "caching"
 		defer cancel()
 		s.Stop(ctx)
 	}()
-	var ct *container.Container
-	for _, tb := range s.containers.tables {
-		if tb.Name == "kv" {
-			ct = tb.C
-		}
-	}
-	if ct == nil || !ct.Sharded() {
-		t.Fatalf("container kv: %v, want a sharded container", ct)
-	}
+	ct := shardedContainer(t, s, "kv")
 	// Both shards' followers vouch before the copies are served.
 	fresh := func(g string) bool { gate := s.validity.LookupGate(g); return gate != nil && gate.Serves() }
-	for deadline := time.Now().Add(20 * time.Second); !fresh("s1") || !fresh("s2"); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the shards' followers do not vouch: %+v", s.validity.Gates())
-		}
-	}
+	waitShardsVouch(t, s, "s1", "s2")
 
 	mc := memcache.New(s.mcLn.Addr().String())
 	mc.Timeout = 10 * time.Second
@@ -210,4 +158,98 @@ delete = "caching"
 	if v := get("s1"); v != "direct" {
 		t.Fatalf("get %s after a direct write on stale s1: %q, want it read from s1", keyOn["s1"], v)
 	}
+}
+
+// shardedCachingTOML is a keyway with the memcache door, a global group and two shard groups, and container kv with
+// get = "caching" on test.kv, sharded by xxhash over s1 and s2 (mapping kv: "-80" on s1, "80-" on s2).
+// Placeholders: TOML put first (a [store] table, say), then the farm's groups (farmGroups).
+const shardedCachingTOML = `%s
+[memcache]
+listen = "127.0.0.1:0"
+[sql]
+listen = ""
+[cache]
+max_staleness = "1s"
+%s[sharding]
+global = "global"
+[[shard_maps]]
+name = "kv"
+kind = "xxhash"
+tables = [{ table = "test.kv", column = "k" }]
+shards = [{ name = "-80", group = "s1" }, { name = "80-", group = "s2" }]
+[[containers]]
+name = "kv"
+table = "test.kv"
+key = "k"
+values = ["v"]
+get = "caching"
+set = "caching"
+delete = "caching"
+`
+
+// shardedCachingConfig is shardedCachingTOML in front of farm, with extra put first: the global group with
+// invalidate = "none", each shard group with its own binlog follower.
+func shardedCachingConfig(t *testing.T, farm *testenv.Shards, extra string) config.Config {
+	t.Helper()
+	cfg, err := config.Parse([]byte(fmt.Sprintf(shardedCachingTOML, extra,
+		farmGroups(farm, "invalidate = \"none\"\n", "invalidate = \"binlog\"\n"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// shardedContainer is s's container name, which must be sharded.
+func shardedContainer(t *testing.T, s *Server, name string) *container.Container {
+	t.Helper()
+	for _, tb := range s.containers.tables {
+		if tb.Name == name {
+			if !tb.C.Sharded() {
+				t.Fatalf("container %s is not sharded", name)
+			}
+			return tb.C
+		}
+	}
+	t.Fatalf("no container %s", name)
+	return nil
+}
+
+// waitShardsVouch waits until the freshness gate of each of groups serves copies (until then reads bypass them).
+func waitShardsVouch(t *testing.T, s *Server, groups ...string) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		all := true
+		for _, g := range groups {
+			if gate := s.validity.LookupGate(g); gate == nil || !gate.Serves() {
+				all = false
+			}
+		}
+		if all {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the shards' followers do not vouch: %+v", s.validity.Gates())
+		}
+	}
+}
+
+// shardKVTables creates table kv (the container's) on each shard of farm, and returns by group ("s1", "s2") a
+// function that runs a statement directly on that shard's server, with the binlog on.
+func shardKVTables(t *testing.T, farm *testenv.Shards) map[string]func(q string, args ...any) {
+	t.Helper()
+	direct := map[string]func(q string, args ...any){}
+	for i, m := range farm.Shards {
+		g := "s" + strconv.Itoa(i+1)
+		db := openTestDB(t, m.AppDSN)
+		if _, err := db.Exec("CREATE TABLE kv (k VARCHAR(64) PRIMARY KEY, v VARCHAR(100))"); err != nil {
+			t.Fatal(err)
+		}
+		direct[g] = func(q string, args ...any) {
+			t.Helper()
+			if _, err := db.Exec(q, args...); err != nil {
+				t.Fatalf("%s on %s: %v", q, g, err)
+			}
+		}
+	}
+	return direct
 }
