@@ -155,8 +155,11 @@ func (ss *session) run() {
 	ss.c = mysqlwire.NewConn(ss.nc)
 	ss.dst = ss.c
 	if s.opts.Spin > 0 {
-		ss.clientSpin = sockio.Spinner{Budget: spin.Budget{Base: s.opts.Spin}, Gate: &s.spinGate, Who: uint64(ss.id), MaxBusy: 0}
-		ss.backendSpin = sockio.Spinner{Budget: spin.Budget{Base: s.opts.Spin}, Gate: &s.spinGate, Who: uint64(ss.id), MaxBusy: 1}
+		// Field by field, not whole Spinners: the session is registered already, so Shutdown may have stopped its
+		// client spinner (interrupt), and writing the whole struct would race with that and undo it.
+		ss.clientSpin.Budget, ss.clientSpin.Gate, ss.clientSpin.Who = spin.Budget{Base: s.opts.Spin}, &s.spinGate, uint64(ss.id)
+		ss.backendSpin.Budget, ss.backendSpin.Gate, ss.backendSpin.Who = spin.Budget{Base: s.opts.Spin}, &s.spinGate, uint64(ss.id)
+		ss.backendSpin.MaxBusy = 1
 		ss.c.SetSpinner(&ss.clientSpin)
 	}
 	ss.remote = remoteHost(ss.nc)
