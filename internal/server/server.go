@@ -58,6 +58,7 @@ type Server struct {
 	log    *slog.Logger
 	store  *store.Store
 	engine *engine.Engine
+	heap   heapRoom          // Go's heap limit, as its parts grow
 	topo   *backend.Topology // the backend groups; empty without [[groups]]
 	// containerDBs are the containers' pools by group, for followedPrimary (which a group's watcher may call
 	// before they are open).
@@ -99,11 +100,11 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 	// The store's items, and the SQL result cache's entries (a store of its own, within [cache] memory_limit),
 	// live in arenas, outside Go's heap (store.Stats.Arena); what the store keeps on the heap is its changes on
 	// their way to the disk, store.HeapMemory at most.
-	heapLimit := int64(heapAllowance)
+	allowance := int64(heapAllowance)
 	if durName != config.DurabilityNone {
-		heapLimit = diskHeapAllowance + store.HeapMemory
+		allowance = diskHeapAllowance + store.HeapMemory
 	}
-	setMemoryLimit(heapLimit)
+	setMemoryLimit(allowance)
 	dur := durabilities[durName]
 	began := time.Now()
 	st, err := store.Open(store.Options{
@@ -117,6 +118,7 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: log, store: st, errc: make(chan error, 3), metrics: stats.NewMetrics()}
+	s.heap.allowance = allowance
 	fail := func(err error) (*Server, error) {
 		if s.sql != nil {
 			s.sql.Shutdown(context.Background())
@@ -126,7 +128,7 @@ func Start(cfg config.Config, o Options) (*Server, error) {
 	}
 	// One registry of table validity: container rows, the SQL door, the result cache and the followers use it.
 	s.validity = validity.NewRegistry()
-	s.validity.OnSlotsGrown(func(slots int64) { debug.SetMemoryLimit(heapLimit + slots) })
+	s.validity.OnSlotsGrown(func(slots int64) { s.heap.set(&s.heap.slots, slots) })
 	s.engine = engine.New(st, engine.Options{MaxItemSize: cfg.Memcache.MaxItemSize, Validity: s.validity})
 	gopts := groupOptions(cfg, log)
 	for i := range gopts {
@@ -342,6 +344,7 @@ func (s *Server) sqlOptions() (sqlproxy.Options, error) {
 	o := sqlproxy.Options{
 		Topology:         s.topo,
 		MaxConnections:   cfg.MaxConnections,
+		OnClientsGrown:   func(clients int64) { s.heap.set(&s.heap.clients, clients*clientHeap) },
 		AllowLocalInfile: cfg.AllowLocalInfile,
 		RequireTLS:       cfg.RequireTLS,
 		MaxHandshakes:    cfg.MaxHandshakes,
@@ -711,12 +714,35 @@ var durabilities = map[string]store.Durability{
 	config.DurabilitySync:  store.DurabilitySync,
 }
 
-// The bound Go's heap is given (see setMemoryLimit) is an allowance, heapAllowance or diskHeapAllowance, for what
-// lives there: connections, the disk's work and garbage between cycles; no items, since the store's and the SQL
-// result cache's are in arenas, off the heap. The validity slots that containers' copies widen come on top as they
-// grow (validity.Registry.OnSlotsGrown): up to an eighth of the items' limit per table, they are not items'
-// overhead, and a limit that left them out kept a full cache collecting back to back (see docs/benchmarks.md).
+// heapRoom is the bound Go's heap is given (see setMemoryLimit): an allowance, heapAllowance or diskHeapAllowance,
+// for what lives there (the memcache door's connections, the disk's work and garbage between cycles; no items,
+// since the store's and the SQL result cache's are in arenas, off the heap), and two parts that grow with use and
+// never shrink:
+//   - the validity slots that containers' copies widen (validity.Registry.OnSlotsGrown): up to an eighth of the
+//     items' limit per table, they are not items' overhead, and a limit that left them out kept a full cache
+//     collecting back to back (see docs/benchmarks.md);
+//   - the SQL door's clients, clientHeap each, for the most it has held at once (sqlproxy.Options.OnClientsGrown).
+type heapRoom struct {
+	mu                        sync.Mutex
+	allowance, slots, clients int64
+}
+
+// set makes *part v and gives the runtime the new sum, one change at a time.
+func (h *heapRoom) set(part *int64, v int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	*part = v
+	debug.SetMemoryLimit(h.allowance + h.slots + h.clients)
+}
+
 const (
+	// clientHeap is the heap's room for an SQL door client while it is connected: its connection's two 16 KiB
+	// buffers (mysqlwire), its goroutine's stack and its session. Without it, 2,000 clients (bench sql's
+	// many_clients, one select a second each) kept more live than the allowance and the heap collected back to
+	// back: keyway spent 334 µs of CPU a select with the result cache off (p99 7.6 ms) and, once the cache's
+	// entries left the heap and its room with them, 811 µs with it on; with room for the clients, 130 µs either
+	// way (p99 1.0-1.5 ms; docs/benchmarks.md).
+	clientHeap = 48 << 10
 	// heapAllowance is the heap's room beside the items when the store has no disk.
 	heapAllowance = 48 << 20
 	// diskHeapAllowance is the heap's room beside the items when the store has a disk; the store's changes on

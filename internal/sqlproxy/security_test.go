@@ -5,7 +5,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -120,6 +122,43 @@ func TestHandshakeSlots(t *testing.T) {
 		t.Fatalf("silent client held its slot for %v", d)
 	}
 	waitFor(t, func() bool { return open(t, "app", "secret", addr, "").Ping() == nil })
+}
+
+// TestClientsGrown: Options.OnClientsGrown hears each new high of connected clients, rounded up to ClientsStep,
+// once and in rising order, before the client is greeted; clients that leave and come back within the high make
+// no call (the server gives Go's heap room for the most clients it has held).
+func TestClientsGrown(t *testing.T) {
+	m := mariadb(t)
+	var mu sync.Mutex
+	var highs []int64
+	_, addr := startProxyOpts(t, testConfig(m.Addr).with(t, func(o *Options) {
+		o.MaxHandshakes = 2 * ClientsStep
+		o.OnClientsGrown = func(n int64) { mu.Lock(); highs = append(highs, n); mu.Unlock() }
+	}))
+	got := func() []int64 { mu.Lock(); defer mu.Unlock(); return slices.Clone(highs) }
+	conns := make([]*mysqlwire.Conn, 0, ClientsStep+1)
+	for range ClientsStep {
+		c, _ := preAuthConn(t, addr)
+		conns = append(conns, c)
+	}
+	if h := got(); !slices.Equal(h, []int64{ClientsStep}) {
+		t.Fatalf("%d clients: highs %v, want [%d]", ClientsStep, h, ClientsStep)
+	}
+	c, _ := preAuthConn(t, addr)
+	conns = append(conns, c)
+	if h := got(); !slices.Equal(h, []int64{ClientsStep, 2 * ClientsStep}) {
+		t.Fatalf("%d clients: highs %v, want [%d %d]", ClientsStep+1, h, ClientsStep, 2*ClientsStep)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	for range 3 {
+		c, _ := preAuthConn(t, addr)
+		c.Close()
+	}
+	if h := got(); !slices.Equal(h, []int64{ClientsStep, 2 * ClientsStep}) {
+		t.Fatalf("clients back within the high: highs %v, want no new call", h)
+	}
 }
 
 // TestRequireTLS: with Options.RequireTLS a client that does not switch to TLS is refused with ERR 1045 (as

@@ -92,6 +92,11 @@ type Options struct {
 	Digests          *digests.Table // nil = no digest statistics
 	Metrics          *stats.Metrics // nil = no metrics
 	Logger           *slog.Logger
+	// OnClientsGrown, when set, is called with a new high of connected clients, rounded up to a multiple of
+	// ClientsStep, each time the clients first exceed the last high, one call at a time and in rising order: a
+	// client holds memory for as long as it is connected (its connection's buffers, its goroutine, its session),
+	// and the caller gives Go's heap room for it.
+	OnClientsGrown func(clients int64)
 	// Validity, when set, is the registry of cached table data shared with the other doors: a statement first
 	// settles the tables it names (write-behind queues write what keyway acknowledged to them, so the statement
 	// sees and acts after those writes; an error is the client's reply and the statement is not sent), and the
@@ -187,6 +192,9 @@ type Server struct {
 
 	maxConns int64
 	conns    atomic.Int64
+	// clientsHigh is the last high of conns passed to Options.OnClientsGrown; clientsMu orders those calls.
+	clientsHigh atomic.Int64
+	clientsMu   sync.Mutex
 	// maxHandshakes bounds handshakes, the connections not yet authenticated (session.run).
 	maxHandshakes    int64
 	handshakes       atomic.Int64
@@ -605,4 +613,22 @@ func (s *Server) shardMap() *shard.Map {
 		return nil
 	}
 	return s.opts.Shards.Load()
+}
+
+// ClientsStep is the rounding of the highs Options.OnClientsGrown is told: a call per so many more clients.
+const ClientsStep = 128
+
+// clientsGrew raises the high of connected clients to n rounded up to ClientsStep, if n is above it, and tells
+// Options.OnClientsGrown.
+func (s *Server) clientsGrew(n int64) {
+	s.clientsMu.Lock()
+	defer s.clientsMu.Unlock()
+	if n <= s.clientsHigh.Load() {
+		return
+	}
+	high := (n + ClientsStep - 1) / ClientsStep * ClientsStep
+	s.clientsHigh.Store(high)
+	if f := s.opts.OnClientsGrown; f != nil {
+		f(high)
+	}
 }

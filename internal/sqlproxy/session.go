@@ -169,6 +169,8 @@ func (ss *session) run() {
 		_ = ss.c.WriteError(mysqlwire.NewError(mysqlwire.ERConCount, "08004",
 			"Too many connections (keyway sql.max_connections = %d)", s.maxConns))
 		return
+	} else if n > s.clientsHigh.Load() {
+		s.clientsGrew(n)
 	}
 	defer s.conns.Add(-1)
 	defer ss.publishPins(true)
