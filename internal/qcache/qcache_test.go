@@ -15,6 +15,13 @@ func newCache(limit int64) (*Cache, *validity.Registry) {
 	return New(Options{MemoryLimit: limit, Registry: reg}), reg
 }
 
+// clockedCache is a 1 MiB cache whose clock reads start plus the nanoseconds the test stores in clock.
+func clockedCache(start time.Time) (c *Cache, clock *atomic.Int64) {
+	clock = new(atomic.Int64)
+	c = New(Options{MemoryLimit: 1 << 20, Registry: validity.NewRegistry(), Now: func() time.Time { return start.Add(time.Duration(clock.Load())) }})
+	return c, clock
+}
+
 var tbl = []validity.TableID{{Schema: "s", Name: "t"}}
 
 func TestFillRacingAWriteIsDropped(t *testing.T) {
@@ -124,10 +131,7 @@ func TestSaveAndRestore(t *testing.T) {
 // In the last fifth of a ttl the first Get misses (that caller refreshes), the others are still served the old
 // reply until it expires or the refresh stores a new one.
 func TestSoftRefresh(t *testing.T) {
-	var clock atomic.Int64
-	start := time.Unix(1_700_000_000, 0)
-	reg := validity.NewRegistry()
-	c := New(Options{MemoryLimit: 1 << 20, Registry: reg, Now: func() time.Time { return start.Add(time.Duration(clock.Load())) }})
+	c, clock := clockedCache(time.Unix(1_700_000_000, 0))
 	c.Put("k", []byte("old"), 1, c.Begin(tbl), 10*time.Second)
 	clock.Store(int64(7 * time.Second)) // before the window
 	for range 3 {
@@ -260,10 +264,7 @@ func TestHitCopiesIntoTheCallersBuffer(t *testing.T) {
 // A ttl entry's expiry and refresh hold at nanosecond precision, though the store keeps times in seconds, and the
 // entry, once expired, is deleted.
 func TestTTLBelowASecond(t *testing.T) {
-	var clock atomic.Int64
-	start := time.Unix(1_700_000_000, 500_000_000)
-	reg := validity.NewRegistry()
-	c := New(Options{MemoryLimit: 1 << 20, Registry: reg, Now: func() time.Time { return start.Add(time.Duration(clock.Load())) }})
+	c, clock := clockedCache(time.Unix(1_700_000_000, 500_000_000))
 	c.Put("k", []byte("r"), 1, c.Begin(tbl), 100*time.Millisecond)
 	clock.Store(int64(79 * time.Millisecond))
 	if _, _, ok := c.Get(nil, []byte("k"), nil); !ok {
