@@ -159,10 +159,11 @@ type disk struct {
 // Pebble's memory, outside Go's heap: memtables (writes stop at two: one filling, one flushing) and a block cache,
 // 16 MiB as a rule, not 24: Pebble reserves each memtable's size in the cache (Cache.Reserve), so the two share one
 // budget, the larger of the cache and two memtables. While two memtables are live the cache holds no blocks, which
-// costs nothing here, as the store reads Pebble only when it loads at open (and reads aside records). Memtables of
-// 4 MiB (Pebble's default) kept 8 MiB less resident, but in the one run that measured them async loads were slower
-// and memcaslap's p99 on an async store twice as long (docs/benchmarks.md; the machine was shared, and a run of the
-// old build was as noisy), so they stay 8 MiB until a quieter measurement says otherwise.
+// costs nothing here, as the store reads Pebble only when it loads at open (and reads aside records). Smaller
+// memtables do not pay: measured twice, alternating with 8 MiB ones (docs/benchmarks.md), 4 MiB ones (two or three
+// of them) and 2 MiB ones (four) made the mix's async load 1.4-2.2 times as long and memcaslap's p99 on the
+// loaded store one to three log2 buckets longer, and held about as much anonymous memory (119-132 MiB for the
+// mix, against 128).
 const (
 	pebbleCache    = 8 << 20
 	pebbleMemTable = 8 << 20
